@@ -1,0 +1,138 @@
+// The one configuration of shardctl: parsed once with zod at the edge (worker, cli) and passed
+// down. Invalid config fails with the path of the bad field and what was expected.
+import { z } from 'zod';
+import fs from 'node:fs';
+import path from 'node:path';
+
+const shardName = z.string().regex(/^[a-z][a-z0-9-]{0,62}$/, 'shard names are lower-case letters, digits and dashes');
+
+export const configSchema = z.object({
+  temporal: z.object({
+    address: z.string().min(1),
+    namespace: z.string().min(1).default('default'),
+    taskQueue: z.string().min(1).default('shardctl-moves'),
+    uiUrl: z.string().url().optional(),
+    tls: z
+      .object({
+        serverName: z.string().optional(),
+        caPath: z.string().optional(),
+        certPath: z.string().optional(),
+        keyPath: z.string().optional(),
+      })
+      .optional(),
+    apiKeyEnv: z.string().optional(),
+  }),
+  directory: z.object({ dsn: z.string().min(1) }),
+  shards: z
+    .array(
+      z.object({
+        name: shardName,
+        dsn: z.string().min(1),
+        bucket: z.string().min(3),
+        s3Endpoint: z.string().url().optional(),
+      }),
+    )
+    .min(1),
+  s3: z.object({
+    endpoint: z.string().url().optional(),
+    region: z.string().min(1).default('us-east-1'),
+    accessKeyId: z.string().min(1),
+    secretAccessKey: z.string().min(1),
+    forcePathStyle: z.boolean().default(true),
+  }),
+  tenant: z
+    .object({
+      column: z.string().min(1).default('tenant_id'),
+      schemas: z.array(z.string().min(1)).min(1).default(['public']),
+      tables: z.array(z.string().min(1)).optional(),
+      /** Writes without an epoch are refused unless this is true (fail closed). */
+      allowUnfencedWrites: z.boolean().default(false),
+    })
+    .default({}),
+  limits: z
+    .object({
+      copyBatchRows: z.number().int().positive().default(5000),
+      applyMaxTxBytes: z.number().int().positive().default(64 * 1024 * 1024),
+      lagThresholdMs: z.number().int().positive().default(1000),
+      fenceBudgetMs: z.number().int().positive().default(2000),
+      soakSeconds: z.number().int().nonnegative().default(72 * 3600),
+      headroomFraction: z.number().min(0).max(0.9).default(0.1),
+      rowsPerSecond: z.number().int().nonnegative().default(0),
+      slotRetentionWarnBytes: z.number().int().positive().default(512 * 1024 * 1024),
+      routerRetryBudget: z.number().int().positive().default(5),
+      routerDeadlineMs: z.number().int().positive().default(5000),
+      routerSnapshotTtlMs: z.number().int().positive().default(2000),
+    })
+    .default({}),
+});
+
+export type Config = z.infer<typeof configSchema>;
+export type ShardConfig = Config['shards'][number];
+
+export class ConfigError extends Error {
+  readonly type = 'ConfigError';
+}
+
+/** Turns zod issues into "path: expected ..." lines an operator can act on. */
+export function formatIssues(err: z.ZodError, source: string): string {
+  const lines = err.issues.map((i) => `  ${i.path.join('.') || '(root)'}: ${i.message}`);
+  return `invalid configuration in ${source}:\n${lines.join('\n')}`;
+}
+
+export function parseConfig(raw: unknown, source = 'config'): Config {
+  const res = configSchema.safeParse(raw);
+  if (!res.success) throw new ConfigError(formatIssues(res.error, source));
+  const names = new Set<string>();
+  for (const s of res.data.shards) {
+    if (names.has(s.name)) throw new ConfigError(`invalid configuration in ${source}:\n  shards: duplicate shard name ${s.name}`);
+    names.add(s.name);
+  }
+  return res.data;
+}
+
+/** Environment overrides: a few well-known variables win over the file. */
+export function applyEnvOverrides(raw: any, env: NodeJS.ProcessEnv): any {
+  const out = structuredClone(raw ?? {});
+  const set = (p: string[], v: string | undefined, conv: (s: string) => unknown = (s) => s) => {
+    if (v === undefined || v === '') return;
+    let o = out;
+    for (const k of p.slice(0, -1)) o = o[k] ??= {};
+    o[p[p.length - 1]] = conv(v);
+  };
+  set(['temporal', 'address'], env.SHARDCTL_TEMPORAL_ADDRESS);
+  set(['temporal', 'namespace'], env.SHARDCTL_TEMPORAL_NAMESPACE);
+  set(['temporal', 'taskQueue'], env.SHARDCTL_TASK_QUEUE);
+  set(['directory', 'dsn'], env.SHARDCTL_DIRECTORY_DSN);
+  set(['limits', 'soakSeconds'], env.SHARDCTL_SOAK_SECONDS, Number);
+  set(['limits', 'lagThresholdMs'], env.SHARDCTL_LAG_THRESHOLD_MS, Number);
+  return out;
+}
+
+export function defaultConfigPath(root = projectRoot()): string {
+  return path.join(root, '.dev', 'config.json');
+}
+
+export function loadConfig(opts: { file?: string; env?: NodeJS.ProcessEnv } = {}): Config {
+  const env = opts.env ?? process.env;
+  const file = opts.file ?? env.SHARDCTL_CONFIG ?? defaultConfigPath();
+  let raw: unknown;
+  try {
+    raw = JSON.parse(fs.readFileSync(file, 'utf8'));
+  } catch (e: any) {
+    if (e.code === 'ENOENT') {
+      throw new ConfigError(`no configuration at ${file}: run \`shardctl dev up\` for a local stack, or set SHARDCTL_CONFIG`);
+    }
+    throw new ConfigError(`cannot read configuration ${file}: ${e.message}`);
+  }
+  return parseConfig(applyEnvOverrides(raw, env), file);
+}
+
+export function projectRoot(): string {
+  return path.resolve(__dirname, '..');
+}
+
+export function shardByName(config: Config, name: string): ShardConfig {
+  const s = config.shards.find((x) => x.name === name);
+  if (!s) throw new ConfigError(`unknown shard "${name}" (known: ${config.shards.map((x) => x.name).join(', ')})`);
+  return s;
+}

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Installs what is missing: node_modules (npm ci when absent or older than the lockfile).
+# The Temporal CLI and moto are installed by `shardctl dev up` into .dev/tools on demand.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+stamp=node_modules/.shardctl-installed
+if [ ! -d node_modules ] || [ ! -f "$stamp" ] || [ package-lock.json -nt "$stamp" ]; then
+  echo "deps: npm ci" >&2
+  npm ci --no-audit --no-fund --loglevel=error >&2
+  touch "$stamp"
+fi

@@ -1,0 +1,62 @@
+// Creates the Temporal worker: workflows from workflows/, activities from the factory.
+import path from 'node:path';
+import { NativeConnection, Worker, Runtime, DefaultLogger } from '@temporalio/worker';
+import fs from 'node:fs';
+import { Config } from '../lib/config';
+import { createActivities } from '../activities';
+import { createDeps, Deps } from './deps';
+
+let runtimeInstalled = false;
+function quietRuntime() {
+  if (runtimeInstalled) return;
+  runtimeInstalled = true;
+  try {
+    Runtime.install({ logger: new DefaultLogger((process.env.SHARDCTL_WORKER_LOG as any) || 'WARN') });
+  } catch {
+    /* already installed in this process */
+  }
+}
+
+export async function connectTemporal(config: Config): Promise<NativeConnection> {
+  const t = config.temporal;
+  const tls = t.tls
+    ? {
+        serverNameOverride: t.tls.serverName,
+        serverRootCACertificate: t.tls.caPath ? fs.readFileSync(t.tls.caPath) : undefined,
+        clientCertPair: t.tls.certPath && t.tls.keyPath ? { crt: fs.readFileSync(t.tls.certPath), key: fs.readFileSync(t.tls.keyPath) } : undefined,
+      }
+    : undefined;
+  return NativeConnection.connect({ address: t.address, tls, apiKey: t.apiKeyEnv ? process.env[t.apiKeyEnv] : undefined });
+}
+
+export interface StartedWorker {
+  worker: Worker;
+  deps: Deps;
+  run: Promise<void>;
+  shutdown(): Promise<void>;
+}
+
+export async function startWorker(config: Config, opts: { taskQueue?: string; deps?: Deps } = {}): Promise<StartedWorker> {
+  quietRuntime();
+  const connection = await connectTemporal(config);
+  const deps = opts.deps ?? createDeps(config);
+  const worker = await Worker.create({
+    connection,
+    namespace: config.temporal.namespace,
+    taskQueue: opts.taskQueue ?? config.temporal.taskQueue,
+    workflowsPath: path.join(__dirname, '..', 'workflows', 'index.ts'),
+    activities: createActivities(deps),
+  });
+  const run = worker.run();
+  return {
+    worker,
+    deps,
+    run,
+    async shutdown() {
+      if (worker.getState() === 'RUNNING') worker.shutdown();
+      await run.catch(() => {});
+      await deps.close();
+      await connection.close();
+    },
+  };
+}

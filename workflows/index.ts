@@ -1,0 +1,2 @@
+// Every workflow the worker registers.
+export * from './smoke';
