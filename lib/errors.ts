@@ -1,0 +1,43 @@
+// Typed errors with a stable `type` string (workflows branch on `type`, never on class) and the
+// SQLSTATEs the shards raise from the fence. Pure: safe to import from workflows.
+
+/** SQLSTATEs raised by the shard-side fence (lib/shard/schema.ts). */
+export const SQLSTATE = {
+  /** The unit is not owned here at the router's epoch: refresh the route and retry elsewhere. */
+  staleRoute: 'SC421',
+  /** The unit is frozen for cutover: writes wait with backoff, reads continue. */
+  frozen: 'SC423',
+  /** The write carried no epoch (fail closed). */
+  noEpoch: 'SC428',
+  /** The row's tenant is not the unit the transaction was opened for. */
+  wrongUnit: 'SC403',
+} as const;
+
+export type ErrorType =
+  | 'InvalidInput'
+  | 'NotFound'
+  | 'AlreadyExists'
+  | 'Conflict'
+  | 'Forbidden'
+  | 'StaleRoute'
+  | 'Frozen'
+  | 'NoCapacity'
+  | 'DirectoryUnavailable'
+  | 'PreconditionFailed'
+  | 'ValidationMismatch'
+  | 'ConfigError';
+
+export class ShardctlError extends Error {
+  constructor(
+    readonly type: ErrorType,
+    message: string,
+    readonly details?: Record<string, unknown>,
+    /** True when retrying the same call may succeed (e.g. frozen past the deadline). */
+    readonly retriable = false,
+  ) {
+    super(message);
+    this.name = `ShardctlError(${type})`;
+  }
+}
+
+export const invalidInput = (msg: string) => new ShardctlError('InvalidInput', msg);

@@ -1,0 +1,125 @@
+// The shard-side schema `shardctl`: the fence table, the fence check every tenant-table write
+// runs inside its own transaction (DESIGN.md §3), and the move progress table that apply and
+// copy commit together with the rows they describe. Installed idempotently by `shards prepare`.
+//
+// Fence protocol:
+//  - Writers set `shardctl.unit` and `shardctl.epoch` (SET LOCAL / set_config(..., true)).
+//  - The BEFORE ROW trigger takes a shared, transaction-scoped advisory lock on the unit, then
+//    reads the unit's fence row. Read committed: a VOLATILE plpgsql function takes a fresh
+//    snapshot per query, so after the lock it sees any committed fence. Repeatable read and
+//    serializable: the row is read FOR SHARE, which fails with 40001 if the fence changed after
+//    the transaction's snapshot — a stale snapshot can never slip a write through.
+//  - Fence changes take the same advisory lock exclusively (setUnitFence), so they wait for
+//    in-flight writers, and commit before any later writer can pass.
+//  - The move's own data-plane sessions (copy, change-apply, cancel/retire cleanup) run with
+//    session_replication_role = replica, under which ordinary triggers do not fire.
+import type { PoolClient } from 'pg';
+
+export const SHARD_SCHEMA_VERSION = 1;
+
+export const FENCE_LOCK_CLASS = 421;
+
+export function shardSchemaSql(): string {
+  return `
+create schema if not exists shardctl;
+
+create table if not exists shardctl.fence (
+  unit text primary key,
+  epoch bigint not null check (epoch >= 0),
+  owned boolean not null,
+  frozen boolean not null default false,
+  updated_at timestamptz not null default now()
+);
+
+create table if not exists shardctl.move_progress (
+  move_id text not null,
+  stream text not null,
+  lsn pg_lsn,
+  detail jsonb not null default '{}',
+  updated_at timestamptz not null default now(),
+  primary key (move_id, stream)
+);
+
+create table if not exists shardctl.settings (
+  key text primary key,
+  value text not null
+);
+
+-- Refuses (raises) unless this transaction may write rows of unit p_unit at its epoch.
+create or replace function shardctl.assert_writable(p_row_unit text) returns void
+language plpgsql volatile as $fn$
+declare
+  v_unit text := current_setting('shardctl.unit', true);
+  v_epoch_txt text := current_setting('shardctl.epoch', true);
+  v_epoch bigint;
+  f record;
+begin
+  if v_epoch_txt is null or v_epoch_txt = '' or v_unit is null or v_unit = '' then
+    if exists (select 1 from shardctl.settings where key = 'allow_unfenced_writes' and value = 'true') then
+      return;
+    end if;
+    raise exception 'shardctl: write to unit % carries no epoch (fail closed)', p_row_unit
+      using errcode = 'SC428', hint = 'write through the shardctl router, which sets shardctl.unit and shardctl.epoch';
+  end if;
+  if p_row_unit is distinct from v_unit then
+    raise exception 'shardctl: row of unit % written in a transaction opened for unit %', p_row_unit, v_unit
+      using errcode = 'SC403';
+  end if;
+  v_epoch := v_epoch_txt::bigint;
+  perform pg_advisory_xact_lock_shared(${FENCE_LOCK_CLASS}, hashtext(v_unit));
+  if current_setting('transaction_isolation') = 'read committed' then
+    select epoch, owned, frozen into f from shardctl.fence where unit = v_unit;
+  else
+    select epoch, owned, frozen into f from shardctl.fence where unit = v_unit for share;
+  end if;
+  if not found or not f.owned or f.epoch <> v_epoch then
+    raise exception 'shardctl: stale route for unit % at epoch % (shard has %)', v_unit, v_epoch,
+      coalesce(case when f.owned then 'epoch ' || f.epoch else 'no ownership' end, 'no fence')
+      using errcode = 'SC421';
+  end if;
+  if f.frozen then
+    raise exception 'shardctl: unit % is frozen for cutover', v_unit using errcode = 'SC423';
+  end if;
+end
+$fn$;
+
+-- Reads check ownership too, so a stale router never serves a moved tenant's old copy.
+create or replace function shardctl.assert_readable(p_unit text, p_epoch bigint) returns void
+language plpgsql volatile as $fn$
+declare f record;
+begin
+  select epoch, owned into f from shardctl.fence where unit = p_unit;
+  if not found or not f.owned or f.epoch <> p_epoch then
+    raise exception 'shardctl: stale route for unit % at epoch %', p_unit, p_epoch using errcode = 'SC421';
+  end if;
+end
+$fn$;
+`;
+}
+
+/** The trigger function for tables whose tenant column is `column` (one function per name). */
+export function fenceTriggerFunctionSql(column: string): { name: string; sql: string } {
+  const safe = column.replace(/[^a-z0-9_]/gi, '_').toLowerCase();
+  const name = `shardctl.fence_check_${safe}`;
+  const col = `"${column.replace(/"/g, '""')}"`;
+  const sql = `
+create or replace function ${name}() returns trigger
+language plpgsql volatile as $fn$
+begin
+  if tg_op = 'DELETE' then
+    perform shardctl.assert_writable(old.${col}::text);
+    return old;
+  end if;
+  if tg_op = 'UPDATE' and old.${col} is distinct from new.${col} then
+    perform shardctl.assert_writable(old.${col}::text);
+  end if;
+  perform shardctl.assert_writable(new.${col}::text);
+  return new;
+end
+$fn$;`;
+  return { name, sql };
+}
+
+export async function installShardSchema(client: PoolClient): Promise<void> {
+  await client.query(shardSchemaSql());
+}
