@@ -232,7 +232,7 @@ async function httpOk(url: string, timeoutMs = 1500): Promise<boolean> {
 async function temporalHealthy(s: Stack): Promise<boolean> {
   if (!(await portOpen(s.ports.temporal))) return false;
   const { Connection } = await import('@temporalio/client');
-  let conn: InstanceType<typeof Connection> | undefined;
+  let conn: import('@temporalio/client').Connection | undefined;
   try {
     conn = await Connection.connect({ address: `127.0.0.1:${s.ports.temporal}`, connectTimeout: 2000 });
     await conn.workflowService.describeNamespace({ namespace: T.TEMPORAL_NAMESPACE });

@@ -1,0 +1,88 @@
+// Versioned, idempotent migrations of the placement directory (schema `shardctl` in the
+// directory database). Each version is applied once, under an advisory lock, in a transaction.
+import type { Pool } from 'pg';
+
+export const DIRECTORY_MIGRATIONS: { version: number; name: string; sql: string }[] = [
+  {
+    version: 1,
+    name: 'placement directory',
+    sql: `
+create table shardctl.shards (
+  name text primary key,
+  capacity bigint not null default 1000 check (capacity > 0),
+  load_estimate bigint not null default 0 check (load_estimate >= 0),
+  status text not null default 'open' check (status in ('open', 'closed', 'draining')),
+  updated_at timestamptz not null default now()
+);
+create table shardctl.units (
+  unit text primary key,
+  kind text not null check (kind in ('tenant', 'bucket')),
+  shard text not null references shardctl.shards(name),
+  epoch bigint not null check (epoch >= 1),
+  state text not null check (state in ('active', 'moving')),
+  move_id text,
+  expected_load bigint not null default 1 check (expected_load >= 0),
+  updated_at timestamptz not null default now(),
+  check ((state = 'moving') = (move_id is not null))
+);
+create index on shardctl.units (shard);
+create table shardctl.generation (
+  singleton boolean primary key default true check (singleton),
+  value bigint not null
+);
+insert into shardctl.generation values (true, 0);
+create table shardctl.audit (
+  id bigserial primary key,
+  at timestamptz not null default now(),
+  actor text not null,
+  action text not null,
+  unit text,
+  detail jsonb not null default '{}',
+  reason text
+);
+-- Append-only: the audit log is evidence, so no update or delete is allowed on it.
+create function shardctl.audit_append_only() returns trigger language plpgsql as $$
+begin raise exception 'shardctl.audit is append-only'; end $$;
+create trigger audit_append_only before update or delete on shardctl.audit
+  for each statement execute function shardctl.audit_append_only();
+create table shardctl.moves (
+  move_id text primary key,
+  unit text not null,
+  source text not null,
+  target text not null,
+  workflow_id text not null,
+  status text not null,
+  started_by text not null,
+  created_at timestamptz not null default now(),
+  updated_at timestamptz not null default now(),
+  detail jsonb not null default '{}'
+);
+`,
+  },
+];
+
+export async function migrateDirectory(pool: Pool): Promise<number[]> {
+  const c = await pool.connect();
+  const applied: number[] = [];
+  try {
+    await c.query('begin');
+    await c.query('select pg_advisory_xact_lock(421, 0)');
+    await c.query('create schema if not exists shardctl');
+    await c.query(`create table if not exists shardctl.schema_migrations (
+      version int primary key, name text not null, applied_at timestamptz not null default now())`);
+    const have = new Set((await c.query('select version from shardctl.schema_migrations')).rows.map((r) => r.version as number));
+    for (const m of DIRECTORY_MIGRATIONS) {
+      if (have.has(m.version)) continue;
+      await c.query(m.sql);
+      await c.query('insert into shardctl.schema_migrations(version, name) values ($1, $2)', [m.version, m.name]);
+      applied.push(m.version);
+    }
+    await c.query('commit');
+    return applied;
+  } catch (e) {
+    await c.query('rollback').catch(() => {});
+    throw e;
+  } finally {
+    c.release();
+  }
+}

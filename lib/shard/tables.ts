@@ -1,0 +1,134 @@
+// Discovers the tenant tables of a shard from the catalog: those named in config, or every
+// table in the configured schemas with the tenant column. Ordered parents-first by foreign keys
+// so copies and deletes are dependency-safe. Also says why a table cannot be moved.
+import type { Pool, PoolClient } from 'pg';
+import { ShardctlError } from '../errors';
+
+export interface TenantColumn {
+  name: string;
+  type: string;
+  generated: boolean;
+  notNull: boolean;
+}
+
+export interface TenantTable {
+  schema: string;
+  name: string;
+  /** `"schema"."name"`, safely quoted. */
+  qualified: string;
+  columns: TenantColumn[];
+  primaryKey: string[];
+  replicaIdentity: 'default' | 'full' | 'index' | 'nothing';
+  /** Tenant tables this one references (qualified names). */
+  references: string[];
+}
+
+export function quoteIdent(s: string): string {
+  return `"${s.replace(/"/g, '""')}"`;
+}
+
+export async function listTenantTables(
+  db: Pool | PoolClient,
+  opts: { column: string; schemas: string[]; tables?: string[] },
+): Promise<TenantTable[]> {
+  const rels = await db.query(
+    `select c.oid, n.nspname as schema, c.relname as name, c.relreplident as ri
+       from pg_class c join pg_namespace n on n.oid = c.relnamespace
+      where c.relkind in ('r', 'p') and not c.relispartition
+        and n.nspname = any($1::text[])
+        and exists (select 1 from pg_attribute a where a.attrelid = c.oid and a.attname = $2 and a.attnum > 0 and not a.attisdropped)
+      order by n.nspname, c.relname`,
+    [opts.schemas, opts.column],
+  );
+  let rows = rels.rows;
+  if (opts.tables?.length) {
+    const wanted = new Set(opts.tables.map((t) => (t.includes('.') ? t : `${opts.schemas[0]}.${t}`)));
+    const found = new Set(rows.map((r) => `${r.schema}.${r.name}`));
+    const missing = [...wanted].filter((w) => !found.has(w));
+    if (missing.length) throw new ShardctlError('InvalidInput', `configured tenant tables not found or without column ${opts.column}: ${missing.join(', ')}`);
+    rows = rows.filter((r) => wanted.has(`${r.schema}.${r.name}`));
+  }
+  if (rows.length === 0) return [];
+  const oids = rows.map((r) => r.oid);
+  const cols = await db.query(
+    `select a.attrelid as oid, a.attname as name, format_type(a.atttypid, a.atttypmod) as type,
+            a.attgenerated <> '' as generated, a.attnotnull as not_null
+       from pg_attribute a where a.attrelid = any($1::oid[]) and a.attnum > 0 and not a.attisdropped
+      order by a.attrelid, a.attnum`,
+    [oids],
+  );
+  const pks = await db.query(
+    `select i.indrelid as oid, array_agg(a.attname order by k.ord) as cols
+       from pg_index i
+       cross join lateral unnest(i.indkey) with ordinality as k(attnum, ord)
+       join pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum
+      where i.indrelid = any($1::oid[]) and i.indisprimary
+      group by i.indrelid`,
+    [oids],
+  );
+  const fks = await db.query(
+    `select conrelid as oid, confrelid as ref from pg_constraint where contype = 'f' and conrelid = any($1::oid[]) and confrelid = any($1::oid[])`,
+    [oids],
+  );
+  const byOid = new Map<number, TenantTable>();
+  const riMap: Record<string, TenantTable['replicaIdentity']> = { d: 'default', f: 'full', i: 'index', n: 'nothing' };
+  for (const r of rows) {
+    byOid.set(r.oid, {
+      schema: r.schema,
+      name: r.name,
+      qualified: `${quoteIdent(r.schema)}.${quoteIdent(r.name)}`,
+      columns: [],
+      primaryKey: [],
+      replicaIdentity: riMap[r.ri] ?? 'default',
+      references: [],
+    });
+  }
+  for (const c of cols.rows) byOid.get(c.oid)!.columns.push({ name: c.name, type: c.type, generated: c.generated, notNull: c.not_null });
+  for (const p of pks.rows) byOid.get(p.oid)!.primaryKey = parsePgArray(p.cols);
+  for (const f of fks.rows) if (f.oid !== f.ref) byOid.get(f.oid)!.references.push(byOid.get(f.ref)!.qualified);
+  return orderByDependencies([...byOid.values()]);
+}
+
+function parsePgArray(v: unknown): string[] {
+  if (Array.isArray(v)) return v as string[];
+  const s = String(v);
+  return s.slice(1, -1).split(',').map((x) => x.replace(/^"|"$/g, ''));
+}
+
+/** Parents before children; a cycle is reported rather than silently broken. */
+export function orderByDependencies(tables: TenantTable[]): TenantTable[] {
+  const byName = new Map(tables.map((t) => [t.qualified, t]));
+  const out: TenantTable[] = [];
+  const state = new Map<string, 'visiting' | 'done'>();
+  const visit = (t: TenantTable, path: string[]) => {
+    const s = state.get(t.qualified);
+    if (s === 'done') return;
+    if (s === 'visiting') throw new ShardctlError('PreconditionFailed', `foreign-key cycle among tenant tables: ${[...path, t.qualified].join(' -> ')}`);
+    state.set(t.qualified, 'visiting');
+    for (const r of t.references) {
+      const dep = byName.get(r);
+      if (dep) visit(dep, [...path, t.qualified]);
+    }
+    state.set(t.qualified, 'done');
+    out.push(t);
+  };
+  for (const t of [...tables].sort((a, b) => a.qualified.localeCompare(b.qualified))) visit(t, []);
+  return out;
+}
+
+/** Reasons a table cannot be moved by tenant filter (empty when it can), each with a hint. */
+export function movabilityProblems(t: TenantTable, tenantColumn: string): string[] {
+  const out: string[] = [];
+  if (t.primaryKey.length === 0) {
+    out.push(`${t.qualified} has no primary key; add one led by ${tenantColumn} (ALTER TABLE ${t.qualified} ADD PRIMARY KEY (${tenantColumn}, ...))`);
+  } else if (!t.primaryKey.includes(tenantColumn)) {
+    out.push(`${t.qualified} primary key (${t.primaryKey.join(', ')}) does not include ${tenantColumn}; rows could not be filtered by tenant`);
+  }
+  if (t.replicaIdentity === 'nothing') {
+    out.push(`${t.qualified} has REPLICA IDENTITY NOTHING; updates and deletes cannot be replicated (ALTER TABLE ${t.qualified} REPLICA IDENTITY DEFAULT)`);
+  }
+  if (t.replicaIdentity === 'index') {
+    out.push(`${t.qualified} uses REPLICA IDENTITY USING INDEX; use DEFAULT (primary key led by ${tenantColumn}) or FULL so the row filter on ${tenantColumn} works`);
+  }
+  return out;
+}
