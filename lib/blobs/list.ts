@@ -1,0 +1,49 @@
+// Listing a bucket prefix with ListObjectsV2 pagination, plus the S3 error predicates the blob
+// modules share. Keys are returned exactly as stored (no EncodingType), in S3's key order.
+import { ListObjectsV2Command, S3Client } from '@aws-sdk/client-s3';
+
+export interface BlobEntry {
+  key: string;
+  size: number;
+  /** ETag without quotes; a content MD5 only for single-part unencrypted uploads. */
+  etag: string;
+}
+
+export function normalizeEtag(etag: string | undefined): string {
+  return (etag ?? '').replace(/^W\//, '').replace(/"/g, '');
+}
+
+/** A plain MD5 ETag (32 hex digits, no "-N" part count) identifies content; others do not. */
+export function isContentEtag(etag: string): boolean {
+  return /^[0-9a-f]{32}$/i.test(etag);
+}
+
+export async function listBlobs(s3: S3Client, bucket: string, prefix: string, opts: { pageSize?: number } = {}): Promise<BlobEntry[]> {
+  const out: BlobEntry[] = [];
+  let token: string | undefined;
+  do {
+    const page = await s3.send(
+      new ListObjectsV2Command({ Bucket: bucket, Prefix: prefix, ContinuationToken: token, MaxKeys: opts.pageSize }),
+    );
+    for (const o of page.Contents ?? []) {
+      // Defensive: a server that ignored Prefix must never widen what we copy or delete.
+      if (o.Key === undefined || !o.Key.startsWith(prefix)) continue;
+      out.push({ key: o.Key, size: Number(o.Size ?? 0), etag: normalizeEtag(o.ETag) });
+    }
+    token = page.IsTruncated ? page.NextContinuationToken : undefined;
+    if (page.IsTruncated && !token) throw new Error(`ListObjectsV2 on ${bucket}/${prefix} truncated without a continuation token`);
+  } while (token);
+  return out;
+}
+
+export function s3Status(e: any): number | undefined {
+  return e?.$metadata?.httpStatusCode;
+}
+
+export function isNotFound(e: any): boolean {
+  return e?.name === 'NoSuchKey' || e?.name === 'NotFound' || s3Status(e) === 404;
+}
+
+export function isPreconditionFailed(e: any): boolean {
+  return e?.name === 'PreconditionFailed' || s3Status(e) === 412;
+}
