@@ -1,0 +1,112 @@
+// `shardctl tenant create|show|list`: create a tenant (fence first, then the directory row) and
+// read placements. Input is validated before anything is touched; bad input changes nothing.
+import { Command } from 'commander';
+import { Pool } from 'pg';
+import { loadConfig, Config, shardByName } from '../../lib/config';
+import { invalidInput, ShardctlError } from '../../lib/errors';
+import { validateTenantId } from '../../lib/ids';
+import { openDirectoryPool } from '../../lib/directory/db';
+import { ensureDirectory } from '../../lib/directory/ensure';
+import { createTenant, getTenant, listTenants, tenantView, validateCreateInput } from '../../lib/tenants';
+
+export { ensureDirectory };
+
+/** Pools for one CLI invocation; close() ends them all so the process can exit. */
+function cliPools(config: Config) {
+  const shards = new Map<string, Pool>();
+  const directory = openDirectoryPool(config, { max: 4 });
+  return {
+    directory,
+    shardPool(name: string): Pool {
+      let p = shards.get(name);
+      if (!p) {
+        p = new Pool({ connectionString: shardByName(config, name).dsn, max: 2, connectionTimeoutMillis: 5000 });
+        p.on('error', () => {});
+        shards.set(name, p);
+      }
+      return p;
+    },
+    async close() {
+      await Promise.all([directory, ...shards.values()].map((p) => p.end().catch(() => {})));
+    },
+  };
+}
+
+function parseLoad(v: string | undefined): number | undefined {
+  if (v === undefined) return undefined;
+  if (!/^\d{1,15}$/.test(v.trim())) throw invalidInput(`--expected-load must be a non-negative integer, got ${JSON.stringify(v.slice(0, 40))}`);
+  return Number(v.trim());
+}
+
+function printTenant(v: ReturnType<typeof tenantView>, json: boolean) {
+  if (json) console.log(JSON.stringify(v));
+  else console.log(`${v.tenant}  ${v.shard}  epoch ${v.epoch}  ${v.state}${v.moveId ? ` (move ${v.moveId})` : ''}  load ${v.expectedLoad}  updated ${v.updatedAt}`);
+}
+
+export function register(program: Command) {
+  const tenant = program.command('tenant').description('create and inspect tenants (placement directory)');
+  const config = () => loadConfig({ file: program.opts().config });
+
+  tenant
+    .command('create <id>')
+    .description('create a tenant: fence on its shard (epoch 1), then the directory row')
+    .option('--shard <name>', 'shard to create it on (default: the open shard with the most headroom)')
+    .option('--expected-load <n>', 'expected load units (default 1)')
+    .option('--actor <name>', 'who creates it (audit log)', process.env.USER || 'cli')
+    .option('--reason <text>', 'why (audit log)')
+    .option('--json', 'print the placement as JSON')
+    .action(async (id: string, o: { shard?: string; expectedLoad?: string; actor: string; reason?: string; json?: boolean }) => {
+      const cfg = config();
+      const input = { tenant: id, shard: o.shard, expectedLoad: parseLoad(o.expectedLoad), actor: o.actor, reason: o.reason };
+      validateCreateInput(input, cfg); // before any connection: bad input touches nothing
+      const pools = cliPools(cfg);
+      try {
+        await ensureDirectory(pools.directory, cfg);
+        const p = await createTenant({ directory: pools.directory, shardPool: pools.shardPool, config: cfg }, input);
+        printTenant(tenantView(p), !!o.json);
+      } finally {
+        await pools.close();
+      }
+    });
+
+  tenant
+    .command('show <id>')
+    .description("a tenant's placement: shard, epoch, state, owning move")
+    .option('--json', 'as JSON')
+    .action(async (id: string, o: { json?: boolean }) => {
+      const cfg = config();
+      validateTenantId(id);
+      const pools = cliPools(cfg);
+      try {
+        await ensureDirectory(pools.directory, cfg);
+        const p = await getTenant(pools.directory, id);
+        if (!p) throw new ShardctlError('NotFound', `no tenant ${id}`);
+        printTenant(tenantView(p), !!o.json);
+      } finally {
+        await pools.close();
+      }
+    });
+
+  tenant
+    .command('list')
+    .description('every tenant and its placement')
+    .option('--shard <name>', 'only tenants on this shard')
+    .option('--json', 'as JSON: {generation, tenants}')
+    .action(async (o: { shard?: string; json?: boolean }) => {
+      const cfg = config();
+      const pools = cliPools(cfg);
+      try {
+        await ensureDirectory(pools.directory, cfg);
+        const { generation, tenants } = await listTenants(pools.directory);
+        const views = tenants.filter((t) => !o.shard || t.shard === o.shard).map(tenantView);
+        if (o.json) {
+          console.log(JSON.stringify({ generation, tenants: views }));
+        } else {
+          console.log(`generation ${generation}, ${views.length} tenant(s)`);
+          for (const v of views) printTenant(v, false);
+        }
+      } finally {
+        await pools.close();
+      }
+    });
+}

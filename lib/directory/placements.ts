@@ -1,0 +1,211 @@
+// Placement records (unit -> shard, epoch, state) and the only ways they change: an insert of a
+// new unit and a compare-and-set on (shard, epoch, state). Each change is one transaction that
+// bumps the generation, appends an audit row and NOTIFYs routers. A lost race is an answer
+// (the current record), never a retry. Epoch rises by exactly one iff the shard changes.
+import type { Pool, PoolClient } from 'pg';
+import { ShardctlError, invalidInput } from '../errors';
+import { Queryable, onDirectory, poolDsn } from './db';
+
+export type PlacementState = 'active' | 'moving';
+export type UnitKind = 'tenant' | 'bucket';
+
+export interface Placement {
+  unit: string;
+  kind: UnitKind;
+  shard: string;
+  epoch: number;
+  state: PlacementState;
+  moveId: string | null;
+  expectedLoad: number;
+  /** ISO timestamp of the last change. */
+  updatedAt: string;
+}
+
+/** Payload of NOTIFY on PLACEMENT_CHANNEL (docs/architecture.md). */
+export interface PlacementNotification {
+  unit: string;
+  shard: string;
+  epoch: number;
+  state: PlacementState;
+  generation: number;
+}
+
+export const PLACEMENT_CHANNEL = 'shardctl_placement';
+
+export interface AuditEntry {
+  actor: string;
+  action: string;
+  reason?: string;
+  detail?: Record<string, unknown>;
+}
+
+export type CasResult =
+  | { ok: true; placement: Placement; generation: number }
+  | { ok: false; type: 'conflict'; current: Placement | undefined };
+
+export type InsertResult =
+  | { ok: true; placement: Placement; generation: number }
+  | { ok: false; type: 'exists'; current: Placement };
+
+const COLUMNS = 'unit, kind, shard, epoch, state, move_id, expected_load, updated_at';
+
+export function rowToPlacement(r: any): Placement {
+  return {
+    unit: r.unit,
+    kind: r.kind,
+    shard: r.shard,
+    epoch: Number(r.epoch),
+    state: r.state,
+    moveId: r.move_id ?? null,
+    expectedLoad: Number(r.expected_load),
+    updatedAt: r.updated_at instanceof Date ? r.updated_at.toISOString() : String(r.updated_at),
+  };
+}
+
+export async function getPlacement(db: Queryable, unit: string): Promise<Placement | undefined> {
+  return onDirectory(async () => {
+    const r = await db.query(`select ${COLUMNS} from shardctl.units where unit = $1`, [unit]);
+    return r.rowCount ? rowToPlacement(r.rows[0]) : undefined;
+  }, poolDsn(db));
+}
+
+export async function getGeneration(db: Queryable): Promise<number> {
+  return onDirectory(async () => Number((await db.query('select value from shardctl.generation')).rows[0].value), poolDsn(db));
+}
+
+/** Every placement and the generation they belong to, read in one statement (one snapshot). */
+export async function listPlacements(db: Queryable, opts: { kind?: UnitKind } = {}): Promise<{ generation: number; placements: Placement[] }> {
+  return onDirectory(async () => {
+    const r = await db.query(
+      `select g.value as generation, u.unit, u.kind, u.shard, u.epoch, u.state, u.move_id, u.expected_load, u.updated_at
+         from shardctl.generation g
+         left join shardctl.units u on ($1::text is null or u.kind = $1)
+        order by u.unit`,
+      [opts.kind ?? null],
+    );
+    const generation = r.rowCount ? Number(r.rows[0].generation) : 0;
+    return { generation, placements: r.rows.filter((x) => x.unit !== null).map(rowToPlacement) };
+  }, poolDsn(db));
+}
+
+function checkState(state: string, moveId: string | null) {
+  if (state !== 'active' && state !== 'moving') throw invalidInput(`placement state must be active or moving, got ${JSON.stringify(state)}`);
+  if ((state === 'moving') !== (moveId !== null && moveId !== undefined)) {
+    throw invalidInput(state === 'moving' ? 'a moving placement needs the move id that owns it' : 'an active placement carries no move id');
+  }
+}
+
+function checkAudit(audit: AuditEntry) {
+  if (!audit || typeof audit.actor !== 'string' || !audit.actor.trim()) throw invalidInput('audit actor is required');
+  if (typeof audit.action !== 'string' || !audit.action.trim()) throw invalidInput('audit action is required');
+}
+
+/** Bumps the generation, appends the audit row and notifies, inside the caller's transaction. */
+async function recordChange(c: PoolClient, p: Placement, audit: AuditEntry, detail: Record<string, unknown>): Promise<number> {
+  const generation = Number((await c.query('update shardctl.generation set value = value + 1 returning value')).rows[0].value);
+  await c.query('insert into shardctl.audit(actor, action, unit, detail, reason) values ($1, $2, $3, $4, $5)', [
+    audit.actor,
+    audit.action,
+    p.unit,
+    JSON.stringify({ ...(audit.detail ?? {}), ...detail, generation }),
+    audit.reason ?? null,
+  ]);
+  const note: PlacementNotification = { unit: p.unit, shard: p.shard, epoch: p.epoch, state: p.state, generation };
+  await c.query('select pg_notify($1, $2)', [PLACEMENT_CHANNEL, JSON.stringify(note)]);
+  return generation;
+}
+
+async function inTransaction<T>(pool: Pool, fn: (c: PoolClient) => Promise<T>): Promise<T> {
+  return onDirectory(async () => {
+    const c = await pool.connect();
+    try {
+      await c.query('begin');
+      const out = await fn(c);
+      await c.query('commit');
+      return out;
+    } catch (e) {
+      await c.query('rollback').catch(() => {});
+      throw e;
+    } finally {
+      c.release();
+    }
+  }, poolDsn(pool));
+}
+
+class Rollback<T> {
+  constructor(readonly value: T) {}
+}
+
+/**
+ * Compare-and-set a placement: changes it only if it is still exactly `expect` (and, when given,
+ * owned by expect.moveId). The epoch rises by one iff next.shard differs from the current shard.
+ */
+export async function compareAndSetPlacement(
+  pool: Pool,
+  unit: string,
+  expect: { shard: string; epoch: number; state: PlacementState; moveId?: string | null },
+  next: { shard: string; state: PlacementState; moveId: string | null },
+  audit: AuditEntry,
+): Promise<CasResult> {
+  checkState(next.state, next.moveId);
+  checkAudit(audit);
+  if (!Number.isSafeInteger(expect.epoch) || expect.epoch < 1) throw invalidInput(`expected epoch must be a positive integer, got ${expect.epoch}`);
+  try {
+    return await inTransaction(pool, async (c) => {
+      const r = await c.query(
+        `update shardctl.units
+            set shard = $5, state = $6, move_id = $7,
+                epoch = epoch + case when shard <> $5 then 1 else 0 end,
+                updated_at = now()
+          where unit = $1 and shard = $2 and epoch = $3 and state = $4
+            and ($8::boolean is false or move_id is not distinct from $9)
+          returning ${COLUMNS}`,
+        [unit, expect.shard, expect.epoch, expect.state, next.shard, next.state, next.moveId, expect.moveId !== undefined, expect.moveId ?? null],
+      );
+      if (r.rowCount === 0) throw new Rollback<CasResult>({ ok: false, type: 'conflict', current: undefined });
+      const placement = rowToPlacement(r.rows[0]);
+      const generation = await recordChange(c, placement, audit, {
+        from: { shard: expect.shard, epoch: expect.epoch, state: expect.state },
+        to: { shard: placement.shard, epoch: placement.epoch, state: placement.state, moveId: placement.moveId },
+      });
+      return { ok: true as const, placement, generation };
+    });
+  } catch (e) {
+    if (e instanceof Rollback) return { ok: false, type: 'conflict', current: await getPlacement(pool, unit) };
+    if ((e as any)?.code === '23503') throw new ShardctlError('NotFound', `shard "${next.shard}" is not in the directory`);
+    throw e;
+  }
+}
+
+/** Inserts a new unit (epoch 1, active). An existing unit is an answer, not an error. */
+export async function insertPlacement(
+  pool: Pool,
+  unit: { unit: string; kind: UnitKind; shard: string; expectedLoad: number },
+  audit: AuditEntry,
+): Promise<InsertResult> {
+  checkAudit(audit);
+  if (!Number.isSafeInteger(unit.expectedLoad) || unit.expectedLoad < 0) throw invalidInput(`expected load must be a non-negative integer, got ${unit.expectedLoad}`);
+  try {
+    return await inTransaction(pool, async (c) => {
+      const r = await c.query(
+        `insert into shardctl.units(unit, kind, shard, epoch, state, move_id, expected_load, updated_at)
+         values ($1, $2, $3, 1, 'active', null, $4, now())
+         on conflict (unit) do nothing
+         returning ${COLUMNS}`,
+        [unit.unit, unit.kind, unit.shard, unit.expectedLoad],
+      );
+      if (r.rowCount === 0) throw new Rollback(null);
+      const placement = rowToPlacement(r.rows[0]);
+      const generation = await recordChange(c, placement, audit, { to: { shard: placement.shard, epoch: 1, state: 'active' } });
+      return { ok: true as const, placement, generation };
+    });
+  } catch (e) {
+    if (e instanceof Rollback) {
+      const current = await getPlacement(pool, unit.unit);
+      if (current) return { ok: false, type: 'exists', current };
+      throw new ShardctlError('Conflict', `unit ${unit.unit} was being created concurrently and then vanished; retry`, undefined, true);
+    }
+    if ((e as any)?.code === '23503') throw new ShardctlError('NotFound', `shard "${unit.shard}" is not in the directory`);
+    throw e;
+  }
+}

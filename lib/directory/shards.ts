@@ -1,0 +1,119 @@
+// The shards inventory in the directory: which shards exist, their capacity and status. Config
+// is the source of connection details; the directory is the source of status and capacity.
+// Sync only adds missing shards, it never changes or removes existing rows.
+import type { Pool } from 'pg';
+import type { Config } from '../config';
+import { ShardctlError, invalidInput } from '../errors';
+import { validateShardName } from '../ids';
+import { Queryable, onDirectory, poolDsn } from './db';
+import type { AuditEntry } from './placements';
+
+export type ShardStatus = 'open' | 'closed' | 'draining';
+export const SHARD_STATUSES: readonly ShardStatus[] = ['open', 'closed', 'draining'];
+
+export interface ShardInfo {
+  name: string;
+  capacity: number;
+  status: ShardStatus;
+  /** Sum of expected_load of the units placed on the shard. */
+  load: number;
+  units: number;
+  updatedAt: string;
+}
+
+export const DEFAULT_SHARD_CAPACITY = 1000;
+
+/** Inserts the config's shards missing from the directory (open, default capacity); returns their names. */
+export async function syncShardsFromConfig(pool: Pool, config: Config, actor = 'config-sync'): Promise<string[]> {
+  const names = config.shards.map((s) => s.name);
+  return onDirectory(async () => {
+    const c = await pool.connect();
+    try {
+      await c.query('begin');
+      const r = await c.query(
+        `insert into shardctl.shards(name, capacity, status)
+         select n, $2, 'open' from unnest($1::text[]) as n
+         on conflict (name) do nothing
+         returning name`,
+        [names, DEFAULT_SHARD_CAPACITY],
+      );
+      const added = r.rows.map((x) => x.name as string).sort();
+      if (added.length) {
+        await c.query(`insert into shardctl.audit(actor, action, unit, detail) values ($1, 'shard.register', null, $2)`, [
+          actor,
+          JSON.stringify({ shards: added, capacity: DEFAULT_SHARD_CAPACITY }),
+        ]);
+      }
+      await c.query('commit');
+      return added;
+    } catch (e) {
+      await c.query('rollback').catch(() => {});
+      throw e;
+    } finally {
+      c.release();
+    }
+  }, poolDsn(pool));
+}
+
+export async function listShards(db: Queryable): Promise<ShardInfo[]> {
+  return onDirectory(async () => {
+    const r = await db.query(
+      `select s.name, s.capacity, s.status, s.updated_at,
+              coalesce(sum(u.expected_load), 0) as load, count(u.unit) as units
+         from shardctl.shards s left join shardctl.units u on u.shard = s.name
+        group by s.name order by s.name`,
+    );
+    return r.rows.map((x) => ({
+      name: x.name,
+      capacity: Number(x.capacity),
+      status: x.status,
+      load: Number(x.load),
+      units: Number(x.units),
+      updatedAt: x.updated_at instanceof Date ? x.updated_at.toISOString() : String(x.updated_at),
+    }));
+  }, poolDsn(db));
+}
+
+export async function getShard(db: Queryable, name: string): Promise<ShardInfo | undefined> {
+  return (await listShards(db)).find((s) => s.name === name);
+}
+
+async function updateShard(pool: Pool, name: string, set: { status?: ShardStatus; capacity?: number }, audit: AuditEntry): Promise<ShardInfo> {
+  validateShardName(name);
+  if (!audit?.actor?.trim()) throw invalidInput('audit actor is required');
+  return onDirectory(async () => {
+    const c = await pool.connect();
+    try {
+      await c.query('begin');
+      const r = await c.query(
+        `update shardctl.shards set status = coalesce($2, status), capacity = coalesce($3, capacity), updated_at = now()
+          where name = $1 returning name`,
+        [name, set.status ?? null, set.capacity ?? null],
+      );
+      if (r.rowCount === 0) throw new ShardctlError('NotFound', `shard "${name}" is not in the directory`);
+      await c.query('insert into shardctl.audit(actor, action, unit, detail, reason) values ($1, $2, null, $3, $4)', [
+        audit.actor,
+        audit.action,
+        JSON.stringify({ ...(audit.detail ?? {}), shard: name, ...set }),
+        audit.reason ?? null,
+      ]);
+      await c.query('commit');
+    } catch (e) {
+      await c.query('rollback').catch(() => {});
+      throw e;
+    } finally {
+      c.release();
+    }
+    return (await getShard(pool, name))!;
+  }, poolDsn(pool));
+}
+
+export async function setShardStatus(pool: Pool, name: string, status: ShardStatus, audit: { actor: string; reason?: string }): Promise<ShardInfo> {
+  if (!SHARD_STATUSES.includes(status)) throw invalidInput(`shard status must be one of ${SHARD_STATUSES.join(', ')}, got ${JSON.stringify(status)}`);
+  return updateShard(pool, name, { status }, { ...audit, action: 'shard.status' });
+}
+
+export async function setShardCapacity(pool: Pool, name: string, capacity: number, audit: { actor: string; reason?: string }): Promise<ShardInfo> {
+  if (!Number.isSafeInteger(capacity) || capacity <= 0) throw invalidInput(`shard capacity must be a positive integer, got ${capacity}`);
+  return updateShard(pool, name, { capacity }, { ...audit, action: 'shard.capacity' });
+}
