@@ -1,8 +1,18 @@
 // Builds every activity from injected dependencies (no module-level clients).
 import { createSmokeActivities } from './smoke';
+import { createPlanActivities } from './move/plan';
+import { createDataActivities } from './move/data';
+import { createCutoverActivities } from './move/cutover';
+import { createLifecycleActivities } from './move/lifecycle';
 import type { Deps } from '../worker/deps';
 
 export function createActivities(deps: Deps) {
-  void deps;
-  return { ...createSmokeActivities() };
+  return {
+    ...createSmokeActivities(),
+    ...createPlanActivities(deps),
+    ...createDataActivities(deps),
+    ...createCutoverActivities(deps),
+    ...createLifecycleActivities(deps),
+  };
 }
+export type Activities = ReturnType<typeof createActivities>;

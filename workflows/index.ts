@@ -1,2 +1,3 @@
 // Every workflow the worker registers.
 export * from './smoke';
+export * from './move';

@@ -202,6 +202,9 @@ async function upPostgres(s: Stack, name: T.PgServerName, bin: string, log: (m: 
   try {
     const r = await c.query('select 1 from pg_database where datname = $1', [T.PG_DATABASE]);
     if (r.rowCount === 0) await c.query(`create database ${T.PG_DATABASE}`);
+    // The dev role is named like shardctl's own schema; keep "$user" off the search path so an
+    // application's unqualified table names never resolve into the shardctl schema.
+    await c.query(`alter database ${T.PG_DATABASE} set search_path = public`);
   } finally {
     await c.end();
   }

@@ -1,0 +1,57 @@
+// Shared plumbing of the move activities: input schemas, table discovery, heartbeats and the
+// typed, non-retryable failures workflows branch on.
+import { z } from 'zod';
+import { ApplicationFailure, Context } from '@temporalio/activity';
+import type { Deps } from '../../worker/deps';
+import { listTenantTables, TenantTable } from '../../lib/shard/tables';
+import { ShardctlError } from '../../lib/errors';
+
+export const moveRef = z.object({
+  moveId: z.string().min(1).max(200),
+  unit: z.string().min(1).max(63),
+  source: z.string().min(1),
+  target: z.string().min(1),
+});
+export type MoveRef = z.infer<typeof moveRef>;
+
+export async function tenantTables(deps: Deps, shard: string): Promise<TenantTable[]> {
+  const t = deps.config.tenant;
+  return listTenantTables(deps.shardPool(shard), { column: t.column, schemas: t.schemas, tables: t.tables });
+}
+
+/** Heartbeat when running inside an activity; a no-op in direct calls (tests). */
+export function beat(details?: unknown): void {
+  try {
+    Context.current().heartbeat(details);
+  } catch {
+    /* not in an activity context */
+  }
+}
+
+export function activitySignal(): AbortSignal | undefined {
+  try {
+    return Context.current().cancellationSignal;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Permanent failures become non-retryable ApplicationFailures carrying the error's `type`. */
+export async function typed<T>(fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (e: any) {
+    if (e instanceof ShardctlError && !e.retriable && ['InvalidInput', 'PreconditionFailed', 'Conflict', 'NotFound', 'ValidationMismatch', 'Forbidden'].includes(e.type)) {
+      throw ApplicationFailure.create({ type: e.type, message: e.message, nonRetryable: true, details: e.details ? [e.details] : undefined });
+    }
+    throw e;
+  }
+}
+
+export function parse<S extends z.ZodTypeAny>(schema: S, input: unknown): z.infer<S> {
+  const r = schema.safeParse(input);
+  if (!r.success) {
+    throw ApplicationFailure.create({ type: 'InvalidInput', nonRetryable: true, message: r.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ') });
+  }
+  return r.data;
+}

@@ -1,0 +1,150 @@
+// cutover: freeze the owner, apply to the fence watermark, copy the final blob delta, compare
+// fingerprints, then switch ownership — as ONE activity so the write pause is not stretched by
+// round trips through Temporal. It is idempotent from the directory and fence state it finds,
+// and fails closed: before the switch any overrun or mismatch unfreezes and returns a reason;
+// after the directory compare-and-set the switch is done and is only completed, never undone.
+import { z } from 'zod';
+import type { Deps } from '../../worker/deps';
+import { moveRef, tenantTables, beat, parse, typed } from './context';
+import { ends } from './data';
+import { replicationNames } from '../../lib/ids';
+import { getPlacement, compareAndSetPlacement } from '../../lib/directory/placements';
+import { setUnitFence } from '../../lib/shard/fence';
+import { applyChangesUntil, currentWalLsn } from '../../lib/cdc';
+import { copyBlobPrefix, tenantBlobPrefix } from '../../lib/blobs';
+import { fingerprintUnit, fingerprintDiff } from '../../lib/cutover/checksum';
+
+const cutoverInput = moveRef.extend({
+  direction: z.enum(['forward', 'reverse']),
+  /** The epoch the current owner holds; the switch makes it epoch + 1. */
+  epoch: z.number().int().positive(),
+  fenceBudgetMs: z.number().int().positive(),
+  actor: z.string().min(1),
+});
+
+export type CutoverResult =
+  | { ok: true; newEpoch: number; pauseMs: number; fenceLsn: string; alreadyDone: boolean }
+  | { ok: false; reason: string; pauseMs: number; mismatches: string[] };
+
+export function createCutoverActivities(deps: Deps) {
+  const col = deps.config.tenant.column;
+
+  async function unfreeze(ref: z.infer<typeof cutoverInput>, owner: string, why: string) {
+    await setUnitFence(deps.shardPool(owner), { unit: ref.unit, epoch: ref.epoch, owned: true, frozen: false });
+    await compareAndSetPlacement(
+      deps.directoryPool(),
+      ref.unit,
+      { shard: owner, epoch: ref.epoch, state: 'moving' },
+      { shard: owner, state: 'active', moveId: null },
+      { actor: ref.actor, action: 'unfreeze', reason: why, detail: { moveId: ref.moveId } },
+    );
+  }
+
+  return {
+    async cutover(input: z.infer<typeof cutoverInput>): Promise<CutoverResult> {
+      const ref = parse(cutoverInput, input);
+      return typed(async () => {
+        const { from: owner, to: next } = ends(ref, ref.direction);
+        const dir = deps.directoryPool();
+        const newEpoch = ref.epoch + 1;
+        const p = await getPlacement(dir, ref.unit);
+        if (!p) return { ok: false as const, reason: `unit ${ref.unit} vanished from the directory`, pauseMs: 0, mismatches: [] };
+        if (p.shard === next && p.epoch === newEpoch) {
+          // Redelivered after the switch committed: finish the owner's side and report done.
+          await setUnitFence(deps.shardPool(owner), { unit: ref.unit, epoch: newEpoch, owned: false, frozen: false });
+          return { ok: true as const, newEpoch, pauseMs: 0, fenceLsn: '', alreadyDone: true };
+        }
+        const mine = p.shard === owner && p.epoch === ref.epoch && (p.state === 'active' || p.moveId === ref.moveId);
+        if (!mine) {
+          return { ok: false as const, reason: `directory changed under the move: ${p.unit} is ${p.state} on ${p.shard} at epoch ${p.epoch} (move ${p.moveId ?? '-'})`, pauseMs: 0, mismatches: [] };
+        }
+        const t0 = Date.now();
+        const over = () => Date.now() - t0 > ref.fenceBudgetMs;
+        if (p.state === 'active') {
+          const cas = await compareAndSetPlacement(
+            dir,
+            ref.unit,
+            { shard: owner, epoch: ref.epoch, state: 'active' },
+            { shard: owner, state: 'moving', moveId: ref.moveId },
+            { actor: ref.actor, action: 'freeze', detail: { moveId: ref.moveId, direction: ref.direction } },
+          );
+          if (!cas.ok) return { ok: false as const, reason: `lost the race to freeze ${ref.unit}: ${JSON.stringify(cas.current)}`, pauseMs: 0, mismatches: [] };
+        }
+        // Raise the fence: returns once every in-flight writer of the unit has finished.
+        await setUnitFence(deps.shardPool(owner), { unit: ref.unit, epoch: ref.epoch, owned: true, frozen: true });
+        await deps.faultPoint('after-fence-raised');
+        const fenceLsn = await currentWalLsn(deps.shardPool(owner));
+        const names = replicationNames(ref.moveId, ref.direction);
+        const ownerShard = deps.config.shards.find((s) => s.name === owner)!;
+        const applied = await applyChangesUntil({
+          sourceDsn: ownerShard.dsn,
+          target: deps.shardPool(next),
+          ...names,
+          moveId: ref.moveId,
+          stream: ref.direction,
+          untilLsn: fenceLsn,
+          maxDurationMs: Math.max(200, ref.fenceBudgetMs - (Date.now() - t0)),
+          maxTxBytes: deps.config.limits.applyMaxTxBytes,
+        });
+        beat({ step: 'applied', appliedLsn: applied.appliedLsn });
+        if (!applied.caughtUp && over()) {
+          await unfreeze(ref, owner, 'final catch-up overran the fence budget');
+          return { ok: false as const, reason: `final catch-up did not reach ${fenceLsn} within the fence budget of ${ref.fenceBudgetMs} ms`, pauseMs: Date.now() - t0, mismatches: [] };
+        }
+        const fs = deps.config.shards.find((s) => s.name === owner)!;
+        const ts = deps.config.shards.find((s) => s.name === next)!;
+        await copyBlobPrefix({
+          src: { s3: deps.s3For(owner), bucket: fs.bucket },
+          dst: { s3: deps.s3For(next), bucket: ts.bucket },
+          prefix: tenantBlobPrefix(ref.unit),
+          sameEndpoint: (fs.s3Endpoint ?? deps.config.s3.endpoint) === (ts.s3Endpoint ?? deps.config.s3.endpoint),
+        });
+        const tables = await tenantTables(deps, owner);
+        const [a, b] = await Promise.all([
+          fingerprintUnit(deps.shardPool(owner), tables, col, ref.unit),
+          fingerprintUnit(deps.shardPool(next), tables, col, ref.unit),
+        ]);
+        const diff = fingerprintDiff(a, b);
+        if (diff.length) {
+          await unfreeze(ref, owner, 'fingerprints differ at the fence');
+          return { ok: false as const, reason: `target differs from source at the fence: ${diff.join('; ')}`, pauseMs: Date.now() - t0, mismatches: diff };
+        }
+        if (ref.direction === 'forward') {
+          // Reverse replication (target -> source) starts here: everything the target committed so
+          // far came from the source; only writes after the switch must flow back.
+          const lsn = await currentWalLsn(deps.shardPool(next));
+          await deps.shardPool(owner).query(
+            `insert into shardctl.move_progress(move_id, stream, lsn, detail) values ($1, 'reverse', $2, '{"startedAtSwitch":true}')
+             on conflict (move_id, stream) do update set lsn = greatest(shardctl.move_progress.lsn, excluded.lsn), updated_at = now()`,
+            [ref.moveId, lsn],
+          );
+        }
+        if (over()) {
+          await unfreeze(ref, owner, 'fence budget exceeded before the switch');
+          return { ok: false as const, reason: `fence took longer than its budget of ${ref.fenceBudgetMs} ms; unfenced, will retry`, pauseMs: Date.now() - t0, mismatches: [] };
+        }
+        await deps.faultPoint('before-switch');
+        // Point of no return: the new owner accepts the new epoch, then the directory moves.
+        await setUnitFence(deps.shardPool(next), { unit: ref.unit, epoch: newEpoch, owned: true, frozen: false });
+        const cas = await compareAndSetPlacement(
+          dir,
+          ref.unit,
+          { shard: owner, epoch: ref.epoch, state: 'moving' },
+          { shard: next, state: 'active', moveId: null },
+          { actor: ref.actor, action: ref.direction === 'forward' ? 'switch' : 'rollback-switch', detail: { moveId: ref.moveId, from: owner, to: next, fenceLsn } },
+        );
+        if (!cas.ok) {
+          const cur = cas.current;
+          if (!(cur && cur.shard === next && cur.epoch === newEpoch)) {
+            // Someone else changed the placement: fail closed. The owner stays frozen (no writes
+            // anywhere) until an operator looks; nothing can be lost that way.
+            throw new Error(`switch compare-and-set lost: directory shows ${JSON.stringify(cur)}; ${ref.unit} stays frozen on ${owner}`);
+          }
+        }
+        await deps.faultPoint('after-switch-before-directory-notify');
+        await setUnitFence(deps.shardPool(owner), { unit: ref.unit, epoch: newEpoch, owned: false, frozen: false });
+        return { ok: true as const, newEpoch, pauseMs: Date.now() - t0, fenceLsn, alreadyDone: false };
+      });
+    },
+  };
+}

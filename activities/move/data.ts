@@ -1,0 +1,146 @@
+// copy, catch-up and validate: the data-moving activities. Each resumes from the checkpoint
+// committed next to the data on the receiving shard, so a redelivery or a kill loses at most
+// one batch of work and never applies anything twice.
+import { z } from 'zod';
+import type { Deps } from '../../worker/deps';
+import { moveRef, tenantTables, beat, activitySignal, parse, typed } from './context';
+import { replicationNames } from '../../lib/ids';
+import { ensurePublicationAndSlot, applyChangesUntil, currentWalLsn } from '../../lib/cdc';
+import { copyTenantTable } from '../../lib/copy';
+import { validateTenant, formatMismatch } from '../../lib/validate';
+import { copyBlobPrefix, recordManifest, ensureManifestTable, manifestOf, compareBlobManifests, tenantBlobPrefix } from '../../lib/blobs';
+
+const direction = z.enum(['forward', 'reverse']);
+
+/** The (from, to) shards of a replication direction. */
+export function ends(ref: { source: string; target: string }, dir: 'forward' | 'reverse') {
+  return dir === 'forward' ? { from: ref.source, to: ref.target } : { from: ref.target, to: ref.source };
+}
+
+const setupInput = moveRef.extend({ direction });
+const copyInput = moveRef.extend({ table: z.string().min(1), batchRows: z.number().int().positive(), rowsPerSecond: z.number().int().nonnegative() });
+const catchUpInput = moveRef.extend({
+  direction,
+  maxDurationMs: z.number().int().positive(),
+  idleStopMs: z.number().int().positive().optional(),
+  untilLsn: z.string().optional(),
+});
+
+export function createDataActivities(deps: Deps) {
+  const col = deps.config.tenant.column;
+  return {
+    /** Publication + slot on the sending side before any copy: every later change is in the stream. */
+    async setupReplication(input: z.infer<typeof setupInput>): Promise<{ slot: string; publication: string; consistentLsn: string }> {
+      const ref = parse(setupInput, input);
+      return typed(async () => {
+        const { from, to } = ends(ref, ref.direction);
+        const names = replicationNames(ref.moveId, ref.direction);
+        void to; // the receiving side was prepared by `shards prepare` (checked at plan)
+        const tables = await tenantTables(deps, from);
+        const r = await ensurePublicationAndSlot(deps.shardPool(from), { ...names, tables, tenantColumn: col, unit: ref.unit });
+        await deps.faultPoint('after-slot-created');
+        return { ...names, consistentLsn: r.consistentLsn };
+      });
+    },
+
+    async copyTable(input: z.infer<typeof copyInput>): Promise<{ table: string; rowsCopied: number }> {
+      const ref = parse(copyInput, input);
+      return typed(async () => {
+        const tables = await tenantTables(deps, ref.source);
+        const table = tables.find((t) => `${t.schema}.${t.name}` === ref.table);
+        if (!table) throw new Error(`table ${ref.table} vanished from ${ref.source}`);
+        let batches = 0;
+        const r = await copyTenantTable({
+          source: deps.shardPool(ref.source),
+          target: deps.shardPool(ref.target),
+          table,
+          tenantColumn: col,
+          unit: ref.unit,
+          moveId: ref.moveId,
+          batchRows: ref.batchRows,
+          rowsPerSecond: ref.rowsPerSecond,
+          signal: activitySignal(),
+          onBatch: async (p: { rowsCopied: number }) => {
+            beat({ table: ref.table, rowsCopied: p.rowsCopied });
+            batches++;
+            if (batches === 2) await deps.faultPoint('mid-copy');
+          },
+        });
+        return { table: ref.table, rowsCopied: r.rowsCopied };
+      });
+    },
+
+    async copyBlobs(input: z.infer<typeof setupInput>): Promise<{ copied: number; total: number; bytes: number; deleted: number }> {
+      const ref = parse(setupInput, input);
+      return typed(async () => {
+        const { from, to } = ends(ref, ref.direction);
+        const fs = deps.config.shards.find((s) => s.name === from)!;
+        const ts = deps.config.shards.find((s) => s.name === to)!;
+        const r = await copyBlobPrefix({
+          src: { s3: deps.s3For(from), bucket: fs.bucket },
+          dst: { s3: deps.s3For(to), bucket: ts.bucket },
+          prefix: tenantBlobPrefix(ref.unit),
+          sameEndpoint: (fs.s3Endpoint ?? deps.config.s3.endpoint) === (ts.s3Endpoint ?? deps.config.s3.endpoint),
+          onProgress: (p: unknown) => beat(p),
+        });
+        await ensureManifestTable(deps.shardPool(to));
+        await recordManifest(deps.shardPool(to), ref.moveId, r.manifest);
+        return { copied: r.copied, total: r.manifest.length, bytes: r.bytes, deleted: r.deleted };
+      });
+    },
+
+    async catchUp(input: z.infer<typeof catchUpInput>): Promise<{ appliedLsn: string; lagBytes: number; caughtUp: boolean; transactionsApplied: number }> {
+      const ref = parse(catchUpInput, input);
+      return typed(async () => {
+        const { from, to } = ends(ref, ref.direction);
+        const names = replicationNames(ref.moveId, ref.direction);
+        const fromShard = deps.config.shards.find((s) => s.name === from)!;
+        let beats = 0;
+        const r = await applyChangesUntil({
+          sourceDsn: fromShard.dsn,
+          target: deps.shardPool(to),
+          ...names,
+          moveId: ref.moveId,
+          stream: ref.direction,
+          untilLsn: ref.untilLsn,
+          maxDurationMs: ref.maxDurationMs,
+          idleStopMs: ref.idleStopMs,
+          maxTxBytes: deps.config.limits.applyMaxTxBytes,
+          signal: activitySignal(),
+          onProgress: async (p: unknown) => {
+            beat(p);
+            if (++beats === 3 && ref.direction === 'forward') await deps.faultPoint('mid-catch-up');
+          },
+        });
+        return { appliedLsn: r.appliedLsn, lagBytes: r.lagBytes, caughtUp: r.caughtUp, transactionsApplied: r.transactionsApplied };
+      });
+    },
+
+    async sourceWalLsn(input: { shard: string }): Promise<string> {
+      return currentWalLsn(deps.shardPool(input.shard));
+    },
+
+    /** Every row, every column, both directions, plus blob manifests. Never throws on a mismatch. */
+    async validateMove(input: z.infer<typeof setupInput>): Promise<{ ok: boolean; mismatches: string[]; rows: number }> {
+      const ref = parse(setupInput, input);
+      return typed(async () => {
+        const { from, to } = ends(ref, ref.direction);
+        const tables = await tenantTables(deps, from);
+        const report = await validateTenant({ source: deps.shardPool(from), target: deps.shardPool(to), tables, tenantColumn: col, unit: ref.unit });
+        beat();
+        const mismatches: string[] = report.ok ? [] : formatMismatch(report).split('\n').filter(Boolean).slice(0, 20);
+        const fs = deps.config.shards.find((s) => s.name === from)!;
+        const ts = deps.config.shards.find((s) => s.name === to)!;
+        const prefix = tenantBlobPrefix(ref.unit);
+        const [a, b] = await Promise.all([manifestOf(deps.s3For(from), fs.bucket, prefix), manifestOf(deps.s3For(to), ts.bucket, prefix)]);
+        const diff = compareBlobManifests(a, b);
+        for (const k of diff.missing.slice(0, 5)) mismatches.push(`blob ${k}: missing on ${to}`);
+        for (const k of diff.extra.slice(0, 5)) mismatches.push(`blob ${k}: extra on ${to}`);
+        for (const d of diff.different.slice(0, 5)) mismatches.push(`blob ${d.key}: size ${d.srcSize} vs ${d.dstSize}, sha256 ${d.srcSha.slice(0, 12)} vs ${d.dstSha.slice(0, 12)}`);
+        const rows = report.tables.reduce((n: number, t: { sourceRows: number }) => n + t.sourceRows, 0);
+        await deps.faultPoint('after-validate');
+        return { ok: mismatches.length === 0, mismatches, rows };
+      });
+    },
+  };
+}

@@ -1,0 +1,165 @@
+// cancel, rollback clean-up, retire and the move record. Deleting is irreversible, so each
+// deleting step re-checks, against the directory and the fences, that the side it deletes is
+// not the owner, immediately before it deletes.
+import { z } from 'zod';
+import type { Deps } from '../../worker/deps';
+import { moveRef, tenantTables, parse, typed } from './context';
+import { ends } from './data';
+import { replicationNames } from '../../lib/ids';
+import { ShardctlError } from '../../lib/errors';
+import { getPlacement, compareAndSetPlacement } from '../../lib/directory/placements';
+import { getUnitFence, setUnitFence } from '../../lib/shard/fence';
+import { dropPublicationAndSlot } from '../../lib/cdc';
+import { deleteTenantRows } from '../../lib/copy';
+import { deleteBlobPrefix, tenantBlobPrefix, ensureManifestTable } from '../../lib/blobs';
+
+const withEpoch = moveRef.extend({ epoch: z.number().int().positive(), actor: z.string().min(1) });
+const dropInput = moveRef.extend({ direction: z.enum(['forward', 'reverse']) });
+const eventInput = z.object({
+  moveId: z.string().min(1),
+  unit: z.string().min(1),
+  source: z.string(),
+  target: z.string(),
+  workflowId: z.string().min(1),
+  action: z.string().min(1),
+  actor: z.string().min(1),
+  status: z.string().min(1),
+  reason: z.string().optional(),
+  detail: z.record(z.unknown()).optional(),
+});
+
+export function createLifecycleActivities(deps: Deps) {
+  const col = deps.config.tenant.column;
+
+  async function dropReplicationOf(ref: z.infer<typeof moveRef>, direction: 'forward' | 'reverse') {
+    const { from } = ends(ref, direction);
+    await dropPublicationAndSlot(deps.shardPool(from), replicationNames(ref.moveId, direction));
+  }
+
+  /** Removes the unit's copy from `side` — only ever a side that does not own the unit. */
+  async function deleteCopy(ref: z.infer<typeof moveRef>, side: string, faultName?: string) {
+    const p = await getPlacement(deps.directoryPool(), ref.unit);
+    const fence = await getUnitFence(deps.shardPool(side), ref.unit);
+    if (!p || p.shard === side || fence?.owned) {
+      throw new ShardctlError('PreconditionFailed', `refusing to delete ${ref.unit} on ${side}: it is the owner (directory ${p?.shard ?? 'missing'}, fence owned=${fence?.owned})`);
+    }
+    const pool = deps.shardPool(side);
+    const tables = await tenantTables(deps, side);
+    await deleteTenantRows({
+      pool,
+      tables,
+      tenantColumn: col,
+      unit: ref.unit,
+      batchRows: deps.config.limits.copyBatchRows,
+      onBatch: faultName ? () => deps.faultPoint(faultName) : undefined,
+    });
+    const shard = deps.config.shards.find((s) => s.name === side)!;
+    await deleteBlobPrefix(deps.s3For(side), shard.bucket, tenantBlobPrefix(ref.unit));
+    await pool.query('delete from shardctl.move_progress where move_id = $1', [ref.moveId]);
+    await ensureManifestTable(pool);
+    await pool.query('delete from shardctl.blob_manifest where move_id = $1', [ref.moveId]);
+  }
+
+  return {
+    async dropReplication(input: z.infer<typeof dropInput>): Promise<void> {
+      const ref = parse(dropInput, input);
+      await typed(() => dropReplicationOf(ref, ref.direction));
+    },
+
+    /** Undo everything before the switch; the source ends exactly as it was. */
+    async cancelMove(input: z.infer<typeof withEpoch>): Promise<{ cleaned: true }> {
+      const ref = parse(withEpoch, input);
+      return typed(async () => {
+        const dir = deps.directoryPool();
+        const p = await getPlacement(dir, ref.unit);
+        if (p && p.shard === ref.target) {
+          throw new ShardctlError('PreconditionFailed', `cannot cancel: ${ref.unit} already switched to ${ref.target} (epoch ${p.epoch}); use rollback`);
+        }
+        if (p && p.state === 'moving' && p.moveId === ref.moveId) {
+          // Unfreeze first so the tenant's writes resume at once; then clean up at leisure.
+          await setUnitFence(deps.shardPool(ref.source), { unit: ref.unit, epoch: ref.epoch, owned: true, frozen: false });
+          await compareAndSetPlacement(
+            dir,
+            ref.unit,
+            { shard: ref.source, epoch: ref.epoch, state: 'moving' },
+            { shard: ref.source, state: 'active', moveId: null },
+            { actor: ref.actor, action: 'cancel-unfreeze', detail: { moveId: ref.moveId } },
+          );
+        } else {
+          const f = await getUnitFence(deps.shardPool(ref.source), ref.unit);
+          if (f && f.owned && f.frozen && f.epoch === ref.epoch) {
+            await setUnitFence(deps.shardPool(ref.source), { unit: ref.unit, epoch: ref.epoch, owned: true, frozen: false });
+          }
+        }
+        await dropReplicationOf(ref, 'forward');
+        await dropReplicationOf(ref, 'reverse');
+        await deps.faultPoint('mid-cancel');
+        await deleteCopy(ref, ref.target);
+        await deps.shardPool(ref.target).query('delete from shardctl.fence where unit = $1 and not owned', [ref.unit]);
+        await deps.shardPool(ref.source).query('delete from shardctl.move_progress where move_id = $1', [ref.moveId]);
+        return { cleaned: true as const };
+      });
+    },
+
+    /** After a rollback switched the unit back to the source: remove the target's stale copy. */
+    async cleanupAfterRollback(input: z.infer<typeof withEpoch>): Promise<{ cleaned: true }> {
+      const ref = parse(withEpoch, input);
+      return typed(async () => {
+        await dropReplicationOf(ref, 'forward');
+        await dropReplicationOf(ref, 'reverse');
+        await deleteCopy(ref, ref.target);
+        await deps.shardPool(ref.source).query('delete from shardctl.move_progress where move_id = $1', [ref.moveId]);
+        return { cleaned: true as const };
+      });
+    },
+
+    /** The only irreversible step: delete the source copy after soak (or an explicit retire now). */
+    async retireSource(input: z.infer<typeof withEpoch>): Promise<{ retired: true }> {
+      const ref = parse(withEpoch, input);
+      return typed(async () => {
+        const p = await getPlacement(deps.directoryPool(), ref.unit);
+        if (!p || p.shard !== ref.target || p.epoch !== ref.epoch || p.state !== 'active') {
+          throw new ShardctlError('PreconditionFailed', `refusing to retire: directory shows ${p ? `${p.shard} epoch ${p.epoch} ${p.state}` : 'no placement'}, expected ${ref.target} epoch ${ref.epoch} active`);
+        }
+        const f = await getUnitFence(deps.shardPool(ref.source), ref.unit);
+        if (!f || f.owned || f.epoch > ref.epoch) {
+          throw new ShardctlError('PreconditionFailed', `refusing to retire: the source fence is ${JSON.stringify(f)}; it must refuse the unit at epoch ${ref.epoch}`);
+        }
+        const written = await deps.shardPool(ref.source).query(
+          `select count(*)::int as n from shardctl.unowned_writes where unit = $1`,
+          [ref.unit],
+        ).catch(() => ({ rows: [{ n: 0 }] }));
+        if (Number(written.rows[0].n) > 0) {
+          throw new ShardctlError('PreconditionFailed', `refusing to retire: ${written.rows[0].n} writes reached the source copy of ${ref.unit} outside shardctl after the switch; inspect shardctl.unowned_writes`);
+        }
+        // Stop reverse replication first: nothing may write the source copy while it is deleted.
+        await dropReplicationOf(ref, 'reverse');
+        await dropReplicationOf(ref, 'forward');
+        await deleteCopy(ref, ref.source, 'mid-retire');
+        await deps.shardPool(ref.target).query('delete from shardctl.move_progress where move_id = $1', [ref.moveId]);
+        // The source keeps its fence row (owned = false): a tombstone that still refuses stale routers.
+        return { retired: true as const };
+      });
+    },
+
+    /** Move record and audit entry in the directory (operator identities live here). */
+    async recordMoveEvent(input: z.infer<typeof eventInput>): Promise<void> {
+      const e = parse(eventInput, input);
+      const dir = deps.directoryPool();
+      await dir.query(
+        `insert into shardctl.moves(move_id, unit, source, target, workflow_id, status, started_by, detail)
+         values ($1, $2, $3, $4, $5, $6, $7, $8)
+         on conflict (move_id) do update set status = excluded.status, updated_at = now(),
+           detail = shardctl.moves.detail || excluded.detail`,
+        [e.moveId, e.unit, e.source, e.target, e.workflowId, e.status, e.actor, JSON.stringify(e.detail ?? {})],
+      );
+      await dir.query('insert into shardctl.audit(actor, action, unit, detail, reason) values ($1, $2, $3, $4, $5)', [
+        e.actor,
+        `move.${e.action}`,
+        e.unit,
+        JSON.stringify({ moveId: e.moveId, ...(e.detail ?? {}) }),
+        e.reason ?? null,
+      ]);
+    },
+  };
+}

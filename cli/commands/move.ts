@@ -1,0 +1,190 @@
+// `shardctl move start|status|wait|list|cancel|approve|rollback|retire|pause|resume|extend-soak`.
+// Bad input is refused with a one-line reason before anything is sent.
+import { Command } from 'commander';
+import os from 'node:os';
+import { WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError } from '@temporalio/client';
+import { TypedSearchAttributes } from '@temporalio/common';
+import { loadConfig, shardByName, Config } from '../../lib/config';
+import { validateTenantId, moveWorkflowId } from '../../lib/ids';
+import { parseDurationMs } from '../../lib/duration';
+import { invalidInput, ShardctlError } from '../../lib/errors';
+import { temporalClient } from '../../lib/temporal-client';
+import * as M from '../../workflows/messages';
+import { isPhase, isTerminal, phaseReached, Phase } from '../../workflows/phases';
+import { SA } from '../../workflows/search-attributes';
+
+const actorDefault = () => process.env.SHARDCTL_ACTOR || process.env.USER || os.userInfo().username || 'cli';
+
+async function withClient<T>(config: Config, fn: (c: Awaited<ReturnType<typeof temporalClient>>['client']) => Promise<T>): Promise<T> {
+  let tc: Awaited<ReturnType<typeof temporalClient>>;
+  try {
+    tc = await temporalClient(config);
+  } catch (e: any) {
+    throw new ShardctlError('PreconditionFailed', `cannot reach Temporal at ${config.temporal.address}: ${e.message} (is \`shardctl dev up\` running?)`);
+  }
+  try {
+    return await fn(tc.client);
+  } finally {
+    await tc.close();
+  }
+}
+
+export async function moveStatus(config: Config, tenant: string): Promise<M.MoveStatus> {
+  validateTenantId(tenant);
+  return withClient(config, async (client) => {
+    try {
+      return await client.workflow.getHandle(moveWorkflowId(tenant)).query(M.statusQuery);
+    } catch (e) {
+      if (e instanceof WorkflowNotFoundError) throw new ShardctlError('NotFound', `no move found for tenant ${tenant}`);
+      throw e;
+    }
+  });
+}
+
+function printStatus(s: M.MoveStatus) {
+  const lines = [
+    `move ${s.moveId} of ${s.tenant}: ${s.source || '?'} -> ${s.target}, phase ${s.phase}${s.paused ? ' (paused)' : ''}, epoch ${s.epoch}`,
+  ];
+  if (s.blockedReason) lines.push(`  blocked: ${s.blockedReason}`);
+  for (const t of s.tables) lines.push(`  ${t.table.padEnd(28)} ${String(t.rowsCopied).padStart(8)} / ${t.rowsEstimated} rows${t.done ? ' ✓' : ''}`);
+  lines.push(`  blobs ${s.blobs.copied} copied of ${s.blobs.total} (${s.blobs.bytes} bytes)`);
+  lines.push(`  lag ${s.lagBytes} bytes (${s.lagSeconds}s)${s.etaSeconds !== null ? `, copy ETA ${s.etaSeconds}s` : ''}`);
+  if (s.cutoverPauseMs !== null) lines.push(`  cutover write pause ${s.cutoverPauseMs} ms (attempts ${s.cutoverAttempts})`);
+  if (s.soakEndsAt) lines.push(`  soak ends ${s.soakEndsAt}`);
+  if (s.validation.ok === false) lines.push(...s.validation.mismatches.map((m) => `  mismatch: ${m}`));
+  if (s.lastError) lines.push(`  last error: ${s.lastError}`);
+  lines.push(`  operators: ${Object.entries(s.operators).map(([k, v]) => `${k}=${v}`).join(' ')}`);
+  console.log(lines.join('\n'));
+}
+
+export function register(program: Command) {
+  const move = program.command('move').description('tenant moves');
+  const cfg = () => loadConfig({ file: program.opts().config });
+
+  move
+    .command('start')
+    .description('start moving a tenant to another shard')
+    .requiredOption('--tenant <id>', 'tenant to move')
+    .requiredOption('--to <shard>', 'target shard')
+    .option('--soak <duration>', 'how long the source is kept as the way back', '')
+    .option('--approve-cutover <mode>', 'auto | manual', 'auto')
+    .option('--actor <name>', 'operator identity for the audit log')
+    .action(async (o) => {
+      const config = cfg();
+      const tenant = validateTenantId(o.tenant);
+      shardByName(config, o.to);
+      if (o.approveCutover !== 'auto' && o.approveCutover !== 'manual') throw invalidInput(`--approve-cutover must be auto or manual, got ${JSON.stringify(o.approveCutover)}`);
+      const soakSeconds = o.soak ? Math.round(parseDurationMs(o.soak, '--soak') / 1000) : config.limits.soakSeconds;
+      const input: M.MoveInput = {
+        moveId: '',
+        unit: tenant,
+        tenant,
+        target: o.to,
+        soakSeconds,
+        approveCutover: o.approveCutover,
+        requestedBy: o.actor || actorDefault(),
+        lagThresholdMs: config.limits.lagThresholdMs,
+        fenceBudgetMs: config.limits.fenceBudgetMs,
+        rowsPerSecond: config.limits.rowsPerSecond,
+      };
+      await withClient(config, async (client) => {
+        const workflowId = moveWorkflowId(tenant);
+        try {
+          const h = await client.workflow.start('moveTenantWorkflow', {
+            taskQueue: config.temporal.taskQueue,
+            workflowId,
+            args: [input],
+            typedSearchAttributes: new TypedSearchAttributes([
+              { key: SA.unit, value: tenant },
+              { key: SA.target, value: o.to },
+              { key: SA.phase, value: 'plan' },
+            ]),
+          });
+          console.log(`started move of ${tenant} to ${o.to}: workflow ${workflowId} run ${h.firstExecutionRunId}`);
+        } catch (e) {
+          if (e instanceof WorkflowExecutionAlreadyStartedError) {
+            throw new ShardctlError('AlreadyExists', `a move of ${tenant} is already running: workflow ${workflowId}; see \`shardctl move status ${tenant}\``);
+          }
+          throw e;
+        }
+      });
+    });
+
+  move
+    .command('status <tenant>')
+    .option('--json', 'machine-readable')
+    .action(async (tenant, o) => {
+      const s = await moveStatus(cfg(), tenant);
+      if (o.json) console.log(JSON.stringify(s, null, 2));
+      else printStatus(s);
+    });
+
+  move
+    .command('wait <tenant>')
+    .requiredOption('--phase <phase>', 'phase to wait for')
+    .option('--timeout <duration>', 'give up after', '10m')
+    .action(async (tenant, o) => {
+      if (!isPhase(o.phase)) throw invalidInput(`unknown phase ${JSON.stringify(o.phase)}`);
+      const deadline = Date.now() + parseDurationMs(o.timeout, '--timeout');
+      const config = cfg();
+      let last: Phase | undefined;
+      for (;;) {
+        const s = await moveStatus(config, tenant);
+        if (s.phase !== last) {
+          process.stderr.write(`${new Date().toISOString()} ${tenant}: ${s.phase}${s.blockedReason ? ` (blocked: ${s.blockedReason})` : ''}\n`);
+          last = s.phase;
+        }
+        if (phaseReached(s.phase, o.phase)) return;
+        if (isTerminal(s.phase)) throw new ShardctlError('PreconditionFailed', `move ended in ${s.phase} before reaching ${o.phase}${s.lastError ? `: ${s.lastError}` : ''}`);
+        if (Date.now() > deadline) throw new ShardctlError('PreconditionFailed', `timed out waiting for ${o.phase}; move is in ${s.phase}${s.blockedReason ? ` (blocked: ${s.blockedReason})` : ''}`);
+        await new Promise((r) => setTimeout(r, 500));
+      }
+    });
+
+  move
+    .command('list')
+    .description('list moves (Temporal visibility), e.g. --phase validate for moves stuck there')
+    .option('--phase <phase>')
+    .option('--blocked', 'only moves with a blocked reason')
+    .action(async (o) => {
+      if (o.phase && !isPhase(o.phase)) throw invalidInput(`unknown phase ${JSON.stringify(o.phase)}`);
+      const q = [`WorkflowType = 'moveTenantWorkflow'`];
+      if (o.phase) q.push(`ShardctlPhase = '${o.phase}'`);
+      if (o.blocked) q.push(`ShardctlBlockedReason IS NOT NULL`);
+      await withClient(cfg(), async (client) => {
+        for await (const w of client.workflow.list({ query: q.join(' AND ') })) {
+          const a = w.typedSearchAttributes;
+          console.log(`${w.workflowId}\t${w.status.name}\t${a.get(SA.phase) ?? ''}\t${a.get(SA.source) ?? ''}->${a.get(SA.target) ?? ''}\t${a.get(SA.blockedReason) ?? ''}`);
+        }
+      });
+    });
+
+  const verb = (name: string, update: any, desc: string, extra?: (c: Command) => Command, payload?: (o: any) => object) => {
+    let c = move.command(`${name} <tenant>`).description(desc).option('--actor <name>', 'operator identity').option('--reason <text>', 'why');
+    if (extra) c = extra(c);
+    c.action(async (tenant, o) => {
+      validateTenantId(tenant);
+      const config = cfg();
+      const arg = { actor: o.actor || actorDefault(), reason: o.reason, ...(payload ? payload(o) : {}) };
+      await withClient(config, async (client) => {
+        try {
+          const r = await client.workflow.getHandle(moveWorkflowId(tenant)).executeUpdate(update, { args: [arg] });
+          console.log(`${tenant}: ${r}`);
+        } catch (e: any) {
+          if (e instanceof WorkflowNotFoundError) throw new ShardctlError('NotFound', `no running move for tenant ${tenant}`);
+          const msg = e?.cause?.message ?? e?.message;
+          throw new ShardctlError('PreconditionFailed', `${name} refused: ${msg}`);
+        }
+      });
+    });
+  };
+  verb('cancel', M.cancelUpdate, 'undo a move before its switch');
+  verb('approve', M.approveUpdate, 'approve a manual cutover');
+  verb('rollback', M.rollbackUpdate, 'switch back to the source during soak (loses no write)');
+  verb('retire', M.retireNowUpdate, 'end soak now and delete the source copy (irreversible)');
+  verb('pause', M.pauseUpdate, 'pause copy / catch-up');
+  verb('resume', M.resumeUpdate, 'resume (or re-validate after a mismatch)');
+  verb('extend-soak', M.extendSoakUpdate, 'keep the way back longer', (c) => c.requiredOption('--by <duration>', 'extra soak time'), (o) => ({
+    seconds: Math.round(parseDurationMs(o.by, '--by') / 1000),
+  }));
+}

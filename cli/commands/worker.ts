@@ -1,0 +1,24 @@
+// `shardctl worker`: runs the Temporal worker (workflows + activities) until SIGINT/SIGTERM.
+import { Command } from 'commander';
+import { loadConfig } from '../../lib/config';
+import { startWorker } from '../../worker';
+import { createDeps } from '../../worker/deps';
+import { faultHookFromEnv } from '../../worker/faults';
+
+export function register(program: Command) {
+  program
+    .command('worker')
+    .description('run a Temporal worker for moves')
+    .option('--task-queue <q>', 'task queue (default from config)')
+    .action(async (o) => {
+      const config = loadConfig({ file: program.opts().config });
+      const deps = createDeps(config, { faultPoint: faultHookFromEnv() });
+      const w = await startWorker(config, { taskQueue: o.taskQueue, deps });
+      process.stderr.write(`worker: polling ${o.taskQueue ?? config.temporal.taskQueue} on ${config.temporal.address} (pid ${process.pid})\n`);
+      const stop = () => void w.shutdown();
+      process.once('SIGINT', stop);
+      process.once('SIGTERM', stop);
+      await w.run;
+      await w.shutdown();
+    });
+}

@@ -1,0 +1,65 @@
+// The move workflow's messages (signals, updates, queries): one module the CLI imports too.
+import { defineQuery, defineUpdate } from '@temporalio/workflow';
+import type { Phase } from './phases';
+
+export interface Operator {
+  actor: string;
+  reason?: string;
+}
+
+export interface TableProgress {
+  table: string;
+  rowsCopied: number;
+  rowsEstimated: number;
+  done: boolean;
+}
+
+export interface MoveStatus {
+  moveId: string;
+  unit: string;
+  tenant: string;
+  source: string;
+  target: string;
+  phase: Phase;
+  epoch: number;
+  paused: boolean;
+  awaitingApproval: boolean;
+  blockedReason: string;
+  lastError: string;
+  tables: TableProgress[];
+  blobs: { copied: number; total: number; bytes: number };
+  lagBytes: number;
+  lagSeconds: number;
+  etaSeconds: number | null;
+  cutoverPauseMs: number | null;
+  cutoverAttempts: number;
+  soakEndsAt: string | null;
+  phaseTimes: Partial<Record<Phase, string>>;
+  operators: { startedBy: string; approvedBy?: string; rolledBackBy?: string; retiredBy?: string; cancelledBy?: string };
+  validation: { ok: boolean | null; mismatches: string[] };
+}
+
+export const statusQuery = defineQuery<MoveStatus>('status');
+export const pauseUpdate = defineUpdate<string, [Operator]>('pause');
+export const resumeUpdate = defineUpdate<string, [Operator]>('resume');
+export const cancelUpdate = defineUpdate<string, [Operator]>('cancel');
+export const approveUpdate = defineUpdate<string, [Operator]>('approve');
+export const rollbackUpdate = defineUpdate<string, [Operator]>('rollback');
+export const retireNowUpdate = defineUpdate<string, [Operator]>('retireNow');
+export const extendSoakUpdate = defineUpdate<string, [Operator & { seconds: number }]>('extendSoak');
+export const throttleUpdate = defineUpdate<string, [Operator & { rowsPerSecond: number }]>('throttle');
+
+export interface MoveInput {
+  moveId: string;
+  unit: string;
+  tenant: string;
+  target: string;
+  soakSeconds: number;
+  approveCutover: 'auto' | 'manual';
+  requestedBy: string;
+  lagThresholdMs: number;
+  fenceBudgetMs: number;
+  rowsPerSecond: number;
+  /** Carried across continue-as-new. */
+  resume?: unknown;
+}

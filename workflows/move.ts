@@ -1,0 +1,305 @@
+// The tenant move: one workflow per unit (id `move-<unit>`), phases plan → copy → catchup →
+// validate → fence → switch → soak → retire. Orchestration only: every side effect is an
+// idempotent activity resuming from a checkpoint stored next to the data. Before the switch a
+// cancel undoes everything; after it the move only goes forward or rolls back by a second switch.
+import {
+  proxyActivities, setHandler, condition, sleep, workflowInfo, upsertSearchAttributes, continueAsNew,
+  CancellationScope, isCancellation, ActivityFailure, ApplicationFailure, patched, allHandlersFinished,
+} from '@temporalio/workflow';
+import type { RetryPolicy } from '@temporalio/common';
+import type { Activities } from '../activities';
+import * as M from './messages';
+import { Phase, canTransition, refuseVerb, pastPointOfNoReturn } from './phases';
+import { SA } from './search-attributes';
+
+const PERMANENT = ['InvalidInput', 'PreconditionFailed', 'Conflict', 'NotFound', 'ValidationMismatch', 'Forbidden'];
+const retry: RetryPolicy = { initialInterval: '500ms', backoffCoefficient: 2, maximumInterval: '10s', maximumAttempts: 4, nonRetryableErrorTypes: PERMANENT };
+const quick = proxyActivities<Activities>({ startToCloseTimeout: '2 minutes', retry });
+const long = proxyActivities<Activities>({ startToCloseTimeout: '2 hours', heartbeatTimeout: '30 seconds', retry });
+// The cutover holds the write pause: a killed worker must be noticed within seconds.
+const cut = proxyActivities<Activities>({ startToCloseTimeout: '2 minutes', heartbeatTimeout: '5 seconds', retry });
+
+interface Carried {
+  status: M.MoveStatus;
+  cancelRequested: boolean;
+  rollbackRequested: boolean;
+  retireNowRequested: boolean;
+  approved: boolean;
+  soakEndsAtMs: number | null;
+}
+
+function initialStatus(input: M.MoveInput): M.MoveStatus {
+  return {
+    moveId: input.moveId, unit: input.unit, tenant: input.tenant, source: '', target: input.target, phase: 'plan', epoch: 0,
+    paused: false, awaitingApproval: false, blockedReason: '', lastError: '', tables: [], blobs: { copied: 0, total: 0, bytes: 0 },
+    lagBytes: 0, lagSeconds: 0, etaSeconds: null, cutoverPauseMs: null, cutoverAttempts: 0, soakEndsAt: null, phaseTimes: {},
+    operators: { startedBy: input.requestedBy }, validation: { ok: null, mismatches: [] },
+  };
+}
+
+export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStatus> {
+  const carried = (input.resume as Carried | undefined) ?? {
+    status: initialStatus(input), cancelRequested: false, rollbackRequested: false, retireNowRequested: false, approved: false, soakEndsAtMs: null,
+  };
+  const st = carried.status;
+  let rowsPerSecond = input.rowsPerSecond;
+  let preSwitch: CancellationScope | undefined;
+  let soakScope: CancellationScope | undefined;
+  const wfId = workflowInfo().workflowId;
+
+  const publish = () =>
+    upsertSearchAttributes([
+      { key: SA.unit, value: st.unit },
+      { key: SA.source, value: st.source || 'unknown' },
+      { key: SA.target, value: st.target },
+      { key: SA.phase, value: st.phase },
+      { key: SA.blockedReason, value: st.blockedReason ? st.blockedReason.slice(0, 200) : null },
+    ]);
+  const enter = (p: Phase) => {
+    if (p !== st.phase && !canTransition(st.phase, p)) throw ApplicationFailure.nonRetryable(`illegal transition ${st.phase} -> ${p}`, 'IllegalTransition');
+    st.phase = p;
+    st.phaseTimes[p] = new Date().toISOString();
+    publish();
+  };
+  const block = (reason: string) => {
+    if (st.blockedReason !== reason) {
+      st.blockedReason = reason;
+      publish();
+    }
+  };
+  const ref = () => ({ moveId: st.moveId, unit: st.unit, source: st.source, target: st.target });
+  const record = (action: string, actor: string, reason?: string, detail?: Record<string, unknown>) =>
+    quick.recordMoveEvent({ ...ref(), workflowId: wfId, action, actor, status: st.phase, reason, detail });
+
+  // ---- messages: validators refuse what the current phase cannot do, with a reason
+  const opts = () => ({ paused: st.paused, awaitingApproval: st.awaitingApproval });
+  const guard = (verb: Parameters<typeof refuseVerb>[0]) => (op: M.Operator) => {
+    if (!op || typeof op.actor !== 'string' || !op.actor.trim()) throw new Error('an operator identity (actor) is required');
+    const why = refuseVerb(verb, st.phase, opts());
+    if (why) throw new Error(why);
+  };
+  setHandler(M.statusQuery, () => st);
+  setHandler(M.pauseUpdate, (op) => { st.paused = true; void record('pause', op.actor, op.reason); return 'paused'; }, { validator: guard('pause') });
+  setHandler(M.resumeUpdate, (op) => { st.paused = false; void record('resume', op.actor, op.reason); return 'resumed'; }, { validator: guard('resume') });
+  setHandler(M.cancelUpdate, (op) => {
+    carried.cancelRequested = true;
+    st.operators.cancelledBy = op.actor;
+    // During the fence the cutover finishes (or aborts) first; it is never interrupted mid-way.
+    if (st.phase !== 'fence') preSwitch?.cancel();
+    return 'cancelling';
+  }, { validator: guard('cancel') });
+  setHandler(M.approveUpdate, (op) => { carried.approved = true; st.operators.approvedBy = op.actor; return 'approved'; }, { validator: guard('approve') });
+  setHandler(M.rollbackUpdate, (op) => { carried.rollbackRequested = true; st.operators.rolledBackBy = op.actor; soakScope?.cancel(); return 'rolling back'; }, { validator: guard('rollback') });
+  setHandler(M.retireNowUpdate, (op) => { carried.retireNowRequested = true; st.operators.retiredBy = op.actor; soakScope?.cancel(); return 'retiring'; }, { validator: guard('retire-now') });
+  setHandler(M.extendSoakUpdate, (op) => {
+    carried.soakEndsAtMs = (carried.soakEndsAtMs ?? Date.now()) + op.seconds * 1000;
+    st.soakEndsAt = new Date(carried.soakEndsAtMs).toISOString();
+    return `soak ends at ${st.soakEndsAt}`;
+  }, {
+    validator: (op) => {
+      guard('extend-soak')(op);
+      if (!Number.isInteger(op.seconds) || op.seconds <= 0 || op.seconds > 30 * 86400) throw new Error('seconds must be a positive integer up to 30 days');
+    },
+  });
+  setHandler(M.throttleUpdate, (op) => { rowsPerSecond = op.rowsPerSecond; return `throttle ${op.rowsPerSecond} rows/s`; }, {
+    validator: (op) => {
+      if (!Number.isInteger(op.rowsPerSecond) || op.rowsPerSecond < 0) throw new Error('rowsPerSecond must be a non-negative integer (0 = unlimited)');
+    },
+  });
+
+  /** Runs a step; on a transient failure shows the reason (search attribute) and retries with backoff. */
+  async function step<T>(name: string, fn: () => Promise<T>): Promise<T> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const r = await fn();
+        if (st.blockedReason.startsWith(`${name}:`)) block('');
+        return r;
+      } catch (err) {
+        if (isCancellation(err)) throw err;
+        const cause: any = err instanceof ActivityFailure ? err.cause : err;
+        const msg = `${name}: ${cause?.message ?? String(err)}`.slice(0, 500);
+        st.lastError = msg;
+        if (PERMANENT.includes(cause?.type)) throw err;
+        block(msg);
+        await sleep(Math.min(30_000, 1000 * 2 ** Math.min(attempt, 5)));
+      }
+    }
+  }
+  const waitIfPaused = () => condition(() => !st.paused || carried.cancelRequested);
+  const maybeContinueAsNew = async () => {
+    if (workflowInfo().continueAsNewSuggested || workflowInfo().historyLength > 2000) {
+      await condition(allHandlersFinished);
+      await continueAsNew<typeof moveTenantWorkflow>({ ...input, rowsPerSecond, resume: carried });
+    }
+  };
+
+  // ---------------------------------------------------------------- before the switch
+  async function catchUpUntilLagBelow(): Promise<void> {
+    for (;;) {
+      await waitIfPaused();
+      const r = await step('catch-up', () => long.catchUp({ ...ref(), direction: 'forward', maxDurationMs: 20_000, idleStopMs: 1000 }));
+      st.lagBytes = r.lagBytes;
+      st.lagSeconds = r.caughtUp ? 0 : Math.round((r.lagBytes / (8 * 1024 * 1024)) * 10) / 10;
+      if (r.caughtUp) return;
+      await maybeContinueAsNew();
+    }
+  }
+
+  async function beforeSwitch(): Promise<boolean> {
+    if (st.phase === 'plan') {
+      const plan = await step('plan', () => quick.planMove({ unit: input.unit, target: input.target }));
+      st.source = plan.source;
+      st.epoch = plan.epoch;
+      st.moveId = plan.moveId;
+      if (!plan.ok) {
+        block(`plan: ${plan.reasons[0]}`);
+        st.lastError = plan.reasons.join('; ');
+        enter('failed');
+        return false;
+      }
+      st.tables = plan.tables.map((t) => ({ table: t.table, rowsCopied: 0, rowsEstimated: t.rowsEstimated, done: false }));
+      await record('start', input.requestedBy, undefined, { epoch: st.epoch, soakSeconds: input.soakSeconds, approveCutover: input.approveCutover });
+      enter('copy');
+    }
+    if (st.phase === 'copy') {
+      await step('setup', () => quick.setupReplication({ ...ref(), direction: 'forward' }));
+      const t0 = Date.now();
+      for (const t of st.tables) {
+        if (t.done) continue;
+        await waitIfPaused();
+        const r = await step(`copy ${t.table}`, () => long.copyTable({ ...ref(), table: t.table, batchRows: 5000, rowsPerSecond }));
+        t.rowsCopied = r.rowsCopied;
+        t.done = true;
+        const copied = st.tables.reduce((n, x) => n + x.rowsCopied, 0);
+        const total = st.tables.reduce((n, x) => n + x.rowsEstimated, 0);
+        const rate = copied / Math.max(1, (Date.now() - t0) / 1000);
+        st.etaSeconds = rate > 0 ? Math.round((total - copied) / rate) : null;
+      }
+      const b = await step('copy blobs', () => long.copyBlobs({ ...ref(), direction: 'forward' }));
+      st.blobs = { copied: b.copied, total: b.total, bytes: b.bytes };
+      st.etaSeconds = 0;
+      enter('catchup');
+    }
+    for (;;) {
+      if (st.phase === 'catchup') {
+        await catchUpUntilLagBelow();
+        enter('validate');
+      }
+      if (st.phase === 'validate') {
+        const v = await step('validate', () => long.validateMove({ ...ref(), direction: 'forward' }));
+        st.validation = { ok: v.ok, mismatches: v.mismatches };
+        if (!v.ok) {
+          // A mismatch blocks the move; the operator fixes and resumes (re-validates) or cancels.
+          block(`validate: ${v.mismatches[0] ?? 'mismatch'}`);
+          st.paused = true;
+          await condition(() => !st.paused || carried.cancelRequested);
+          block('');
+          enter('catchup');
+          continue;
+        }
+        enter('fence');
+      }
+      if (st.phase === 'fence') {
+        if (input.approveCutover === 'manual' && !carried.approved) {
+          st.awaitingApproval = true;
+          block('fence: waiting for operator approval of the cutover');
+          await condition(() => carried.approved || carried.cancelRequested);
+          st.awaitingApproval = false;
+          block('');
+          if (carried.cancelRequested) return false;
+        }
+        await step('setup reverse', () => quick.setupReplication({ ...ref(), direction: 'reverse' }));
+        await catchUpUntilLagBelow();
+        st.cutoverAttempts++;
+        const r = await CancellationScope.nonCancellable(() =>
+          step('cutover', () => cut.cutover({ ...ref(), direction: 'forward', epoch: st.epoch, fenceBudgetMs: input.fenceBudgetMs, actor: input.requestedBy })),
+        );
+        st.cutoverPauseMs = r.pauseMs;
+        if (r.ok) {
+          st.epoch = r.newEpoch;
+          return true;
+        }
+        st.lastError = `cutover attempt ${st.cutoverAttempts}: ${r.reason}`;
+        if (carried.cancelRequested) return false;
+        enter('catchup');
+        await sleep(Math.min(60_000, 2000 * st.cutoverAttempts));
+        await maybeContinueAsNew();
+      }
+    }
+  }
+
+  // ---------------------------------------------------------------- main
+  if (!pastPointOfNoReturn(st.phase)) {
+    let switched = false;
+    preSwitch = new CancellationScope();
+    try {
+      switched = await preSwitch.run(() => beforeSwitch());
+    } catch (err) {
+      if (!(isCancellation(err) && carried.cancelRequested)) throw err;
+    }
+    if (st.phase === 'failed') return st;
+    if (!switched) {
+      // Cancel: undo everything; the source stays authoritative and exactly as it was.
+      enter('cancelling');
+      await CancellationScope.nonCancellable(() =>
+        step('cancel', () => quick.cancelMove({ ...ref(), epoch: st.epoch, actor: st.operators.cancelledBy ?? input.requestedBy })),
+      );
+      await record('cancelled', st.operators.cancelledBy ?? input.requestedBy);
+      enter('cancelled');
+      block('');
+      return st;
+    }
+    if (carried.cancelRequested) st.lastError = 'cancel arrived after the switch completed; use rollback during soak';
+    enter('switch');
+    await step('drop forward replication', () => quick.dropReplication({ ...ref(), direction: 'forward' }));
+    await record('switched', input.requestedBy, undefined, { epoch: st.epoch, cutoverPauseMs: st.cutoverPauseMs });
+    enter('soak');
+    carried.soakEndsAtMs = Date.now() + input.soakSeconds * 1000;
+    st.soakEndsAt = new Date(carried.soakEndsAtMs).toISOString();
+  }
+
+  if (st.phase === 'soak') {
+    // Reverse replication keeps the source current, so a rollback loses nothing.
+    while (!carried.rollbackRequested && !carried.retireNowRequested && Date.now() < (carried.soakEndsAtMs ?? 0)) {
+      const remaining = (carried.soakEndsAtMs ?? 0) - Date.now();
+      soakScope = new CancellationScope();
+      try {
+        await soakScope.run(async () => {
+          await step('reverse replication', () => long.catchUp({ ...ref(), direction: 'reverse', maxDurationMs: Math.max(1000, Math.min(60_000, remaining)) }));
+          if (patched('reverse-blob-sync')) await step('reverse blobs', () => long.copyBlobs({ ...ref(), direction: 'reverse' }));
+        });
+      } catch (err) {
+        if (!isCancellation(err)) throw err;
+      }
+      soakScope = undefined;
+      await maybeContinueAsNew();
+    }
+    if (carried.rollbackRequested) {
+      enter('rolling-back');
+      for (;;) {
+        const r = await CancellationScope.nonCancellable(() =>
+          step('rollback cutover', () => cut.cutover({ ...ref(), direction: 'reverse', epoch: st.epoch, fenceBudgetMs: input.fenceBudgetMs, actor: st.operators.rolledBackBy ?? input.requestedBy })),
+        );
+        if (r.ok) {
+          st.epoch = r.newEpoch;
+          st.cutoverPauseMs = r.pauseMs;
+          break;
+        }
+        st.lastError = `rollback cutover: ${r.reason}`;
+        await step('reverse catch-up', () => long.catchUp({ ...ref(), direction: 'reverse', maxDurationMs: 20_000, idleStopMs: 1000 }));
+      }
+      await step('rollback cleanup', () => quick.cleanupAfterRollback({ ...ref(), epoch: st.epoch, actor: st.operators.rolledBackBy ?? input.requestedBy }));
+      await record('rolled-back', st.operators.rolledBackBy ?? input.requestedBy, undefined, { epoch: st.epoch });
+      enter('rolled-back');
+      return st;
+    }
+    enter('retire');
+  }
+  if (st.phase === 'retire') {
+    const actor = st.operators.retiredBy ?? input.requestedBy;
+    await step('retire', () => long.retireSource({ ...ref(), epoch: st.epoch, actor }));
+    await record('retired', actor, carried.retireNowRequested ? 'retire now (operator)' : 'soak ended', { epoch: st.epoch });
+    enter('done');
+  }
+  return st;
+}
