@@ -1,0 +1,64 @@
+// Pure retry policy of the router: which shard errors are worth another attempt, and how long
+// to wait before it. No I/O; unit-tested in test/unit/router-retry.test.ts.
+import { SQLSTATE } from '../errors';
+
+/**
+ * What the router does with an error raised inside a tenant transaction:
+ *  - stale: the shard does not own the unit at our epoch → refresh the route, retry elsewhere;
+ *  - frozen: cutover in progress → wait with backoff until the deadline;
+ *  - serialization: 40001 / 40P01 → retry the whole transaction;
+ *  - other: propagate unchanged.
+ */
+export type ErrorClass = 'stale' | 'frozen' | 'serialization' | 'other';
+
+const SERIALIZATION_CODES = new Set(['40001', '40P01']);
+
+/** Classifies by SQLSTATE (`code`), following `cause` a few levels so wrapped errors count too. */
+export function classifyError(err: unknown): ErrorClass {
+  let e: unknown = err;
+  for (let depth = 0; depth < 4 && e && typeof e === 'object'; depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === 'string') {
+      if (code === SQLSTATE.staleRoute) return 'stale';
+      if (code === SQLSTATE.frozen) return 'frozen';
+      if (SERIALIZATION_CODES.has(code)) return 'serialization';
+      // A string code that is none of ours (e.g. 23505, ECONNREFUSED) is final: do not dig further.
+      return 'other';
+    }
+    e = (e as { cause?: unknown }).cause;
+  }
+  return 'other';
+}
+
+export interface BackoffPolicy {
+  /** Delay scale of the first retry. */
+  baseMs: number;
+  /** Upper bound of any single delay. */
+  capMs: number;
+}
+
+export const FROZEN_BACKOFF: BackoffPolicy = { baseMs: 5, capMs: 100 };
+export const STALE_BACKOFF: BackoffPolicy = { baseMs: 5, capMs: 50 };
+
+/**
+ * Exponential backoff with "equal jitter": for attempt n (0-based) the ceiling is
+ * min(cap, base·2^n) and the delay is uniform in [ceiling/2, ceiling], so waiters spread out
+ * but never spin at ~0 ms. `random` is injectable for tests (must return [0, 1)).
+ */
+export function backoffDelayMs(attempt: number, policy: BackoffPolicy = FROZEN_BACKOFF, random: () => number = Math.random): number {
+  const n = Math.max(0, Math.floor(attempt));
+  // 2^n overflows to Infinity for large n; min() keeps the cap.
+  const ceiling = Math.min(policy.capMs, policy.baseMs * 2 ** Math.min(n, 30));
+  const r = Math.min(Math.max(random(), 0), 1);
+  return Math.round(ceiling / 2 + r * (ceiling / 2));
+}
+
+/**
+ * How long to sleep before the next frozen retry without overshooting the deadline; undefined
+ * when the deadline has already passed (the caller gives up).
+ */
+export function nextWaitMs(attempt: number, now: number, deadline: number, policy: BackoffPolicy, random: () => number = Math.random): number | undefined {
+  const remaining = deadline - now;
+  if (remaining <= 0) return undefined;
+  return Math.min(backoffDelayMs(attempt, policy, random), remaining);
+}

@@ -1,0 +1,442 @@
+// The router: runs a caller's function inside a fenced transaction on the shard that owns the
+// tenant. Routing comes from a cached directory snapshot (NOTIFY, TTL, per-entry refresh on a
+// stale-route refusal); correctness never depends on the cache, because every transaction
+// carries (unit, epoch) and the shard refuses writes and reads that do not match its fence.
+import { Pool, PoolClient } from 'pg';
+import type { Config } from '../config';
+import { ShardctlError, invalidInput } from '../errors';
+import { validateTenantId } from '../ids';
+import { DirectoryReader, PlacementListener } from './directory-feed';
+import { Grant, assertGrantCovers } from './grant';
+import { STALE_BACKOFF, FROZEN_BACKOFF, backoffDelayMs, classifyError, nextWaitMs } from './retry';
+import { Placement, PlacementCache, UnitObservation } from './snapshot';
+import { wrapTxClient } from './tx-client';
+
+export type Mode = 'read' | 'write';
+export type Isolation = 'read committed' | 'repeatable read' | 'serializable';
+
+export interface RouterOptions {
+  /** Full-refresh interval; default config.limits.routerSnapshotTtlMs. */
+  snapshotTtlMs?: number;
+  /** Even when the generation is unchanged, reload everything this often (default 10 × TTL). */
+  fullReloadMs?: number;
+  /** LISTEN for placement announcements (default true). */
+  listen?: boolean;
+  /** Test hook: load once at create, then never refresh (no TTL, NOTIFY or stale refresh). */
+  freezeCache?: boolean;
+  /** Directory DSN; default config.directory.dsn. */
+  directoryDsn?: string;
+  /** Connections per shard pool (default 10). */
+  poolMax?: number;
+  /** Connect timeout for directory and shard connections (default 2000 ms). */
+  connectTimeoutMs?: number;
+}
+
+export interface TenantCallOptions {
+  /** Total time for all attempts and waits; default config.limits.routerDeadlineMs. */
+  deadlineMs?: number;
+  /** Stale-route and serialization retries allowed; default config.limits.routerRetryBudget. */
+  retryBudget?: number;
+  /** Transaction isolation (default read committed; the fence holds at every level). */
+  isolation?: Isolation;
+}
+
+export interface RouterMetrics {
+  snapshotAgeMs: number;
+  directoryReachable: boolean;
+  listening: boolean;
+  generation: number;
+  units: number;
+  refreshes: number;
+  refreshFailures: number;
+  notifications: number;
+  transactions: number;
+  staleRetries: number;
+  frozenWaits: number;
+  serializationRetries: number;
+  lastDirectoryError?: string;
+}
+
+/**
+ * The function run inside a tenant transaction. It must be idempotent per attempt: on a stale
+ * route, a frozen unit or a serialization failure the transaction is rolled back and `fn` runs
+ * again from scratch (possibly on another shard), so it must not keep side effects outside the
+ * transaction, and must not release or keep the client (it is revoked after the call).
+ */
+export type TenantFn<T> = (tx: PoolClient) => Promise<T>;
+
+const ISOLATIONS: ReadonlySet<string> = new Set(['read committed', 'repeatable read', 'serializable']);
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+export class Router {
+  private readonly cache = new PlacementCache();
+  private readonly pools = new Map<string, Pool>();
+  private reader: DirectoryReader;
+  private listener: PlacementListener | undefined;
+  private ttlTimer: NodeJS.Timeout | undefined;
+  private fullRefresh: Promise<void> | undefined;
+  private ttlCheck: Promise<void> | undefined;
+  private readonly unitRefresh = new Map<string, Promise<Placement | undefined>>();
+  private lastFreshAt = 0;
+  private lastFullLoadAt = 0;
+  private closed = false;
+  private readonly m = {
+    directoryReachable: true,
+    refreshes: 0,
+    refreshFailures: 0,
+    notifications: 0,
+    transactions: 0,
+    staleRetries: 0,
+    frozenWaits: 0,
+    serializationRetries: 0,
+    lastDirectoryError: undefined as string | undefined,
+  };
+  private readonly ttlMs: number;
+  private readonly fullReloadMs: number;
+  private readonly connectTimeoutMs: number;
+
+  private constructor(
+    private readonly config: Config,
+    private readonly opts: RouterOptions,
+  ) {
+    this.ttlMs = opts.snapshotTtlMs ?? config.limits.routerSnapshotTtlMs;
+    this.fullReloadMs = opts.fullReloadMs ?? this.ttlMs * 10;
+    this.connectTimeoutMs = opts.connectTimeoutMs ?? 2000;
+    this.reader = this.newReader(opts.directoryDsn ?? config.directory.dsn);
+  }
+
+  /** Loads the first snapshot (throws DirectoryUnavailable if it cannot), then starts refreshing. */
+  static async create(config: Config, opts: RouterOptions = {}): Promise<Router> {
+    const r = new Router(config, opts);
+    try {
+      // Listen before loading, so nothing announced during the load is missed.
+      await r.startListener();
+      await r.refresh();
+    } catch (e) {
+      await r.close();
+      throw e;
+    }
+    if (!opts.freezeCache) {
+      r.ttlTimer = setInterval(() => void r.onTtl(), r.ttlMs);
+      r.ttlTimer.unref();
+    }
+    return r;
+  }
+
+  /**
+   * Runs `fn` in a transaction on the shard owning `tenantId`, with shardctl.unit/epoch set
+   * before anything else. Input and grant are checked before any I/O. Retries stale routes
+   * (after refreshing the entry) and serialization failures within the retry budget, and waits
+   * out a frozen unit (writes) within the deadline. See TenantFn for the idempotency contract.
+   */
+  async withTenant<T>(tenantId: string, grant: Grant, mode: Mode, fn: TenantFn<T>, opts: TenantCallOptions = {}): Promise<T> {
+    const unit = validateTenantId(tenantId);
+    assertGrantCovers(grant, unit);
+    if (mode !== 'read' && mode !== 'write') throw invalidInput(`mode must be 'read' or 'write', got ${JSON.stringify(String(mode))}`);
+    const deadlineMs = opts.deadlineMs ?? this.config.limits.routerDeadlineMs;
+    const budget = opts.retryBudget ?? this.config.limits.routerRetryBudget;
+    if (!(deadlineMs > 0) || !Number.isFinite(deadlineMs)) throw invalidInput(`deadlineMs must be a positive number, got ${deadlineMs}`);
+    if (!Number.isInteger(budget) || budget < 0) throw invalidInput(`retryBudget must be a non-negative integer, got ${budget}`);
+    if (opts.isolation !== undefined && !ISOLATIONS.has(opts.isolation)) throw invalidInput(`unknown isolation ${JSON.stringify(opts.isolation)}`);
+    if (this.closed) throw new ShardctlError('PreconditionFailed', 'router is closed');
+
+    const started = Date.now();
+    const deadline = started + deadlineMs;
+    let placement = await this.resolve(unit);
+    let retries = 0;
+    let frozenRounds = 0;
+    let unchangedStaleRounds = 0;
+    for (;;) {
+      let err: unknown;
+      try {
+        return await this.attempt(placement, mode, fn, opts.isolation);
+      } catch (e) {
+        err = e;
+      }
+      const kind = classifyError(err);
+      if (kind === 'other') throw err;
+      if (kind === 'frozen') {
+        // Frozen is checked after ownership, so the route is right: wait, do not refresh.
+        this.m.frozenWaits++;
+        const wait = nextWaitMs(frozenRounds++, Date.now(), deadline, FROZEN_BACKOFF);
+        if (wait === undefined) {
+          throw new ShardctlError(
+            'Frozen',
+            `tenant ${unit} is frozen for cutover; retry`,
+            { tenant: unit, shard: placement.shard, epoch: placement.epoch, waitedMs: Date.now() - started, attempts: frozenRounds },
+            true,
+          );
+        }
+        await sleep(wait);
+        continue;
+      }
+      if (retries >= budget || Date.now() >= deadline) {
+        if (kind === 'stale') {
+          throw new ShardctlError(
+            'StaleRoute',
+            `tenant ${unit}: shard ${placement.shard} refused epoch ${placement.epoch} and no retry is left (${retries} retries, ${Date.now() - started} ms)`,
+            { tenant: unit, shard: placement.shard, epoch: placement.epoch, retries, directoryReachable: this.m.directoryReachable },
+            true,
+          );
+        }
+        throw err;
+      }
+      retries++;
+      if (kind === 'serialization') {
+        this.m.serializationRetries++;
+        await sleep(Math.min(backoffDelayMs(retries - 1, STALE_BACKOFF), Math.max(0, deadline - Date.now())));
+        continue;
+      }
+      this.m.staleRetries++;
+      const before = placement;
+      placement = await this.refreshAfterStale(unit, placement);
+      if (placement.shard === before.shard && placement.epoch === before.epoch) {
+        // The directory has not caught up (or cannot be read): do not hammer the shard.
+        await sleep(Math.min(backoffDelayMs(unchangedStaleRounds++, STALE_BACKOFF), Math.max(0, deadline - Date.now())));
+      }
+    }
+  }
+
+  /** The cached placement of a unit (no I/O). */
+  lookup(unit: string): Placement | undefined {
+    return this.cache.get(unit);
+  }
+
+  /** Reloads the whole snapshot now; throws DirectoryUnavailable (and keeps the old one) on failure. */
+  refresh(): Promise<void> {
+    if (this.opts.freezeCache && this.lastFullLoadAt > 0) return Promise.resolve();
+    this.fullRefresh ??= this.loadFullSnapshot().finally(() => {
+      this.fullRefresh = undefined;
+    });
+    return this.fullRefresh;
+  }
+
+  /**
+   * Points the router at another directory endpoint (failover to a new primary; tests use it
+   * to make the directory unreachable). The cached snapshot is kept and keeps routing.
+   */
+  async setDirectoryDsn(dsn: string): Promise<void> {
+    const old = this.reader;
+    this.reader = this.newReader(dsn);
+    await old.end();
+    await this.listener?.stop();
+    this.listener = undefined;
+    await this.startListener();
+    void this.refresh().catch(() => {}); // callers may await refresh() to join this load
+  }
+
+  metrics(): RouterMetrics {
+    return {
+      snapshotAgeMs: this.lastFreshAt ? Date.now() - this.lastFreshAt : Number.POSITIVE_INFINITY,
+      directoryReachable: this.m.directoryReachable,
+      listening: this.listener?.listening ?? false,
+      generation: this.cache.generation,
+      units: this.cache.size,
+      refreshes: this.m.refreshes,
+      refreshFailures: this.m.refreshFailures,
+      notifications: this.m.notifications,
+      transactions: this.m.transactions,
+      staleRetries: this.m.staleRetries,
+      frozenWaits: this.m.frozenWaits,
+      serializationRetries: this.m.serializationRetries,
+      lastDirectoryError: this.m.lastDirectoryError,
+    };
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    if (this.ttlTimer) clearInterval(this.ttlTimer);
+    this.ttlTimer = undefined;
+    await this.listener?.stop();
+    this.listener = undefined;
+    await this.reader.end();
+    const pools = [...this.pools.values()];
+    this.pools.clear();
+    await Promise.all(pools.map((p) => p.end().catch(() => {})));
+  }
+
+  // ---- one attempt ------------------------------------------------------------------------
+
+  private async attempt<T>(p: Placement, mode: Mode, fn: TenantFn<T>, isolation: Isolation | undefined): Promise<T> {
+    const client = await this.poolFor(p.shard).connect();
+    this.m.transactions++;
+    const tx = wrapTxClient(client);
+    let broken: Error | undefined;
+    try {
+      const iso = isolation ? ` isolation level ${isolation}` : '';
+      await client.query(mode === 'read' ? `begin${iso} read only` : `begin${iso}`);
+      // Unit and epoch first, in the same statement as the ownership check: nothing of fn's runs
+      // on a shard that does not own the unit at our epoch, and no write goes without the epoch.
+      await client.query(
+        `select set_config('shardctl.unit', $1, true), set_config('shardctl.epoch', $2, true), shardctl.assert_readable($1, $3)`,
+        [p.unit, String(p.epoch), p.epoch],
+      );
+      const result = await fn(tx.client);
+      const done = await client.query('commit');
+      if (done.command === 'ROLLBACK') throw this.abortedAtCommit(p.unit, tx.firstError());
+      return result;
+    } catch (err) {
+      await client.query('rollback').catch((e: Error) => {
+        broken = e;
+      });
+      throw err;
+    } finally {
+      tx.revoke();
+      client.release(broken);
+    }
+  }
+
+  /**
+   * COMMIT of an aborted transaction answers ROLLBACK without an error: fn caught an error and
+   * went on. Surface the cause so nothing looks committed that was not; retriable causes
+   * (stale, frozen, serialization) are rethrown as they are, so the loop retries them.
+   */
+  private abortedAtCommit(unit: string, cause: unknown): unknown {
+    if (cause && classifyError(cause) !== 'other') return cause;
+    const msg = cause instanceof Error ? cause.message : 'unknown error';
+    return new ShardctlError(
+      'Conflict',
+      `transaction for tenant ${unit} was rolled back at commit: an error inside the callback was caught and not rethrown (${msg}); nothing was committed`,
+      { tenant: unit, code: (cause as { code?: unknown })?.code },
+    );
+  }
+
+  private poolFor(shard: string): Pool {
+    let pool = this.pools.get(shard);
+    if (pool) return pool;
+    const sc = this.config.shards.find((s) => s.name === shard);
+    if (!sc) {
+      throw new ShardctlError('ConfigError', `the directory places units on shard ${shard}, which this router's configuration does not list`, { shard });
+    }
+    pool = new Pool({
+      connectionString: sc.dsn,
+      max: this.opts.poolMax ?? 10,
+      connectionTimeoutMillis: this.connectTimeoutMs,
+      application_name: 'shardctl-router',
+    });
+    pool.on('error', () => {}); // an idle connection dying is noticed by the next checkout
+    this.pools.set(shard, pool);
+    return pool;
+  }
+
+  // ---- routing state ----------------------------------------------------------------------
+
+  private async resolve(unit: string): Promise<Placement> {
+    const cached = this.cache.get(unit);
+    if (cached) return cached;
+    const fresh = this.opts.freezeCache ? undefined : await this.refreshUnit(unit);
+    if (!fresh) throw new ShardctlError('NotFound', `tenant ${unit} has no placement in the directory`, { tenant: unit });
+    return fresh;
+  }
+
+  private async refreshAfterStale(unit: string, current: Placement): Promise<Placement> {
+    if (this.opts.freezeCache) return current;
+    let fresh: Placement | undefined;
+    try {
+      fresh = await this.refreshUnit(unit);
+    } catch {
+      return current; // directory unreachable: the retry loop backs off and gives up in budget
+    }
+    if (!fresh) throw new ShardctlError('NotFound', `tenant ${unit} no longer has a placement in the directory`, { tenant: unit });
+    return fresh;
+  }
+
+  /** Re-reads one unit (single-flight per unit); throws DirectoryUnavailable on failure. */
+  private refreshUnit(unit: string): Promise<Placement | undefined> {
+    const inflight = this.unitRefresh.get(unit);
+    if (inflight) return inflight;
+    const p = (async () => {
+      let o: UnitObservation;
+      try {
+        o = await this.reader.loadUnit(unit);
+      } catch (e) {
+        this.directoryFailed(e);
+        throw new ShardctlError('DirectoryUnavailable', `cannot read the placement of ${unit}: ${(e as Error).message}`, { tenant: unit }, true);
+      }
+      this.m.directoryReachable = true;
+      this.cache.observe(o);
+      return this.cache.get(unit);
+    })().finally(() => this.unitRefresh.delete(unit));
+    this.unitRefresh.set(unit, p);
+    return p;
+  }
+
+  private async loadFullSnapshot(): Promise<void> {
+    try {
+      const snap = await this.reader.loadSnapshot();
+      this.cache.replaceAll(snap.placements, snap.generation);
+      this.lastFreshAt = this.lastFullLoadAt = Date.now();
+      this.m.refreshes++;
+      this.m.directoryReachable = true;
+    } catch (e) {
+      this.directoryFailed(e);
+      throw new ShardctlError('DirectoryUnavailable', `cannot load the directory snapshot: ${(e as Error).message}`, undefined, true);
+    }
+  }
+
+  /** TTL tick: a cheap generation probe; a full reload only when something changed (or rarely). */
+  private onTtl(): void {
+    if (this.ttlCheck || this.closed) return;
+    this.ttlCheck = (async () => {
+      const needFull = Date.now() - this.lastFullLoadAt >= this.fullReloadMs;
+      if (!needFull) {
+        let gen: number;
+        try {
+          gen = await this.reader.currentGeneration();
+        } catch (e) {
+          this.directoryFailed(e);
+          return;
+        }
+        this.m.directoryReachable = true;
+        if (gen === this.cache.generation) {
+          this.lastFreshAt = Date.now();
+          return;
+        }
+      }
+      await this.refresh().catch(() => {});
+    })().finally(() => {
+      this.ttlCheck = undefined;
+    });
+  }
+
+  private directoryFailed(e: unknown): void {
+    this.m.directoryReachable = false;
+    this.m.refreshFailures++;
+    this.m.lastDirectoryError = (e as Error)?.message ?? String(e);
+  }
+
+  private newReader(dsn: string): DirectoryReader {
+    return new DirectoryReader(dsn, { connectTimeoutMs: this.connectTimeoutMs, queryTimeoutMs: Math.max(5000, this.connectTimeoutMs) });
+  }
+
+  private async startListener(): Promise<void> {
+    if (this.opts.freezeCache || this.opts.listen === false || this.closed) return;
+    let first = true;
+    const listener = new PlacementListener(
+      this.reader.dsn,
+      {
+        onNotification: (o) => {
+          this.m.notifications++;
+          if (o) this.cache.observe(o);
+          else void this.refresh().catch(() => {});
+        },
+        onConnected: () => {
+          this.m.directoryReachable = true;
+          // After a reconnect, announcements may have been missed: reload. (The first connect
+          // is followed by create's own load.)
+          if (!first) void this.refresh().catch(() => {});
+          first = false;
+        },
+        onDisconnected: (err) => {
+          // Not a refresh failure by itself; the TTL probe keeps counting those.
+          this.m.directoryReachable = false;
+          if (err) this.m.lastDirectoryError = err.message;
+        },
+      },
+      { connectTimeoutMs: this.connectTimeoutMs },
+    );
+    this.listener = listener;
+    await listener.start();
+  }
+}

@@ -1,0 +1,174 @@
+// The fenced job worker against the real stack: jobs are enqueued, claimed and completed
+// through the router; a frozen unit's jobs stay queued; two workers never claim the same job.
+import { describe, it, expect, beforeAll, afterAll, afterEach, vi } from 'vitest';
+import { Pool } from 'pg';
+import { testConfig, uniq, shardPool, directoryPool, closePools } from '../helpers/stack';
+import { migrateDirectory } from '../../lib/directory/schema';
+import { installShardSchema, fenceTriggerFunctionSql } from '../../lib/shard/schema';
+import { setUnitFence } from '../../lib/shard/fence';
+import { DEMO_SCHEMA_SQL, DEMO_TABLES } from '../../lib/demo/schema';
+import { Router } from '../../lib/router';
+import { enqueueJob, claimJobs, completeJob, releaseJob, runJobWorker, Job } from '../../lib/jobs/worker';
+
+let dir: Pool;
+let shardA: Pool;
+const routers: Router[] = [];
+
+/** Schema `shardctl`, the demo tables and the fence trigger on them (serialized with `shards prepare`). */
+async function prepareShardForTest(pool: Pool) {
+  for (let attempt = 0; ; attempt++) {
+    const c = await pool.connect();
+    try {
+      await c.query('begin');
+      await c.query(`select pg_advisory_xact_lock(hashtextextended('shardctl.prepare', 0))`);
+      await installShardSchema(c);
+      await c.query(DEMO_SCHEMA_SQL);
+      const fn = fenceTriggerFunctionSql('tenant_id');
+      await c.query(fn.sql);
+      for (const t of DEMO_TABLES) {
+        const has = await c.query(`select 1 from pg_trigger where tgrelid = $1::regclass and tgfoid = $2::regproc and not tgisinternal`, [`public.${t}`, fn.name]);
+        if (!has.rowCount) await c.query(`create or replace trigger shardctl_fence before insert or update or delete on public.${t} for each row execute function ${fn.name}()`);
+      }
+      await c.query('commit');
+      return;
+    } catch (e) {
+      await c.query('rollback').catch(() => {});
+      if (attempt >= 5) throw e;
+      await new Promise((r) => setTimeout(r, 100 * (attempt + 1)));
+    } finally {
+      c.release();
+    }
+  }
+}
+
+beforeAll(async () => {
+  dir = directoryPool();
+  await migrateDirectory(dir);
+  await dir.query(`insert into shardctl.shards(name) values ('shard-a') on conflict (name) do nothing`);
+  shardA = shardPool('shard-a');
+  await prepareShardForTest(shardA);
+});
+
+afterEach(async () => {
+  await Promise.all(routers.splice(0).map((r) => r.close()));
+});
+
+afterAll(closePools);
+
+async function newRouter(): Promise<Router> {
+  const r = await Router.create(testConfig(), { snapshotTtlMs: 60_000 });
+  routers.push(r);
+  return r;
+}
+
+async function newTenant(prefix: string): Promise<string> {
+  const t = uniq(prefix);
+  await dir.query(`insert into shardctl.units(unit, kind, shard, epoch, state) values ($1, 'tenant', 'shard-a', 1, 'active')`, [t]);
+  await setUnitFence(shardA, { unit: t, epoch: 1, owned: true, frozen: false });
+  return t;
+}
+
+const freeze = (t: string, frozen: boolean) => setUnitFence(shardA, { unit: t, epoch: 1, owned: true, frozen });
+
+async function jobRows(t: string) {
+  return (await shardA.query('select id, state, attempts, locked_by from public.jobs where tenant_id = $1 order by id', [t])).rows;
+}
+
+async function enqueueMany(router: Router, t: string, n: number): Promise<string[]> {
+  const ids: string[] = [];
+  for (let i = 0; i < n; i++) ids.push(await enqueueJob(router, t, { tenants: [t] }, 'demo', { i }));
+  return ids;
+}
+
+describe('job worker', () => {
+  it('enqueues, claims and completes jobs through the router', async () => {
+    const t = await newTenant('jb-basic');
+    const router = await newRouter();
+    const grant = { tenants: [t] };
+    const ids = await enqueueMany(router, t, 5);
+    const claimed = await claimJobs(router, t, grant, { workerId: 'w1', limit: 3 });
+    expect(claimed).toHaveLength(3);
+    for (const j of claimed) expect(j).toMatchObject({ tenantId: t, state: 'running', attempts: 1, lockedBy: 'w1', kind: 'demo' });
+    expect(ids).toEqual(expect.arrayContaining(claimed.map((j) => j.id)));
+
+    expect(await completeJob(router, t, grant, { id: claimed[0].id, workerId: 'w1' })).toBe(true);
+    expect(await completeJob(router, t, grant, { id: claimed[1].id, workerId: 'w2' })).toBe(false); // not held by w2
+    expect(await releaseJob(router, t, grant, { id: claimed[1].id, workerId: 'w1' })).toBe(true);
+
+    const byId = new Map((await jobRows(t)).map((r) => [r.id, r]));
+    expect(byId.get(claimed[0].id)).toMatchObject({ state: 'done', locked_by: null });
+    expect(byId.get(claimed[1].id)).toMatchObject({ state: 'queued', locked_by: null, attempts: 1 });
+    expect(byId.get(claimed[2].id)).toMatchObject({ state: 'running', locked_by: 'w1' });
+    expect([...byId.values()].filter((r) => r.state === 'queued')).toHaveLength(3);
+  });
+
+  it('a claim on a frozen unit is refused and every job stays queued', async () => {
+    const t = await newTenant('jb-frozen');
+    const router = await newRouter();
+    await enqueueMany(router, t, 3);
+    await freeze(t, true);
+    await expect(claimJobs(router, t, { tenants: [t] }, { workerId: 'w1', limit: 10, deadlineMs: 200 })).rejects.toMatchObject({ type: 'Frozen', retriable: true });
+    for (const r of await jobRows(t)) expect(r).toMatchObject({ state: 'queued', attempts: 0, locked_by: null });
+  });
+
+  it('two workers claiming concurrently never claim the same job', async () => {
+    const t = await newTenant('jb-race');
+    const router = await newRouter();
+    const other = await newRouter(); // a second worker process has its own router and pool
+    const grant = { tenants: [t] };
+    const ids = await enqueueMany(router, t, 40);
+    const claimedBy = new Map<string, string[]>();
+    const claimer = async (r: Router, workerId: string) => {
+      for (;;) {
+        const got = await claimJobs(r, t, grant, { workerId, limit: 3 });
+        if (got.length === 0) return;
+        for (const j of got) claimedBy.set(j.id, [...(claimedBy.get(j.id) ?? []), workerId]);
+      }
+    };
+    await Promise.all([claimer(router, 'w1'), claimer(other, 'w2'), claimer(router, 'w1b'), claimer(other, 'w2b')]);
+    expect([...claimedBy.keys()].sort()).toEqual([...ids].sort());
+    for (const [, by] of claimedBy) expect(by).toHaveLength(1);
+    for (const r of await jobRows(t)) expect(r).toMatchObject({ state: 'running', attempts: 1 });
+  });
+
+  it('runJobWorker waits out a frozen unit, then two workers complete every job exactly once', async () => {
+    const t = await newTenant('jb-loop');
+    const router = await newRouter();
+    const grant = { tenants: [t] };
+    const ids = await enqueueMany(router, t, 12);
+    await freeze(t, true);
+    const handled: string[] = [];
+    const refusals: unknown[] = [];
+    const ac = new AbortController();
+    const handler = async (job: Job) => {
+      handled.push(job.id);
+    };
+    const common = { router, tenants: [t], grant, pollMs: 20, handler, signal: ac.signal, batch: 2, call: { deadlineMs: 100 }, onError: (e: unknown) => refusals.push(e) };
+    const workers = [runJobWorker({ ...common, workerId: 'loop-1' }), runJobWorker({ ...common, workerId: 'loop-2' })];
+    try {
+      await vi.waitFor(() => expect(refusals.length).toBeGreaterThanOrEqual(2), { timeout: 5000 });
+      expect(handled).toHaveLength(0);
+      for (const r of await jobRows(t)) expect(r).toMatchObject({ state: 'queued', attempts: 0 });
+      await freeze(t, false);
+      await vi.waitFor(async () => expect((await jobRows(t)).every((r) => r.state === 'done')).toBe(true), { timeout: 10_000, interval: 50 });
+    } finally {
+      ac.abort();
+    }
+    const stats = await Promise.all(workers);
+    expect([...handled].sort()).toEqual([...ids].sort()); // each job handled exactly once
+    expect(stats[0].completed + stats[1].completed).toBe(12);
+    expect(stats[0].refusals + stats[1].refusals).toBeGreaterThanOrEqual(2);
+    expect(stats[0].errors + stats[1].errors).toBe(0);
+    expect(refusals.every((e: any) => e.type === 'Frozen')).toBe(true);
+  });
+
+  it('refuses a worker whose grant does not cover the tenant, touching nothing', async () => {
+    const t = await newTenant('jb-grant');
+    const router = await newRouter();
+    await enqueueMany(router, t, 2);
+    await expect(claimJobs(router, t, { tenants: ['someone-else'] }, { workerId: 'w1', limit: 5 })).rejects.toMatchObject({ type: 'Forbidden' });
+    await expect(enqueueJob(router, t, { tenants: [] }, 'demo', {})).rejects.toMatchObject({ type: 'Forbidden' });
+    for (const r of await jobRows(t)) expect(r).toMatchObject({ state: 'queued', attempts: 0 });
+    expect(await jobRows(t)).toHaveLength(2);
+  });
+});
