@@ -1,0 +1,6 @@
+// Validation of a unit's rows between shards (DESIGN.md §4 step 4). compare.ts is Node-only
+// (pg); keys.ts, merge.ts and format.ts are pure.
+export { compareTenantRows, validateTenant, type CompareInput, type TableValidation, type TenantValidation } from './compare';
+export { formatMismatch, formatKey, formatValue } from './format';
+export { mergeCompare, excerptPair, type Key, type KeyedRow, type ColumnDifference, type MergeResult } from './merge';
+export { keyComparator, keyOrderFor, orderExpression, compareUtf8, type KeyColumn, type KeyOrder } from './keys';

@@ -1,0 +1,402 @@
+// Bulk copy against the real stack (shard-a → shard-b): rows converge byte-exact for awkward
+// types, a copy interrupted after N batches resumes without re-copying or losing rows, other
+// tenants are never touched, and the batched delete removes exactly one tenant.
+import { describe, it, expect, beforeAll, afterAll } from 'vitest';
+import type { Pool } from 'pg';
+import { randomBytes } from 'node:crypto';
+import { shardPool, closePools, uniq } from '../helpers/stack';
+import { installShardSchema, fenceTriggerFunctionSql } from '../../lib/shard/schema';
+import { listTenantTables, quoteIdent, TenantTable } from '../../lib/shard/tables';
+import {
+  copyTenant,
+  copyTenantTable,
+  copyProgress,
+  clearCopyProgress,
+  deleteTenantRows,
+  estimateRows,
+  chooseCopyFormat,
+  STABLE_TEXT_SETTINGS_SQL,
+} from '../../lib/copy';
+import { validateTenant } from '../../lib/validate';
+
+const TENANT_COL = 'tenant_id';
+const SCHEMA = `CopyT_${randomBytes(4).toString('hex')}`;
+const S = quoteIdent(SCHEMA);
+
+let source: Pool;
+let target: Pool;
+let tables: TenantTable[];
+const moveIds: string[] = [];
+
+// ---- fixture: same DDL on both shards, fenced like a prepared shard --------------------------
+
+const DDL = `
+create schema ${S};
+create type ${S}.mood as enum ('happy', 'sad', 'meh');
+create domain ${S}.posint as integer check (value > 0);
+create table ${S}.parents (
+  tenant_id text not null,
+  id uuid not null,
+  amount numeric(20,6),
+  exact numeric,
+  ratio float8,
+  doc jsonb,
+  nums int[],
+  raw bytea,
+  at timestamptz,
+  feeling ${S}.mood,
+  qty ${S}.posint,
+  big text,
+  "MixedCase" text,
+  doubled numeric generated always as (amount * 2) stored,
+  primary key (tenant_id, id)
+);
+create table ${S}.children (
+  tenant_id text not null,
+  parent_id uuid not null,
+  "Seq" integer not null,
+  note text,
+  primary key (tenant_id, parent_id, "Seq"),
+  foreign key (tenant_id, parent_id) references ${S}.parents (tenant_id, id) on delete cascade
+);
+create table ${S}.tagged (
+  tenant_id text not null,
+  "Key" text not null,
+  moods ${S}.mood[],
+  primary key (tenant_id, "Key")
+);`;
+
+const AWKWARD_KEYS = ['a', 'B', '_x', 'é', 'e', 'z', "O'Brien", 'back\\slash', "'); drop table x; --", '😀', '\uE000', 'with space', 'Z', '$1'];
+
+async function installFixture(pool: Pool) {
+  const c = await pool.connect();
+  try {
+    await c.query('begin');
+    // Same lock as `shards prepare`, so concurrent installers of shardctl's functions serialise.
+    await c.query(`select pg_advisory_xact_lock(hashtextextended('shardctl.prepare', 0))`);
+    await installShardSchema(c);
+    const fn = fenceTriggerFunctionSql(TENANT_COL);
+    await c.query(fn.sql);
+    await c.query(DDL);
+    for (const t of ['parents', 'children', 'tagged']) {
+      await c.query(`create trigger shardctl_fence before insert or update or delete on ${S}.${t} for each row execute function ${fn.name}()`);
+    }
+    await c.query('commit');
+  } catch (e) {
+    await c.query('rollback').catch(() => {});
+    throw e;
+  } finally {
+    c.release();
+  }
+}
+
+/** Writes fixture rows through the data-plane role (the fence refuses unrouted writes). */
+async function asReplica(pool: Pool, fn: (q: (sql: string, params?: unknown[]) => Promise<any>) => Promise<void>) {
+  const c = await pool.connect();
+  try {
+    await c.query('begin');
+    await c.query('set local session_replication_role = replica');
+    await fn((sql, params) => c.query(sql, params as any[]));
+    await c.query('commit');
+  } catch (e) {
+    await c.query('rollback').catch(() => {});
+    throw e;
+  } finally {
+    c.release();
+  }
+}
+
+/** `parents` rows with every awkward type; two carry >200 KB of incompressible text (TOASTed). */
+async function seedTenant(pool: Pool, tenant: string, parents: number, opts: { big?: boolean; tagged?: boolean } = {}) {
+  await asReplica(pool, async (q) => {
+    await q(
+      `insert into ${S}.parents (tenant_id, id, amount, exact, ratio, doc, nums, raw, at, feeling, qty, "MixedCase")
+       select $1::text, md5($1::text || ':' || i)::uuid,
+              case when i % 7 = 0 then null else (i * 1.234567)::numeric(20,6) end,
+              case i % 3 when 0 then 1.0 when 1 then 1.00 else 12345678901234567890.123456789 end,
+              case i % 5 when 0 then 'NaN'::float8 when 1 then 0.1::float8 + 0.2::float8 when 2 then 1e-300 when 3 then '-0'::float8 else 'Infinity' end,
+              jsonb_build_object('i', i, 'n', jsonb_build_array(1.50, 'x', null), 'u', 'ü€😀', 'q', E'"\\\\'),
+              array[i, -i, null]::int[],
+              case when i % 6 = 0 then null else decode(md5(i::text) || '00ff00', 'hex') end,
+              case when i = 1 then 'infinity'::timestamptz else '2024-02-29 12:34:56.789012+05:30'::timestamptz + i * interval '1 hour' end,
+              case when i % 4 = 0 then null else (array['happy','sad','meh'])[1 + i % 3]::${S}.mood end,
+              1 + i,
+              case when i % 8 = 0 then null else E'Hello "' || i || E'" it\\'s a \\\\ back\\nslash\\t' end
+         from generate_series(1, $2::int) i`,
+      [tenant, parents],
+    );
+    await q(
+      `insert into ${S}.children (tenant_id, parent_id, "Seq", note)
+       select $1::text, md5($1::text || ':' || i)::uuid, s, case when s = 2 then null else 'note ' || i || '/' || s end
+         from generate_series(1, $2::int) i, generate_series(1, 2) s`,
+      [tenant, parents],
+    );
+    if (opts.big) {
+      for (const i of [2, Math.max(2, parents - 1)]) {
+        await q(`update ${S}.parents set big = $3 where tenant_id = $1::text and id = md5($1::text || ':' || $2::text)::uuid`, [
+          tenant,
+          i,
+          randomBytes(190_000).toString('base64'),
+        ]);
+      }
+    }
+    if (opts.tagged) {
+      for (const [i, k] of AWKWARD_KEYS.entries()) {
+        await q(`insert into ${S}.tagged (tenant_id, "Key", moods) values ($1, $2, $3::${S}.mood[])`, [
+          tenant,
+          k,
+          i % 3 === 0 ? null : `{happy,${i % 2 ? 'sad' : 'meh'},NULL}`,
+        ]);
+      }
+    }
+  });
+}
+
+/** Every row of a tenant as the text of every column (bytea and big text also by md5), key-ordered bytewise. */
+async function dumpTenant(pool: Pool, table: string, tenant: string): Promise<string[][]> {
+  const c = await pool.connect();
+  try {
+    await c.query('begin');
+    await c.query(STABLE_TEXT_SETTINGS_SQL);
+    const extra = table === 'parents' ? ', md5(raw), md5(big), octet_length(big)::text' : '';
+    const r = await c.query({
+      text: `select t::text${extra} from ${S}.${table} t where tenant_id = $1 order by t::text collate "C"`,
+      values: [tenant],
+      rowMode: 'array',
+    });
+    await c.query('commit');
+    return r.rows;
+  } finally {
+    c.release();
+  }
+}
+
+/** A digest of everything a tenant has in every fixture table (to prove "untouched"). */
+async function tenantDigest(pool: Pool, tenant: string): Promise<string> {
+  const parts: string[] = [];
+  for (const t of ['parents', 'children', 'tagged']) parts.push(JSON.stringify(await dumpTenant(pool, t, tenant)));
+  return parts.join('\n');
+}
+
+async function countRows(pool: Pool, table: string, tenant: string): Promise<number> {
+  const r = await pool.query(`select count(*)::int as n from ${S}.${table} where tenant_id = $1`, [tenant]);
+  return r.rows[0].n;
+}
+
+function newMoveId() {
+  const id = uniq('move-copytest');
+  moveIds.push(id);
+  return id;
+}
+
+beforeAll(async () => {
+  source = shardPool('shard-a');
+  target = shardPool('shard-b');
+  await installFixture(source);
+  await installFixture(target);
+  tables = await listTenantTables(source, { column: TENANT_COL, schemas: [SCHEMA] });
+});
+
+afterAll(async () => {
+  for (const p of [source, target]) {
+    if (!p) continue;
+    await p.query(`drop schema if exists ${S} cascade`).catch(() => {});
+    await p.query(`delete from shardctl.move_progress where move_id = any($1)`, [moveIds]).catch(() => {});
+  }
+  await closePools();
+});
+
+// ---- tests ------------------------------------------------------------------------------------
+
+describe('copyTenant', () => {
+  it('orders tables parents first and picks text COPY only for the enum-array table', async () => {
+    expect(tables.map((t) => t.name)).toEqual(['parents', 'children', 'tagged']);
+    expect((await chooseCopyFormat(source, tables[0])).format).toBe('binary');
+    expect((await chooseCopyFormat(source, tables[1])).format).toBe('binary');
+    const tagged = await chooseCopyFormat(source, tables[2]);
+    expect(tagged.format).toBe('text');
+    expect(tagged.reasons.join()).toMatch(/moods/);
+  });
+
+  it('copies a tenant into a fenced target and every column round-trips byte-exact', async () => {
+    const tenant = uniq('acme');
+    await seedTenant(source, tenant, 120, { big: true, tagged: true });
+    // The big values really are out-of-line and uncompressed on the source.
+    const toast = await source.query(
+      `select pg_column_size(big) as size, pg_column_compression(big) as comp from ${S}.parents where tenant_id = $1 and big is not null`,
+      [tenant],
+    );
+    expect(toast.rows).toHaveLength(2);
+    for (const r of toast.rows) {
+      expect(r.size).toBeGreaterThan(200_000);
+      expect(r.comp).toBeNull();
+    }
+
+    const res = await copyTenant({ source, target, tables, tenantColumn: TENANT_COL, unit: tenant, moveId: newMoveId(), batchRows: 25 });
+    expect(res.tables.map((t) => [t.table, t.rowsCopied])).toEqual([
+      [`${SCHEMA}.parents`, 120],
+      [`${SCHEMA}.children`, 240],
+      [`${SCHEMA}.tagged`, AWKWARD_KEYS.length],
+    ]);
+    expect(res.tables[0].batches).toBe(5); // 4 full batches + the short one that marks it done
+
+    for (const t of ['parents', 'children', 'tagged']) {
+      const [a, b] = [await dumpTenant(source, t, tenant), await dumpTenant(target, t, tenant)];
+      expect(b.length).toBeGreaterThan(0);
+      expect(b).toEqual(a); // includes the generated column, recomputed on the target
+    }
+    expect((await target.query(`select "Key" from ${S}.tagged where tenant_id = $1`, [tenant])).rows.map((r) => r.Key).sort()).toEqual(
+      [...AWKWARD_KEYS].sort(),
+    );
+    const report = await validateTenant({ source, target, tables, tenantColumn: TENANT_COL, unit: tenant });
+    expect(report.ok).toBe(true);
+    expect(await estimateRows(source, tables[1], TENANT_COL, tenant)).toBe(240);
+  });
+
+  it('resumes after an interruption from its checkpoint: no row copied twice or lost, checkpoint monotone', async () => {
+    const tenant = uniq('resume');
+    await seedTenant(source, tenant, 230);
+    const moveId = newMoveId();
+    const seen: number[] = [];
+    const crash = new Error('fault point after-copy-batch');
+    await expect(
+      copyTenantTable({
+        source,
+        target,
+        table: tables[0],
+        tenantColumn: TENANT_COL,
+        unit: tenant,
+        moveId,
+        batchRows: 50,
+        onBatch: (p) => {
+          seen.push(p.rowsCopied);
+          if (seen.length === 2) throw crash;
+        },
+      }),
+    ).rejects.toBe(crash);
+    const [cp] = await copyProgress(target, moveId);
+    expect(cp).toMatchObject({ table: `${SCHEMA}.parents`, rowsCopied: 100, batches: 2, done: false });
+    expect(await countRows(target, 'parents', tenant)).toBe(100);
+
+    const resumed = await copyTenant({
+      source,
+      target,
+      tables,
+      tenantColumn: TENANT_COL,
+      unit: tenant,
+      moveId,
+      batchRows: 50,
+      onBatch: (p) => {
+        if (p.table === `${SCHEMA}.parents`) seen.push(p.rowsCopied);
+      },
+    });
+    expect(seen).toEqual([50, 100, 150, 200, 230]);
+    expect(resumed.tables[0]).toMatchObject({ rowsCopied: 230, batches: 3 });
+    expect(await countRows(target, 'parents', tenant)).toBe(230);
+    expect(await dumpTenant(target, 'parents', tenant)).toEqual(await dumpTenant(source, 'parents', tenant));
+    expect(await dumpTenant(target, 'children', tenant)).toEqual(await dumpTenant(source, 'children', tenant));
+
+    // A finished copy returns at once from its checkpoint.
+    const again = await copyTenant({ source, target, tables, tenantColumn: TENANT_COL, unit: tenant, moveId, batchRows: 50 });
+    expect(again.tables.map((t) => t.batches)).toEqual([0, 0, 0]);
+    expect(again.tables.map((t) => t.rowsCopied)).toEqual([230, 460, 0]);
+    expect((await copyProgress(target, moveId)).every((p) => p.done)).toBe(true);
+  });
+
+  it('stops at an abort between batches, keeping the committed batch, and resumes', async () => {
+    const tenant = uniq('abort');
+    await seedTenant(source, tenant, 60);
+    const moveId = newMoveId();
+    const ac = new AbortController();
+    const base = { source, target, table: tables[0], tenantColumn: TENANT_COL, unit: tenant, moveId, batchRows: 20 };
+    await expect(copyTenantTable({ ...base, signal: ac.signal, onBatch: () => ac.abort(new Error('cancelled by test')) })).rejects.toThrow(
+      'cancelled by test',
+    );
+    expect((await copyProgress(target, moveId))[0]).toMatchObject({ rowsCopied: 20, done: false });
+    expect(await countRows(target, 'parents', tenant)).toBe(20);
+    const done = await copyTenantTable(base);
+    expect(done).toMatchObject({ rowsCopied: 60, done: true });
+    expect(await dumpTenant(target, 'parents', tenant)).toEqual(await dumpTenant(source, 'parents', tenant));
+  });
+
+  it('overwrites a stale target row on re-copy (upsert) after its checkpoint is cleared', async () => {
+    const tenant = uniq('upsert');
+    await seedTenant(source, tenant, 10);
+    const moveId = newMoveId();
+    const base = { source, target, table: tables[0], tenantColumn: TENANT_COL, unit: tenant, moveId, batchRows: 100 };
+    await copyTenantTable(base);
+    await asReplica(target, (q) => q(`update ${S}.parents set "MixedCase" = 'stale', exact = 1.0000 where tenant_id = $1`, [tenant]));
+    expect(await clearCopyProgress(target, moveId)).toBe(1);
+    await copyTenantTable(base);
+    expect(await dumpTenant(target, 'parents', tenant)).toEqual(await dumpTenant(source, 'parents', tenant));
+  });
+
+  it("never touches other tenants' rows on the source or the target", async () => {
+    const [tenant, neighbour, targetOnly] = [uniq('mover'), uniq('stay'), uniq('there')];
+    await seedTenant(source, tenant, 40, { tagged: true });
+    await seedTenant(source, neighbour, 30, { tagged: true });
+    await seedTenant(target, targetOnly, 20, { tagged: true });
+    const before = {
+      srcNeighbour: await tenantDigest(source, neighbour),
+      srcTenant: await tenantDigest(source, tenant),
+      tgtOnly: await tenantDigest(target, targetOnly),
+    };
+    await copyTenant({ source, target, tables, tenantColumn: TENANT_COL, unit: tenant, moveId: newMoveId(), batchRows: 7 });
+    expect(await tenantDigest(source, neighbour)).toBe(before.srcNeighbour);
+    expect(await tenantDigest(source, tenant)).toBe(before.srcTenant);
+    expect(await tenantDigest(target, targetOnly)).toBe(before.tgtOnly);
+    expect(await countRows(target, 'parents', neighbour)).toBe(0);
+    expect(await tenantDigest(target, tenant)).toBe(before.srcTenant);
+  });
+
+  it('paces the copy to rowsPerSecond', async () => {
+    const tenant = uniq('paced');
+    await seedTenant(source, tenant, 30);
+    const t0 = Date.now();
+    await copyTenantTable({ source, target, table: tables[0], tenantColumn: TENANT_COL, unit: tenant, moveId: newMoveId(), batchRows: 10, rowsPerSecond: 50 });
+    // 3 batches of 10 at 50 rows/s: the 2nd waits until 200 ms, the 3rd until 400 ms.
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(390);
+  });
+
+  it('refuses an empty or invalid unit before touching anything', async () => {
+    for (const unit of ['', "x'; drop table y; --", 'UPPER', ' acme']) {
+      await expect(
+        copyTenantTable({ source, target, table: tables[0], tenantColumn: TENANT_COL, unit, moveId: newMoveId(), batchRows: 10 }),
+      ).rejects.toMatchObject({ type: 'InvalidInput' });
+      await expect(deleteTenantRows({ pool: target, tables, tenantColumn: TENANT_COL, unit, batchRows: 10 })).rejects.toMatchObject({
+        type: 'InvalidInput',
+      });
+    }
+    await expect(
+      copyTenantTable({ source, target, table: tables[0], tenantColumn: TENANT_COL, unit: 'acme', moveId: newMoveId(), batchRows: 0 }),
+    ).rejects.toMatchObject({ type: 'InvalidInput' });
+  });
+});
+
+describe('deleteTenantRows', () => {
+  it('deletes only the given tenant, children before parents, in batches, through the fence', async () => {
+    const [tenant, other] = [uniq('gone'), uniq('kept')];
+    await seedTenant(target, tenant, 45, { tagged: true });
+    await seedTenant(target, other, 12, { tagged: true });
+    const otherBefore = await tenantDigest(target, other);
+    const batches: string[] = [];
+    const res = await deleteTenantRows({
+      pool: target,
+      tables,
+      tenantColumn: TENANT_COL,
+      unit: tenant,
+      batchRows: 20,
+      onBatch: (p) => void batches.push(p.table),
+    });
+    expect(res.tables).toEqual([
+      { table: `${SCHEMA}.tagged`, rowsDeleted: AWKWARD_KEYS.length },
+      { table: `${SCHEMA}.children`, rowsDeleted: 90 },
+      { table: `${SCHEMA}.parents`, rowsDeleted: 45 },
+    ]);
+    expect(res.rowsDeleted).toBe(AWKWARD_KEYS.length + 135);
+    expect(batches.filter((b) => b.endsWith('.children'))).toHaveLength(5); // 20+20+20+20+10
+    expect(batches.indexOf(`${SCHEMA}.parents`)).toBeGreaterThan(batches.lastIndexOf(`${SCHEMA}.children`));
+    for (const t of ['parents', 'children', 'tagged']) expect(await countRows(target, t, tenant)).toBe(0);
+    expect(await tenantDigest(target, other)).toBe(otherBefore);
+  });
+});
