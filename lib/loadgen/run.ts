@@ -1,0 +1,216 @@
+// The load generator: `concurrency` slots share a ticket clock paced at `rate` ops/s for
+// `durationMs`, writing and reading through the router and logging every write's outcome.
+// 'ack' is logged only after withTenant returned (COMMIT done); 'refused' only when the
+// transaction certainly rolled back; anything else is 'unknown' (see classify.ts).
+import { performance } from 'node:perf_hooks';
+import { PutObjectCommand } from '@aws-sdk/client-s3';
+import type { Config } from '../config';
+import { shardByName } from '../config';
+import { validateTenantId } from '../ids';
+import { invalidInput } from '../errors';
+import { classifyFailure, errorMessage, errorTypeOf } from './classify';
+import { LogWriter } from './log';
+import { applyWrite, diffRow, observedState, readRows, setDocumentBlob } from './model';
+import { PlannedRead, PlannedWrite, SlotPlanner } from './plan';
+import { S3For, shardOfTransaction, TenantGrant, TenantRouter } from './route';
+import { Router } from '../router';
+import { ownedClients } from './clients';
+import { LatencyRecorder, LoadgenStats, formatStats, zeroOutcomes } from './stats';
+
+export interface LoadgenOptions {
+  config: Config;
+  /** Default: a router of its own, created from config and closed at the end. */
+  router?: TenantRouter;
+  /** Default: S3 clients of its own from config. */
+  s3For?: S3For;
+  tenants: string[];
+  /** Target ops per second (reads and writes together). */
+  rate: number;
+  durationMs: number;
+  logFile: string;
+  concurrency?: number;
+  /** Seeds the op mix (keys and contents are always fresh). */
+  seed?: number;
+  /** Stops starting new ops; in-flight ops finish and are logged. */
+  signal?: AbortSignal;
+  readFraction?: number;
+  /** Size of the large (TOASTed) document bodies. */
+  bodyBytes?: number;
+  /** Writes a 'pending' record before each write, so a killed loadgen leaves its in-flight ops ambiguous rather than unlogged. */
+  intents?: boolean;
+  /** Per-op router deadline (defaults to the router's). */
+  deadlineMs?: number;
+  grant?: TenantGrant;
+}
+
+export interface LoadgenHandle {
+  /** Live counters; latency summaries are filled in when the run ends. */
+  stats: LoadgenStats;
+  done: Promise<LoadgenStats>;
+  stop(): void;
+  /** Latency histograms (power-of-two ms buckets) for reports. */
+  histograms(): { read: Array<[number, number]>; write: Array<[number, number]> };
+}
+
+const sleep = (ms: number, signal: AbortSignal) =>
+  new Promise<void>((resolve) => {
+    if (ms <= 0 || signal.aborted) return resolve();
+    const t = setTimeout(done, ms);
+    function done() {
+      clearTimeout(t);
+      signal.removeEventListener('abort', done);
+      resolve();
+    }
+    signal.addEventListener('abort', done, { once: true });
+  });
+
+export function startLoadgen(opts: LoadgenOptions): LoadgenHandle {
+  if (!opts.tenants.length) throw invalidInput('loadgen needs at least one tenant');
+  opts.tenants.forEach(validateTenantId);
+  if (!(opts.rate > 0)) throw invalidInput(`rate must be > 0 ops/s (got ${opts.rate})`);
+  if (!(opts.durationMs > 0)) throw invalidInput(`duration must be > 0 (got ${opts.durationMs} ms)`);
+  const concurrency = Math.max(1, Math.floor(opts.concurrency ?? 4));
+  const seed = opts.seed ?? Math.floor(Math.random() * 2 ** 31);
+  const grant = opts.grant ?? { tenants: opts.tenants };
+  const log = new LogWriter(opts.logFile);
+  const byOp = { insert: zeroOutcomes(), update: zeroOutcomes(), delete: zeroOutcomes(), blob_put: zeroOutcomes() };
+  const stats: LoadgenStats = {
+    run: log.run, logFile: opts.logFile, tenants: opts.tenants, rate: opts.rate, durationMs: opts.durationMs, elapsedMs: 0,
+    ops: 0, reads: { ok: 0, failed: 0 }, readMismatches: 0, readMismatchSamples: [], writes: zeroOutcomes(), byOp,
+    errorsByType: {}, latency: { read: new LatencyRecorder().summary(), write: new LatencyRecorder().summary() }, stopped: 'duration',
+  };
+  const lat = { read: new LatencyRecorder(), write: new LatencyRecorder() };
+  const stopper = new AbortController();
+  const onAbort = () => {
+    stats.stopped = 'aborted';
+    stopper.abort();
+  };
+  if (opts.signal?.aborted) onAbort();
+  opts.signal?.addEventListener('abort', onAbort, { once: true });
+  const countError = (e: unknown) => {
+    const t = errorTypeOf(e);
+    stats.errorsByType[t] = (stats.errorsByType[t] ?? 0) + 1;
+    return t;
+  };
+  const routerOpts = opts.deadlineMs ? { deadlineMs: opts.deadlineMs } : undefined;
+  const clients = ownedClients(opts.config, { s3For: opts.s3For });
+  let ownRouter: Router | undefined;
+  let router: TenantRouter = opts.router!;
+
+  async function runWrite(slot: number, planner: SlotPlanner, w: PlannedWrite) {
+    const base = {
+      tenant: w.tenant, table: w.table, key: w.key, op: w.op,
+      value: w.op === 'delete' ? null : w.op === 'blob_put' ? w.blob!.sha256 : w.version!,
+      ...(w.table === 'documents' && (w.op === 'insert' || w.op === 'update') ? { bodySha: w.after.bodySha ?? null } : {}),
+      ...(w.blob ? { blobKey: w.blob.blobKey } : {}),
+      slot,
+    };
+    if (opts.intents) log.append({ ...base, status: 'pending' });
+    let commitSent = false;
+    let shard: string | undefined;
+    const t0 = performance.now();
+    try {
+      await router.withTenant(w.tenant, grant, 'write', async (tx, route) => {
+        commitSent = false;
+        shard = shardOfTransaction(opts.config, tx, route);
+        if (w.blob) {
+          // The object goes into the bucket of the shard this transaction runs on, before the
+          // row naming it can commit there: an acked blob_key never points at a missing object.
+          await clients.s3For(shard).send(new PutObjectCommand({ Bucket: shardByName(opts.config, shard).bucket, Key: w.blob.blobKey, Body: w.blob.content }));
+          await setDocumentBlob(tx, w.tenant, w.key, w.blob.blobKey);
+        } else {
+          await applyWrite(tx, w.tenant, { table: w.table, op: w.op as 'insert' | 'update' | 'delete', key: w.key, version: w.version ?? 0, body: w.body });
+        }
+        commitSent = true;
+      }, routerOpts);
+      const latencyMs = Math.round((performance.now() - t0) * 10) / 10;
+      lat.write.add(latencyMs);
+      log.append({ ...base, status: 'ack', latencyMs, shard });
+      planner.settle(w, 'ack');
+      stats.writes.ack++;
+      byOp[w.op].ack++;
+    } catch (e) {
+      const latencyMs = Math.round((performance.now() - t0) * 10) / 10;
+      lat.write.add(latencyMs);
+      const status = classifyFailure(e, commitSent);
+      const errorType = countError(e);
+      log.append({ ...base, status, error: errorMessage(e), errorType, latencyMs, shard });
+      // A write that found its row missing proves the slot's view is wrong: stop using the key.
+      planner.settle(w, errorType === 'RowMissing' ? 'unknown' : status);
+      stats.writes[status]++;
+      byOp[w.op][status]++;
+    }
+  }
+
+  async function runRead(r: PlannedRead) {
+    const t0 = performance.now();
+    try {
+      const rows = await router.withTenant(r.tenant, grant, 'read', (tx) => readRows(tx, r.tenant, r.table, [r.key]), routerOpts);
+      lat.read.add(Math.round((performance.now() - t0) * 10) / 10);
+      stats.reads.ok++;
+      const got = rows.get(r.key);
+      if (!got || diffRow(r.table, r.expected, got).length) {
+        stats.readMismatches++;
+        if (stats.readMismatchSamples.length < 20) {
+          stats.readMismatchSamples.push({ tenant: r.tenant, table: r.table, key: r.key, expected: r.expected, actual: got ? observedState(r.table, got) : 'absent' });
+        }
+      }
+    } catch (e) {
+      lat.read.add(Math.round((performance.now() - t0) * 10) / 10);
+      stats.reads.failed++;
+      countError(e);
+    }
+  }
+
+  let started = Date.now();
+  let end = started + opts.durationMs;
+  const intervalMs = 1000 / opts.rate;
+  let ticket = 0;
+  async function slotLoop(slot: number) {
+    const planner = new SlotPlanner(slot, opts.tenants, seed, {
+      readFraction: opts.readFraction ?? 0.3, bodyBytes: opts.bodyBytes ?? 24_000, maxLiveKeys: 40,
+    });
+    for (;;) {
+      const due = started + ticket++ * intervalMs;
+      if (due >= end || stopper.signal.aborted) return;
+      await sleep(due - Date.now(), stopper.signal);
+      if (stopper.signal.aborted) return;
+      stats.ops++;
+      const op = planner.next();
+      if (op.kind === 'read') await runRead(op);
+      else await runWrite(slot, planner, op);
+    }
+  }
+
+  const done = (async () => {
+    try {
+      if (!opts.router) {
+        router = ownRouter = await Router.create(opts.config);
+        started = Date.now();
+        end = started + opts.durationMs;
+      }
+      await Promise.all(Array.from({ length: concurrency }, (_, i) => slotLoop(i)));
+    } finally {
+      log.close();
+      opts.signal?.removeEventListener('abort', onAbort);
+      await ownRouter?.close();
+      await clients.close();
+    }
+    stats.elapsedMs = Date.now() - started;
+    stats.latency = { read: lat.read.summary(), write: lat.write.summary() };
+    return stats;
+  })();
+  return {
+    stats,
+    done,
+    stop: () => onAbort(),
+    histograms: () => ({ read: lat.read.histogram(), write: lat.write.histogram() }),
+  };
+}
+
+/** Runs to the end (duration or abort) and returns the summary. */
+export async function runLoadgen(opts: LoadgenOptions): Promise<LoadgenStats> {
+  return startLoadgen(opts).done;
+}
+
+export { formatStats };

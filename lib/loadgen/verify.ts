@@ -1,0 +1,157 @@
+// `loadgen verify`: checks a loadgen log against the data of each tenant's CURRENT owner (from
+// the directory), read directly with read-only connections. Exact, per key: the last ack fixes
+// the state, refusals must never show, unknown outcomes allow before or after; every acked
+// blob must exist in the owner's bucket with its sha256. Run it after the load has stopped.
+import type { Pool } from 'pg';
+import type { Config } from '../config';
+import { shardByName } from '../config';
+import { hashObject } from '../blobs/hash';
+import { isNotFound } from '../blobs/list';
+import { forEachLimit } from '../blobs/concurrency';
+import { foldLog, KeyExpectation, RowState } from './expect';
+import { readLog, LogRecord, LoadTable } from './log';
+import { diffRow, ObservedRow, observedState, readRows } from './model';
+import { currentPlacements, Placement, S3For } from './route';
+import { ownedClients } from './clients';
+
+export interface RowFinding {
+  tenant: string;
+  table: LoadTable;
+  key: string;
+  shard: string;
+  /** Acceptable states ('absent' when the key must not exist). */
+  expected: RowState[] | 'absent';
+  actual: RowState | 'absent';
+  /** Columns that differ from the closest acceptable state: balance, name, version, title, body, blob_key, payload.v, payload. */
+  columns?: string[];
+  /** seq (and run) of the refused writes that showed up. */
+  refused?: Array<{ seq: number; run?: string; op: string }>;
+  lastAckSeq?: number;
+}
+
+export interface BlobFinding {
+  tenant: string;
+  key: string;
+  blobKey: string;
+  bucket: string;
+  expectedSha256: string;
+  actualSha256?: string;
+  reason: 'missing' | 'sha256 mismatch';
+}
+
+export interface VerifyReport {
+  ok: boolean;
+  logFile: string;
+  records: number;
+  /** Keys checked against the owner shard. */
+  checked: number;
+  owners: Record<string, Placement>;
+  missing: RowFinding[];
+  wrongValue: RowFinding[];
+  presentButRefused: RowFinding[];
+  /** Rows whose last ack was a delete but which exist. */
+  presentButDeleted: RowFinding[];
+  unknownOutcomes: number;
+  /** Keys with more than one acceptable state (after unknown outcomes) whose row matched one of them. */
+  ambiguousKeys: number;
+  blobsChecked: number;
+  blobMissing: BlobFinding[];
+}
+
+export interface VerifyOptions {
+  logFile: string;
+  config: Config;
+  /** Injected clients (else created here and closed at the end). */
+  directory?: Pool;
+  shardPool?: (shard: string) => Pool;
+  s3For?: S3For;
+  concurrency?: number;
+}
+
+export async function verifyLog(opts: VerifyOptions): Promise<VerifyReport> {
+  return verifyRecords(readLog(opts.logFile), opts);
+}
+
+export async function verifyRecords(records: LogRecord[], opts: VerifyOptions): Promise<VerifyReport> {
+  const { config } = opts;
+  const own = ownedClients(config, opts);
+  try {
+    const exp = foldLog(records);
+    const tenants = [...new Set(exp.keys.map((k) => k.tenant))];
+    const owners = tenants.length ? await currentPlacements(own.directory(), tenants) : new Map<string, Placement>();
+    const report: VerifyReport = {
+      ok: false, logFile: opts.logFile, records: exp.records, checked: 0, owners: Object.fromEntries(owners),
+      missing: [], wrongValue: [], presentButRefused: [], presentButDeleted: [], unknownOutcomes: exp.unknownOutcomes,
+      ambiguousKeys: 0, blobsChecked: 0, blobMissing: [],
+    };
+    const groups = new Map<string, KeyExpectation[]>();
+    for (const k of exp.keys) {
+      const g = `${k.tenant}\u0000${k.table}`;
+      if (!groups.has(g)) groups.set(g, []);
+      groups.get(g)!.push(k);
+    }
+    for (const keys of groups.values()) {
+      const { tenant, table } = keys[0];
+      const shard = owners.get(tenant)!.shard;
+      for (let i = 0; i < keys.length; i += 1000) {
+        const batch = keys.slice(i, i + 1000);
+        const rows = await readRows(own.shardPool(shard), tenant, table, batch.map((k) => k.key));
+        for (const k of batch) {
+          report.checked++;
+          judgeKey(report, k, shard, rows.get(k.key));
+        }
+      }
+    }
+    await forEachLimit(exp.blobs, opts.concurrency ?? 8, async (b) => {
+      const shard = owners.get(b.tenant)!.shard;
+      const bucket = shardByName(config, shard).bucket;
+      report.blobsChecked++;
+      try {
+        const h = await hashObject(own.s3For(shard), bucket, b.blobKey);
+        if (h.sha256 !== b.sha256) {
+          report.blobMissing.push({ tenant: b.tenant, key: b.key, blobKey: b.blobKey, bucket, expectedSha256: b.sha256, actualSha256: h.sha256, reason: 'sha256 mismatch' });
+        }
+      } catch (e) {
+        if (!isNotFound(e)) throw e;
+        report.blobMissing.push({ tenant: b.tenant, key: b.key, blobKey: b.blobKey, bucket, expectedSha256: b.sha256, reason: 'missing' });
+      }
+    });
+    report.blobMissing.sort((a, b) => (a.blobKey < b.blobKey ? -1 : 1));
+    report.ok = !report.missing.length && !report.wrongValue.length && !report.presentButRefused.length && !report.presentButDeleted.length && !report.blobMissing.length;
+    return report;
+  } finally {
+    await own.close();
+  }
+}
+
+function judgeKey(report: VerifyReport, k: KeyExpectation, shard: string, row: ObservedRow | undefined): void {
+  const base = { tenant: k.tenant, table: k.table, key: k.key, shard, lastAckSeq: k.lastAckSeq };
+  const present = k.states.filter((s) => s.present);
+  const expected = present.length ? k.states : ('absent' as const);
+  if (!row) {
+    if (present.length < k.states.length) return accept(report, k);
+    report.missing.push({ ...base, expected, actual: 'absent' });
+    return;
+  }
+  const diffs = present.map((s) => diffRow(k.table, s, row)).sort((a, b) => a.length - b.length);
+  if (diffs.length && diffs[0].length === 0) return accept(report, k);
+  const actual = observedState(k.table, row);
+  // A refused write is visible: its value (or blob key) is what the row now holds.
+  const shown = k.refused.filter((r) =>
+    r.op === 'blob_put' ? r.blobKey === row.blobKey : r.op !== 'delete' && Number(r.value) === row.value && !present.some((s) => s.value === row.value),
+  );
+  const refusedOnly = k.acks === 0 && k.unknown === 0 && k.refused.length > 0;
+  if (refusedOnly || shown.length) {
+    report.presentButRefused.push({ ...base, expected, actual, refused: (shown.length ? shown : k.refused).map((r) => ({ seq: r.seq, run: r.run, op: r.op })) });
+    return;
+  }
+  if (!present.length) {
+    report.presentButDeleted.push({ ...base, expected, actual });
+    return;
+  }
+  report.wrongValue.push({ ...base, expected, actual, columns: diffs[0] });
+}
+
+function accept(report: VerifyReport, k: KeyExpectation) {
+  if (k.states.length > 1) report.ambiguousKeys++;
+}

@@ -1,0 +1,298 @@
+// Seed, loadgen and verify against the real stack: the evidence the crash tests rely on. Verify
+// must pass on honest data and name every kind of damage precisely: a lost acked row, a changed
+// value (including a body nulled like a mishandled unchanged-TOAST update), a refused write that
+// appears, a deleted row that comes back, a missing blob.
+import { describe, it, expect, beforeAll, afterAll } from 'vitest';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import type { Pool, PoolClient } from 'pg';
+import { DeleteObjectCommand, HeadObjectCommand } from '@aws-sdk/client-s3';
+import { testConfig, uniq, shardPool, directoryPool, closePools } from '../helpers/stack';
+import { ensureDirectory } from '../../lib/directory/ensure';
+import { prepareShard } from '../../lib/shard/prepare';
+import { createTenant } from '../../lib/tenants';
+import { getUnitFence, setUnitFence } from '../../lib/shard/fence';
+import { Router } from '../../lib/router';
+import { createDeps, Deps } from '../../worker/deps';
+import { seedTenant } from '../../lib/seed';
+import { runLoadgen, startLoadgen, verifyLog, readLog, foldLog, LogRecord, TenantRouter } from '../../lib/loadgen';
+import { projectRoot } from '../../lib/config';
+
+const execFileP = promisify(execFile);
+const config = testConfig();
+let dir: Pool;
+const pools = new Map<string, Pool>();
+const pool = (s: string) => {
+  if (!pools.has(s)) pools.set(s, shardPool(s));
+  return pools.get(s)!;
+};
+let router: Router;
+let deps: Deps;
+let tmp: string;
+
+beforeAll(async () => {
+  dir = directoryPool();
+  await ensureDirectory(dir, config);
+  for (const s of config.shards) await prepareShard(pool(s.name), config, { demoSchema: true });
+  router = await Router.create(config);
+  deps = createDeps(config);
+  tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'shardctl-loadgen-'));
+});
+
+afterAll(async () => {
+  await router?.close();
+  await deps?.close();
+  await closePools();
+  fs.rmSync(tmp, { recursive: true, force: true });
+});
+
+async function newTenant(prefix: string, shard: string): Promise<string> {
+  const tenant = uniq(prefix);
+  await createTenant({ directory: dir, shardPool: pool, config }, { tenant, shard, actor: 'loadgen-test' });
+  return tenant;
+}
+
+const logPath = (name: string) => path.join(tmp, `${uniq(name)}.jsonl`);
+const bucketOf = (shard: string) => config.shards.find((s) => s.name === shard)!.bucket;
+
+/** The data plane's way in: replica role skips the fence trigger, as copy/apply do. */
+async function asReplica(shard: string, fn: (c: PoolClient) => Promise<void>) {
+  const c = await pool(shard).connect();
+  try {
+    await c.query('begin');
+    await c.query('set local session_replication_role = replica');
+    await fn(c);
+    await c.query('commit');
+  } catch (e) {
+    await c.query('rollback').catch(() => {});
+    throw e;
+  } finally {
+    c.release();
+  }
+}
+
+/** Keys whose expected final state is definite and present (or absent), from the log. */
+function finalKeys(records: LogRecord[]) {
+  const keys = foldLog(records).keys.filter((k) => k.states.length === 1 && k.unknown === 0);
+  return {
+    present: keys.filter((k) => k.states[0].present && k.acks > 0),
+    deleted: keys.filter((k) => !k.states[0].present && k.acks > 0),
+    refusedOnly: keys.filter((k) => k.acks === 0 && k.refused.length > 0),
+  };
+}
+
+describe('seed', () => {
+  it('writes the planned rows through the router, TOASTs large bodies and puts each blob in the owner bucket', async () => {
+    const tenant = await newTenant('seed', 'shard-b');
+    const sum = await seedTenant({ router, s3For: deps.s3For, config, tenant, rows: 1000, blobs: 12 });
+    expect(sum).toMatchObject({ tenant, shard: 'shard-b', accounts: 100, documents: 300, events: 450, jobs: 150, blobs: 12 });
+    const db = pool('shard-b');
+    const count = async (sql: string) => Number((await db.query(sql, [tenant])).rows[0].n);
+    expect(await count('select count(*) n from public.accounts where tenant_id = $1')).toBe(100);
+    expect(await count('select count(*) n from public.documents where tenant_id = $1')).toBe(300);
+    expect(await count('select count(*) n from public.events where tenant_id = $1')).toBe(450);
+    expect(await count(`select count(*) n from public.jobs where tenant_id = $1 and state = 'queued'`)).toBe(150);
+    expect(await count(`select count(distinct payload->>'kind') n from public.events where tenant_id = $1`)).toBeGreaterThan(1);
+    // Jobs spread over time: some due already, some in the future.
+    expect(await count(`select count(*) n from public.jobs where tenant_id = $1 and run_at < now()`)).toBeGreaterThan(0);
+    expect(await count(`select count(*) n from public.jobs where tenant_id = $1 and run_at > now() + interval '5 minutes'`)).toBeGreaterThan(0);
+    // Incompressible > 20 KB bodies: stored at full size, which only fits out of line (TOAST).
+    expect(sum.largeBodies).toBe(75);
+    expect(await count(`select count(*) n from public.documents where tenant_id = $1 and pg_column_size(body) > 20000`)).toBe(75);
+    const toast = await db.query(`select pg_relation_size(reltoastrelid) as size from pg_class where oid = 'public.documents'::regclass`);
+    expect(Number(toast.rows[0].size)).toBeGreaterThan(75 * 20000);
+    // Every blob row names an object that exists in the owning shard's bucket.
+    const blobs = await db.query('select blob_key from public.documents where tenant_id = $1 and blob_key is not null order by blob_key', [tenant]);
+    expect(blobs.rows.map((r) => r.blob_key)).toEqual([...sum.blobKeys].sort());
+    for (const key of sum.blobKeys) {
+      expect(key).toMatch(new RegExp(`^tenants/${tenant}/docs/[0-9a-f-]{36}$`));
+      const head = await deps.s3For('shard-b').send(new HeadObjectCommand({ Bucket: bucketOf('shard-b'), Key: key }));
+      expect(head.ContentLength).toBeGreaterThan(0);
+    }
+  });
+});
+
+describe('loadgen and verify', () => {
+  it('acks writes on two tenants on two shards and verify finds every one of them', async () => {
+    const [a, b] = [await newTenant('lg-a', 'shard-b'), await newTenant('lg-b', 'shard-c')];
+    const logFile = logPath('two');
+    const stats = await runLoadgen({ config, router, s3For: deps.s3For, tenants: [a, b], rate: 80, durationMs: 3000, logFile, concurrency: 4, seed: 1 });
+    expect(stats.writes.ack).toBeGreaterThan(100);
+    expect(stats.writes).toMatchObject({ refused: 0, unknown: 0 });
+    expect(stats.byOp.blob_put.ack).toBeGreaterThan(0);
+    expect(stats.byOp.delete.ack).toBeGreaterThan(0);
+    expect(stats.reads.ok).toBeGreaterThan(0);
+    expect(stats.readMismatches).toBe(0);
+    expect(stats.latency.write.count).toBe(stats.writes.ack);
+    const records = readLog(logFile);
+    expect(records).toHaveLength(stats.writes.ack);
+    expect(new Set(records.map((r) => r.tenant))).toEqual(new Set([a, b]));
+    expect(new Set(records.map((r) => r.shard))).toEqual(new Set(['shard-b', 'shard-c']));
+    for (const r of records) expect(Object.keys(r)).toEqual(expect.arrayContaining(['seq', 'ts', 'tenant', 'table', 'key', 'op', 'value', 'status']));
+    const report = await verifyLog({ logFile, config });
+    expect(report).toMatchObject({ ok: true, missing: [], wrongValue: [], presentButRefused: [], presentButDeleted: [], blobMissing: [], unknownOutcomes: 0 });
+    expect(report.checked).toBe(new Set(records.map((r) => `${r.tenant}/${r.table}/${r.key}`)).size);
+    expect(report.blobsChecked).toBe(stats.byOp.blob_put.ack);
+  });
+
+  it('reports a lost acked row, a changed value, a nulled body, a refused insert that appears, a resurrected row and a missing blob, each by key', async () => {
+    const tenant = await newTenant('lg-tamper', 'shard-b');
+    const logFile = logPath('tamper');
+    await runLoadgen({ config, router, s3For: deps.s3For, tenants: [tenant], rate: 100, durationMs: 2500, logFile, concurrency: 2, seed: 2 });
+    // Refusals for real: the unit is frozen for the whole second run and its writers give up.
+    const fence = (await getUnitFence(pool('shard-b'), tenant))!;
+    await setUnitFence(pool('shard-b'), { ...fence, frozen: true });
+    const refusedRun = await runLoadgen({
+      config, router, s3For: deps.s3For, tenants: [tenant], rate: 40, durationMs: 600, logFile, concurrency: 2, seed: 3, deadlineMs: 150, readFraction: 0,
+    });
+    await setUnitFence(pool('shard-b'), { ...fence, frozen: false });
+    expect(refusedRun.writes.ack).toBe(0);
+    expect(refusedRun.writes.refused).toBeGreaterThan(0);
+    expect(refusedRun.errorsByType.Frozen).toBe(refusedRun.writes.refused);
+
+    const honest = await verifyLog({ logFile, config });
+    expect(honest.ok).toBe(true);
+
+    const records = readLog(logFile);
+    const keys = finalKeys(records);
+    const account = keys.present.find((k) => k.table === 'accounts')!;
+    const event = keys.present.find((k) => k.table === 'events')!;
+    const doc = keys.present.find((k) => k.table === 'documents' && k.states[0].bodySha)!;
+    const deletedAccount = keys.deleted.find((k) => k.table === 'accounts')!;
+    const refusedInsert = keys.refusedOnly.find((k) => k.table === 'accounts')!;
+    const blob = foldLog(records).blobs[0];
+    for (const x of [account, event, doc, deletedAccount, refusedInsert, blob]) expect(x).toBeDefined();
+
+    await asReplica('shard-b', async (c) => {
+      await c.query('delete from public.accounts where tenant_id = $1 and id = $2', [tenant, account.key]);
+      await c.query(`update public.events set payload = jsonb_set(payload, '{v}', '999') where tenant_id = $1 and id = $2`, [tenant, event.key]);
+      await c.query('update public.documents set body = null where tenant_id = $1 and id = $2', [tenant, doc.key]);
+      await c.query(`insert into public.accounts (tenant_id, id, name) values ($1, $2, 'sneaked in')`, [tenant, refusedInsert.key]);
+      await c.query(`insert into public.accounts (tenant_id, id, name) values ($1, $2, 'back from the dead')`, [tenant, deletedAccount.key]);
+    });
+    await deps.s3For('shard-b').send(new DeleteObjectCommand({ Bucket: bucketOf('shard-b'), Key: blob.blobKey }));
+
+    const r = await verifyLog({ logFile, config });
+    expect(r.ok).toBe(false);
+    expect(r.missing.map((f) => [f.table, f.key])).toEqual([['accounts', account.key]]);
+    expect(r.missing[0]).toMatchObject({ actual: 'absent', shard: 'shard-b', expected: account.states });
+    expect(r.wrongValue.map((f) => [f.table, f.key, f.columns]).sort()).toEqual(
+      [['documents', doc.key, ['body']], ['events', event.key, ['payload.v']]].sort(),
+    );
+    expect(r.presentButRefused.map((f) => [f.table, f.key])).toEqual([['accounts', refusedInsert.key]]);
+    expect(r.presentButRefused[0].refused!.length).toBeGreaterThan(0);
+    expect(r.presentButDeleted.map((f) => [f.table, f.key])).toEqual([['accounts', deletedAccount.key]]);
+    expect(r.blobMissing).toEqual([expect.objectContaining({ tenant, key: blob.key, blobKey: blob.blobKey, bucket: bucketOf('shard-b'), reason: 'missing' })]);
+    expect(r.checked).toBe(honest.checked);
+  });
+
+  it('delays writes while the tenant is frozen for a second, loses none of them', async () => {
+    const tenant = await newTenant('lg-freeze', 'shard-c');
+    const logFile = logPath('freeze');
+    const h = startLoadgen({ config, router, s3For: deps.s3For, tenants: [tenant], rate: 50, durationMs: 3500, logFile, concurrency: 3, seed: 4 });
+    await new Promise((r) => setTimeout(r, 1000));
+    const fence = (await getUnitFence(pool('shard-c'), tenant))!;
+    await setUnitFence(pool('shard-c'), { ...fence, frozen: true });
+    // Writers that passed the fence before it rose may still be reporting their commit.
+    await new Promise((r) => setTimeout(r, 100));
+    const ackedBefore = h.stats.writes.ack;
+    await new Promise((r) => setTimeout(r, 900));
+    const ackedWhileFrozen = h.stats.writes.ack - ackedBefore;
+    await setUnitFence(pool('shard-c'), { ...fence, frozen: false });
+    const stats = await h.done;
+    expect(ackedBefore).toBeGreaterThan(0);
+    expect(ackedWhileFrozen).toBe(0);
+    expect(stats.writes).toMatchObject({ refused: 0, unknown: 0 });
+    expect(stats.writes.ack).toBeGreaterThan(ackedBefore);
+    expect(stats.latency.write.max).toBeGreaterThan(800);
+    expect(stats.readMismatches).toBe(0);
+    const report = await verifyLog({ logFile, config });
+    expect(report.ok).toBe(true);
+    expect(report.checked).toBeGreaterThan(0);
+  });
+
+  it('logs a connection lost around COMMIT as unknown, and verify accepts the key before or after', async () => {
+    const tenant = await newTenant('lg-unknown', 'shard-c');
+    const logFile = logPath('unknown');
+    // Every 4th write loses its connection once the body has run: half of those after the real
+    // COMMIT (the write is there), half inside the transaction (rolled back, it is not).
+    let n = 0;
+    const lossy: TenantRouter = {
+      async withTenant(t, grant, mode, fn, opts) {
+        const i = mode === 'write' ? ++n : 0;
+        const lost = () => Object.assign(new Error('Connection terminated unexpectedly'), { lostAt: i });
+        const out = await router.withTenant(t, grant, mode, async (tx) => {
+          const r = await fn(tx);
+          if (i % 8 === 4) throw lost();
+          return r;
+        }, opts);
+        if (i % 8 === 0 && i > 0) throw lost();
+        return out;
+      },
+    };
+    const stats = await runLoadgen({ config, router: lossy, s3For: deps.s3For, tenants: [tenant], rate: 80, durationMs: 2000, logFile, concurrency: 2, seed: 6 });
+    expect(stats.writes.unknown).toBeGreaterThan(4);
+    expect(stats.writes.refused).toBe(0);
+    const records = readLog(logFile);
+    const unknown = records.filter((r) => r.status === 'unknown');
+    expect(unknown.every((r) => r.errorType === 'ConnectionLost')).toBe(true);
+    // The writer never touches a key again after an unknown outcome.
+    for (const u of unknown) expect(records.filter((r) => r.key === u.key && r.seq > u.seq && r.run === u.run)).toEqual([]);
+    const report = await verifyLog({ logFile, config });
+    expect(report.ok).toBe(true);
+    expect(report.unknownOutcomes).toBe(unknown.length);
+    expect(report.ambiguousKeys).toBe(new Set(unknown.map((u) => u.key)).size);
+  });
+
+  it('stops early on abort, with its own router, and logs an intent and an outcome for every write', async () => {
+    const tenant = await newTenant('lg-abort', 'shard-b');
+    const logFile = logPath('abort');
+    const ac = new AbortController();
+    const t0 = Date.now();
+    setTimeout(() => ac.abort(), 500);
+    // No router or S3 clients injected: loadgen creates its own and closes them.
+    const stats = await runLoadgen({ config, tenants: [tenant], rate: 50, durationMs: 60_000, logFile, signal: ac.signal, intents: true });
+    expect(Date.now() - t0).toBeLessThan(5000);
+    expect(stats.stopped).toBe('aborted');
+    const written = stats.writes.ack + stats.writes.refused + stats.writes.unknown;
+    const records = readLog(logFile);
+    // With intents, each write has a 'pending' record before its outcome.
+    expect(records.filter((r) => r.status === 'pending')).toHaveLength(written);
+    expect(records).toHaveLength(2 * written);
+    expect((await verifyLog({ logFile, config })).ok).toBe(true);
+  });
+});
+
+describe('shardctl loadgen (CLI)', () => {
+  const cli = (args: string[]) =>
+    execFileP(process.execPath, [path.join(projectRoot(), 'cli/shardctl.js'), ...args], { cwd: projectRoot(), timeout: 60_000 }).then(
+      (r) => ({ code: 0, ...r }),
+      (e) => ({ code: e.code as number, stdout: e.stdout as string, stderr: e.stderr as string }),
+    );
+
+  it('runs a bounded load, verifies it with exit 0, and exits 1 once an acked row is gone', async () => {
+    const tenant = await newTenant('lg-cli', 'shard-c');
+    const logFile = logPath('cli');
+    const run = await cli(['loadgen', '--tenants', tenant, '--rate', '50', '--duration', '2s', '--log', logFile]);
+    expect(run.stderr).toBe('');
+    expect(run.code).toBe(0);
+    expect(run.stdout).toMatch(/writes: \d+ ack, 0 refused, 0 unknown/);
+    expect(run.stdout).toMatch(/write\s+\d+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+/);
+    const ok = await cli(['loadgen', 'verify', '--log', logFile]);
+    expect(ok.code).toBe(0);
+    expect(ok.stdout).toMatch(/^OK: \d+ keys checked/);
+
+    const victim = finalKeys(readLog(logFile)).present[0];
+    await asReplica('shard-c', async (c) => {
+      await c.query(`delete from public.${victim.table} where tenant_id = $1 and id = $2`, [tenant, victim.key]);
+    });
+    const bad = await cli(['loadgen', 'verify', '--json', '--log', logFile]);
+    expect(bad.code).toBe(1);
+    const report = JSON.parse(bad.stdout);
+    expect(report.ok).toBe(false);
+    expect(report.missing.map((f: any) => f.key)).toEqual([victim.key]);
+  });
+});
