@@ -1,0 +1,145 @@
+// Helpers for move tests against the real stack: prepare shards, run a worker, start and watch
+// moves, and read the invariants (directory, fences, replication objects, fingerprints).
+import { Client as TemporalClient, Connection, WorkflowHandle } from '@temporalio/client';
+import { Pool } from 'pg';
+import { testConfig, shardPool, directoryPool, uniq } from './stack';
+import { prepareAllShards } from '../../lib/shard/prepare';
+import { ensureDirectory } from '../../lib/directory/ensure';
+import { createTenant } from '../../lib/tenants';
+import { getPlacement } from '../../lib/directory/placements';
+import { Router } from '../../lib/router';
+import { seedTenant } from '../../lib/seed';
+import { createDeps } from '../../worker/deps';
+import { moveWorkflowId } from '../../lib/ids';
+import * as M from '../../workflows/messages';
+import { phaseReached, isTerminal, Phase } from '../../workflows/phases';
+import { listTenantTables } from '../../lib/shard/tables';
+import { fingerprintUnit, TableFingerprint } from '../../lib/cutover/checksum';
+
+let prepared: Promise<void> | undefined;
+export function prepareStack(): Promise<void> {
+  return (prepared ??= (async () => {
+    const config = testConfig();
+    const res = await prepareAllShards(config, shardPool, { demoSchema: true });
+    const bad = res.filter((r) => r.error);
+    if (bad.length) throw new Error(`prepare failed: ${bad.map((b) => `${b.shard}: ${b.error}`).join('; ')}`);
+    await ensureDirectory(directoryPool(), config);
+  })());
+}
+
+export async function temporal(): Promise<{ client: TemporalClient; close: () => Promise<void> }> {
+  const config = testConfig();
+  const connection = await Connection.connect({ address: config.temporal.address });
+  return { client: new TemporalClient({ connection, namespace: config.temporal.namespace }), close: () => connection.close() };
+}
+
+export async function newTenant(shard: string, prefix = 't'): Promise<string> {
+  const config = testConfig();
+  const tenant = uniq(prefix);
+  await createTenant({ directory: directoryPool(), shardPool, config }, { tenant, shard, actor: 'test' });
+  return tenant;
+}
+
+export async function seed(tenant: string, rows: number, blobs: number) {
+  const config = testConfig();
+  const router = await Router.create(config);
+  const deps = createDeps(config);
+  try {
+    return await seedTenant({ router, s3For: (s) => deps.s3For(s), config, tenant, rows, blobs });
+  } finally {
+    await router.close();
+    await deps.close();
+  }
+}
+
+export function moveInput(tenant: string, target: string, o: Partial<M.MoveInput> = {}): M.MoveInput {
+  return {
+    moveId: '', unit: tenant, tenant, target, soakSeconds: 2, approveCutover: 'auto', requestedBy: 'test',
+    lagThresholdMs: 1000, fenceBudgetMs: 5000, rowsPerSecond: 0, ...o,
+  };
+}
+
+export async function startMove(client: TemporalClient, taskQueue: string, input: M.MoveInput): Promise<WorkflowHandle> {
+  return client.workflow.start('moveTenantWorkflow', { taskQueue, workflowId: moveWorkflowId(input.unit), args: [input] });
+}
+
+export async function waitFor(handle: WorkflowHandle, pred: (s: M.MoveStatus) => boolean, timeoutMs = 90_000): Promise<M.MoveStatus> {
+  const deadline = Date.now() + timeoutMs;
+  let s: M.MoveStatus | undefined;
+  while (Date.now() < deadline) {
+    try {
+      s = await handle.query(M.statusQuery);
+      if (pred(s)) return s;
+    } catch {
+      /* not started yet */
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error(`timed out; last status ${JSON.stringify(s)}`);
+}
+
+export async function waitPhase(handle: WorkflowHandle, phase: Phase, timeoutMs = 90_000): Promise<M.MoveStatus> {
+  return waitFor(handle, (s) => {
+    if (phaseReached(s.phase, phase)) return true;
+    if (isTerminal(s.phase)) throw new Error(`move ended in ${s.phase} before ${phase}: ${s.lastError}`);
+    return false;
+  }, timeoutMs);
+}
+
+/** Slots and publications of a move left on any shard (invariant 5). */
+export async function replicationLeftovers(moveId: string): Promise<string[]> {
+  const safe = moveId.replace(/[^a-z0-9_]/g, '_').slice(0, 40);
+  const out: string[] = [];
+  for (const s of testConfig().shards) {
+    const p = shardPool(s.name);
+    const slots = await p.query(`select slot_name from pg_replication_slots where slot_name like $1`, [`shardctl_%_${safe}`]);
+    const pubs = await p.query(`select pubname from pg_publication where pubname like $1`, [`shardctl_%_${safe}`]);
+    out.push(...slots.rows.map((r) => `${s.name} slot ${r.slot_name}`), ...pubs.rows.map((r) => `${s.name} publication ${r.pubname}`));
+  }
+  return out;
+}
+
+export async function fingerprint(shard: string, tenant: string): Promise<TableFingerprint[]> {
+  const config = testConfig();
+  const pool: Pool = shardPool(shard);
+  const tables = await listTenantTables(pool, config.tenant);
+  return fingerprintUnit(pool, tables, config.tenant.column, tenant);
+}
+
+export async function rowCount(shard: string, tenant: string): Promise<number> {
+  const f = await fingerprint(shard, tenant);
+  return f.reduce((n, t) => n + t.rows, 0);
+}
+
+export async function placement(tenant: string) {
+  return getPlacement(directoryPool(), tenant);
+}
+
+/** Tries a direct write under an explicit epoch; returns the SQLSTATE or 'ok'. */
+export async function tryWrite(shard: string, tenant: string, epoch: number): Promise<string> {
+  const c = await shardPool(shard).connect();
+  try {
+    await c.query('begin');
+    await c.query(`select set_config('shardctl.unit', $1, true), set_config('shardctl.epoch', $2, true)`, [tenant, String(epoch)]);
+    await c.query(`insert into public.events(tenant_id, kind) values ($1, 'probe')`, [tenant]);
+    await c.query('rollback');
+    return 'ok';
+  } catch (e: any) {
+    await c.query('rollback').catch(() => {});
+    return e.code ?? String(e.message);
+  } finally {
+    c.release();
+  }
+}
+
+export async function blobCount(shard: string, tenant: string): Promise<number> {
+  const { listBlobs, tenantBlobPrefix } = await import('../../lib/blobs');
+  const config = testConfig();
+  const deps = createDeps(config);
+  try {
+    const b = config.shards.find((s) => s.name === shard)!.bucket;
+    return (await listBlobs(deps.s3For(shard), b, tenantBlobPrefix(tenant))).length;
+  } finally {
+    await deps.close();
+  }
+}
