@@ -137,10 +137,15 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
   async function catchUpUntilLagBelow(): Promise<void> {
     for (;;) {
       await waitIfPaused();
-      const r = await step('catch-up', () => long.catchUp({ ...ref(), direction: 'forward', maxDurationMs: 20_000, idleStopMs: 1000 }));
+      const r = await step('catch-up', () => long.catchUp({ ...ref(), direction: 'forward', maxDurationMs: 30_000, mode: 'now' }));
       st.lagBytes = r.lagBytes;
-      st.lagSeconds = r.caughtUp ? 0 : Math.round((r.lagBytes / (8 * 1024 * 1024)) * 10) / 10;
-      if (r.caughtUp) return;
+      // A round applies what the source had when it began: its duration is the lag in time.
+      st.lagSeconds = Math.round(r.durationMs / 100) / 10;
+      if (r.caughtUp && r.durationMs <= input.lagThresholdMs) {
+        if (st.blockedReason.startsWith('catch-up:')) block('');
+        return;
+      }
+      if (r.caughtUp || r.durationMs > 5_000) block(`catch-up: lag ${st.lagSeconds} s > ${input.lagThresholdMs / 1000} s`);
       await maybeContinueAsNew();
     }
   }
@@ -265,7 +270,7 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
       soakScope = new CancellationScope();
       try {
         await soakScope.run(async () => {
-          await step('reverse replication', () => long.catchUp({ ...ref(), direction: 'reverse', maxDurationMs: Math.max(1000, Math.min(60_000, remaining)) }));
+          await step('reverse replication', () => long.catchUp({ ...ref(), direction: 'reverse', mode: 'continuous', maxDurationMs: Math.max(1000, Math.min(60_000, remaining)) }));
           if (patched('reverse-blob-sync')) await step('reverse blobs', () => long.copyBlobs({ ...ref(), direction: 'reverse' }));
         });
       } catch (err) {
@@ -286,7 +291,7 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
           break;
         }
         st.lastError = `rollback cutover: ${r.reason}`;
-        await step('reverse catch-up', () => long.catchUp({ ...ref(), direction: 'reverse', maxDurationMs: 20_000, idleStopMs: 1000 }));
+        await step('reverse catch-up', () => long.catchUp({ ...ref(), direction: 'reverse', maxDurationMs: 20_000, mode: 'now' }));
       }
       await step('rollback cleanup', () => quick.cleanupAfterRollback({ ...ref(), epoch: st.epoch, actor: st.operators.rolledBackBy ?? input.requestedBy }));
       await record('rolled-back', st.operators.rolledBackBy ?? input.requestedBy, undefined, { epoch: st.epoch });

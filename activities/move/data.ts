@@ -24,7 +24,9 @@ const catchUpInput = moveRef.extend({
   direction,
   maxDurationMs: z.number().int().positive(),
   idleStopMs: z.number().int().positive().optional(),
-  untilLsn: z.string().optional(),
+  /** 'now': apply up to the sender's WAL position at the start of the call (a catch-up round);
+   *  'continuous': keep applying until the time budget ends (soak). */
+  mode: z.enum(['now', 'continuous']).default('now'),
 });
 
 export function createDataActivities(deps: Deps) {
@@ -90,10 +92,16 @@ export function createDataActivities(deps: Deps) {
       });
     },
 
-    async catchUp(input: z.infer<typeof catchUpInput>): Promise<{ appliedLsn: string; lagBytes: number; caughtUp: boolean; transactionsApplied: number }> {
+    /**
+     * One catch-up round. In 'now' mode its duration is the replication lag in time: how long it
+     * took to apply everything the sender had written when the round started.
+     */
+    async catchUp(input: z.input<typeof catchUpInput>): Promise<{ appliedLsn: string; lagBytes: number; caughtUp: boolean; transactionsApplied: number; durationMs: number }> {
       const ref = parse(catchUpInput, input);
       return typed(async () => {
         const { from, to } = ends(ref, ref.direction);
+        const t0 = Date.now();
+        const untilLsn = ref.mode === 'now' ? await currentWalLsn(deps.shardPool(from)) : undefined;
         const names = replicationNames(ref.moveId, ref.direction);
         const fromShard = deps.config.shards.find((s) => s.name === from)!;
         let beats = 0;
@@ -103,17 +111,18 @@ export function createDataActivities(deps: Deps) {
           ...names,
           moveId: ref.moveId,
           stream: ref.direction,
-          untilLsn: ref.untilLsn,
+          untilLsn,
           maxDurationMs: ref.maxDurationMs,
           idleStopMs: ref.idleStopMs,
           maxTxBytes: deps.config.limits.applyMaxTxBytes,
           signal: activitySignal(),
           onProgress: async (p: unknown) => {
             beat(p);
-            if (++beats === 3 && ref.direction === 'forward') await deps.faultPoint('mid-catch-up');
+            if (++beats === 2) await deps.faultPoint(ref.direction === 'forward' ? 'mid-catch-up' : 'mid-soak');
           },
         });
-        return { appliedLsn: r.appliedLsn, lagBytes: r.lagBytes, caughtUp: r.caughtUp, transactionsApplied: r.transactionsApplied };
+        const caughtUp = ref.mode === 'now' ? r.stopReason === 'until' || r.caughtUp : r.caughtUp;
+        return { appliedLsn: r.appliedLsn, lagBytes: r.lagBytes, caughtUp, transactionsApplied: r.transactionsApplied, durationMs: Date.now() - t0 };
       });
     },
 
