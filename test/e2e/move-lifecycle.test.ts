@@ -1,0 +1,182 @@
+import { describe, it, expect, beforeAll, afterAll } from 'vitest';
+import { spawnSync } from 'node:child_process';
+import { testConfig, uniq, closePools, shardPool } from '../helpers/stack';
+import * as H from '../helpers/move';
+import { startWorker, StartedWorker } from '../../worker';
+import { Router } from '../../lib/router';
+import * as M from '../../workflows/messages';
+import { moveWorkflowId } from '../../lib/ids';
+
+let worker: StartedWorker;
+let tq: string;
+let t: Awaited<ReturnType<typeof H.temporal>>;
+const op = { actor: 'sre-test' };
+
+beforeAll(async () => {
+  await H.prepareStack();
+  tq = uniq('life');
+  worker = await startWorker(testConfig(), { taskQueue: tq });
+  t = await H.temporal();
+});
+afterAll(async () => {
+  await t?.close();
+  await worker?.shutdown();
+  await closePools();
+});
+
+/** The source is exactly as before, the target holds nothing, and nothing of the move is left. */
+async function expectCleanlyCancelled(tenant: string, before: Awaited<ReturnType<typeof H.fingerprint>>, blobsBefore: number) {
+  expect(await H.fingerprint('shard-a', tenant)).toEqual(before);
+  expect(await H.blobCount('shard-a', tenant)).toBe(blobsBefore);
+  expect(await H.rowCount('shard-b', tenant)).toBe(0);
+  expect(await H.blobCount('shard-b', tenant)).toBe(0);
+  expect(await H.replicationLeftovers(`${tenant}.e1`)).toEqual([]);
+  expect(await H.placement(tenant)).toMatchObject({ shard: 'shard-a', epoch: 1, state: 'active', moveId: null });
+  expect(await H.tryWrite('shard-a', tenant, 1)).toBe('ok');
+  expect(await H.tryWrite('shard-b', tenant, 1)).toBe('SC421');
+  const progress = await shardPool('shard-b').query('select count(*)::int as n from shardctl.move_progress where move_id = $1', [`${tenant}.e1`]);
+  expect(progress.rows[0].n).toBe(0);
+}
+
+describe('move lifecycle', () => {
+  it('cancel during copy undoes everything and leaves the source exactly as it was', { timeout: 180_000 }, async () => {
+    const tenant = await H.newTenant('shard-a', 'cc');
+    await H.seed(tenant, 600, 3);
+    const before = await H.fingerprint('shard-a', tenant);
+    const blobs = await H.blobCount('shard-a', tenant);
+    const h = await H.startMove(t.client, tq, H.moveInput(tenant, 'shard-b', { rowsPerSecond: 100 }));
+    await H.waitFor(h, (s) => s.phase === 'copy' && s.tables.some((x) => x.done));
+    expect(await h.executeUpdate(M.cancelUpdate, { args: [op] })).toBe('cancelling');
+    const s = await H.waitPhase(h, 'cancelled', 120_000);
+    expect(s.operators.cancelledBy).toBe('sre-test');
+    await expectCleanlyCancelled(tenant, before, blobs);
+  });
+
+  it('cancel while the cutover waits for approval undoes everything', { timeout: 180_000 }, async () => {
+    const tenant = await H.newTenant('shard-a', 'ca');
+    await H.seed(tenant, 200, 2);
+    const before = await H.fingerprint('shard-a', tenant);
+    const h = await H.startMove(t.client, tq, H.moveInput(tenant, 'shard-b', { approveCutover: 'manual' }));
+    const s = await H.waitFor(h, (x) => x.awaitingApproval, 120_000);
+    expect(s.phase).toBe('fence');
+    expect(s.blockedReason).toMatch(/approval/);
+    await h.executeUpdate(M.cancelUpdate, { args: [op] });
+    await H.waitPhase(h, 'cancelled', 120_000);
+    await expectCleanlyCancelled(tenant, before, 2);
+  });
+
+  it('a corrupted target row blocks validation with a report naming table, key and column', { timeout: 180_000 }, async () => {
+    const tenant = await H.newTenant('shard-a', 'cv');
+    await H.seed(tenant, 200, 1);
+    const before = await H.fingerprint('shard-a', tenant);
+    const h = await H.startMove(t.client, tq, H.moveInput(tenant, 'shard-b', { approveCutover: 'manual' }));
+    await H.waitFor(h, (x) => x.awaitingApproval, 120_000);
+    const c = await shardPool('shard-b').connect();
+    let id: string;
+    try {
+      await c.query('begin');
+      await c.query('set local session_replication_role = replica');
+      id = (await c.query(`update public.accounts set name = 'CORRUPTED' where tenant_id = $1 and id = (select min(id::text)::uuid from public.accounts where tenant_id = $1) returning id`, [tenant])).rows[0].id;
+      await c.query('commit');
+    } finally {
+      c.release();
+    }
+    await h.executeUpdate(M.approveUpdate, { args: [op] });
+    const s = await H.waitFor(h, (x) => x.phase === 'validate' && x.validation.ok === false, 150_000);
+    expect(s.blockedReason).toContain('public.accounts');
+    expect(s.validation.mismatches.join('\n')).toContain(id!);
+    expect(s.validation.mismatches.join('\n')).toMatch(/column name: source "[^"]+" vs target "CORRUPTED"/);
+    expect(s.cutoverAttempts).toBe(1);
+    expect((await H.placement(tenant))!.shard).toBe('shard-a');
+    expect(await H.tryWrite('shard-a', tenant, 1)).toBe('ok'); // the aborted fence was lowered
+    await h.executeUpdate(M.cancelUpdate, { args: [op] });
+    await H.waitPhase(h, 'cancelled', 120_000);
+    await expectCleanlyCancelled(tenant, before, 1);
+  });
+
+  it('rollback during soak switches back without losing writes made after the switch', { timeout: 180_000 }, async () => {
+    const config = testConfig();
+    const tenant = await H.newTenant('shard-a', 'rb');
+    await H.seed(tenant, 200, 2);
+    const h = await H.startMove(t.client, tq, H.moveInput(tenant, 'shard-b', { soakSeconds: 600 }));
+    await H.waitPhase(h, 'soak', 120_000);
+    await expect(h.executeUpdate(M.cancelUpdate, { args: [op] })).rejects.toMatchObject({ cause: { message: expect.stringMatching(/past the switch.*use rollback/) } });
+    const router = await Router.create(config);
+    const ids: string[] = [];
+    try {
+      for (let i = 0; i < 20; i++) {
+        ids.push(await router.withTenant(tenant, { tenants: [tenant] }, 'write', async (tx) =>
+          (await tx.query(`insert into public.events(tenant_id, kind, payload) values ($1, 'after-switch', $2) returning id`, [tenant, JSON.stringify({ i })])).rows[0].id));
+      }
+      await router.withTenant(tenant, { tenants: [tenant] }, 'write', (tx) =>
+        tx.query(`update public.accounts set balance = 4242.42 where tenant_id = $1`, [tenant]));
+    } finally {
+      await router.close();
+    }
+    expect((await H.placement(tenant))!.shard).toBe('shard-b');
+    await h.executeUpdate(M.rollbackUpdate, { args: [op] });
+    const s = await H.waitPhase(h, 'rolled-back', 120_000);
+    expect(s.operators.rolledBackBy).toBe('sre-test');
+    expect(await H.placement(tenant)).toMatchObject({ shard: 'shard-a', epoch: 3, state: 'active' });
+    const got = await shardPool('shard-a').query(`select id from public.events where tenant_id = $1 and kind = 'after-switch'`, [tenant]);
+    expect(got.rows.map((r) => r.id).sort()).toEqual([...ids].sort());
+    const bal = await shardPool('shard-a').query(`select distinct balance from public.accounts where tenant_id = $1`, [tenant]);
+    expect(bal.rows.map((r) => r.balance)).toEqual(['4242.42']);
+    expect(await H.tryWrite('shard-a', tenant, 3)).toBe('ok');
+    expect(await H.tryWrite('shard-b', tenant, 2)).toBe('SC421');
+    expect(await H.tryWrite('shard-b', tenant, 3)).toBe('SC421');
+    expect(await H.rowCount('shard-b', tenant)).toBe(0);
+    expect(await H.replicationLeftovers(`${tenant}.e1`)).toEqual([]);
+  });
+
+  it('an update of a small column keeps the TOASTed big value (through catch-up)', { timeout: 180_000 }, async () => {
+    const config = testConfig();
+    const tenant = await H.newTenant('shard-a', 'tx');
+    await H.seed(tenant, 100, 0);
+    const big = await shardPool('shard-a').query(
+      `select id, md5(body) as h, length(body) as n from public.documents where tenant_id = $1 order by length(body) desc limit 1`, [tenant]);
+    expect(big.rows[0].n).toBeGreaterThan(20_000);
+    const h = await H.startMove(t.client, tq, H.moveInput(tenant, 'shard-b', { approveCutover: 'manual', soakSeconds: 600 }));
+    await H.waitFor(h, (x) => x.awaitingApproval, 120_000);
+    const router = await Router.create(config);
+    try {
+      await router.withTenant(tenant, { tenants: [tenant] }, 'write', (tx) =>
+        tx.query(`update public.documents set title = 'renamed', version = version + 1 where tenant_id = $1 and id = $2`, [tenant, big.rows[0].id]));
+    } finally {
+      await router.close();
+    }
+    await h.executeUpdate(M.approveUpdate, { args: [op] });
+    await H.waitPhase(h, 'soak', 120_000);
+    const r = await shardPool('shard-b').query(`select title, md5(body) as h from public.documents where tenant_id = $1 and id = $2`, [tenant, big.rows[0].id]);
+    expect(r.rows[0]).toEqual({ title: 'renamed', h: big.rows[0].h });
+    await h.executeUpdate(M.retireNowUpdate, { args: [op] });
+    const done = await H.waitPhase(h, 'done', 120_000);
+    expect(done.operators.retiredBy).toBe('sre-test');
+    expect(await H.rowCount('shard-a', tenant)).toBe(0);
+  });
+
+  it('refuses a second move of the same tenant and bad input, from the CLI', { timeout: 60_000 }, async () => {
+    const tenant = await H.newTenant('shard-a', 'cl');
+    const cli = (...args: string[]) => spawnSync('node', ['cli/shardctl.js', ...args], { encoding: 'utf8', env: { ...process.env, SHARDCTL_TASK_QUEUE: uniq('idle') } });
+    const bad = [
+      ['move', 'start', '--tenant', "x'; drop table accounts;--", '--to', 'shard-b'],
+      ['move', 'start', '--tenant', tenant, '--to', 'shard-z'],
+      ['move', 'start', '--tenant', tenant, '--to', 'shard-b', '--soak', 'forever'],
+      ['move', 'start', '--tenant', tenant, '--to', 'shard-b', '--approve-cutover', 'maybe'],
+    ];
+    for (const args of bad) {
+      const r = cli(...args);
+      expect(r.status, args.join(' ')).not.toBe(0);
+      expect(r.stderr.trim().split('\n')).toHaveLength(1);
+    }
+    const first = cli('move', 'start', '--tenant', tenant, '--to', 'shard-b', '--actor', 'sre-a');
+    expect(first.status, first.stderr).toBe(0);
+    try {
+      const second = cli('move', 'start', '--tenant', tenant, '--to', 'shard-c');
+      expect(second.status).not.toBe(0);
+      expect(second.stderr).toContain(`already running: workflow ${moveWorkflowId(tenant)}`);
+    } finally {
+      await t.client.workflow.getHandle(moveWorkflowId(tenant)).terminate('test over');
+    }
+  });
+});
