@@ -60,6 +60,8 @@ export interface MoveInput {
   lagThresholdMs: number;
   fenceBudgetMs: number;
   rowsPerSecond: number;
+  /** Rows per copy batch (checkpoint granularity); default 5000. */
+  copyBatchRows?: number;
   /** Carried across continue-as-new. */
   resume?: unknown;
 }

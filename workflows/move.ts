@@ -145,7 +145,8 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
         if (st.blockedReason.startsWith('catch-up:')) block('');
         return;
       }
-      if (r.caughtUp || r.durationMs > 5_000) block(`catch-up: lag ${st.lagSeconds} s > ${input.lagThresholdMs / 1000} s`);
+      if (r.retentionWarning) block(`catch-up: ${r.retentionWarning}`);
+      else if (r.caughtUp || r.durationMs > 5_000) block(`catch-up: lag ${st.lagSeconds} s > ${input.lagThresholdMs / 1000} s`);
       await maybeContinueAsNew();
     }
   }
@@ -172,7 +173,7 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
       for (const t of st.tables) {
         if (t.done) continue;
         await waitIfPaused();
-        const r = await step(`copy ${t.table}`, () => long.copyTable({ ...ref(), table: t.table, batchRows: 5000, rowsPerSecond }));
+        const r = await step(`copy ${t.table}`, () => long.copyTable({ ...ref(), table: t.table, batchRows: input.copyBatchRows ?? 5000, rowsPerSecond }));
         t.rowsCopied = r.rowsCopied;
         t.done = true;
         const copied = st.tables.reduce((n, x) => n + x.rowsCopied, 0);

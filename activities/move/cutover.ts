@@ -72,7 +72,7 @@ export function createCutoverActivities(deps: Deps) {
         }
         // Raise the fence: returns once every in-flight writer of the unit has finished.
         await setUnitFence(deps.shardPool(owner), { unit: ref.unit, epoch: ref.epoch, owned: true, frozen: true });
-        await deps.faultPoint('after-fence-raised');
+        await deps.faultPoint(ref.direction === 'forward' ? 'after-fence-raised' : 'mid-rollback');
         const fenceLsn = await currentWalLsn(deps.shardPool(owner));
         const names = replicationNames(ref.moveId, ref.direction);
         const ownerShard = deps.config.shards.find((s) => s.name === owner)!;

@@ -5,7 +5,7 @@ import { z } from 'zod';
 import type { Deps } from '../../worker/deps';
 import { moveRef, tenantTables, beat, activitySignal, parse, typed } from './context';
 import { replicationNames } from '../../lib/ids';
-import { ensurePublicationAndSlot, applyChangesUntil, currentWalLsn } from '../../lib/cdc';
+import { ensurePublicationAndSlot, applyChangesUntil, currentWalLsn, slotLagBytes } from '../../lib/cdc';
 import { copyTenantTable } from '../../lib/copy';
 import { validateTenant, formatMismatch } from '../../lib/validate';
 import { persistentMismatches } from '../../lib/cutover/settle';
@@ -88,6 +88,7 @@ export function createDataActivities(deps: Deps) {
         });
         await ensureManifestTable(deps.shardPool(to));
         await recordManifest(deps.shardPool(to), ref.moveId, r.manifest);
+        if (ref.direction === 'forward') await deps.faultPoint('after-copy');
         return { copied: r.copied, total: r.manifest.length, bytes: r.bytes, deleted: r.deleted };
       });
     },
@@ -96,7 +97,7 @@ export function createDataActivities(deps: Deps) {
      * One catch-up round. In 'now' mode its duration is the replication lag in time: how long it
      * took to apply everything the sender had written when the round started.
      */
-    async catchUp(input: z.input<typeof catchUpInput>): Promise<{ appliedLsn: string; lagBytes: number; caughtUp: boolean; transactionsApplied: number; durationMs: number }> {
+    async catchUp(input: z.input<typeof catchUpInput>): Promise<{ appliedLsn: string; lagBytes: number; caughtUp: boolean; transactionsApplied: number; durationMs: number; retentionWarning: string }> {
       const ref = parse(catchUpInput, input);
       return typed(async () => {
         const { from, to } = ends(ref, ref.direction);
@@ -116,13 +117,20 @@ export function createDataActivities(deps: Deps) {
           idleStopMs: ref.idleStopMs,
           maxTxBytes: deps.config.limits.applyMaxTxBytes,
           signal: activitySignal(),
-          onProgress: async (p: unknown) => {
+          onProgress: async (p: { transactionsApplied: number }) => {
             beat(p);
-            if (++beats === 2) await deps.faultPoint(ref.direction === 'forward' ? 'mid-catch-up' : 'mid-soak');
+            if (p.transactionsApplied > 0 && ++beats === 1) await deps.faultPoint(ref.direction === 'forward' ? 'mid-catch-up' : 'mid-soak');
           },
         });
+        // A short round may end before its first progress report: the kill then lands after the
+        // applied transactions committed but before the activity reports back.
+        if (r.transactionsApplied > 0) await deps.faultPoint(ref.direction === 'forward' ? 'mid-catch-up' : 'mid-soak');
         const caughtUp = ref.mode === 'now' ? r.stopReason === 'until' || r.caughtUp : r.caughtUp;
-        return { appliedLsn: r.appliedLsn, lagBytes: r.lagBytes, caughtUp, transactionsApplied: r.transactionsApplied, durationMs: Date.now() - t0 };
+        // The slot holds WAL on the sender until we acknowledge it: say so before the disk fills.
+        const retained = await slotLagBytes(deps.shardPool(from), names.slot).catch(() => 0);
+        const limit = deps.config.limits.slotRetentionWarnBytes;
+        const retentionWarning = retained > limit ? `slot ${names.slot} on ${from} retains ${retained} bytes of WAL (> ${limit})` : '';
+        return { appliedLsn: r.appliedLsn, lagBytes: r.lagBytes, caughtUp, transactionsApplied: r.transactionsApplied, durationMs: Date.now() - t0, retentionWarning };
       });
     },
 
