@@ -40,11 +40,17 @@ export async function startWorker(config: Config, opts: { taskQueue?: string; de
   quietRuntime();
   const connection = await connectTemporal(config);
   const deps = opts.deps ?? createDeps(config);
+  // A prebuilt bundle (SHARDCTL_WORKFLOW_BUNDLE) skips the per-start webpack build; the crash
+  // suite starts dozens of workers.
+  const bundlePath = process.env.SHARDCTL_WORKFLOW_BUNDLE;
+  const workflowSource = bundlePath && fs.existsSync(bundlePath)
+    ? { workflowBundle: { codePath: bundlePath } }
+    : { workflowsPath: path.join(__dirname, '..', 'workflows', 'index.ts') };
   const worker = await Worker.create({
     connection,
     namespace: config.temporal.namespace,
     taskQueue: opts.taskQueue ?? config.temporal.taskQueue,
-    workflowsPath: path.join(__dirname, '..', 'workflows', 'index.ts'),
+    ...workflowSource,
     activities: createActivities(deps),
   });
   const run = worker.run();
@@ -59,4 +65,13 @@ export async function startWorker(config: Config, opts: { taskQueue?: string; de
       await connection.close();
     },
   };
+}
+
+/** Builds the workflow bundle once, for workers started with SHARDCTL_WORKFLOW_BUNDLE. */
+export async function buildWorkflowBundle(outFile: string): Promise<string> {
+  const { bundleWorkflowCode } = await import('@temporalio/worker');
+  const { code } = await bundleWorkflowCode({ workflowsPath: path.join(__dirname, '..', 'workflows', 'index.ts'), logger: new DefaultLogger('WARN') });
+  fs.mkdirSync(path.dirname(outFile), { recursive: true });
+  fs.writeFileSync(outFile, code);
+  return outFile;
 }

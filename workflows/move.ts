@@ -14,8 +14,9 @@ import { SA } from './search-attributes';
 
 const PERMANENT = ['InvalidInput', 'PreconditionFailed', 'Conflict', 'NotFound', 'ValidationMismatch', 'Forbidden'];
 const retry: RetryPolicy = { initialInterval: '500ms', backoffCoefficient: 2, maximumInterval: '10s', maximumAttempts: 4, nonRetryableErrorTypes: PERMANENT };
-const quick = proxyActivities<Activities>({ startToCloseTimeout: '2 minutes', retry });
-const long = proxyActivities<Activities>({ startToCloseTimeout: '2 hours', heartbeatTimeout: '30 seconds', retry });
+// Every activity heartbeats each second while it runs: a killed worker is noticed in seconds.
+const quick = proxyActivities<Activities>({ startToCloseTimeout: '5 minutes', heartbeatTimeout: '10 seconds', retry });
+const long = proxyActivities<Activities>({ startToCloseTimeout: '2 hours', heartbeatTimeout: '10 seconds', retry });
 // The cutover holds the write pause: a killed worker must be noticed within seconds.
 const cut = proxyActivities<Activities>({ startToCloseTimeout: '2 minutes', heartbeatTimeout: '5 seconds', retry });
 

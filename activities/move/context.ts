@@ -36,8 +36,13 @@ export function activitySignal(): AbortSignal | undefined {
   }
 }
 
-/** Permanent failures become non-retryable ApplicationFailures carrying the error's `type`. */
+/**
+ * Runs an activity body: heartbeats every second while it runs (so a killed worker is noticed
+ * within the heartbeat timeout, even during one long SQL call), and turns permanent failures
+ * into non-retryable ApplicationFailures carrying the error's `type`.
+ */
 export async function typed<T>(fn: () => Promise<T>): Promise<T> {
+  const timer = setInterval(() => beat(), 1000);
   try {
     return await fn();
   } catch (e: any) {
@@ -45,6 +50,8 @@ export async function typed<T>(fn: () => Promise<T>): Promise<T> {
       throw ApplicationFailure.create({ type: e.type, message: e.message, nonRetryable: true, details: e.details ? [e.details] : undefined });
     }
     throw e;
+  } finally {
+    clearInterval(timer);
   }
 }
 

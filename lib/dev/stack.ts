@@ -416,3 +416,28 @@ export async function reset(s: Stack, log: (m: string) => void = () => {}): Prom
   for (const e of fs.readdirSync(s.dev)) if (e !== 'tools') fs.rmSync(path.join(s.dev, e), { recursive: true, force: true });
   log('wiped .dev/ (kept .dev/tools)');
 }
+
+// ---------------------------------------------------------------- fault injection for the crash suite
+
+/** Restarts one Postgres server (fast shutdown: open connections are cut, as in a crash-restart). */
+export async function restartPostgres(s: Stack, name: T.PgServerName, downMs = 0): Promise<void> {
+  const bin = findPgBin();
+  const data = p(s, 'pg', name, 'data');
+  const r = run(...asPgUser(path.join(bin, 'pg_ctl'), ['stop', '-D', data, '-m', 'immediate', '-w', '-t', '60']));
+  if (r.code !== 0) throw new StackError(`could not stop postgres ${name}: ${r.stderr.trim()}`);
+  if (downMs > 0) await sleep(downMs);
+  const logFile = p(s, 'logs', `pg-${name}.log`);
+  const st = run(...asPgUser(path.join(bin, 'pg_ctl'), ['start', '-w', '-t', '60', '-D', data, '-l', logFile]));
+  if (st.code !== 0) throw new StackError(`postgres ${name} failed to restart. Last lines of ${logFile}:\n${tail(logFile)}`);
+  for (let i = 0; i < 100 && !(await pgHealthy(s, name)); i++) await sleep(100);
+}
+
+/** Stops and restarts the Temporal dev server; its SQLite file keeps every workflow. */
+export async function restartTemporal(s: Stack, downMs = 0): Promise<void> {
+  const pidFile = p(s, 'run', 'temporal.pid');
+  const pid = readPid(pidFile);
+  if (pidAlive(pid)) await stopGroup(pid!);
+  fs.rmSync(pidFile, { force: true });
+  if (downMs > 0) await sleep(downMs);
+  await upTemporal(s, () => {});
+}
