@@ -1,0 +1,327 @@
+// The apply dispatcher: source transactions (Begin..Commit) are applied in the replica session role
+// inside a target transaction that commits them, whole, together with the applied LSN (DESIGN.md
+// §4.3); consecutive small source transactions may share one target transaction (group commit).
+// Invariants: a transaction whose commit is at or before the stored LSN is skipped (redelivery never
+// double-applies); unchanged TOAST values are never written; TRUNCATE is refused, never applied;
+// changes apply in source order (only runs of full-row upserts of one table are batched).
+import type { ClientBase, QueryResult } from 'pg';
+import { createHash } from 'node:crypto';
+import { ShardctlError } from '../errors';
+import { compareLsn } from './lsn';
+import { Datum, PgoutputMessage, Relation, UNCHANGED_TOAST } from './pgoutput';
+import { BoundColumn, RelationPlan, bindRelation, deleteSql, existsSql, settable, updateSql, upsertManySql, upsertSql } from './statements';
+import { loadTargetTable } from './target-tables';
+import { writeAppliedLsn } from './progress';
+
+export interface ApplyStats {
+  transactionsApplied: number;
+  /** Redelivered transactions already covered by the stored LSN. */
+  transactionsSkipped: number;
+  rowsApplied: number;
+  /** UPDATEs of rows missing on the target whose unchanged TOAST values we do not have: left to later changes / validation. */
+  rowsSkippedIncomplete: number;
+}
+
+type ChangeMessage = Extract<PgoutputMessage, { tag: 'insert' | 'update' | 'delete' | 'truncate' }>;
+
+/** A run of full-row upserts into one table, sent as one statement (one round trip). */
+const MAX_BATCH_ROWS = 500;
+const MAX_BATCH_BYTES = 4 * 1024 * 1024;
+interface UpsertBatch {
+  plan: RelationPlan;
+  rows: (string | null)[][];
+  keys: Set<string>;
+  bytes: number;
+}
+
+// The apply session: replica role skips the fence triggers (deliberately, only here); an empty
+// search_path (as PostgreSQL's own apply worker uses) keeps user functions from being resolved by
+// name; and the commit must be durable before the slot is acknowledged, so synchronous_commit=off
+// is raised for this transaction.
+const BEGIN_APPLY = [
+  'BEGIN',
+  'SET LOCAL session_replication_role = replica',
+  "SET LOCAL search_path = ''",
+  "SET LOCAL datestyle = 'ISO'",
+  "SET LOCAL intervalstyle = 'postgres'",
+  "SELECT CASE WHEN current_setting('synchronous_commit') = 'off' THEN set_config('synchronous_commit', 'on', true) END",
+].join('; ');
+
+export class ChangeApplier {
+  readonly stats: ApplyStats = { transactionsApplied: 0, transactionsSkipped: 0, rowsApplied: 0, rowsSkippedIncomplete: 0 };
+  private readonly plans = new Map<number, RelationPlan>();
+  private readonly statementNames = new Map<string, string>();
+  private tx: { finalLsn: string; skip: boolean; rows: number; incomplete: number } | null = null;
+  private batch: UpsertBatch | null = null;
+  /** The open target transaction: the source transactions it holds, not yet durable. */
+  private group: { lastEnd: string | null; txns: number; rows: number; incomplete: number; openedAt: number } | null = null;
+
+  constructor(
+    private readonly client: ClientBase,
+    private readonly moveId: string,
+    private readonly stream: string,
+    /** The stored applied LSN (null: nothing applied yet). */
+    public applied: string | null,
+  ) {}
+
+  /** A source transaction is open (between its BEGIN and COMMIT messages). */
+  get inTransaction(): boolean {
+    return this.tx !== null;
+  }
+
+  /** A target transaction is open (a source transaction in hand, or a group awaiting commit). */
+  get targetTransactionOpen(): boolean {
+    return this.group !== null;
+  }
+
+  /** Source transactions applied in the open target transaction but not yet committed there. */
+  get pendingTransactions(): number {
+    return this.group?.txns ?? 0;
+  }
+
+  /** End LSN of the last source transaction in the open target transaction. */
+  get pendingEnd(): string | null {
+    return this.group?.lastEnd ?? null;
+  }
+
+  get pendingSinceMs(): number {
+    return this.group ? Date.now() - this.group.openedAt : 0;
+  }
+
+  /** A relation message: the column list may have changed, so the binding is rebuilt on next use. */
+  async relationChanged(rel: Relation): Promise<void> {
+    if (this.batch) await this.flush();
+    this.plans.delete(rel.relationOid);
+  }
+
+  async begin(finalLsn: string): Promise<void> {
+    if (this.tx) throw new ShardctlError('Conflict', `pgoutput protocol error: BEGIN ${finalLsn} inside the open transaction ${this.tx.finalLsn}`);
+    // The stored LSN is a commit end (or a keepalive position): a commit that starts before it is already applied.
+    const upTo = this.group?.lastEnd ?? this.applied;
+    const skip = upTo !== null && compareLsn(finalLsn, upTo) < 0;
+    this.tx = { finalLsn, skip, rows: 0, incomplete: 0 };
+    if (!skip && !this.group) {
+      this.group = { lastEnd: null, txns: 0, rows: 0, incomplete: 0, openedAt: Date.now() }; // before BEGIN: a failed BEGIN still needs a ROLLBACK
+      await this.client.query(BEGIN_APPLY);
+    }
+  }
+
+  async apply(msg: ChangeMessage): Promise<void> {
+    const tx = this.tx;
+    if (!tx) throw new ShardctlError('Conflict', `pgoutput protocol error: ${msg.tag} outside a transaction`);
+    if (msg.tag === 'truncate') {
+      const names = msg.relations.map((r) => `${r.schema}.${r.name}`).join(', ');
+      throw new ShardctlError(
+        'PreconditionFailed',
+        `TRUNCATE of ${names} on the source (transaction at ${tx.finalLsn}) cannot be moved: a TRUNCATE removes every tenant's rows of the table, not only this unit's, so replaying it on the target would be wrong and skipping it would leave the copies different. Restore the source rows and restart the move.`,
+        { tables: names, lsn: tx.finalLsn },
+      );
+    }
+    if (tx.skip) return;
+    const plan = await this.planFor(msg.relation);
+    await withContext(`applying ${msg.tag} on ${plan.display} (source transaction at ${tx.finalLsn})`, async () => {
+      if (msg.tag === 'insert') await this.queueUpsert(plan, msg.newTuple);
+      else if (msg.tag === 'update') await this.applyUpdate(plan, msg.oldTuple, withKeyFromOld(msg.relation, msg.oldTuple, msg.newTuple));
+      else await this.applyDelete(plan, msg.oldTuple);
+    });
+  }
+
+  /**
+   * Ends a source transaction. Its changes stay in the open target transaction, which may carry
+   * further source transactions (group commit) until commitPending() makes them durable together
+   * with the last commit's end LSN. Returns false when the transaction was skipped as already applied.
+   */
+  async commit(endLsn: string): Promise<boolean> {
+    const tx = this.tx;
+    if (!tx) throw new ShardctlError('Conflict', `pgoutput protocol error: COMMIT ${endLsn} without BEGIN`);
+    this.tx = null;
+    if (tx.skip) {
+      this.stats.transactionsSkipped++;
+      return false;
+    }
+    const g = this.group!;
+    const upTo = g.lastEnd ?? this.applied;
+    if (upTo !== null && compareLsn(endLsn, upTo) <= 0) {
+      throw new ShardctlError('Conflict', `commit ${endLsn} is not after the applied position ${upTo}: the stream went backwards`); // cannot happen given the BEGIN check
+    }
+    g.lastEnd = endLsn;
+    g.txns++;
+    g.rows += tx.rows;
+    g.incomplete += tx.incomplete;
+    return true;
+  }
+
+  /** Commits the open target transaction with its progress row. Returns true if anything was committed. */
+  async commitPending(): Promise<boolean> {
+    if (this.tx) throw new Error('commitPending inside a source transaction');
+    const g = this.group;
+    if (!g) return false;
+    if (g.lastEnd === null) {
+      await this.rollback();
+      return false;
+    }
+    await this.flush();
+    await writeAppliedLsn(this.client, this.moveId, this.stream, g.lastEnd, 'commit');
+    await this.client.query('COMMIT');
+    this.group = null;
+    this.applied = g.lastEnd;
+    this.stats.transactionsApplied += g.txns;
+    this.stats.rowsApplied += g.rows;
+    this.stats.rowsSkippedIncomplete += g.incomplete;
+    return true;
+  }
+
+  /** Discards the open target transaction: everything since the last durable commit is redelivered later. */
+  async rollback(): Promise<void> {
+    const open = this.group !== null;
+    this.tx = null;
+    this.group = null;
+    this.batch = null;
+    if (open) await this.client.query('ROLLBACK');
+  }
+
+  /**
+   * Records a stream position the walsender vouched for (a keepalive received with no transaction
+   * open: every commit before it was delivered and applied). Keeps lag honest and lets the slot
+   * advance while the unit is idle but the source is busy with other tenants.
+   */
+  async recordPosition(lsn: string): Promise<boolean> {
+    if (this.tx || this.group) throw new Error('recordPosition with a transaction open');
+    if (this.applied !== null && compareLsn(lsn, this.applied) <= 0) return false;
+    await this.client.query(BEGIN_APPLY);
+    try {
+      await writeAppliedLsn(this.client, this.moveId, this.stream, lsn, 'keepalive');
+      await this.client.query('COMMIT');
+    } catch (e) {
+      await this.client.query('ROLLBACK').catch(() => {});
+      throw e;
+    }
+    this.applied = lsn;
+    return true;
+  }
+
+  private async planFor(rel: Relation): Promise<RelationPlan> {
+    let plan = this.plans.get(rel.relationOid);
+    if (!plan) {
+      plan = bindRelation(rel, await loadTargetTable(this.client, { schema: rel.schema, name: rel.name }));
+      this.plans.set(rel.relationOid, plan);
+    }
+    return plan;
+  }
+
+  private exec(text: string, values: unknown[]): Promise<QueryResult> {
+    let name = this.statementNames.get(text);
+    if (!name) {
+      name = `shardctl_cdc_${createHash('sha1').update(text).digest('hex').slice(0, 24)}`;
+      this.statementNames.set(text, name);
+    }
+    return this.client.query({ name, text, values });
+  }
+
+  /** A full row, written by key: joins the pending batch unless the batch already holds that key. */
+  private async queueUpsert(plan: RelationPlan, row: Datum[]): Promise<void> {
+    const vals = values(plan, plan.writable, row, 'upsert');
+    const key = JSON.stringify(values(plan, plan.pk, row, 'upsert key'));
+    const size = vals.reduce((n, v) => n + (v?.length ?? 0), 0);
+    const b = this.batch;
+    if (b && (b.plan !== plan || b.keys.has(key) || b.rows.length >= MAX_BATCH_ROWS || b.bytes + size > MAX_BATCH_BYTES)) await this.flush();
+    const batch = (this.batch ??= { plan, rows: [], keys: new Set(), bytes: 0 });
+    batch.rows.push(vals);
+    batch.keys.add(key);
+    batch.bytes += size;
+    this.tx!.rows++;
+  }
+
+  private async flush(): Promise<void> {
+    const b = this.batch;
+    if (!b) return;
+    this.batch = null;
+    await withContext(`applying ${b.rows.length} upserts on ${b.plan.display} (source transaction at ${this.tx?.finalLsn ?? 'a committed group'})`, async () => {
+      if (b.rows.length === 1) {
+        await this.exec(upsertSql(b.plan, b.plan.writable), b.rows[0]);
+      } else {
+        const columns = b.plan.writable.map((_, i) => b.rows.map((r) => r[i]));
+        await this.exec(upsertManySql(b.plan, b.plan.writable), columns);
+      }
+    });
+  }
+
+  private async applyDelete(plan: RelationPlan, old: Datum[]): Promise<void> {
+    await this.flush();
+    await this.exec(deleteSql(plan), values(plan, plan.pk, old, 'delete key'));
+    this.tx!.rows++;
+  }
+
+  private async applyUpdate(plan: RelationPlan, old: Datum[] | null, row: Datum[]): Promise<void> {
+    const newKey = values(plan, plan.pk, row, 'update key');
+    const oldKey = old ? values(plan, plan.pk, old, 'update old key') : newKey;
+    const present = plan.writable.filter((c) => row[c.src] !== UNCHANGED_TOAST);
+    const complete = present.length === plan.writable.length;
+    const keyChanged = oldKey.some((v, i) => v !== newKey[i]);
+    if (complete && !keyChanged) return this.queueUpsert(plan, row);
+    await this.flush(); // everything below reads or writes rows directly: earlier changes must be in
+    if (keyChanged) {
+      if ((await this.exec(existsSql(plan), newKey)).rowCount! > 0) {
+        // The target already holds a later state at the new key (the copy ran after this change).
+        await this.exec(deleteSql(plan), oldKey);
+      } else {
+        const set = settable(present);
+        const r = await this.exec(updateSql(plan, set), [...values(plan, set, row, 'update'), ...oldKey]);
+        if (r.rowCount! > 0) {
+          this.tx!.rows++;
+          return;
+        }
+      }
+    }
+    await this.updateInPlace(plan, row, newKey, present, complete);
+  }
+
+  private async updateInPlace(plan: RelationPlan, row: Datum[], key: (string | null)[], present: BoundColumn[], complete: boolean): Promise<void> {
+    if (complete) {
+      await this.exec(upsertSql(plan, plan.writable), values(plan, plan.writable, row, 'update'));
+      this.tx!.rows++;
+      return;
+    }
+    // Some TOAST values are absent: we can only change the row in place, never create it.
+    const set = settable(present).filter((c) => !c.isPk);
+    const r = set.length
+      ? await this.exec(updateSql(plan, set), [...values(plan, set, row, 'update'), ...key])
+      : await this.exec(existsSql(plan), key);
+    if (r.rowCount! > 0) this.tx!.rows++;
+    else this.tx!.incomplete++;
+  }
+}
+
+function values(plan: RelationPlan, cols: BoundColumn[], tuple: Datum[], what: string): (string | null)[] {
+  return cols.map((c) => {
+    const v = tuple[c.src];
+    if (v === UNCHANGED_TOAST) {
+      throw new ShardctlError('PreconditionFailed', `${what} of ${plan.display} lacks the value of ${c.name} (unchanged TOAST)`, { table: plan.display, column: c.name });
+    }
+    if (v === null && c.isPk) {
+      throw new ShardctlError('PreconditionFailed', `${what} of ${plan.display} carries no value for key column ${c.name}: the source's replica identity must be the primary key (or FULL)`, { table: plan.display, column: c.name });
+    }
+    return v ?? null;
+  });
+}
+
+/**
+ * A key column stored out of line and left unchanged arrives as 'u' in the new tuple; PostgreSQL
+ * then logs the old key (detoasted) precisely so the row can be found: take the value from there.
+ */
+function withKeyFromOld(rel: Relation, old: Datum[] | null, row: Datum[]): Datum[] {
+  if (!old) return row;
+  return row.map((v, i) => (v === UNCHANGED_TOAST && rel.columns[i]?.isKey && typeof old[i] === 'string' ? old[i] : v));
+}
+
+/** Prefixes a database error with what was being applied, keeping its SQLSTATE for callers. */
+async function withContext(what: string, fn: () => Promise<void>): Promise<void> {
+  try {
+    await fn();
+  } catch (e: any) {
+    if (e && typeof e.code === 'string' && !(e instanceof ShardctlError) && !String(e.message).startsWith('applying ')) {
+      e.message = `${what}: ${e.message}`;
+    }
+    throw e;
+  }
+}

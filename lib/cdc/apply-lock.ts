@@ -1,0 +1,48 @@
+// One apply session per (move, stream) on the target: a session advisory lock, taken before the
+// progress row is read. The newest session wins: a previous holder (a worker that is gone but whose
+// connection lingers, or a stale activity attempt) is terminated, so it can no longer commit.
+import type { ClientBase } from 'pg';
+import { createHash } from 'node:crypto';
+import { ShardctlError } from '../errors';
+
+const APPLY_LOCK_CLASS = 4212;
+
+/** application_name of an apply session: lets a takeover recognise the holder as one of ours for this key. */
+export function applySessionTag(key: string): string {
+  return `shardctl-apply ${createHash('sha1').update(key).digest('hex').slice(0, 16)}`;
+}
+
+export async function acquireApplyLock(client: ClientBase, key: string, timeoutMs = 15_000): Promise<void> {
+  const tag = applySessionTag(key);
+  await client.query("select set_config('application_name', $1, false)", [tag]);
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const r = await client.query<{ ok: boolean }>('select pg_try_advisory_lock($1, hashtext($2)) as ok', [APPLY_LOCK_CLASS, key]);
+    if (r.rows[0].ok) return;
+    const holders = await client.query<{ pid: number; application_name: string }>(
+      `select l.pid, a.application_name
+         from pg_locks l join pg_stat_activity a on a.pid = l.pid
+        where l.locktype = 'advisory' and l.granted and l.objsubid = 2
+          and l.classid = $1::int4::oid and l.objid = hashtext($2)::oid
+          and l.database = (select oid from pg_database where datname = current_database())
+          and l.pid <> pg_backend_pid()`,
+      [APPLY_LOCK_CLASS, key],
+    );
+    for (const h of holders.rows) {
+      if (h.application_name !== tag) {
+        // A hash collision with another move's key: never terminate someone else's session.
+        throw new ShardctlError('Conflict', `apply lock for ${key} is held by an unrelated session (pid ${h.pid}, ${h.application_name})`, { pid: h.pid }, true);
+      }
+      await client.query('select pg_terminate_backend($1)', [h.pid]);
+    }
+    if (Date.now() > deadline) {
+      throw new ShardctlError('Conflict', `another apply session for ${key} still holds the target after ${timeoutMs} ms`, { key }, true);
+    }
+    await new Promise((res) => setTimeout(res, 50));
+  }
+}
+
+export async function releaseApplyLock(client: ClientBase, key: string): Promise<void> {
+  await client.query('select pg_advisory_unlock($1, hashtext($2))', [APPLY_LOCK_CLASS, key]);
+  await client.query('reset application_name');
+}

@@ -1,0 +1,260 @@
+// applyChangesUntil: streams the move's slot and applies it to the target until a stop condition
+// (watermark reached, caught up and idle, time budget, abort), then releases the slot.
+// Resume contract: everything needed to resume is the target's move_progress row; the slot is
+// acknowledged only up to that row's LSN, so a crash at any instant redelivers, never loses.
+import { Client, Pool, PoolClient } from 'pg';
+import { ShardctlError } from '../errors';
+import { installShardSchema } from '../shard/schema';
+import { ApplyStats, ChangeApplier } from './applier';
+import { acquireApplyLock, releaseApplyLock } from './apply-lock';
+import { compareLsn, isLsn, maxLsn, normalizeLsn } from './lsn';
+import { readAppliedLsn } from './progress';
+import { currentWalLsn, releaseSlot, slotStatus, waitSlotInactive, walBytesSince } from './publication';
+import { validateReplicationName } from './sql';
+import { ReplicationStream } from './stream';
+
+export interface ApplyProgress {
+  appliedLsn: string;
+  transactionsApplied: number;
+  rowsApplied: number;
+  caughtUp: boolean;
+  bytesReceived: number;
+}
+
+export interface ApplyChangesOptions {
+  sourceDsn: string;
+  target: Pool;
+  slot: string;
+  publication: string;
+  moveId: string;
+  /** Progress key in shardctl.move_progress, e.g. 'forward' or 'reverse'. */
+  stream: string;
+  /** Stop once the applied LSN is >= this (e.g. the source WAL position recorded after the fence). */
+  untilLsn?: string;
+  /** Time budget. A transaction in hand is finished first, for at most another maxDurationMs. */
+  maxDurationMs: number;
+  /** Stop after being caught up with the source, with no new changes, for this long. */
+  idleStopMs?: number;
+  /** Received-but-unapplied bytes held in memory before the socket is paused (backpressure). Transactions of any size stream through. */
+  maxTxBytes?: number;
+  /** Called (and awaited) after progress became durable, at most every 500 ms, and once at the end. */
+  onProgress?: (p: ApplyProgress) => void | Promise<void>;
+  signal?: AbortSignal;
+}
+
+export type StopReason = 'until' | 'idle' | 'deadline' | 'aborted';
+
+export interface ApplyResult extends ApplyStats {
+  appliedLsn: string;
+  /** untilLsn was reached, or everything the source had written when last asked is applied and nothing arrived since. */
+  caughtUp: boolean;
+  /** pg_current_wal_lsn() - appliedLsn on the source, at return. */
+  lagBytes: number;
+  stopReason: StopReason;
+  bytesReceived: number;
+  /** Times the socket was paused because applying fell behind receiving (memory bound). */
+  backpressurePauses: number;
+}
+
+const DEFAULT_QUEUE_BYTES = 64 * 1024 * 1024;
+/** How often, when idle, we ask the walsender where it is (caught-up detection and untilLsn). */
+const PING_INTERVAL_MS = 200;
+/** How often a keepalive-vouched position is written to the target while idle. */
+const RECORD_INTERVAL_MS = 1000;
+const PROGRESS_INTERVAL_MS = 500;
+/** Group commit bounds: source transactions per target transaction, and how long one stays open. */
+const MAX_GROUP_TRANSACTIONS = 200;
+const MAX_GROUP_MS = 200;
+
+export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<ApplyResult> {
+  validateReplicationName('slot', opts.slot);
+  validateReplicationName('publication', opts.publication);
+  if (!opts.moveId || !opts.stream) throw new ShardctlError('InvalidInput', 'moveId and stream are required');
+  if (!(opts.maxDurationMs > 0)) throw new ShardctlError('InvalidInput', 'maxDurationMs must be positive');
+  if (opts.untilLsn !== undefined && !isLsn(opts.untilLsn)) throw new ShardctlError('InvalidInput', `untilLsn ${JSON.stringify(opts.untilLsn)} is not an LSN`);
+  const startedAt = Date.now();
+
+  const source = new Client({ connectionString: opts.sourceDsn, application_name: 'shardctl-cdc-control' });
+  source.on('error', () => {}); // surfaces on the next query instead of crashing the worker
+  await source.connect();
+  let target: PoolClient | undefined;
+  let targetBroken = false;
+  let locked = false;
+  let stream: ReplicationStream | undefined;
+  let applier: ChangeApplier | undefined;
+  const lockKey = `${opts.moveId}/${opts.stream}`;
+  const onTargetError = () => {
+    targetBroken = true;
+  };
+  try {
+    target = await opts.target.connect();
+    // A checked-out client with no 'error' listener turns a dropped connection (e.g. a takeover by a
+    // newer session) into an uncaught exception; the failure surfaces on our next query instead.
+    target.on('error', onTargetError);
+    // Install only when missing: concurrent CREATE OR REPLACE FUNCTION can fail ("tuple concurrently updated").
+    if ((await target.query<{ missing: boolean }>("select to_regclass('shardctl.move_progress') is null as missing")).rows[0].missing) {
+      await installShardSchema(target);
+    }
+    // One apply per (move, stream), taken before reading the row: the skip decision relies on nobody
+    // else advancing it. A previous session is ended here, so its last commit is visible below.
+    await acquireApplyLock(target, lockKey);
+    locked = true;
+    const stored = await readAppliedLsn(target, opts.moveId, opts.stream);
+    const slot = await slotStatus(source, opts.slot);
+    if (!slot) {
+      throw new ShardctlError('PreconditionFailed', `replication slot ${opts.slot} does not exist on the source: create it (ensurePublicationAndSlot) before copying`, { slot: opts.slot });
+    }
+    // We hold the apply lock, so a walsender on our slot belongs to a dead apply session (a zombie).
+    if (slot.activePid !== null) await releaseSlot(source, opts.slot);
+    applier = new ChangeApplier(target, opts.moveId, opts.stream, stored ? normalizeLsn(stored) : null);
+    const a = applier;
+    // The slot delivers nothing before its confirmed position, so we stand at least there (nothing
+    // stored yet, or a stale row older than the slot). Never acknowledging below it matters: moving
+    // confirmed_flush_lsn back could make the server decode transactions it only partly retains.
+    const floor = slot.confirmedFlushLsn;
+    const position = () => (a.applied !== null && compareLsn(a.applied, floor) > 0 ? a.applied : floor);
+
+    let stopReason: StopReason;
+    let caughtUpSince: number | null = null;
+    let lastProgressAt = 0;
+    const report = async (force = false) => {
+      if (!opts.onProgress || (!force && Date.now() - lastProgressAt < PROGRESS_INTERVAL_MS)) return;
+      lastProgressAt = Date.now();
+      await opts.onProgress({ appliedLsn: position(), transactionsApplied: a.stats.transactionsApplied, rowsApplied: a.stats.rowsApplied, caughtUp: caughtUpSince !== null, bytesReceived: stream?.bytesReceived ?? 0 });
+    };
+
+    if (opts.untilLsn && a.applied && compareLsn(a.applied, opts.untilLsn) >= 0) {
+      stopReason = 'until';
+    } else {
+      const s = new ReplicationStream({
+        dsn: opts.sourceDsn,
+        slot: opts.slot,
+        publication: opts.publication,
+        startLsn: a.applied ?? '0/0',
+        maxQueueBytes: opts.maxTxBytes ?? DEFAULT_QUEUE_BYTES,
+        applicationName: `shardctl-apply`,
+      });
+      stream = s;
+      s.start();
+      const softDeadline = startedAt + opts.maxDurationMs;
+      const hardDeadline = softDeadline + opts.maxDurationMs;
+      // A keepalive received with no transaction open vouches that every commit before its position
+      // was delivered (and, being processed in order, applied): it may be recorded as applied.
+      let vouched: string | null = null;
+      let pingTarget: string | null = null;
+      let lastPingAt = 0;
+      let lastRecordAt = 0;
+      const recordVouched = async () => {
+        if (vouched && (await a.recordPosition(vouched))) {
+          await s.acknowledge(a.applied!);
+          await report();
+        }
+        vouched = null;
+        lastRecordAt = Date.now();
+      };
+
+      const commitPending = async () => {
+        if (await a.commitPending()) {
+          await s.acknowledge(a.applied!); // durable now: the slot may release it
+          await report();
+        }
+      };
+
+      for (;;) {
+        const now = Date.now();
+        if (opts.signal?.aborted) {
+          if (a.inTransaction) await a.rollback();
+          else await commitPending();
+          stopReason = 'aborted';
+          break;
+        }
+        if (!a.inTransaction) {
+          const reachedUntil = !!opts.untilLsn && compareLsn(a.pendingEnd ?? position(), opts.untilLsn) >= 0;
+          const idle = opts.idleStopMs !== undefined && caughtUpSince !== null && now - caughtUpSince >= opts.idleStopMs;
+          const late = now >= softDeadline;
+          // Group commit: the target transaction stays open only while more is already waiting.
+          const groupFull = a.pendingTransactions >= MAX_GROUP_TRANSACTIONS || a.pendingSinceMs >= MAX_GROUP_MS;
+          if (a.pendingTransactions > 0 && (reachedUntil || idle || late || groupFull || s.queuedItems === 0)) await commitPending();
+          if (reachedUntil || idle || late) {
+            stopReason = reachedUntil ? 'until' : idle ? 'idle' : 'deadline';
+            break;
+          }
+          if (s.queuedItems === 0 && now - lastPingAt >= PING_INTERVAL_MS) {
+            // Where the source is now; the walsender's answer to the ping says whether we got there.
+            pingTarget = await currentWalLsn(source);
+            lastPingAt = now;
+            await s.acknowledge(position(), true);
+          }
+        } else if (now >= hardDeadline) {
+          await a.rollback();
+          stopReason = 'deadline';
+          break;
+        }
+
+        const item = await s.next(Math.max(1, Math.min(PING_INTERVAL_MS, softDeadline - now)));
+        if (!item) continue;
+        if (item.kind === 'keepalive') {
+          if (!a.inTransaction) {
+            await commitPending(); // a position is vouched for only with everything before it durable
+            if (compareLsn(item.walEnd, position()) > 0) vouched = vouched ? maxLsn(vouched, item.walEnd) : item.walEnd;
+            if (pingTarget && compareLsn(item.walEnd, pingTarget) >= 0) caughtUpSince ??= Date.now();
+            const reachesUntil = !!(vouched && opts.untilLsn && compareLsn(vouched, opts.untilLsn) >= 0);
+            if (vouched && (item.replyRequested || reachesUntil || Date.now() - lastRecordAt >= RECORD_INTERVAL_MS)) {
+              await recordVouched();
+              continue;
+            }
+          }
+          if (item.replyRequested) await s.acknowledge(position());
+          continue;
+        }
+        const msg = item.msg;
+        switch (msg.tag) {
+          case 'begin':
+            caughtUpSince = null;
+            pingTarget = null;
+            await a.begin(msg.finalLsn);
+            break;
+          case 'commit':
+            await a.commit(msg.endLsn);
+            break;
+          case 'relation':
+            await a.relationChanged(msg.relation);
+            break;
+          case 'insert':
+          case 'update':
+          case 'delete':
+          case 'truncate':
+            await a.apply(msg);
+            break;
+          default:
+            break; // origin, type, logical messages: nothing to apply
+        }
+      }
+      if (!a.inTransaction) {
+        await commitPending();
+        if (vouched) await recordVouched();
+      }
+    }
+
+    const appliedLsn = position();
+    const lagBytes = await walBytesSince(source, appliedLsn);
+    await report(true);
+    return { ...a.stats, appliedLsn, caughtUp: stopReason === 'until' || caughtUpSince !== null, lagBytes, stopReason, bytesReceived: stream?.bytesReceived ?? 0, backpressurePauses: stream?.pauses ?? 0 };
+  } catch (e) {
+    // Nothing uncommitted may go back to the pool; what was not committed is redelivered next time.
+    if (applier?.targetTransactionOpen || applier?.inTransaction) await applier.rollback().catch(() => (targetBroken = true));
+    throw e;
+  } finally {
+    if (stream) {
+      await stream.stop();
+      // The walsender exits asynchronously after we hang up; the caller may drop or reuse the slot next.
+      await waitSlotInactive(source, opts.slot, 5000).catch(() => false);
+    }
+    if (target) {
+      if (locked) await releaseApplyLock(target, lockKey).catch(() => (targetBroken = true));
+      target.off('error', onTargetError);
+      target.release(targetBroken);
+    }
+    await source.end().catch(() => {});
+  }
+}

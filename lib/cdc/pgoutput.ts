@@ -1,0 +1,224 @@
+// Decoder for pgoutput protocol version 1 messages (PostgreSQL "Logical Replication Message
+// Formats"), keeping every value as the exact text PostgreSQL sent. Pure, no I/O.
+// Invariants: values are copied out of the input buffer (the driver reuses its buffers), an
+// unchanged TOAST datum is the UNCHANGED_TOAST sentinel (never undefined or null), and a
+// malformed message throws instead of yielding a partial change.
+
+/** Marks a column whose TOASTed value did not change: the apply must leave the target's value. */
+export const UNCHANGED_TOAST: unique symbol = Symbol('unchanged-toast');
+export type Datum = string | null | typeof UNCHANGED_TOAST;
+
+export interface RelationColumn {
+  name: string;
+  /** Part of the replica identity (the key) on the source. */
+  isKey: boolean;
+  typeOid: number;
+  typeMod: number;
+}
+
+export interface Relation {
+  relationOid: number;
+  schema: string;
+  name: string;
+  replicaIdentity: 'default' | 'nothing' | 'full' | 'index';
+  columns: RelationColumn[];
+}
+
+export type PgoutputMessage =
+  | { tag: 'begin'; finalLsn: string; commitTimeMicros: bigint; xid: number }
+  | { tag: 'commit'; flags: number; commitLsn: string; endLsn: string; commitTimeMicros: bigint }
+  | { tag: 'origin'; originLsn: string; originName: string }
+  | { tag: 'relation'; relation: Relation }
+  | { tag: 'type'; typeOid: number; schema: string; name: string }
+  | { tag: 'insert'; relation: Relation; newTuple: Datum[] }
+  | { tag: 'update'; relation: Relation; oldKind: 'K' | 'O' | null; oldTuple: Datum[] | null; newTuple: Datum[] }
+  | { tag: 'delete'; relation: Relation; oldKind: 'K' | 'O'; oldTuple: Datum[] }
+  | { tag: 'truncate'; relations: Relation[]; cascade: boolean; restartIdentity: boolean }
+  | { tag: 'message'; transactional: boolean; lsn: string; prefix: string; size: number };
+
+export class PgoutputDecodeError extends Error {
+  override readonly name = 'PgoutputDecodeError';
+}
+
+class Reader {
+  private off = 0;
+  constructor(private readonly buf: Buffer) {}
+  private need(n: number) {
+    if (this.off + n > this.buf.length) throw new PgoutputDecodeError(`truncated pgoutput message (need ${n} bytes at ${this.off} of ${this.buf.length})`);
+  }
+  u8(): number {
+    this.need(1);
+    return this.buf.readUInt8(this.off++);
+  }
+  i16(): number {
+    this.need(2);
+    const v = this.buf.readInt16BE(this.off);
+    this.off += 2;
+    return v;
+  }
+  i32(): number {
+    this.need(4);
+    const v = this.buf.readInt32BE(this.off);
+    this.off += 4;
+    return v;
+  }
+  u32(): number {
+    this.need(4);
+    const v = this.buf.readUInt32BE(this.off);
+    this.off += 4;
+    return v;
+  }
+  i64(): bigint {
+    this.need(8);
+    const v = this.buf.readBigInt64BE(this.off);
+    this.off += 8;
+    return v;
+  }
+  lsn(): string {
+    const hi = this.u32();
+    const lo = this.u32();
+    return `${hi.toString(16).toUpperCase()}/${lo.toString(16).toUpperCase()}`;
+  }
+  cstring(): string {
+    const end = this.buf.indexOf(0, this.off);
+    if (end < 0) throw new PgoutputDecodeError('unterminated string in pgoutput message');
+    const s = this.buf.toString('utf8', this.off, end);
+    this.off = end + 1;
+    return s;
+  }
+  text(len: number): string {
+    this.need(len);
+    const s = this.buf.toString('utf8', this.off, this.off + len); // a copy: the input buffer is reused by the driver
+    this.off += len;
+    return s;
+  }
+  skip(len: number) {
+    this.need(len);
+    this.off += len;
+  }
+}
+
+const IDENTITY: Record<string, Relation['replicaIdentity']> = { d: 'default', n: 'nothing', f: 'full', i: 'index' };
+
+/** Stateful: relation messages are remembered, as later changes refer to relations by OID only. */
+export class PgoutputDecoder {
+  private readonly relations = new Map<number, Relation>();
+
+  relation(oid: number): Relation | undefined {
+    return this.relations.get(oid);
+  }
+
+  decode(buf: Buffer): PgoutputMessage {
+    const r = new Reader(buf);
+    const tag = String.fromCharCode(r.u8());
+    switch (tag) {
+      case 'B':
+        return { tag: 'begin', finalLsn: r.lsn(), commitTimeMicros: r.i64(), xid: r.u32() };
+      case 'C':
+        return { tag: 'commit', flags: r.u8(), commitLsn: r.lsn(), endLsn: r.lsn(), commitTimeMicros: r.i64() };
+      case 'O':
+        return { tag: 'origin', originLsn: r.lsn(), originName: r.cstring() };
+      case 'R':
+        return { tag: 'relation', relation: this.readRelation(r) };
+      case 'Y':
+        return { tag: 'type', typeOid: r.u32(), schema: r.cstring(), name: r.cstring() };
+      case 'I': {
+        const relation = this.known(r.u32());
+        const n = String.fromCharCode(r.u8());
+        if (n !== 'N') throw new PgoutputDecodeError(`insert: expected 'N', got '${n}'`);
+        return { tag: 'insert', relation, newTuple: readTuple(r, relation, null) };
+      }
+      case 'U': {
+        const relation = this.known(r.u32());
+        let kind = String.fromCharCode(r.u8());
+        let oldKind: 'K' | 'O' | null = null;
+        let oldTuple: Datum[] | null = null;
+        if (kind === 'K' || kind === 'O') {
+          oldKind = kind;
+          oldTuple = readTuple(r, relation, null);
+          kind = String.fromCharCode(r.u8());
+        }
+        if (kind !== 'N') throw new PgoutputDecodeError(`update: expected 'N', got '${kind}'`);
+        // Under REPLICA IDENTITY FULL the old tuple carries the full value of an unchanged TOAST column.
+        const newTuple = readTuple(r, relation, oldKind === 'O' ? oldTuple : null);
+        return { tag: 'update', relation, oldKind, oldTuple, newTuple };
+      }
+      case 'D': {
+        const relation = this.known(r.u32());
+        const kind = String.fromCharCode(r.u8());
+        if (kind !== 'K' && kind !== 'O') throw new PgoutputDecodeError(`delete: expected 'K' or 'O', got '${kind}'`);
+        return { tag: 'delete', relation, oldKind: kind, oldTuple: readTuple(r, relation, null) };
+      }
+      case 'T': {
+        const n = r.u32();
+        const flags = r.u8();
+        const relations: Relation[] = [];
+        for (let i = 0; i < n; i++) relations.push(this.known(r.u32()));
+        return { tag: 'truncate', relations, cascade: (flags & 1) !== 0, restartIdentity: (flags & 2) !== 0 };
+      }
+      case 'M': {
+        const flags = r.u8();
+        const lsn = r.lsn();
+        const prefix = r.cstring();
+        const size = r.u32();
+        r.skip(size);
+        return { tag: 'message', transactional: (flags & 1) !== 0, lsn, prefix, size };
+      }
+      default:
+        throw new PgoutputDecodeError(`unknown pgoutput message '${tag}' (0x${buf[0]?.toString(16)}): only protocol version 1 is supported`);
+    }
+  }
+
+  private known(oid: number): Relation {
+    const rel = this.relations.get(oid);
+    if (!rel) throw new PgoutputDecodeError(`change for relation ${oid} arrived before its relation message`);
+    return rel;
+  }
+
+  private readRelation(r: Reader): Relation {
+    const relationOid = r.u32();
+    const schema = r.cstring();
+    const name = r.cstring();
+    const ident = String.fromCharCode(r.u8());
+    const replicaIdentity = IDENTITY[ident];
+    if (!replicaIdentity) throw new PgoutputDecodeError(`unknown replica identity '${ident}' for ${schema}.${name}`);
+    const n = r.i16();
+    const columns: RelationColumn[] = [];
+    for (let i = 0; i < n; i++) {
+      const flags = r.u8();
+      columns.push({ isKey: (flags & 1) !== 0, name: r.cstring(), typeOid: r.u32(), typeMod: r.i32() });
+    }
+    const relation: Relation = { relationOid, schema, name, replicaIdentity, columns };
+    this.relations.set(relationOid, relation);
+    return relation;
+  }
+}
+
+function readTuple(r: Reader, relation: Relation, unchangedFrom: Datum[] | null): Datum[] {
+  const n = r.i16();
+  if (n !== relation.columns.length) {
+    throw new PgoutputDecodeError(`tuple for ${relation.schema}.${relation.name} has ${n} columns, relation message has ${relation.columns.length}`);
+  }
+  const out: Datum[] = new Array(n);
+  for (let i = 0; i < n; i++) {
+    const kind = String.fromCharCode(r.u8());
+    switch (kind) {
+      case 'n':
+        out[i] = null;
+        break;
+      case 'u': {
+        const prev = unchangedFrom?.[i];
+        out[i] = typeof prev === 'string' ? prev : UNCHANGED_TOAST;
+        break;
+      }
+      case 't':
+        out[i] = r.text(r.u32());
+        break;
+      case 'b':
+        throw new PgoutputDecodeError(`binary tuple value in ${relation.schema}.${relation.name}: the stream must use text format`);
+      default:
+        throw new PgoutputDecodeError(`unknown tuple value kind '${kind}' in ${relation.schema}.${relation.name}`);
+    }
+  }
+  return out;
+}

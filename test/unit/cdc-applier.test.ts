@@ -1,0 +1,153 @@
+// The apply dispatcher against a recording fake client: which statements a source transaction
+// turns into, and when it must touch nothing at all.
+import { describe, it, expect } from 'vitest';
+import type { ClientBase } from 'pg';
+import { ChangeApplier } from '../../lib/cdc/applier';
+import { Relation, UNCHANGED_TOAST } from '../../lib/cdc/pgoutput';
+
+const rel: Relation = {
+  relationOid: 1,
+  schema: 'public',
+  name: 'docs',
+  replicaIdentity: 'default',
+  columns: [
+    { name: 'tenant_id', isKey: true, typeOid: 25, typeMod: -1 },
+    { name: 'id', isKey: true, typeOid: 23, typeMod: -1 },
+    { name: 'big', isKey: false, typeOid: 25, typeMod: -1 },
+  ],
+};
+
+function fakeClient(opts: { existingRows?: number } = {}) {
+  const log: { text: string; values?: unknown[] }[] = [];
+  const client = {
+    async query(q: any, values?: unknown[]) {
+      const text: string = typeof q === 'string' ? q : q.text;
+      const vals = typeof q === 'string' ? values : q.values;
+      log.push({ text, values: vals });
+      if (text.includes('to_regclass')) return { rows: [{ oid: '42' }], rowCount: 1 };
+      if (text.includes('from pg_attribute')) {
+        return {
+          rows: [
+            { name: 'tenant_id', type: 'text', generated: false, identity_always: false, pk_pos: 0 },
+            { name: 'id', type: 'integer', generated: false, identity_always: false, pk_pos: 1 },
+            { name: 'big', type: 'text', generated: false, identity_always: false, pk_pos: null },
+          ],
+          rowCount: 3,
+        };
+      }
+      if (/^(UPDATE|SELECT 1)/.test(text)) return { rows: [], rowCount: opts.existingRows ?? 1 };
+      return { rows: [], rowCount: 1 };
+    },
+  };
+  return { client: client as unknown as ClientBase, log };
+}
+
+describe('ChangeApplier', () => {
+  it('applies a transaction as one replica-role target transaction with its progress', async () => {
+    const { client, log } = fakeClient();
+    const a = new ChangeApplier(client, 'm1', 'forward', null);
+    await a.begin('0/100');
+    await a.apply({ tag: 'insert', relation: rel, newTuple: ['acme', '1', 'x'] });
+    expect(await a.commit('0/180')).toBe(true);
+    expect(a.applied).toBeNull(); // not durable until the target transaction commits
+    expect(await a.commitPending()).toBe(true);
+    const texts = log.map((l) => l.text);
+    expect(texts[0]).toMatch(/^BEGIN; SET LOCAL session_replication_role = replica/);
+    expect(texts.some((t) => t.startsWith('INSERT INTO "public"."docs"'))).toBe(true);
+    const progress = log.find((l) => l.text.includes('shardctl.move_progress'))!;
+    expect(progress.values).toEqual(['m1', 'forward', '0/180', 'commit']);
+    expect(texts[texts.length - 1]).toBe('COMMIT');
+    expect(a.applied).toBe('0/180');
+    expect(a.stats).toMatchObject({ transactionsApplied: 1, rowsApplied: 1 });
+  });
+
+  it('sends a run of full-row upserts as one statement and flushes it before a delete, keeping source order', async () => {
+    const { client, log } = fakeClient();
+    const a = new ChangeApplier(client, 'm1', 'forward', null);
+    await a.begin('0/100');
+    for (let i = 1; i <= 3; i++) await a.apply({ tag: 'insert', relation: rel, newTuple: ['acme', String(i), `v${i}`] });
+    await a.apply({ tag: 'update', relation: rel, oldKind: null, oldTuple: null, newTuple: ['acme', '4', 'w'] });
+    await a.apply({ tag: 'update', relation: rel, oldKind: null, oldTuple: null, newTuple: ['acme', '1', 'again'] }); // same key: new batch
+    await a.apply({ tag: 'delete', relation: rel, oldKind: 'K', oldTuple: ['acme', '2', null] });
+    await a.commit('0/180');
+    await a.commitPending();
+    const writes = log.filter((l) => /^(INSERT|UPDATE|DELETE)/.test(l.text));
+    expect(writes.map((w) => w.text.split(' ')[0])).toEqual(['INSERT', 'INSERT', 'DELETE']);
+    expect(writes[0].text).toContain('FROM unnest($1::text[], $2::text[], $3::text[])');
+    expect(writes[0].values).toEqual([['acme', 'acme', 'acme', 'acme'], ['1', '2', '3', '4'], ['v1', 'v2', 'v3', 'w']]);
+    expect(writes[1].values).toEqual(['acme', '1', 'again']);
+    expect(a.stats.rowsApplied).toBe(6);
+  });
+
+  it('commits several source transactions in one target transaction with the last end LSN (group commit)', async () => {
+    const { client, log } = fakeClient();
+    const a = new ChangeApplier(client, 'm1', 'forward', null);
+    for (const [b, e, id] of [['0/100', '0/180', '1'], ['0/200', '0/280', '2']]) {
+      await a.begin(b);
+      await a.apply({ tag: 'insert', relation: rel, newTuple: ['acme', id, 'x'] });
+      await a.commit(e);
+    }
+    expect(a.pendingTransactions).toBe(2);
+    await a.commitPending();
+    const texts = log.map((l) => l.text);
+    expect(texts.filter((t) => t.startsWith('BEGIN'))).toHaveLength(1);
+    expect(texts.filter((t) => t === 'COMMIT')).toHaveLength(1);
+    expect(log.filter((l) => l.text.includes('shardctl.move_progress')).map((l) => l.values![2])).toEqual(['0/280']);
+    expect(a.stats).toMatchObject({ transactionsApplied: 2, rowsApplied: 2 });
+  });
+
+  it('loses nothing durable on rollback: the pending group is simply redelivered', async () => {
+    const { client, log } = fakeClient();
+    const a = new ChangeApplier(client, 'm1', 'forward', '0/50');
+    await a.begin('0/100');
+    await a.apply({ tag: 'insert', relation: rel, newTuple: ['acme', '1', 'x'] });
+    await a.commit('0/180');
+    await a.begin('0/200');
+    await a.rollback();
+    expect(log[log.length - 1].text).toBe('ROLLBACK');
+    expect(a.applied).toBe('0/50');
+    expect(a.stats.transactionsApplied).toBe(0);
+  });
+
+  it('skips a redelivered transaction that committed before the stored position, touching nothing', async () => {
+    const { client, log } = fakeClient();
+    const a = new ChangeApplier(client, 'm1', 'forward', '0/180');
+    await a.begin('0/100');
+    await a.apply({ tag: 'insert', relation: rel, newTuple: ['acme', '1', 'x'] });
+    expect(await a.commit('0/180')).toBe(false);
+    expect(await a.commitPending()).toBe(false);
+    expect(log).toEqual([]);
+    expect(a.stats).toMatchObject({ transactionsApplied: 0, transactionsSkipped: 1, rowsApplied: 0 });
+  });
+
+  it('applies a transaction whose commit starts exactly at the stored position', async () => {
+    const { client } = fakeClient();
+    const a = new ChangeApplier(client, 'm1', 'forward', '0/180');
+    await a.begin('0/180');
+    await a.apply({ tag: 'delete', relation: rel, oldKind: 'K', oldTuple: ['acme', '1', null] });
+    expect(await a.commit('0/1A8')).toBe(true);
+  });
+
+  it('never writes an unchanged TOAST column, and counts an update of a missing row instead of inserting it', async () => {
+    const { client, log } = fakeClient({ existingRows: 0 });
+    const a = new ChangeApplier(client, 'm1', 'forward', null);
+    await a.begin('0/100');
+    await a.apply({ tag: 'update', relation: rel, oldKind: null, oldTuple: null, newTuple: ['acme', '1', UNCHANGED_TOAST] });
+    await a.commit('0/180');
+    await a.commitPending();
+    const writes = log.filter((l) => /^(INSERT|UPDATE|DELETE)/.test(l.text));
+    expect(writes).toEqual([]);
+    expect(a.stats).toMatchObject({ rowsApplied: 0, rowsSkippedIncomplete: 1 });
+  });
+
+  it('refuses a TRUNCATE, even inside a skipped transaction', async () => {
+    for (const stored of [null, '0/900']) {
+      const { client } = fakeClient();
+      const a = new ChangeApplier(client, 'm1', 'forward', stored);
+      await a.begin('0/100');
+      await expect(a.apply({ tag: 'truncate', relations: [rel], cascade: false, restartIdentity: false })).rejects.toMatchObject({
+        type: 'PreconditionFailed',
+      });
+    }
+  });
+});
