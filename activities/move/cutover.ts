@@ -26,6 +26,21 @@ export type CutoverResult =
   | { ok: true; newEpoch: number; pauseMs: number; fenceLsn: string; alreadyDone: boolean }
   | { ok: false; reason: string; pauseMs: number; mismatches: string[] };
 
+/**
+ * The write pause as the directory saw it: from the last freeze to the switch of this move, both
+ * stamped by the directory's clock. Unlike a timer in one attempt, it includes any time the unit
+ * stayed frozen because a worker died mid-cutover.
+ */
+async function measuredPauseMs(deps: Deps, unit: string, moveId: string, switchAction: string): Promise<number | null> {
+  const r = await deps.directoryPool().query(
+    `select round(extract(epoch from (max(at) filter (where action = $3) - max(at) filter (where action = 'freeze'))) * 1000)::bigint as ms
+       from shardctl.audit where unit = $1 and detail->>'moveId' = $2 and action in ('freeze', $3)`,
+    [unit, moveId, switchAction],
+  );
+  const ms = r.rows[0]?.ms;
+  return ms === null || ms === undefined ? null : Number(ms);
+}
+
 export function createCutoverActivities(deps: Deps) {
   const col = deps.config.tenant.column;
 
@@ -45,6 +60,7 @@ export function createCutoverActivities(deps: Deps) {
       const ref = parse(cutoverInput, input);
       return typed(async () => {
         const { from: owner, to: next } = ends(ref, ref.direction);
+        const switchAction = ref.direction === 'forward' ? 'switch' : 'rollback-switch';
         const dir = deps.directoryPool();
         const newEpoch = ref.epoch + 1;
         const p = await getPlacement(dir, ref.unit);
@@ -52,7 +68,8 @@ export function createCutoverActivities(deps: Deps) {
         if (p.shard === next && p.epoch === newEpoch) {
           // Redelivered after the switch committed: finish the owner's side and report done.
           await setUnitFence(deps.shardPool(owner), { unit: ref.unit, epoch: newEpoch, owned: false, frozen: false });
-          return { ok: true as const, newEpoch, pauseMs: 0, fenceLsn: '', alreadyDone: true };
+          const pauseMs = (await measuredPauseMs(deps, ref.unit, ref.moveId, switchAction)) ?? 0;
+          return { ok: true as const, newEpoch, pauseMs, fenceLsn: '', alreadyDone: true };
         }
         const mine = p.shard === owner && p.epoch === ref.epoch && (p.state === 'active' || p.moveId === ref.moveId);
         if (!mine) {
@@ -70,8 +87,15 @@ export function createCutoverActivities(deps: Deps) {
           );
           if (!cas.ok) return { ok: false as const, reason: `lost the race to freeze ${ref.unit}: ${JSON.stringify(cas.current)}`, pauseMs: 0, mismatches: [] };
         }
-        // Raise the fence: returns once every in-flight writer of the unit has finished.
-        await setUnitFence(deps.shardPool(owner), { unit: ref.unit, epoch: ref.epoch, owned: true, frozen: true });
+        // Raise the fence: returns once every in-flight writer of the unit has finished. A writer
+        // holding its transaction open past the budget makes us back off, never wait open-ended.
+        try {
+          await setUnitFence(deps.shardPool(owner), { unit: ref.unit, epoch: ref.epoch, owned: true, frozen: true }, { lockTimeoutMs: ref.fenceBudgetMs });
+        } catch (e: any) {
+          if (e?.code !== '55P03') throw e;
+          await unfreeze(ref, owner, 'in-flight writers outlasted the fence budget');
+          return { ok: false as const, reason: `in-flight writers of ${ref.unit} held the fence lock longer than the budget of ${ref.fenceBudgetMs} ms`, pauseMs: Date.now() - t0, mismatches: [] };
+        }
         await deps.faultPoint(ref.direction === 'forward' ? 'after-fence-raised' : 'mid-rollback');
         const fenceLsn = await currentWalLsn(deps.shardPool(owner));
         const names = replicationNames(ref.moveId, ref.direction);
@@ -131,7 +155,7 @@ export function createCutoverActivities(deps: Deps) {
           ref.unit,
           { shard: owner, epoch: ref.epoch, state: 'moving' },
           { shard: next, state: 'active', moveId: null },
-          { actor: ref.actor, action: ref.direction === 'forward' ? 'switch' : 'rollback-switch', detail: { moveId: ref.moveId, from: owner, to: next, fenceLsn } },
+          { actor: ref.actor, action: switchAction, detail: { moveId: ref.moveId, from: owner, to: next, fenceLsn } },
         );
         if (!cas.ok) {
           const cur = cas.current;
@@ -142,8 +166,12 @@ export function createCutoverActivities(deps: Deps) {
           }
         }
         await deps.faultPoint('after-switch-before-directory-notify');
+        const pauseMs = Date.now() - t0;
         await setUnitFence(deps.shardPool(owner), { unit: ref.unit, epoch: newEpoch, owned: false, frozen: false });
-        return { ok: true as const, newEpoch, pauseMs: Date.now() - t0, fenceLsn, alreadyDone: false };
+        // A resumed cutover (the unit was already frozen when this attempt began) reports the
+        // whole pause since the freeze, not just this attempt's share.
+        const total = p.state === 'moving' ? await measuredPauseMs(deps, ref.unit, ref.moveId, switchAction) : null;
+        return { ok: true as const, newEpoch, pauseMs: total ?? pauseMs, fenceLsn, alreadyDone: false };
       });
     },
   };
