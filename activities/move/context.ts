@@ -62,3 +62,13 @@ export function parse<S extends z.ZodTypeAny>(schema: S, input: unknown): z.infe
   }
   return r.data;
 }
+
+/** A key unique to this activity execution (stable across its retries and redeliveries). */
+export function activityKey(): string | null {
+  try {
+    const i = Context.current().info;
+    return `${i.workflowExecution?.workflowId ?? "-"}/${i.workflowExecution?.runId ?? "-"}/${i.activityId}`;
+  } catch {
+    return null;
+  }
+}

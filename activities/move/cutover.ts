@@ -44,15 +44,35 @@ async function measuredPauseMs(deps: Deps, unit: string, moveId: string, switchA
 export function createCutoverActivities(deps: Deps) {
   const col = deps.config.tenant.column;
 
-  async function unfreeze(ref: z.infer<typeof cutoverInput>, owner: string, why: string) {
-    await setUnitFence(deps.shardPool(owner), { unit: ref.unit, epoch: ref.epoch, owned: true, frozen: false });
-    await compareAndSetPlacement(
+  /**
+   * Aborts a cutover before the switch. The directory goes first (moving -> active, only for
+   * this move): if another delivery already switched, the old owner must stay fenced, so the
+   * fence is lowered only after that compare-and-set, and only from the state this move set.
+   */
+  async function unfreeze(ref: z.infer<typeof cutoverInput>, owner: string, next: string, why: string): Promise<'unfrozen' | 'switched' | 'lost'> {
+    const cas = await compareAndSetPlacement(
       deps.directoryPool(),
       ref.unit,
-      { shard: owner, epoch: ref.epoch, state: 'moving' },
+      { shard: owner, epoch: ref.epoch, state: 'moving', moveId: ref.moveId },
       { shard: owner, state: 'active', moveId: null },
       { actor: ref.actor, action: 'unfreeze', reason: why, detail: { moveId: ref.moveId } },
     );
+    if (!cas.ok) {
+      const cur = cas.current;
+      if (cur && cur.shard === next && cur.epoch === ref.epoch + 1) return 'switched';
+      if (!(cur && cur.shard === owner && cur.epoch === ref.epoch && cur.state === 'active')) return 'lost';
+    }
+    await setUnitFence(deps.shardPool(owner), { unit: ref.unit, epoch: ref.epoch, owned: true, frozen: false }, { expect: { epoch: ref.epoch, owned: true } });
+    return 'unfrozen';
+  }
+
+  /** An aborted attempt's answer; if a concurrent delivery switched meanwhile, that is the answer. */
+  async function abort(ref: z.infer<typeof cutoverInput>, owner: string, next: string, reason: string, t0: number, mismatches: string[] = []): Promise<CutoverResult> {
+    const u = await unfreeze(ref, owner, next, reason);
+    if (u === 'switched') {
+      return { ok: true, newEpoch: ref.epoch + 1, pauseMs: Date.now() - t0, fenceLsn: '', alreadyDone: true };
+    }
+    return { ok: false, reason: u === 'lost' ? `${reason}; and the directory changed under the move (left frozen, fail closed)` : reason, pauseMs: Date.now() - t0, mismatches };
   }
 
   return {
@@ -85,7 +105,10 @@ export function createCutoverActivities(deps: Deps) {
             { shard: owner, state: 'moving', moveId: ref.moveId },
             { actor: ref.actor, action: 'freeze', detail: { moveId: ref.moveId, direction: ref.direction } },
           );
-          if (!cas.ok) return { ok: false as const, reason: `lost the race to freeze ${ref.unit}: ${JSON.stringify(cas.current)}`, pauseMs: 0, mismatches: [] };
+          const c = cas.ok ? undefined : cas.current;
+          // Another delivery of this same move froze it first: that freeze is ours too.
+          const ours = c && c.shard === owner && c.epoch === ref.epoch && c.state === 'moving' && c.moveId === ref.moveId;
+          if (!cas.ok && !ours) return { ok: false as const, reason: `lost the race to freeze ${ref.unit}: ${JSON.stringify(cas.current)}`, pauseMs: 0, mismatches: [] };
         }
         // Raise the fence: returns once every in-flight writer of the unit has finished. A writer
         // holding its transaction open past the budget makes us back off, never wait open-ended.
@@ -93,8 +116,7 @@ export function createCutoverActivities(deps: Deps) {
           await setUnitFence(deps.shardPool(owner), { unit: ref.unit, epoch: ref.epoch, owned: true, frozen: true }, { lockTimeoutMs: ref.fenceBudgetMs });
         } catch (e: any) {
           if (e?.code !== '55P03') throw e;
-          await unfreeze(ref, owner, 'in-flight writers outlasted the fence budget');
-          return { ok: false as const, reason: `in-flight writers of ${ref.unit} held the fence lock longer than the budget of ${ref.fenceBudgetMs} ms`, pauseMs: Date.now() - t0, mismatches: [] };
+          return abort(ref, owner, next, `in-flight writers of ${ref.unit} held the fence lock longer than the budget of ${ref.fenceBudgetMs} ms`, t0);
         }
         await deps.faultPoint(ref.direction === 'forward' ? 'after-fence-raised' : 'mid-rollback');
         const fenceLsn = await currentWalLsn(deps.shardPool(owner));
@@ -112,8 +134,7 @@ export function createCutoverActivities(deps: Deps) {
         });
         beat({ step: 'applied', appliedLsn: applied.appliedLsn });
         if (!applied.caughtUp && over()) {
-          await unfreeze(ref, owner, 'final catch-up overran the fence budget');
-          return { ok: false as const, reason: `final catch-up did not reach ${fenceLsn} within the fence budget of ${ref.fenceBudgetMs} ms`, pauseMs: Date.now() - t0, mismatches: [] };
+          return abort(ref, owner, next, `final catch-up did not reach ${fenceLsn} within the fence budget of ${ref.fenceBudgetMs} ms`, t0);
         }
         const fs = deps.config.shards.find((s) => s.name === owner)!;
         const ts = deps.config.shards.find((s) => s.name === next)!;
@@ -130,8 +151,7 @@ export function createCutoverActivities(deps: Deps) {
         ]);
         const diff = fingerprintDiff(a, b);
         if (diff.length) {
-          await unfreeze(ref, owner, 'fingerprints differ at the fence');
-          return { ok: false as const, reason: `target differs from source at the fence: ${diff.join('; ')}`, pauseMs: Date.now() - t0, mismatches: diff };
+          return abort(ref, owner, next, `target differs from source at the fence: ${diff.join('; ')}`, t0, diff);
         }
         if (ref.direction === 'forward') {
           // Reverse replication (target -> source) starts here: everything the target committed so
@@ -144,8 +164,7 @@ export function createCutoverActivities(deps: Deps) {
           );
         }
         if (over()) {
-          await unfreeze(ref, owner, 'fence budget exceeded before the switch');
-          return { ok: false as const, reason: `fence took longer than its budget of ${ref.fenceBudgetMs} ms; unfenced, will retry`, pauseMs: Date.now() - t0, mismatches: [] };
+          return abort(ref, owner, next, `fence took longer than its budget of ${ref.fenceBudgetMs} ms; unfenced, will retry`, t0);
         }
         await deps.faultPoint('before-switch');
         // Point of no return: the new owner accepts the new epoch, then the directory moves.
@@ -160,8 +179,9 @@ export function createCutoverActivities(deps: Deps) {
         if (!cas.ok) {
           const cur = cas.current;
           if (!(cur && cur.shard === next && cur.epoch === newEpoch)) {
-            // Someone else changed the placement: fail closed. The owner stays frozen (no writes
-            // anywhere) until an operator looks; nothing can be lost that way.
+            // Someone else changed the placement (e.g. a concurrent delivery aborted and unfroze):
+            // take back the target's acceptance, then fail; the next delivery decides afresh.
+            await setUnitFence(deps.shardPool(next), { unit: ref.unit, epoch: newEpoch, owned: false, frozen: false });
             throw new Error(`switch compare-and-set lost: directory shows ${JSON.stringify(cur)}; ${ref.unit} stays frozen on ${owner}`);
           }
         }

@@ -3,7 +3,7 @@
 // not the owner, immediately before it deletes.
 import { z } from 'zod';
 import type { Deps } from '../../worker/deps';
-import { moveRef, tenantTables, parse, typed } from './context';
+import { moveRef, tenantTables, parse, typed, activityKey } from './context';
 import { ends } from './data';
 import { replicationNames } from '../../lib/ids';
 import { ShardctlError } from '../../lib/errors';
@@ -76,20 +76,23 @@ export function createLifecycleActivities(deps: Deps) {
           throw new ShardctlError('PreconditionFailed', `cannot cancel: ${ref.unit} already switched to ${ref.target} (epoch ${p.epoch}); use rollback`);
         }
         if (p && p.state === 'moving' && p.moveId === ref.moveId) {
-          // Unfreeze first so the tenant's writes resume at once; then clean up at leisure.
-          await setUnitFence(deps.shardPool(ref.source), { unit: ref.unit, epoch: ref.epoch, owned: true, frozen: false });
-          await compareAndSetPlacement(
+          // The directory first, then the fence: a fence is never lowered while the directory
+          // could still be (or become) switched by a concurrent cutover delivery.
+          const cas = await compareAndSetPlacement(
             dir,
             ref.unit,
-            { shard: ref.source, epoch: ref.epoch, state: 'moving' },
+            { shard: ref.source, epoch: ref.epoch, state: 'moving', moveId: ref.moveId },
             { shard: ref.source, state: 'active', moveId: null },
             { actor: ref.actor, action: 'cancel-unfreeze', detail: { moveId: ref.moveId } },
           );
-        } else {
-          const f = await getUnitFence(deps.shardPool(ref.source), ref.unit);
-          if (f && f.owned && f.frozen && f.epoch === ref.epoch) {
-            await setUnitFence(deps.shardPool(ref.source), { unit: ref.unit, epoch: ref.epoch, owned: true, frozen: false });
+          if (!cas.ok && cas.current?.shard === ref.target) {
+            throw new ShardctlError('PreconditionFailed', `cannot cancel: ${ref.unit} switched to ${ref.target} meanwhile; use rollback`);
           }
+        }
+        const now = await getPlacement(dir, ref.unit);
+        if (now && now.shard === ref.source && now.epoch === ref.epoch && now.state === 'active') {
+          // Unfreeze so the tenant's writes resume at once; then clean up at leisure.
+          await setUnitFence(deps.shardPool(ref.source), { unit: ref.unit, epoch: ref.epoch, owned: true, frozen: false }, { expect: { epoch: ref.epoch, owned: true } });
         }
         await dropReplicationOf(ref, 'forward');
         await dropReplicationOf(ref, 'reverse');
@@ -153,13 +156,11 @@ export function createLifecycleActivities(deps: Deps) {
            detail = shardctl.moves.detail || excluded.detail`,
         [e.moveId, e.unit, e.source, e.target, e.workflowId, e.status, e.actor, JSON.stringify(e.detail ?? {})],
       );
-      await dir.query('insert into shardctl.audit(actor, action, unit, detail, reason) values ($1, $2, $3, $4, $5)', [
-        e.actor,
-        `move.${e.action}`,
-        e.unit,
-        JSON.stringify({ moveId: e.moveId, ...(e.detail ?? {}) }),
-        e.reason ?? null,
-      ]);
+      await dir.query(
+        `insert into shardctl.audit(actor, action, unit, detail, reason, idem) values ($1, $2, $3, $4, $5, $6)
+         on conflict (idem) where idem is not null do nothing`,
+        [e.actor, `move.${e.action}`, e.unit, JSON.stringify({ moveId: e.moveId, ...(e.detail ?? {}) }), e.reason ?? null, activityKey()],
+      );
     },
   };
 }

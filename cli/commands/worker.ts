@@ -4,6 +4,7 @@ import { loadConfig } from '../../lib/config';
 import { startWorker } from '../../worker';
 import { createDeps } from '../../worker/deps';
 import { faultHookFromEnv } from '../../worker/faults';
+import { ensureDirectory } from '../../lib/directory/ensure';
 
 export function register(program: Command) {
   program
@@ -13,6 +14,8 @@ export function register(program: Command) {
     .action(async (o) => {
       const config = loadConfig({ file: program.opts().config });
       const deps = createDeps(config, { faultPoint: faultHookFromEnv() });
+      // The directory's schema is the worker's contract with the CLI: bring it up to date first.
+      await ensureDirectory(deps.directoryPool(), config);
       const w = await startWorker(config, { taskQueue: o.taskQueue, deps });
       process.stderr.write(`worker: polling ${o.taskQueue ?? config.temporal.taskQueue} on ${config.temporal.address} (pid ${process.pid})\n`);
       const stop = () => void w.shutdown();

@@ -57,6 +57,8 @@ export async function recordManifest(pool: Pool, moveId: string, entries: readon
   const c = await pool.connect();
   try {
     await c.query('begin');
+    // Two deliveries of the same copy may record at once: serialize them per move.
+    await c.query(`select pg_advisory_xact_lock(hashtext('blob_manifest:' || $1))`, [moveId]);
     await c.query('delete from shardctl.blob_manifest where move_id = $1', [moveId]);
     for (let i = 0; i < entries.length; i += INSERT_CHUNK) {
       const chunk = entries.slice(i, i + INSERT_CHUNK);

@@ -59,6 +59,16 @@ create table shardctl.moves (
 );
 `,
   },
+  {
+    version: 2,
+    name: 'idempotent audit entries',
+    // An activity delivered twice must not write its audit entry twice: entries written by
+    // activities carry a key derived from the workflow run and activity id.
+    sql: `
+alter table shardctl.audit add column idem text;
+create unique index audit_idem on shardctl.audit (idem) where idem is not null;
+`,
+  },
 ];
 
 export async function migrateDirectory(pool: Pool): Promise<number[]> {
