@@ -1,0 +1,109 @@
+// `shardctl shards prepare|list`: put the fence on the shards' tenant tables, and show which
+// shards are reachable and how many of their tenant tables are fenced. Pools are closed at the
+// end so the process exits.
+import { Command } from 'commander';
+import { Pool } from 'pg';
+import { Config, loadConfig, shardByName } from '../../lib/config';
+import { fenceStatus, prepareAllShards } from '../../lib/shard/prepare';
+
+export function register(program: Command) {
+  const shards = program.command('shards').description('the shards: prepare them for moves, list them');
+
+  shards
+    .command('prepare')
+    .description('install schema shardctl and the fence trigger on every tenant table (idempotent)')
+    .option('--shard <name>', 'only this shard (default: every configured shard)')
+    .option('--demo-schema', "also create the demo application's tables (before fencing them)")
+    .action(async (o: { shard?: string; demoSchema?: boolean }) => {
+      const config = loadConfig({ file: program.opts().config });
+      if (o.shard) shardByName(config, o.shard); // unknown shard: one line, before any connection
+      const pools = poolsFor(config);
+      try {
+        const results = await prepareAllShards(config, pools.get, { shard: o.shard, demoSchema: !!o.demoSchema });
+        for (const r of results) {
+          if (r.error) {
+            console.log(`${r.shard}: FAILED: ${r.error}`);
+            process.exitCode = 1;
+            continue;
+          }
+          const changed = r.changed.length ? `, ${r.changed.length} newly fenced` : '';
+          console.log(`${r.shard}: ${r.tables.length} tenant table(s) fenced${changed}${r.tables.length ? `: ${r.tables.join(', ')}` : ''}`);
+          for (const p of r.problems) console.log(`  warning: ${p}`);
+        }
+      } finally {
+        await pools.close();
+      }
+    });
+
+  shards
+    .command('list')
+    .description('configured shards: reachability and fenced tenant tables')
+    .option('--json', 'as JSON')
+    .action(async (o: { json?: boolean }) => {
+      const config = loadConfig({ file: program.opts().config });
+      const pools = poolsFor(config);
+      try {
+        const rows = await Promise.all(config.shards.map((s) => describeShard(config, s.name, pools.get(s.name))));
+        if (o.json) {
+          console.log(JSON.stringify(rows, null, 2));
+        } else {
+          const w = Math.max(...rows.map((r) => r.name.length));
+          for (const r of rows) {
+            const state = !r.reachable
+              ? `UNREACHABLE  ${r.error}`
+              : !r.schemaInstalled
+                ? 'reachable    not prepared (run `shardctl shards prepare`)'
+                : `reachable    ${r.fencedTables}/${r.tenantTables} tenant tables fenced` +
+                  (r.unfenced.length ? `; NOT fenced: ${r.unfenced.join(', ')}` : '') +
+                  (r.error ? `; ${r.error}` : '');
+            console.log(`${r.name.padEnd(w)}  ${state}`);
+          }
+        }
+        if (rows.some((r) => !r.reachable)) process.exitCode = 1;
+      } finally {
+        await pools.close();
+      }
+    });
+}
+
+interface ShardRow {
+  name: string;
+  reachable: boolean;
+  schemaInstalled: boolean;
+  tenantTables: number;
+  fencedTables: number;
+  unfenced: string[];
+  error?: string;
+}
+
+async function describeShard(config: Config, name: string, pool: Pool): Promise<ShardRow> {
+  const row: ShardRow = { name, reachable: false, schemaInstalled: false, tenantTables: 0, fencedTables: 0, unfenced: [] };
+  try {
+    await pool.query('select 1');
+    row.reachable = true;
+    const st = await fenceStatus(pool, config);
+    row.schemaInstalled = st.schemaInstalled;
+    row.tenantTables = st.tenantTables.length;
+    row.fencedTables = st.fenced.length;
+    row.unfenced = st.unfenced;
+  } catch (e: any) {
+    row.error = e?.message ?? String(e);
+  }
+  return row;
+}
+
+function poolsFor(config: Config) {
+  const pools = new Map<string, Pool>();
+  return {
+    get(name: string): Pool {
+      let p = pools.get(name);
+      if (!p) {
+        p = new Pool({ connectionString: shardByName(config, name).dsn, max: 2, connectionTimeoutMillis: 5000 });
+        p.on('error', () => {}); // an idle client dropping must not crash the CLI
+        pools.set(name, p);
+      }
+      return p;
+    },
+    close: () => Promise.all([...pools.values()].map((p) => p.end().catch(() => {}))).then(() => {}),
+  };
+}

@@ -1,0 +1,361 @@
+// Proof of DESIGN.md §3 against a real shard: the fence check refuses stale, foreign, unrouted
+// and frozen writes before any row changes; a fence change waits for in-flight writers and, once
+// it returns, no write under the old state commits — at every isolation level.
+import { describe, it, expect, beforeAll, afterAll, afterEach } from 'vitest';
+import type { Pool, PoolClient } from 'pg';
+import { randomBytes } from 'node:crypto';
+import { testConfig, uniq, shardPool, closePools } from '../helpers/stack';
+import { prepareShard } from '../../lib/shard/prepare';
+import { setUnitFence, FenceState } from '../../lib/shard/fence';
+import { FENCE_LOCK_CLASS } from '../../lib/shard/schema';
+import { DEMO_TABLES } from '../../lib/demo/schema';
+import { SQLSTATE } from '../../lib/errors';
+
+const SHARD = 'shard-a';
+type Isolation = 'read committed' | 'repeatable read' | 'serializable';
+interface Route {
+  unit?: string;
+  epoch?: number | string;
+  isolation?: Isolation;
+}
+
+let pool: Pool;
+const units: string[] = [];
+/** Transactions a test opened and has not ended: a failing test must not leak them (or their locks). */
+const open = new Set<PoolClient>();
+/** What a write refused by a fence change may fail with (never: commit). */
+const REFUSED = ['40001', SQLSTATE.staleRoute, SQLSTATE.frozen];
+
+beforeAll(async () => {
+  pool = shardPool(SHARD);
+  await prepareShard(pool, testConfig(), { demoSchema: true });
+});
+
+afterEach(async () => {
+  for (const c of open) await end(c, 'rollback').catch(() => {});
+});
+
+afterAll(async () => {
+  // Clean up through the apply path's bypass: the fence would (rightly) refuse these deletes.
+  const c = await pool.connect();
+  try {
+    await c.query('begin');
+    await c.query('set local session_replication_role = replica');
+    for (const t of DEMO_TABLES) await c.query(`delete from public.${t} where tenant_id = any($1)`, [units]);
+    await c.query('delete from shardctl.fence where unit = any($1)', [units]);
+    await c.query('commit');
+  } finally {
+    c.release();
+  }
+  await closePools();
+});
+
+async function newUnit(state: Partial<Omit<FenceState, 'unit'>> = {}, opts: { fence?: boolean } = {}): Promise<string> {
+  const unit = uniq('fence');
+  units.push(unit);
+  if (opts.fence !== false) {
+    const r = await setUnitFence(pool, { unit, epoch: 1, owned: true, frozen: false, ...state });
+    expect(r.ok).toBe(true);
+  }
+  return unit;
+}
+
+async function begin(route: Route): Promise<PoolClient> {
+  const c = await pool.connect();
+  open.add(c);
+  await c.query(`begin isolation level ${route.isolation ?? 'read committed'}`);
+  if (route.unit !== undefined) await c.query(`select set_config('shardctl.unit', $1, true)`, [route.unit]);
+  if (route.epoch !== undefined) await c.query(`select set_config('shardctl.epoch', $1, true)`, [String(route.epoch)]);
+  return c;
+}
+
+async function end(c: PoolClient, how: 'commit' | 'rollback') {
+  if (!open.delete(c)) return;
+  try {
+    await c.query(how);
+  } finally {
+    c.release();
+  }
+}
+
+/** One transaction opened for `route`, as the router opens it; commits, or rolls back and rethrows. */
+async function inTx<T>(route: Route, fn: (c: PoolClient) => Promise<T>): Promise<T> {
+  const c = await begin(route);
+  try {
+    const out = await fn(c);
+    await end(c, 'commit');
+    return out;
+  } catch (e) {
+    await end(c, 'rollback').catch(() => {});
+    throw e;
+  }
+}
+
+/** The SQLSTATE the promise fails with, or 'ok'. */
+async function outcome(p: Promise<unknown>): Promise<string> {
+  try {
+    await p;
+    return 'ok';
+  } catch (e: any) {
+    if (!e?.code) throw e;
+    return e.code;
+  }
+}
+
+const insertAccounts = (c: PoolClient | Pool, unit: string, names: string[]) =>
+  c.query(`insert into public.accounts(tenant_id, name) select $1, unnest($2::text[])`, [unit, names]);
+
+async function accountNames(unit: string): Promise<string[]> {
+  const r = await pool.query('select name from public.accounts where tenant_id = $1 order by name', [unit]);
+  return r.rows.map((x) => x.name);
+}
+
+/** Waits until a backend waits for the unit's fence lock in `mode` (proof that it is blocked, not slow). */
+async function waitForLockWaiter(unit: string, mode: 'ExclusiveLock' | 'ShareLock'): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  while (Date.now() < deadline) {
+    const r = await pool.query(
+      `select 1 from pg_locks where locktype = 'advisory' and classid = $1 and objid = hashtext($2)::oid and objsubid = 2
+          and mode = $3 and not granted`,
+      [FENCE_LOCK_CLASS, unit, mode],
+    );
+    if (r.rowCount) return;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  throw new Error(`nobody waited for the fence lock of ${unit} in ${mode}`);
+}
+
+describe('fence check on tenant-table writes', () => {
+  it('refuses a stale epoch with SC421 before any row changes (insert, multi-row insert, update, delete)', async () => {
+    const unit = await newUnit({ epoch: 2 });
+    await inTx({ unit, epoch: 2 }, (c) => insertAccounts(c, unit, ['a']));
+    expect(await outcome(inTx({ unit, epoch: 1 }, (c) => insertAccounts(c, unit, ['b', 'c', 'd'])))).toBe(SQLSTATE.staleRoute);
+    expect(await outcome(inTx({ unit, epoch: 1 }, (c) => c.query(`update public.accounts set name = 'z' where tenant_id = $1`, [unit])))).toBe(SQLSTATE.staleRoute);
+    expect(await outcome(inTx({ unit, epoch: 1 }, (c) => c.query('delete from public.accounts where tenant_id = $1', [unit])))).toBe(SQLSTATE.staleRoute);
+    // An epoch the shard has not accepted (ahead of it) is not this shard's either.
+    expect(await outcome(inTx({ unit, epoch: 3 }, (c) => insertAccounts(c, unit, ['e'])))).toBe(SQLSTATE.staleRoute);
+    expect(await accountNames(unit)).toEqual(['a']);
+  });
+
+  it('refuses a row of another unit with SC403, leaving no part of a multi-row insert', async () => {
+    const unit = await newUnit();
+    const other = await newUnit();
+    const code = await outcome(
+      inTx({ unit, epoch: 1 }, (c) =>
+        c.query(`insert into public.accounts(tenant_id, name) values ($1, 'a'), ($1, 'b'), ($2, 'c')`, [unit, other]),
+      ),
+    );
+    expect(code).toBe(SQLSTATE.wrongUnit);
+    expect(await accountNames(unit)).toEqual([]);
+    expect(await accountNames(other)).toEqual([]);
+  });
+
+  it('refuses a write that carries no epoch with SC428 (fail closed)', async () => {
+    const unit = await newUnit();
+    expect(await outcome(inTx({}, (c) => insertAccounts(c, unit, ['a'])))).toBe(SQLSTATE.noEpoch);
+    expect(await outcome(inTx({ unit }, (c) => insertAccounts(c, unit, ['a'])))).toBe(SQLSTATE.noEpoch);
+    expect(await outcome(inTx({ unit, epoch: '' }, (c) => insertAccounts(c, unit, ['a'])))).toBe(SQLSTATE.noEpoch);
+    expect(await accountNames(unit)).toEqual([]);
+  });
+
+  it('lets a write without epoch through only while allow_unfenced_writes is true', async () => {
+    const unit = await newUnit();
+    // The setting is changed inside the writer's own transaction and rolled back with it, so
+    // tests running in parallel on this shard never see it.
+    const c = await begin({});
+    try {
+      await c.query(`insert into shardctl.settings(key, value) values ('allow_unfenced_writes', 'true')
+                     on conflict (key) do update set value = 'true'`);
+      expect(await outcome(insertAccounts(c, unit, ['a']))).toBe('ok');
+      expect((await c.query('select count(*)::int as n from public.accounts where tenant_id = $1', [unit])).rows[0].n).toBe(1);
+    } finally {
+      await end(c, 'rollback');
+    }
+    const s = await pool.query(`select value from shardctl.settings where key = 'allow_unfenced_writes'`);
+    expect(s.rows[0].value).toBe('false');
+    expect(await outcome(inTx({}, (c) => insertAccounts(c, unit, ['a'])))).toBe(SQLSTATE.noEpoch);
+    expect(await accountNames(unit)).toEqual([]);
+  });
+
+  it('refuses writes to a frozen unit with SC423 while reads continue', async () => {
+    const unit = await newUnit();
+    await inTx({ unit, epoch: 1 }, (c) => insertAccounts(c, unit, ['a']));
+    expect((await setUnitFence(pool, { unit, epoch: 1, owned: true, frozen: true })).ok).toBe(true);
+    expect(await outcome(inTx({ unit, epoch: 1 }, (c) => insertAccounts(c, unit, ['b'])))).toBe(SQLSTATE.frozen);
+    expect(await outcome(inTx({ unit, epoch: 1 }, (c) => c.query('delete from public.accounts where tenant_id = $1', [unit])))).toBe(SQLSTATE.frozen);
+    const read = await inTx({ unit, epoch: 1 }, async (c) => {
+      await c.query('select shardctl.assert_readable($1, $2)', [unit, 1]);
+      return (await c.query('select name from public.accounts where tenant_id = $1', [unit])).rows.map((r) => r.name);
+    });
+    expect(read).toEqual(['a']);
+  });
+
+  it('refuses writes and reads of a unit this shard does not own, or has never heard of, with SC421', async () => {
+    const unowned = await newUnit({ owned: false });
+    const unknown = await newUnit({}, { fence: false });
+    for (const unit of [unowned, unknown]) {
+      expect(await outcome(inTx({ unit, epoch: 1 }, (c) => insertAccounts(c, unit, ['a'])))).toBe(SQLSTATE.staleRoute);
+      expect(await outcome(pool.query('select shardctl.assert_readable($1, 1)', [unit]))).toBe(SQLSTATE.staleRoute);
+      expect(await accountNames(unit)).toEqual([]);
+    }
+  });
+
+  it('checks an update that changes tenant_id against both the old and the new unit', async () => {
+    const from = await newUnit();
+    const to = await newUnit();
+    await inTx({ unit: from, epoch: 1 }, (c) => insertAccounts(c, from, ['a']));
+    const move = (c: PoolClient) => c.query('update public.accounts set tenant_id = $2 where tenant_id = $1', [from, to]);
+    expect(await outcome(inTx({ unit: from, epoch: 1 }, move))).toBe(SQLSTATE.wrongUnit); // new row is not `from`'s
+    expect(await outcome(inTx({ unit: to, epoch: 1 }, move))).toBe(SQLSTATE.wrongUnit); // old row is not `to`'s
+    expect(await accountNames(from)).toEqual(['a']);
+    expect(await accountNames(to)).toEqual([]);
+  });
+});
+
+describe('fence change ordering', () => {
+  for (const variant of ['commits', 'rolls back', 'commits a write made in a released savepoint'] as const) {
+    it(`a fence change waits for an in-flight writer that ${variant}, then refuses the old state`, async () => {
+      const unit = await newUnit();
+      const events: string[] = [];
+      const writer = await begin({ unit, epoch: 1 });
+      if (variant.includes('savepoint')) await writer.query('savepoint s');
+      await insertAccounts(writer, unit, ['in-flight']);
+      if (variant.includes('savepoint')) await writer.query('release savepoint s');
+      events.push('writer wrote');
+
+      const fence = setUnitFence(pool, { unit, epoch: 1, owned: true, frozen: true }).then((r) => {
+        events.push('fence returned');
+        return r;
+      });
+      await waitForLockWaiter(unit, 'ExclusiveLock');
+      await new Promise((r) => setTimeout(r, 200)); // it stays blocked, not merely slow to start
+      events.push('writer ends');
+      await end(writer, variant === 'rolls back' ? 'rollback' : 'commit');
+      const r = await fence;
+
+      expect(r.ok).toBe(true);
+      expect(r.waitedMs).toBeGreaterThanOrEqual(150);
+      expect(events).toEqual(['writer wrote', 'writer ends', 'fence returned']);
+      expect(await accountNames(unit)).toEqual(variant === 'rolls back' ? [] : ['in-flight']);
+      expect(await outcome(inTx({ unit, epoch: 1 }, (c) => insertAccounts(c, unit, ['after'])))).toBe(SQLSTATE.frozen);
+      expect(await accountNames(unit)).toEqual(variant === 'rolls back' ? [] : ['in-flight']);
+    });
+  }
+
+  it('a hand-off (owned=false, epoch+1) waits for the writer, then refuses the old epoch with SC421', async () => {
+    const unit = await newUnit();
+    const writer = await begin({ unit, epoch: 1 });
+    await insertAccounts(writer, unit, ['in-flight']);
+    const fence = setUnitFence(pool, { unit, epoch: 2, owned: false, frozen: false });
+    await waitForLockWaiter(unit, 'ExclusiveLock');
+    await end(writer, 'commit');
+    expect((await fence).ok).toBe(true);
+    expect(await outcome(inTx({ unit, epoch: 1 }, (c) => insertAccounts(c, unit, ['after'])))).toBe(SQLSTATE.staleRoute);
+    expect(await accountNames(unit)).toEqual(['in-flight']);
+  });
+
+  for (const isolation of ['read committed', 'repeatable read', 'serializable'] as const) {
+    it(`a ${isolation} write queued behind an in-progress fence change is refused once it commits`, async () => {
+      const unit = await newUnit();
+      const first = await begin({ unit, epoch: 1 });
+      await insertAccounts(first, unit, ['first']);
+      const fence = setUnitFence(pool, { unit, epoch: 1, owned: true, frozen: true });
+      await waitForLockWaiter(unit, 'ExclusiveLock');
+
+      const second = await begin({ unit, epoch: 1, isolation });
+      await second.query('select count(*) from public.accounts where tenant_id = $1', [unit]); // snapshot taken now
+      const write = outcome(insertAccounts(second, unit, ['second']));
+      await waitForLockWaiter(unit, 'ShareLock'); // queued behind the fence, not ahead of it
+      await end(first, 'commit');
+      expect((await fence).ok).toBe(true);
+
+      const code = await write;
+      if (isolation === 'read committed') expect(code).toBe(SQLSTATE.frozen);
+      else expect(REFUSED).toContain(code);
+      await end(second, 'rollback');
+      expect(await accountNames(unit)).toEqual(['first']);
+    });
+  }
+});
+
+describe('a snapshot older than the fence cannot write', () => {
+  const changes: Record<string, (unit: string) => Promise<void>> = {
+    freeze: async (unit) => {
+      expect((await setUnitFence(pool, { unit, epoch: 1, owned: true, frozen: true })).ok).toBe(true);
+    },
+    'hand-off': async (unit) => {
+      expect((await setUnitFence(pool, { unit, epoch: 2, owned: false, frozen: false })).ok).toBe(true);
+    },
+    // The fence ends where the snapshot saw it: only a check that notices the change can refuse.
+    'freeze then unfreeze': async (unit) => {
+      expect((await setUnitFence(pool, { unit, epoch: 1, owned: true, frozen: true })).ok).toBe(true);
+      expect((await setUnitFence(pool, { unit, epoch: 1, owned: true, frozen: false })).ok).toBe(true);
+    },
+  };
+  for (const isolation of ['repeatable read', 'serializable'] as const) {
+    for (const [name, change] of Object.entries(changes)) {
+      it(`${isolation}: a write after a committed ${name} is refused and its row never appears`, async () => {
+        const unit = await newUnit();
+        const w = await begin({ unit, epoch: 1, isolation });
+        try {
+          await w.query('select count(*) from public.accounts where tenant_id = $1', [unit]); // snapshot predates the fence
+          await change(unit);
+          const code = await outcome(insertAccounts(w, unit, ['stale']));
+          expect(REFUSED).toContain(code);
+        } finally {
+          await end(w, 'rollback');
+        }
+        expect(await accountNames(unit)).toEqual([]);
+      });
+    }
+
+    it(`${isolation}: a fence change of another unit does not refuse the write`, async () => {
+      const unit = await newUnit();
+      const other = await newUnit();
+      const w = await begin({ unit, epoch: 1, isolation });
+      await w.query('select count(*) from public.accounts where tenant_id = $1', [unit]);
+      await changes.freeze(other);
+      await insertAccounts(w, unit, ['ok']);
+      await end(w, 'commit');
+      expect(await accountNames(unit)).toEqual(['ok']);
+    });
+  }
+});
+
+describe('who may bypass or change the fence', () => {
+  it('a session with session_replication_role = replica (the change-apply path) bypasses the fence', async () => {
+    const unit = await newUnit({ owned: false, frozen: true, epoch: 7 });
+    const c = await begin({});
+    await c.query('set local session_replication_role = replica');
+    await insertAccounts(c, unit, ['applied']);
+    await end(c, 'commit');
+    expect(await accountNames(unit)).toEqual(['applied']);
+    expect(await outcome(inTx({}, (c) => insertAccounts(c, unit, ['direct'])))).toBe(SQLSTATE.noEpoch);
+  });
+
+  it('a non-superuser role can neither change fence rows nor switch to the replica role', async () => {
+    // The dev user is a superuser (it can do both); production writers must not be.
+    const unit = await newUnit({ frozen: true });
+    const role = `shardctl_app_${randomBytes(4).toString('hex')}`;
+    await pool.query(`create role ${role} nologin`);
+    // What a writer needs for the fence check to run as it (reading the fence), and no more.
+    await pool.query(`grant usage on schema shardctl to ${role}; grant select on shardctl.fence, shardctl.settings to ${role}`);
+    try {
+      for (const sql of [
+        `update shardctl.fence set frozen = false where unit = '${unit}'`,
+        `set local session_replication_role = replica`,
+      ]) {
+        const code = await outcome(
+          inTx({}, async (c) => {
+            await c.query(`set local role ${role}`);
+            await c.query(sql);
+          }),
+        );
+        expect(code).toBe('42501');
+      }
+    } finally {
+      await pool.query(`drop owned by ${role}; drop role ${role}`);
+    }
+    expect((await pool.query('select frozen from shardctl.fence where unit = $1', [unit])).rows[0].frozen).toBe(true);
+  });
+});

@@ -1,0 +1,170 @@
+// `shards prepare` against a real shard: the fence lands on every tenant table (the demo schema
+// included), re-runs change nothing, new tables are picked up, broken triggers are repaired, and
+// a failed prepare changes nothing. Own tables live in a schema of their own, dropped at the end.
+import { describe, it, expect, beforeAll, afterAll } from 'vitest';
+import type { Pool } from 'pg';
+import { execFile } from 'node:child_process';
+import path from 'node:path';
+import { testConfig, uniq, shardPool, closePools } from '../helpers/stack';
+import { fenceStatus, prepareShard, FENCE_TRIGGER_NAME } from '../../lib/shard/prepare';
+import { DEMO_TABLES } from '../../lib/demo/schema';
+import { SQLSTATE } from '../../lib/errors';
+import { Config, projectRoot } from '../../lib/config';
+
+const SHARD = 'shard-a';
+let pool: Pool;
+const schemas: string[] = [];
+
+beforeAll(() => {
+  pool = shardPool(SHARD);
+});
+
+afterAll(async () => {
+  for (const s of schemas) await pool.query(`drop schema if exists ${s} cascade`);
+  await closePools();
+});
+
+/** A schema of this test's own, and a config whose tenant tables are exactly that schema's. */
+async function ownSchema(): Promise<{ schema: string; config: Config }> {
+  const schema = uniq('prep').replace(/-/g, '_');
+  schemas.push(schema);
+  await pool.query(`create schema ${schema}`);
+  const base = testConfig();
+  return { schema, config: { ...base, tenant: { ...base.tenant, schemas: [schema], tables: undefined } } };
+}
+
+const createTenantTable = (schema: string, name: string, pk = true) =>
+  pool.query(`create table ${schema}.${name} (tenant_id text not null, id bigint not null, v text${pk ? ', primary key (tenant_id, id)' : ''})`);
+
+async function fenceTriggers(schema: string): Promise<Array<{ table: string; enabled: string }>> {
+  const r = await pool.query(
+    `select c.relname as table, t.tgenabled as enabled from pg_trigger t
+       join pg_class c on c.oid = t.tgrelid join pg_namespace n on n.oid = c.relnamespace
+      where n.nspname = $1 and t.tgname = $2 order by c.relname`,
+    [schema, FENCE_TRIGGER_NAME],
+  );
+  return r.rows;
+}
+
+function cli(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile(process.execPath, [path.join(projectRoot(), 'cli/shardctl.js'), ...args], { cwd: projectRoot(), timeout: 60_000 }, (err, stdout, stderr) =>
+      resolve({ code: err ? ((err as any).code ?? 1) : 0, stdout, stderr }),
+    );
+  });
+}
+
+describe('prepareShard', () => {
+  it('creates the demo tables and fences every one of them', async () => {
+    const r = await prepareShard(pool, testConfig(), { demoSchema: true });
+    for (const t of DEMO_TABLES) expect(r.tables).toContain(`public.${t}`);
+    const st = await fenceStatus(pool, testConfig());
+    for (const t of DEMO_TABLES) expect(st.fenced).toContain(`public.${t}`);
+    expect(st.schemaInstalled).toBe(true);
+  });
+
+  it('is idempotent: a second run creates no trigger and leaves the same triggers', async () => {
+    const { schema, config } = await ownSchema();
+    await createTenantTable(schema, 'a');
+    await createTenantTable(schema, 'b');
+    const first = await prepareShard(pool, config);
+    const triggers = await fenceTriggers(schema);
+    const second = await prepareShard(pool, config);
+    expect(first.changed).toEqual([`${schema}.a`, `${schema}.b`]);
+    expect(second.changed).toEqual([]);
+    expect(second.tables).toEqual(first.tables);
+    expect(await fenceTriggers(schema)).toEqual(triggers);
+    expect(triggers).toEqual([
+      { table: 'a', enabled: 'O' },
+      { table: 'b', enabled: 'O' },
+    ]);
+  });
+
+  it('fences a tenant table created after the last prepare', async () => {
+    const { schema, config } = await ownSchema();
+    await createTenantTable(schema, 'a');
+    await prepareShard(pool, config);
+    await createTenantTable(schema, 'later');
+    const r = await prepareShard(pool, config);
+    expect(r.changed).toEqual([`${schema}.later`]);
+    expect((await fenceTriggers(schema)).map((t) => t.table)).toEqual(['a', 'later']);
+    const write = pool.query(`insert into ${schema}.later values ('t1', 1, 'x')`);
+    await expect(write).rejects.toMatchObject({ code: SQLSTATE.noEpoch });
+  });
+
+  it('reports a table that cannot be moved as a problem, and fences it all the same', async () => {
+    const { schema, config } = await ownSchema();
+    await createTenantTable(schema, 'nopk', false);
+    const r = await prepareShard(pool, config);
+    expect(r.tables).toEqual([`${schema}.nopk`]);
+    expect(r.problems).toHaveLength(1);
+    expect(r.problems[0]).toMatch(/has no primary key/);
+    expect(await fenceTriggers(schema)).toEqual([{ table: 'nopk', enabled: 'O' }]);
+  });
+
+  it('repairs a fence trigger that was disabled or set to fire in replica sessions', async () => {
+    const { schema, config } = await ownSchema();
+    await createTenantTable(schema, 'a');
+    await createTenantTable(schema, 'b');
+    await prepareShard(pool, config);
+    await pool.query(`alter table ${schema}.a disable trigger ${FENCE_TRIGGER_NAME}`);
+    await pool.query(`alter table ${schema}.b enable always trigger ${FENCE_TRIGGER_NAME}`);
+    expect((await fenceStatus(pool, config)).unfenced).toEqual([`${schema}.a`, `${schema}.b`]);
+    const r = await prepareShard(pool, config);
+    expect(r.changed).toEqual([`${schema}.a`, `${schema}.b`]);
+    expect(await fenceTriggers(schema)).toEqual([
+      { table: 'a', enabled: 'O' },
+      { table: 'b', enabled: 'O' },
+    ]);
+  });
+
+  it('changes nothing when it fails', async () => {
+    const { schema, config } = await ownSchema();
+    await createTenantTable(schema, 'a');
+    const bad = { ...config, tenant: { ...config.tenant, tables: [`${schema}.a`, `${schema}.missing`] } };
+    await expect(prepareShard(pool, bad)).rejects.toMatchObject({ type: 'InvalidInput' });
+    expect(await fenceTriggers(schema)).toEqual([]);
+  });
+
+  it('serializes concurrent prepares of one shard', async () => {
+    const { schema, config } = await ownSchema();
+    await createTenantTable(schema, 'a');
+    const results = await Promise.all([1, 2, 3].map(() => prepareShard(pool, config)));
+    expect(results.flatMap((r) => r.changed)).toEqual([`${schema}.a`]); // exactly one run created it
+    expect(await fenceTriggers(schema)).toEqual([{ table: 'a', enabled: 'O' }]);
+  });
+
+  it('writes allow_unfenced_writes from the config', async () => {
+    const { config } = await ownSchema();
+    await prepareShard(pool, config);
+    const r = await pool.query(`select value from shardctl.settings where key = 'allow_unfenced_writes'`);
+    expect(r.rows[0].value).toBe(String(config.tenant.allowUnfencedWrites));
+  });
+});
+
+describe('shardctl shards', () => {
+  it('prepare names an unknown shard in one line and exits non-zero', async () => {
+    const r = await cli(['shards', 'prepare', '--shard', 'no-such-shard']);
+    expect(r.code).not.toBe(0);
+    expect(r.stderr.trim().split('\n')).toHaveLength(1);
+    expect(r.stderr).toMatch(/unknown shard "no-such-shard"/);
+  });
+
+  it('prepare prints the tables it fenced, per shard', async () => {
+    const r = await cli(['shards', 'prepare', '--shard', SHARD]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(new RegExp(`^${SHARD}: \\d+ tenant table\\(s\\) fenced.*public\\.accounts`, 'm'));
+  });
+
+  it('list --json shows every configured shard reachable with its fenced tables', async () => {
+    await prepareShard(pool, testConfig(), { demoSchema: true });
+    const r = await cli(['shards', 'list', '--json']);
+    expect(r.code).toBe(0);
+    const rows = JSON.parse(r.stdout);
+    expect(rows.map((x: any) => x.name)).toEqual(testConfig().shards.map((s) => s.name));
+    for (const x of rows) expect(x.reachable).toBe(true);
+    const a = rows.find((x: any) => x.name === SHARD);
+    expect(a.schemaInstalled).toBe(true);
+    expect(a.fencedTables).toBeGreaterThanOrEqual(DEMO_TABLES.length);
+  });
+});
