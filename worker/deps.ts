@@ -20,7 +20,8 @@ export function createDeps(config: Config, opts: { faultPoint?: (name: string) =
   const pool = (key: string, dsn: string) => {
     let p = pools.get(key);
     if (!p) {
-      p = new Pool({ connectionString: dsn, max: 10, idleTimeoutMillis: 30_000 });
+      // application_name marks shardctl's own data-plane sessions (see lib/shard/write-audit.ts).
+      p = new Pool({ connectionString: dsn, max: 10, idleTimeoutMillis: 30_000, application_name: 'shardctl-worker' });
       p.on('error', () => {}); // idle client errors surface on next use instead of crashing the worker
       pools.set(key, p);
     }

@@ -265,7 +265,7 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
     st.soakEndsAt = new Date(carried.soakEndsAtMs).toISOString();
   }
 
-  if (st.phase === 'soak') {
+  while (st.phase === 'soak') {
     // Reverse replication keeps the source current, so a rollback loses nothing.
     while (!carried.rollbackRequested && !carried.retireNowRequested && Date.now() < (carried.soakEndsAtMs ?? 0)) {
       const remaining = (carried.soakEndsAtMs ?? 0) - Date.now();
@@ -301,10 +301,21 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
       return st;
     }
     enter('retire');
-  }
-  if (st.phase === 'retire') {
     const actor = st.operators.retiredBy ?? input.requestedBy;
-    await step('retire', () => long.retireSource({ ...ref(), epoch: st.epoch, actor }));
+    try {
+      await step('retire', () => long.retireSource({ ...ref(), epoch: st.epoch, actor }));
+    } catch (err) {
+      const cause: any = err instanceof ActivityFailure ? err.cause : err;
+      if (cause?.type !== 'PreconditionFailed') throw err;
+      // Deleting is irreversible: a refused retire waits, in soak, for the operator to reconcile
+      // and say `retire` again, or to roll back. The source copy stays as the way back.
+      enter('soak');
+      block(`retire refused: ${cause.message}`.slice(0, 500));
+      carried.retireNowRequested = false;
+      await condition(() => carried.retireNowRequested || carried.rollbackRequested);
+      block('');
+      continue;
+    }
     await record('retired', actor, carried.retireNowRequested ? 'retire now (operator)' : 'soak ended', { epoch: st.epoch });
     enter('done');
   }

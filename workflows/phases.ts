@@ -29,7 +29,8 @@ const NEXT: Record<Phase, readonly Phase[]> = {
   fence: ['switch', 'catchup', 'cancelling'],
   switch: ['soak'],
   soak: ['retire', 'rolling-back'],
-  retire: ['done'],
+  // A retire that finds the source written outside shardctl goes back to soak and waits.
+  retire: ['done', 'soak'],
   'rolling-back': ['rolled-back', 'soak'],
   cancelling: ['cancelled'],
   done: [],

@@ -128,12 +128,14 @@ export function createLifecycleActivities(deps: Deps) {
         if (!f || f.owned || f.epoch > ref.epoch) {
           throw new ShardctlError('PreconditionFailed', `refusing to retire: the source fence is ${JSON.stringify(f)}; it must refuse the unit at epoch ${ref.epoch}`);
         }
+        // Writes that bypassed the fence on the source since it stopped owning the unit.
         const written = await deps.shardPool(ref.source).query(
-          `select count(*)::int as n from shardctl.unowned_writes where unit = $1`,
+          `select count(*)::int as n, min(application_name) as app from shardctl.unowned_writes
+            where unit = $1 and at >= (select updated_at from shardctl.fence where unit = $1)`,
           [ref.unit],
-        ).catch(() => ({ rows: [{ n: 0 }] }));
+        );
         if (Number(written.rows[0].n) > 0) {
-          throw new ShardctlError('PreconditionFailed', `refusing to retire: ${written.rows[0].n} writes reached the source copy of ${ref.unit} outside shardctl after the switch; inspect shardctl.unowned_writes`);
+          throw new ShardctlError('PreconditionFailed', `refusing to retire: ${written.rows[0].n} writes reached the source copy of ${ref.unit} outside shardctl after the switch (e.g. by ${written.rows[0].app || 'unknown'}); reconcile them, clear shardctl.unowned_writes for the unit on ${ref.source}, then retire again — or roll back`);
         }
         // Stop reverse replication first: nothing may write the source copy while it is deleted.
         await dropReplicationOf(ref, 'reverse');

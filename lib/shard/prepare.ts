@@ -2,6 +2,7 @@
 // fence trigger on every tenant table — in one transaction under an advisory lock, so two
 // prepares serialize and a failure leaves the shard as it was. Idempotent: a table whose
 // trigger is already exactly ours is left alone (no table lock taken on a re-run).
+import { writeAuditSchemaSql, installWriteAudit } from './write-audit';
 import type { Pool, PoolClient } from 'pg';
 import { Config, shardByName } from '../config';
 import { ShardctlError } from '../errors';
@@ -45,9 +46,12 @@ export async function prepareShard(
     if (opts.demoSchema) await c.query(DEMO_SCHEMA_SQL);
     const fn = fenceTriggerFunctionSql(config.tenant.column);
     await c.query(fn.sql);
+    const audit = writeAuditSchemaSql(config.tenant.column);
+    await c.query(audit.sql);
     const tables = await listTenantTables(c, config.tenant);
     const changed: string[] = [];
     for (const t of tables) {
+      if (await installWriteAudit(c, t, audit.fn)) changed.push(`${displayName(t)} (write audit)`);
       if (await hasOurTrigger(c, t, fn.name)) continue;
       await c.query(
         `create or replace trigger ${FENCE_TRIGGER_NAME} before insert or update or delete on ${t.qualified}

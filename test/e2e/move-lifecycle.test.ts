@@ -155,6 +155,47 @@ describe('move lifecycle', () => {
     expect(await H.rowCount('shard-a', tenant)).toBe(0);
   });
 
+  it('retire refuses while the source copy was written outside shardctl after the switch, then retires once reconciled', { timeout: 180_000 }, async () => {
+    const tenant = await H.newTenant('shard-a', 're');
+    await H.seed(tenant, 100, 1);
+    const h = await H.startMove(t.client, tq, H.moveInput(tenant, 'shard-b', { soakSeconds: 600 }));
+    await H.waitPhase(h, 'soak', 120_000);
+    // A manual fix that bypasses the fence on the old owner (replica role, a foreign tool).
+    const c = await shardPool('shard-a').connect();
+    try {
+      await c.query(`set application_name = 'psql-manual-fix'`);
+      await c.query('begin');
+      await c.query('set local session_replication_role = replica');
+      await c.query(`insert into public.events(tenant_id, kind) values ($1, 'manual')`, [tenant]);
+      await c.query('commit');
+    } finally {
+      await c.query('reset application_name').catch(() => {});
+      c.release();
+    }
+    const rowsBefore = await H.rowCount('shard-a', tenant);
+    await h.executeUpdate(M.retireNowUpdate, { args: [op] });
+    const s = await H.waitFor(h, (x) => x.phase === 'soak' && x.blockedReason.startsWith('retire refused'), 60_000);
+    expect(s.blockedReason).toMatch(/1 writes reached the source copy .* psql-manual-fix/);
+    expect(await H.rowCount('shard-a', tenant)).toBe(rowsBefore); // nothing deleted
+    // Reconcile: the operator removes the stray row and clears the evidence, then retires again.
+    const r = await shardPool('shard-a').connect();
+    try {
+      await r.query(`set application_name = 'shardctl-operator'`);
+      await r.query('begin');
+      await r.query('set local session_replication_role = replica');
+      await r.query(`delete from public.events where tenant_id = $1 and kind = 'manual'`, [tenant]);
+      await r.query(`delete from shardctl.unowned_writes where unit = $1`, [tenant]);
+      await r.query('commit');
+    } finally {
+      await r.query('reset application_name').catch(() => {});
+      r.release();
+    }
+    await h.executeUpdate(M.retireNowUpdate, { args: [op] });
+    await H.waitPhase(h, 'done', 120_000);
+    expect(await H.rowCount('shard-a', tenant)).toBe(0);
+    expect(await H.replicationLeftovers(`${tenant}.e1`)).toEqual([]);
+  });
+
   it('refuses a second move of the same tenant and bad input, from the CLI', { timeout: 60_000 }, async () => {
     const tenant = await H.newTenant('shard-a', 'cl');
     const cli = (...args: string[]) => spawnSync('node', ['cli/shardctl.js', ...args], { encoding: 'utf8', env: { ...process.env, SHARDCTL_TASK_QUEUE: uniq('idle') } });

@@ -1,0 +1,63 @@
+// The evidence retire relies on: writes that reach a unit's rows on a shard that does not own
+// it, by a session that bypasses the fence (session_replication_role = replica) and is not one
+// of shardctl's own data-plane sessions (application_name 'shardctl…'). Routed writes to an
+// unowned unit are refused by the fence; this catches the rest (manual fixes, foreign tools).
+// The trigger fires only in replica sessions (WHEN clause), so ordinary writes pay nothing.
+import type { PoolClient } from 'pg';
+import type { TenantTable } from './tables';
+
+export const WRITE_AUDIT_TRIGGER = 'shardctl_write_audit';
+
+export function writeAuditSchemaSql(column: string): { fn: string; sql: string } {
+  const safe = column.replace(/[^a-z0-9_]/gi, '_').toLowerCase();
+  const fn = `shardctl.audit_unowned_write_${safe}`;
+  const col = `"${column.replace(/"/g, '""')}"`;
+  return {
+    fn,
+    sql: `
+create table if not exists shardctl.unowned_writes (
+  id bigserial primary key,
+  unit text not null,
+  at timestamptz not null default now(),
+  table_name text not null,
+  op text not null,
+  application_name text,
+  username text
+);
+create index if not exists unowned_writes_unit on shardctl.unowned_writes (unit, at);
+create or replace function ${fn}() returns trigger language plpgsql volatile as $fn$
+declare v_unit text;
+begin
+  if current_setting('application_name') like 'shardctl%' then
+    return null;
+  end if;
+  v_unit := case when tg_op = 'DELETE' then old.${col}::text else new.${col}::text end;
+  if not exists (select 1 from shardctl.fence where unit = v_unit and owned) then
+    insert into shardctl.unowned_writes(unit, table_name, op, application_name, username)
+    values (v_unit, tg_table_schema || '.' || tg_table_name, tg_op, current_setting('application_name'), current_user);
+  end if;
+  return null;
+end
+$fn$;`,
+  };
+}
+
+async function hasAuditTrigger(c: PoolClient, t: TenantTable, fn: string): Promise<boolean> {
+  const r = await c.query(
+    `select 1 from pg_trigger g where g.tgrelid = $1::regclass and g.tgname = $2 and g.tgenabled = 'A'
+        and g.tgfoid = $3::regproc`,
+    [t.qualified, WRITE_AUDIT_TRIGGER, fn],
+  );
+  return (r.rowCount ?? 0) > 0;
+}
+
+/** Installs the audit trigger on a tenant table (idempotent); ENABLE ALWAYS so replica sessions fire it. */
+export async function installWriteAudit(c: PoolClient, t: TenantTable, fn: string): Promise<boolean> {
+  if (await hasAuditTrigger(c, t, fn)) return false;
+  await c.query(
+    `create or replace trigger ${WRITE_AUDIT_TRIGGER} after insert or update or delete on ${t.qualified}
+       for each row when (current_setting('session_replication_role') = 'replica') execute function ${fn}()`,
+  );
+  await c.query(`alter table ${t.qualified} enable always trigger ${WRITE_AUDIT_TRIGGER}`);
+  return true;
+}
