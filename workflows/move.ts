@@ -239,19 +239,35 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
   if (!pastPointOfNoReturn(st.phase)) {
     let switched = false;
     preSwitch = new CancellationScope();
+    let failure = '';
     try {
       switched = await preSwitch.run(() => beforeSwitch());
     } catch (err) {
-      if (!(isCancellation(err) && carried.cancelRequested)) throw err;
+      const cause: any = err instanceof ActivityFailure ? err.cause : err;
+      if (isCancellation(err) && carried.cancelRequested) {
+        /* cancel requested: undo below */
+      } else if (PERMANENT.includes(cause?.type)) {
+        // A permanent failure before the switch (e.g. a TRUNCATE in the stream) must not leave a
+        // slot holding WAL or half a copy behind: undo like a cancel, then report the failure.
+        failure = `${st.phase}: ${cause?.message ?? String(err)}`.slice(0, 500);
+      } else {
+        throw err;
+      }
     }
     if (st.phase === 'failed') return st;
     if (!switched) {
       // Cancel: undo everything; the source stays authoritative and exactly as it was.
       enter('cancelling');
-      await CancellationScope.nonCancellable(() =>
-        step('cancel', () => quick.cancelMove({ ...ref(), epoch: st.epoch, actor: st.operators.cancelledBy ?? input.requestedBy })),
-      );
-      await record('cancelled', st.operators.cancelledBy ?? input.requestedBy);
+      const actor = st.operators.cancelledBy ?? input.requestedBy;
+      await CancellationScope.nonCancellable(() => step('cancel', () => quick.cancelMove({ ...ref(), epoch: st.epoch, actor })));
+      if (failure) {
+        st.lastError = failure;
+        await record('failed', input.requestedBy, failure);
+        enter('failed');
+        block(`failed: ${failure}`.slice(0, 200));
+        return st;
+      }
+      await record('cancelled', actor);
       enter('cancelled');
       block('');
       return st;

@@ -32,7 +32,8 @@ const NEXT: Record<Phase, readonly Phase[]> = {
   // A retire that finds the source written outside shardctl goes back to soak and waits.
   retire: ['done', 'soak'],
   'rolling-back': ['rolled-back', 'soak'],
-  cancelling: ['cancelled'],
+  // A permanent failure before the switch is undone like a cancel, then ends in `failed`.
+  cancelling: ['cancelled', 'failed'],
   done: [],
   cancelled: [],
   'rolled-back': [],

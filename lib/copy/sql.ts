@@ -65,8 +65,9 @@ export function batchEndQuery(table: TenantTable, tenantColumn: string, hasLower
     ` where ${quoteIdent(tenantColumn)} = $1::${columnType(table, tenantColumn)}${bound}` +
     ` order by ${list(pk)} limit ${Math.trunc(batchRows)}`;
   return (
-    `select ${pk.map((c, i) => `${quoteIdent(c)}::text as k${i}`).join(', ')}, count(*) over () as n` +
-    ` from (${inner}) s order by ${pk.map((c) => `${quoteIdent(c)} desc`).join(', ')} limit 1`
+    `select ${pk.map((c, i) => `s.${quoteIdent(c)}::text as k${i}`).join(', ')}, count(*) over () as n` +
+    // s.-qualified: the output labels k0.. and n must never capture a key column of that name.
+    ` from (${inner}) s order by ${pk.map((c) => `s.${quoteIdent(c)} desc`).join(', ')} limit 1`
   );
 }
 

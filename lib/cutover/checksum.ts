@@ -13,10 +13,11 @@ export interface TableFingerprint {
 
 export async function fingerprintTable(pool: Pool, t: TenantTable, tenantColumn: string, unit: string): Promise<TableFingerprint> {
   // COLLATE "C" so text keys sort identically on both servers whatever their default collation.
-  const order = t.primaryKey.map((c) => `${quoteIdent(c)}::text collate "C"`).join(', ');
+  // (x.*) is the whole row even when the table has a column named x.
+  const order = t.primaryKey.map((c) => `x.${quoteIdent(c)}::text collate "C"`).join(', ');
   const r = await pool.query(
-    `select count(*)::bigint as n, coalesce(md5(string_agg(x::text, E'\\n' order by ${order})), '') as h
-       from ${t.qualified} x where ${quoteIdent(tenantColumn)} = $1`,
+    `select count(*)::bigint as n, coalesce(md5(string_agg((x.*)::text, E'\\n' order by ${order})), '') as h
+       from ${t.qualified} x where x.${quoteIdent(tenantColumn)} = $1`,
     [unit],
   );
   return { table: `${t.schema}.${t.name}`, rows: Number(r.rows[0].n), md5: r.rows[0].h };

@@ -58,7 +58,7 @@ export async function listTenantTables(
     [oids],
   );
   const pks = await db.query(
-    `select i.indrelid as oid, array_agg(a.attname order by k.ord) as cols
+    `select i.indrelid as oid, array_agg(a.attname::text order by k.ord) as cols
        from pg_index i
        cross join lateral unnest(i.indkey) with ordinality as k(attnum, ord)
        join pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum
@@ -90,9 +90,9 @@ export async function listTenantTables(
 }
 
 function parsePgArray(v: unknown): string[] {
-  if (Array.isArray(v)) return v as string[];
-  const s = String(v);
-  return s.slice(1, -1).split(',').map((x) => x.replace(/^"|"$/g, ''));
+  // text[] is parsed by node-pg (quotes, commas and backslashes in names included).
+  if (!Array.isArray(v)) throw new Error(`expected a text[] of key columns, got ${JSON.stringify(v)}`);
+  return v as string[];
 }
 
 /** Parents before children; a cycle is reported rather than silently broken. */

@@ -48,10 +48,10 @@ export async function compareTenantRows(input: CompareInput): Promise<TableValid
   const columns = table.columns.map((c) => c.name);
   const tenantType = table.columns.find((c) => c.name === tenantColumn)!.type;
   // The tenant column is constant under the filter, so it is left out of the ORDER BY.
-  const orderBy = keyCols.filter((k) => k.name !== tenantColumn).map(orderExpression);
+  const orderBy = keyCols.filter((k) => k.name !== tenantColumn).map((k) => orderExpression(k, 'r'));
   const sql =
-    `select ${[...keyCols.map((k) => `${quoteIdent(k.name)}::text`), ...columns.map((c) => `${quoteIdent(c)}::text`)].join(', ')}` +
-    ` from ${table.qualified} where ${quoteIdent(tenantColumn)} = $1::${tenantType}` +
+    `select ${[...keyCols.map((k) => `r.${quoteIdent(k.name)}::text`), ...columns.map((c) => `r.${quoteIdent(c)}::text`)].join(', ')}` +
+    ` from ${table.qualified} r where r.${quoteIdent(tenantColumn)} = $1::${tenantType}` +
     (orderBy.length ? ` order by ${orderBy.join(', ')}` : '');
 
   const [src, tgt] = await Promise.all([input.source.connect(), input.target.connect()]);

@@ -24,8 +24,10 @@ function quoteIdent(s: string): string {
 }
 
 /** The ORDER BY expression for a key column (identical on both servers). */
-export function orderExpression(col: KeyColumn): string {
-  const q = quoteIdent(col.name);
+export function orderExpression(col: KeyColumn, alias?: string): string {
+  // Qualified by the table alias: an unqualified name in ORDER BY would bind to the select
+  // list's `col::text` output column first and sort integers as text.
+  const q = alias ? `${alias}.${quoteIdent(col.name)}` : quoteIdent(col.name);
   return col.order === 'bytes' ? `(${q}::text) collate "C"` : q;
 }
 
