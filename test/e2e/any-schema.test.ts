@@ -434,3 +434,26 @@ describe('names and key shapes of any schema', () => {
     expect(fingerprintDiff([a], [b])).toEqual([`${w.world.schema}.points: same row count (1) but contents differ`]);
   });
 });
+
+describe('a permanent failure before the switch', () => {
+  it('a TRUNCATE on the source stops the move, which undoes itself and ends failed with the reason', { timeout: 200_000 }, async () => {
+    const w = await world('Xt', (S) => `
+      create schema ${S};
+      create table ${S}.ledger (tenant_id text not null, id int not null, v text, primary key (tenant_id, id));`);
+    const tenant = await H.newTenant('shard-a', 'xt');
+    await asTenant(w.world.pool('shard-a'), tenant, 1, (c) =>
+      c.query(`insert into ${w.world.S}.ledger select $1, g, 'v' || g from generate_series(1, 20) g`, [tenant]));
+    const h = await start(w, tenant, { approveCutover: 'manual' });
+    await H.waitFor(h, (s) => s.awaitingApproval, 120_000);
+    await w.world.pool('shard-a').query(`truncate ${w.world.S}.ledger`);
+    await h.executeUpdate(M.approveUpdate, { args: [{ actor: 'test' }] });
+    const s = await H.waitFor(h, (x) => x.phase === 'failed', 120_000);
+    expect(s.lastError).toMatch(/TRUNCATE/i);
+    expect(s.blockedReason).toMatch(/^failed: /);
+    // Undone like a cancel: no slot or publication, nothing on the target, the source owns it.
+    expect(await H.replicationLeftovers(`${tenant}.e1`)).toEqual([]);
+    expect(await H.rowCount('shard-b', tenant)).toBe(0);
+    expect(await H.placement(tenant)).toMatchObject({ shard: 'shard-a', epoch: 1, state: 'active', moveId: null });
+    expect(await H.tryWrite('shard-a', tenant, 1)).toBe('ok');
+  });
+});
