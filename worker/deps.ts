@@ -1,5 +1,6 @@
 // The dependencies activities are built from: config plus lazily created pools and S3 clients.
 // Workers resolve shard connections from config; workflows only ever name shards.
+import { hardenPool } from '../lib/pg';
 import { Pool } from 'pg';
 import { S3Client } from '@aws-sdk/client-s3';
 import { Config, shardByName } from '../lib/config';
@@ -21,8 +22,7 @@ export function createDeps(config: Config, opts: { faultPoint?: (name: string) =
     let p = pools.get(key);
     if (!p) {
       // application_name marks shardctl's own data-plane sessions (see lib/shard/write-audit.ts).
-      p = new Pool({ connectionString: dsn, max: 10, idleTimeoutMillis: 30_000, application_name: 'shardctl-worker' });
-      p.on('error', () => {}); // idle client errors surface on next use instead of crashing the worker
+      p = hardenPool(new Pool({ connectionString: dsn, max: 10, idleTimeoutMillis: 30_000, application_name: 'shardctl-worker' }));
       pools.set(key, p);
     }
     return p;

@@ -1,6 +1,7 @@
 // `shardctl shards prepare|list`: put the fence on the shards' tenant tables, and show which
 // shards are reachable and how many of their tenant tables are fenced. Pools are closed at the
 // end so the process exits.
+import { hardenPool } from '../../lib/pg';
 import { Command } from 'commander';
 import { Pool } from 'pg';
 import { Config, loadConfig, shardByName } from '../../lib/config';
@@ -98,7 +99,7 @@ function poolsFor(config: Config) {
     get(name: string): Pool {
       let p = pools.get(name);
       if (!p) {
-        p = new Pool({ connectionString: shardByName(config, name).dsn, max: 2, connectionTimeoutMillis: 5000 });
+        p = hardenPool(new Pool({ connectionString: shardByName(config, name).dsn, max: 2, connectionTimeoutMillis: 5000 }));
         p.on('error', () => {}); // an idle client dropping must not crash the CLI
         pools.set(name, p);
       }

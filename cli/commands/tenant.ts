@@ -1,5 +1,6 @@
 // `shardctl tenant create|show|list`: create a tenant (fence first, then the directory row) and
 // read placements. Input is validated before anything is touched; bad input changes nothing.
+import { hardenPool } from '../../lib/pg';
 import { Command } from 'commander';
 import { Pool } from 'pg';
 import { loadConfig, Config, shardByName } from '../../lib/config';
@@ -20,7 +21,7 @@ function cliPools(config: Config) {
     shardPool(name: string): Pool {
       let p = shards.get(name);
       if (!p) {
-        p = new Pool({ connectionString: shardByName(config, name).dsn, max: 2, connectionTimeoutMillis: 5000 });
+        p = hardenPool(new Pool({ connectionString: shardByName(config, name).dsn, max: 2, connectionTimeoutMillis: 5000 }));
         p.on('error', () => {});
         shards.set(name, p);
       }

@@ -1,5 +1,6 @@
 // Connections to the placement directory and the one place that turns "cannot reach it" into
 // ShardctlError('DirectoryUnavailable'). Callers map errors here so operators see one clear line.
+import { hardenPool } from '../pg';
 import { Pool, PoolClient, Client } from 'pg';
 import { ShardctlError } from '../errors';
 import type { Config } from '../config';
@@ -17,7 +18,7 @@ export function openDirectoryPool(config: Config, opts: { max?: number; connecti
     connectionTimeoutMillis: opts.connectionTimeoutMillis ?? DEFAULT_CONNECT_TIMEOUT_MS,
     idleTimeoutMillis: 30_000,
   });
-  p.on('error', () => {}); // idle client errors surface on the next use instead of crashing
+  hardenPool(p); // client errors surface on the next use instead of crashing
   return p;
 }
 

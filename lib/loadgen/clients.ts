@@ -1,5 +1,6 @@
 // Clients loadgen and verify create for themselves when the caller injects none: read-only
 // shard pools, a directory pool and per-shard S3 clients, all closed together.
+import { hardenPool } from '../pg';
 import { Pool } from 'pg';
 import { S3Client } from '@aws-sdk/client-s3';
 import { Config, shardByName } from '../config';
@@ -31,7 +32,7 @@ export function ownedClients(
   const s3s = new Map<string, S3Client>();
   let directory = injected.directory;
   const readOnly = (dsn: string) => {
-    const p = new Pool({ connectionString: dsn, max: 4, connectionTimeoutMillis: 5000, options: '-c default_transaction_read_only=on' });
+    const p = hardenPool(new Pool({ connectionString: dsn, max: 4, connectionTimeoutMillis: 5000, options: '-c default_transaction_read_only=on' }));
     p.on('error', () => {});
     pools.push(p);
     return p;

@@ -1,6 +1,7 @@
 // The router's two links to the directory: a small pool for snapshot / per-unit reads, and a
 // dedicated LISTEN client on `shardctl_placement` that reconnects with backoff. Neither ever
 // writes. Failures surface as rejected promises or listener state; the router decides.
+import { hardenPool } from '../pg';
 import { Client, Pool } from 'pg';
 import { Placement, PlacementState, UnitObservation, parsePlacementNotification, toSafeInt } from './snapshot';
 import { backoffDelayMs } from './retry';
@@ -34,7 +35,7 @@ export class DirectoryReader {
       application_name: 'shardctl-router',
     });
     // An idle client dying (directory restart) must not crash the process; the next query fails.
-    this.pool.on('error', () => {});
+    hardenPool(this.pool);
   }
 
   /** Every placement and the generation, from one consistent (repeatable read) snapshot. */

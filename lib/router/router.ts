@@ -2,6 +2,7 @@
 // tenant. Routing comes from a cached directory snapshot (NOTIFY, TTL, per-entry refresh on a
 // stale-route refusal); correctness never depends on the cache, because every transaction
 // carries (unit, epoch) and the shard refuses writes and reads that do not match its fence.
+import { hardenPool } from '../pg';
 import { Pool, PoolClient } from 'pg';
 import type { Config } from '../config';
 import { ShardctlError, invalidInput } from '../errors';
@@ -315,7 +316,7 @@ export class Router {
       connectionTimeoutMillis: this.connectTimeoutMs,
       application_name: 'shardctl-router',
     });
-    pool.on('error', () => {}); // an idle connection dying is noticed by the next checkout
+    hardenPool(pool); // a connection dying (idle or checked out) is noticed by the next query
     this.pools.set(shard, pool);
     return pool;
   }

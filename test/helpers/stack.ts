@@ -2,6 +2,7 @@
 import { Pool } from 'pg';
 import { randomBytes } from 'node:crypto';
 import { loadConfig, Config, shardByName } from '../../lib/config';
+import { hardenPool } from '../../lib/pg';
 
 let cached: Config | undefined;
 export function testConfig(): Config {
@@ -15,12 +16,12 @@ export function uniq(prefix: string): string {
 
 const pools: Pool[] = [];
 export function shardPool(name: string): Pool {
-  const p = new Pool({ connectionString: shardByName(testConfig(), name).dsn, max: 8 });
+  const p = hardenPool(new Pool({ connectionString: shardByName(testConfig(), name).dsn, max: 8 }));
   pools.push(p);
   return p;
 }
 export function directoryPool(): Pool {
-  const p = new Pool({ connectionString: testConfig().directory.dsn, max: 8 });
+  const p = hardenPool(new Pool({ connectionString: testConfig().directory.dsn, max: 8 }));
   pools.push(p);
   return p;
 }

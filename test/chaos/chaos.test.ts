@@ -1,0 +1,117 @@
+// The nightly chaos variant (`npm run test:chaos -- --seed S --iterations N`): each iteration
+// draws, from a seeded PRNG, a shard pair, a fault point or a random kill time, and the path
+// (complete / cancel / rollback); kills the real worker there, finishes with a fresh one, and
+// asserts DESIGN.md §5. The same seed replays the same draws.
+import { describe, it, expect, beforeAll, afterAll } from 'vitest';
+import path from 'node:path';
+import fs from 'node:fs';
+import { uniq, closePools } from '../helpers/stack';
+import * as H from '../helpers/move';
+import * as C from '../helpers/crash';
+import { buildWorkflowBundle } from '../../worker';
+import * as M from '../../workflows/messages';
+
+const SEED = Number(process.env.CHAOS_SEED ?? Date.now() % 1_000_000);
+const ITERATIONS = Number(process.env.CHAOS_ITERATIONS ?? 5);
+const POINTS = ['after-slot-created', 'mid-copy', 'after-copy', 'mid-catch-up', 'after-validate', 'after-fence-raised', 'before-switch', 'after-switch-before-directory-notify', 'mid-soak', 'mid-retire'];
+const PAIRS: [string, string][] = [['shard-a', 'shard-b'], ['shard-b', 'shard-c'], ['shard-c', 'shard-a'], ['shard-b', 'shard-a']];
+
+/** mulberry32: small, fast, and the same sequence for the same seed everywhere. */
+function prng(seed: number) {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+const rand = prng(SEED);
+const pick = <T>(xs: T[]) => xs[Math.floor(rand() * xs.length)];
+const rows: C.CaseRow[] = [];
+let t: Awaited<ReturnType<typeof H.temporal>>;
+
+beforeAll(async () => {
+  process.stdout.write(`chaos: seed ${SEED}, ${ITERATIONS} iterations (replay with --seed ${SEED})\n`);
+  await H.prepareStack();
+  await buildWorkflowBundle(C.BUNDLE);
+  t = await H.temporal();
+});
+afterAll(async () => {
+  process.stdout.write(C.writeReport(rows, path.join(C.ARTIFACTS, `chaos-${SEED}.md`)));
+  await t?.close();
+  await closePools();
+});
+
+describe(`chaos (seed ${SEED})`, () => {
+  for (let i = 0; i < ITERATIONS; i++) {
+    const [source, target] = pick(PAIRS);
+    const byTime = rand() < 0.4;
+    const point = pick(POINTS);
+    const killAfterMs = Math.round(500 + rand() * 12_000);
+    const path_: 'complete' | 'cancel' | 'rollback' = rand() < 0.7 ? 'complete' : rand() < 0.5 ? 'cancel' : 'rollback';
+    const label = `#${i} ${source}->${target} ${path_} ${byTime ? `kill after ${killAfterMs} ms` : `kill at ${point}`}`;
+    it(label, { timeout: 400_000 }, async () => {
+      const t0 = Date.now();
+      const tenant = await H.newTenant(source, 'x');
+      const bystander = await H.newTenant(source, 'xb');
+      await H.seed(tenant, 200 + Math.floor(rand() * 400), 1 + Math.floor(rand() * 4));
+      await H.seed(bystander, 50, 1);
+      const tq = uniq('chaos');
+      const faultLog = path.join(C.ARTIFACTS, 'crash', `chaos-${SEED}-${i}.faults.jsonl`);
+      fs.mkdirSync(path.dirname(faultLog), { recursive: true });
+      fs.writeFileSync(faultLog, '');
+      const traffic = await C.startTraffic(`chaos-${SEED}-${i}`, [tenant, bystander], 20 + Math.floor(rand() * 40));
+      let w1: C.ChildWorker | undefined;
+      let w2: C.ChildWorker | undefined = undefined as C.ChildWorker | undefined;
+      try {
+        w1 = C.spawnWorker(tq, byTime ? {} : { faultPoint: point, faultLog });
+        await w1.ready;
+        const h = await H.startMove(t.client, tq, H.moveInput(tenant, target, {
+          soakSeconds: path_ === 'rollback' ? 600 : 2,
+          approveCutover: path_ === 'cancel' ? 'manual' : 'auto',
+          copyBatchRows: 20 + Math.floor(rand() * 100),
+        }));
+        // Whenever the first worker dies (at its fault point or by the timed kill), a fresh one
+        // takes over the same task queue.
+        const takeover = w1.exited.then(async () => {
+          w2 = C.spawnWorker(tq);
+          await w2.ready;
+        });
+        if (byTime) {
+          await new Promise((r) => setTimeout(r, killAfterMs));
+          w1.proc.kill('SIGKILL');
+          await takeover;
+        }
+        if (path_ === 'rollback') {
+          await H.waitPhase(h, 'soak', 240_000);
+          await h.executeUpdate(M.rollbackUpdate, { args: [{ actor: 'chaos' }] });
+        }
+        if (path_ === 'cancel') {
+          await H.waitFor(h, (s) => s.awaitingApproval, 240_000);
+          await h.executeUpdate(M.cancelUpdate, { args: [{ actor: 'chaos' }] });
+        }
+        // If the armed point lies on another path, the first worker simply finishes the move.
+        const end = path_ === 'complete' ? 'done' : path_ === 'rollback' ? 'rolled-back' : 'cancelled';
+        const waitEnd = H.waitPhase(h, end, 300_000);
+        const status = await waitEnd;
+        await new Promise((r) => setTimeout(r, 500));
+        await traffic.stop();
+        const owner = path_ === 'complete' ? target : source;
+        const epoch = path_ === 'complete' ? 2 : path_ === 'rollback' ? 3 : 1;
+        const counts = await C.assertInvariants({ tenant, bystander, source, target, status, expectOwner: owner, expectEpoch: epoch, traffic });
+        expect(counts.acked).toBeGreaterThan(0);
+        rows.push({ faultPoint: label, killed: w1.proc.signalCode === 'SIGKILL', outcome: status.phase, pauseMs: status.cutoverPauseMs, writesAcked: counts.acked, writesRefused: counts.refused, verified: 'clean', seconds: Math.round((Date.now() - t0) / 1000) });
+      } catch (e) {
+        rows.push({ faultPoint: label, killed: w1?.proc.signalCode === 'SIGKILL', outcome: `FAILED: ${String((e as Error).message).split('\n')[0].slice(0, 120)}`, pauseMs: null, writesAcked: 0, writesRefused: 0, verified: '-', seconds: Math.round((Date.now() - t0) / 1000) });
+        throw e;
+      } finally {
+        await traffic.stop();
+        await C.stopWorker(w1);
+        await C.stopWorker(w2);
+      }
+    });
+  }
+});
