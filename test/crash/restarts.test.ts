@@ -76,7 +76,7 @@ async function assertAfter(tenant: string, bystander: string, o: { source: strin
   }
   // The bystander shares the restarted server: its writes may fail during the restart (and are
   // logged refused/unknown), so only the loss and ownership invariants are asserted for it.
-  const { verifyLog } = await import('../../lib/loadgen');
+  const { verifyLog, readLog } = await import('../../lib/loadgen');
   const report = await verifyLog({ logFile: traffic.logFile, config: testConfig() });
   expect({ missing: report.missing, wrong: report.wrongValue, refused: report.presentButRefused, deleted: report.presentButDeleted, blobs: report.blobMissing })
     .toEqual({ missing: [], wrong: [], refused: [], deleted: [], blobs: [] });
@@ -85,7 +85,8 @@ async function assertAfter(tenant: string, bystander: string, o: { source: strin
   expect(await H.tryWrite(o.target, tenant, 2)).toBe('ok');
   expect(await H.replicationLeftovers(status.moveId)).toEqual([]);
   expect(await H.rowCount(o.source, tenant)).toBe(0);
-  return { acked: 0, refused: 0 };
+  const mine = readLog(traffic.logFile).filter((r) => r.tenant === tenant);
+  return { acked: mine.filter((r) => r.status === 'ack').length, refused: mine.filter((r) => r.status === 'refused').length };
 }
 
 const approve = (h: C.Handle) => h.executeUpdate(M.approveUpdate, { args: [{ actor: 'crash-suite' }] });
