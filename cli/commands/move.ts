@@ -10,7 +10,7 @@ import { parseDurationMs } from '../../lib/duration';
 import { invalidInput, ShardctlError } from '../../lib/errors';
 import { temporalClient } from '../../lib/temporal-client';
 import * as M from '../../workflows/messages';
-import { isPhase, isTerminal, phaseReached, Phase } from '../../workflows/phases';
+import { isPhase, isTerminal, phaseReached } from '../../workflows/phases';
 import { SA } from '../../workflows/search-attributes';
 
 const actorDefault = () => process.env.SHARDCTL_ACTOR || process.env.USER || os.userInfo().username || 'cli';
@@ -127,12 +127,17 @@ export function register(program: Command) {
       if (!isPhase(o.phase)) throw invalidInput(`unknown phase ${JSON.stringify(o.phase)}`);
       const deadline = Date.now() + parseDurationMs(o.timeout, '--timeout');
       const config = cfg();
-      let last: Phase | undefined;
+      let last = '';
       for (;;) {
         const s = await moveStatus(config, tenant);
-        if (s.phase !== last) {
-          process.stderr.write(`${new Date().toISOString()} ${tenant}: ${s.phase}${s.blockedReason ? ` (blocked: ${s.blockedReason})` : ''}\n`);
-          last = s.phase;
+        // One line whenever something an operator cares about changed: live progress.
+        const copied = s.tables.reduce((n, x) => n + x.rowsCopied, 0);
+        const total = s.tables.reduce((n, x) => n + x.rowsEstimated, 0);
+        const line = `${s.phase}${s.paused ? ' (paused)' : ''} rows ${copied}/${total} blobs ${s.blobs.copied}/${s.blobs.total} lag ${s.lagSeconds}s` +
+          `${s.cutoverPauseMs !== null ? ` pause ${s.cutoverPauseMs}ms` : ''}${s.blockedReason ? ` blocked: ${s.blockedReason}` : ''}`;
+        if (line !== last) {
+          process.stderr.write(`${new Date().toISOString().slice(11, 23)} ${tenant}: ${line}\n`);
+          last = line;
         }
         if (phaseReached(s.phase, o.phase)) return;
         if (isTerminal(s.phase)) throw new ShardctlError('PreconditionFailed', `move ended in ${s.phase} before reaching ${o.phase}${s.lastError ? `: ${s.lastError}` : ''}`);
