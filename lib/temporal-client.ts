@@ -3,7 +3,8 @@ import fs from 'node:fs';
 import { Client, Connection } from '@temporalio/client';
 import type { Config } from './config';
 
-export async function temporalClient(config: Config): Promise<{ client: Client; close: () => Promise<void> }> {
+/** TLS and API-key options for a remote cluster (Temporal Cloud, mTLS), shared by client and worker. */
+export function temporalConnectionOptions(config: Config) {
   const t = config.temporal;
   const tls = t.tls
     ? {
@@ -12,6 +13,11 @@ export async function temporalClient(config: Config): Promise<{ client: Client; 
         clientCertPair: t.tls.certPath && t.tls.keyPath ? { crt: fs.readFileSync(t.tls.certPath), key: fs.readFileSync(t.tls.keyPath) } : undefined,
       }
     : undefined;
-  const connection = await Connection.connect({ address: t.address, tls, apiKey: t.apiKeyEnv ? process.env[t.apiKeyEnv] : undefined, connectTimeout: 5000 });
+  return { address: t.address, tls, apiKey: t.apiKeyEnv ? process.env[t.apiKeyEnv] : undefined };
+}
+
+export async function temporalClient(config: Config): Promise<{ client: Client; close: () => Promise<void> }> {
+  const t = config.temporal;
+  const connection = await Connection.connect({ ...temporalConnectionOptions(config), connectTimeout: 5000 });
   return { client: new Client({ connection, namespace: t.namespace }), close: () => connection.close() };
 }

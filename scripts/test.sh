@@ -10,9 +10,10 @@ sc() { node cli/shardctl.js "$@"; }
 
 # Bring the stack up once; stop it at the end only if this run started it.
 started=0
+keep_stack="${SHARDCTL_KEEP_STACK:-0}"   # read before the export below
 if ! sc dev status > /dev/null 2>&1; then started=1; fi
 if ! sc dev up; then echo "dev stack failed to start" >&2; echo "0 passed, 1 failed"; exit 1; fi
-cleanup() { if [ "$started" = 1 ] && [ "${SHARDCTL_KEEP_STACK:-0}" != 1 ]; then sc dev down > /dev/null 2>&1 || true; fi; }
+cleanup() { if [ "$started" = 1 ] && [ "$keep_stack" != 1 ]; then sc dev down > /dev/null 2>&1 || true; fi; }
 trap cleanup EXIT
 
 echo "typecheck: tsc --noEmit" >&2
@@ -21,6 +22,7 @@ npx tsc --noEmit -p . || typecheck_failed=1
 
 rm -f test-results/vitest-main.json test-results/vitest-crash.json
 export SHARDCTL_KEEP_STACK=1   # the stack is this script's to stop
+export SHARDCTL_WORKER_LOG=${SHARDCTL_WORKER_LOG:-ERROR}   # in-process test workers: expected activity retries are not news
 npx vitest run --exclude 'test/crash/**' --reporter=default --reporter=json --outputFile.json=test-results/vitest-main.json "$@"
 rc_main=$?
 rc_crash=0

@@ -5,6 +5,7 @@ import fs from 'node:fs';
 import { Config } from '../lib/config';
 import { createActivities } from '../activities';
 import { createDeps, Deps } from './deps';
+import { temporalConnectionOptions } from '../lib/temporal-client';
 
 let runtimeInstalled = false;
 function quietRuntime() {
@@ -18,15 +19,7 @@ function quietRuntime() {
 }
 
 export async function connectTemporal(config: Config): Promise<NativeConnection> {
-  const t = config.temporal;
-  const tls = t.tls
-    ? {
-        serverNameOverride: t.tls.serverName,
-        serverRootCACertificate: t.tls.caPath ? fs.readFileSync(t.tls.caPath) : undefined,
-        clientCertPair: t.tls.certPath && t.tls.keyPath ? { crt: fs.readFileSync(t.tls.certPath), key: fs.readFileSync(t.tls.keyPath) } : undefined,
-      }
-    : undefined;
-  return NativeConnection.connect({ address: t.address, tls, apiKey: t.apiKeyEnv ? process.env[t.apiKeyEnv] : undefined });
+  return NativeConnection.connect(temporalConnectionOptions(config));
 }
 
 export interface StartedWorker {

@@ -51,8 +51,12 @@ export async function prepareShard(
     const tables = await listTenantTables(c, config.tenant);
     const changed: string[] = [];
     for (const t of tables) {
-      if (await installWriteAudit(c, t, audit.fn)) changed.push(`${displayName(t)} (write audit)`);
-      if (await hasOurTrigger(c, t, fn.name)) continue;
+      // `changed` names each table whose shardctl triggers (fence or write audit) this run created or repaired.
+      const auditChanged = await installWriteAudit(c, t, audit.fn);
+      if (await hasOurTrigger(c, t, fn.name)) {
+        if (auditChanged) changed.push(displayName(t));
+        continue;
+      }
       await c.query(
         `create or replace trigger ${FENCE_TRIGGER_NAME} before insert or update or delete on ${t.qualified}
            for each row execute function ${fn.name}()`,

@@ -4,10 +4,9 @@ import { describe, it, expect, beforeAll, afterAll, afterEach, vi } from 'vitest
 import { Pool } from 'pg';
 import { testConfig, uniq, shardPool, directoryPool, closePools } from '../helpers/stack';
 import { migrateDirectory } from '../../lib/directory/schema';
-import { installShardSchema, fenceTriggerFunctionSql } from '../../lib/shard/schema';
 import { setUnitFence } from '../../lib/shard/fence';
-import { DEMO_SCHEMA_SQL, DEMO_TABLES } from '../../lib/demo/schema';
 import { Router } from '../../lib/router';
+import { prepareShard } from '../../lib/shard/prepare';
 import { enqueueJob, claimJobs, completeJob, releaseJob, runJobWorker, Job } from '../../lib/jobs/worker';
 
 let dir: Pool;
@@ -16,29 +15,8 @@ const routers: Router[] = [];
 
 /** Schema `shardctl`, the demo tables and the fence trigger on them (serialized with `shards prepare`). */
 async function prepareShardForTest(pool: Pool) {
-  for (let attempt = 0; ; attempt++) {
-    const c = await pool.connect();
-    try {
-      await c.query('begin');
-      await c.query(`select pg_advisory_xact_lock(hashtextextended('shardctl.prepare', 0))`);
-      await installShardSchema(c);
-      await c.query(DEMO_SCHEMA_SQL);
-      const fn = fenceTriggerFunctionSql('tenant_id');
-      await c.query(fn.sql);
-      for (const t of DEMO_TABLES) {
-        const has = await c.query(`select 1 from pg_trigger where tgrelid = $1::regclass and tgfoid = $2::regproc and not tgisinternal`, [`public.${t}`, fn.name]);
-        if (!has.rowCount) await c.query(`create or replace trigger shardctl_fence before insert or update or delete on public.${t} for each row execute function ${fn.name}()`);
-      }
-      await c.query('commit');
-      return;
-    } catch (e) {
-      await c.query('rollback').catch(() => {});
-      if (attempt >= 5) throw e;
-      await new Promise((r) => setTimeout(r, 100 * (attempt + 1)));
-    } finally {
-      c.release();
-    }
-  }
+  // The real `shards prepare` path: schema shardctl, the demo tables and the fence on them.
+  await prepareShard(pool, testConfig(), { demoSchema: true });
 }
 
 beforeAll(async () => {
