@@ -32,6 +32,8 @@ export interface MoveStatus {
   lagSeconds: number;
   etaSeconds: number | null;
   cutoverPauseMs: number | null;
+  /** ms since the freeze at the end of each cutover step (fenced, applied, blobs, compared, switched). */
+  cutoverSteps?: Record<string, number>;
   cutoverAttempts: number;
   soakEndsAt: string | null;
   phaseTimes: Partial<Record<Phase, string>>;

@@ -224,6 +224,7 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
         st.cutoverPauseMs = r.pauseMs;
         if (r.ok) {
           st.epoch = r.newEpoch;
+          st.cutoverSteps = r.steps;
           return true;
         }
         st.lastError = `cutover attempt ${st.cutoverAttempts}: ${r.reason}`;

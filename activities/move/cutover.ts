@@ -23,7 +23,7 @@ const cutoverInput = moveRef.extend({
 });
 
 export type CutoverResult =
-  | { ok: true; newEpoch: number; pauseMs: number; fenceLsn: string; alreadyDone: boolean }
+  | { ok: true; newEpoch: number; pauseMs: number; fenceLsn: string; alreadyDone: boolean; steps?: Record<string, number> }
   | { ok: false; reason: string; pauseMs: number; mismatches: string[] };
 
 /**
@@ -97,6 +97,9 @@ export function createCutoverActivities(deps: Deps) {
         }
         const t0 = Date.now();
         const over = () => Date.now() - t0 > ref.fenceBudgetMs;
+        // Where the write pause goes: ms since the freeze at the end of each step.
+        const steps: Record<string, number> = {};
+        const mark = (name: string) => (steps[name] = Date.now() - t0);
         if (p.state === 'active') {
           const cas = await compareAndSetPlacement(
             dir,
@@ -118,6 +121,7 @@ export function createCutoverActivities(deps: Deps) {
           if (e?.code !== '55P03') throw e;
           return abort(ref, owner, next, `in-flight writers of ${ref.unit} held the fence lock longer than the budget of ${ref.fenceBudgetMs} ms`, t0);
         }
+        mark('fenced');
         await deps.faultPoint(ref.direction === 'forward' ? 'after-fence-raised' : 'mid-rollback');
         const fenceLsn = await currentWalLsn(deps.shardPool(owner));
         const names = replicationNames(ref.moveId, ref.direction);
@@ -132,6 +136,7 @@ export function createCutoverActivities(deps: Deps) {
           maxDurationMs: Math.max(200, ref.fenceBudgetMs - (Date.now() - t0)),
           maxTxBytes: deps.config.limits.applyMaxTxBytes,
         });
+        mark('applied');
         beat({ step: 'applied', appliedLsn: applied.appliedLsn });
         if (!applied.caughtUp && over()) {
           return abort(ref, owner, next, `final catch-up did not reach ${fenceLsn} within the fence budget of ${ref.fenceBudgetMs} ms`, t0);
@@ -143,12 +148,15 @@ export function createCutoverActivities(deps: Deps) {
           dst: { s3: deps.s3For(next), bucket: ts.bucket },
           prefix: tenantBlobPrefix(ref.unit),
           sameEndpoint: (fs.s3Endpoint ?? deps.config.s3.endpoint) === (ts.s3Endpoint ?? deps.config.s3.endpoint),
+          hashUnchanged: false,
         });
+        mark('blobs');
         const tables = await tenantTables(deps, owner);
         const [a, b] = await Promise.all([
           fingerprintUnit(deps.shardPool(owner), tables, col, ref.unit),
           fingerprintUnit(deps.shardPool(next), tables, col, ref.unit),
         ]);
+        mark('compared');
         const diff = fingerprintDiff(a, b);
         if (diff.length) {
           return abort(ref, owner, next, `target differs from source at the fence: ${diff.join('; ')}`, t0, diff);
@@ -186,12 +194,12 @@ export function createCutoverActivities(deps: Deps) {
           }
         }
         await deps.faultPoint('after-switch-before-directory-notify');
-        const pauseMs = Date.now() - t0;
+        const pauseMs = mark('switched');
         await setUnitFence(deps.shardPool(owner), { unit: ref.unit, epoch: newEpoch, owned: false, frozen: false });
         // A resumed cutover (the unit was already frozen when this attempt began) reports the
         // whole pause since the freeze, not just this attempt's share.
         const total = p.state === 'moving' ? await measuredPauseMs(deps, ref.unit, ref.moveId, switchAction) : null;
-        return { ok: true as const, newEpoch, pauseMs: total ?? pauseMs, fenceLsn, alreadyDone: false };
+        return { ok: true as const, newEpoch, pauseMs: total ?? pauseMs, fenceLsn, alreadyDone: false, steps };
       });
     },
   };

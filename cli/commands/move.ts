@@ -49,7 +49,10 @@ function printStatus(s: M.MoveStatus) {
   for (const t of s.tables) lines.push(`  ${t.table.padEnd(28)} ${String(t.rowsCopied).padStart(8)} / ${t.rowsEstimated} rows${t.done ? ' ✓' : ''}`);
   lines.push(`  blobs ${s.blobs.copied} copied of ${s.blobs.total} (${s.blobs.bytes} bytes)`);
   lines.push(`  lag ${s.lagBytes} bytes (${s.lagSeconds}s)${s.etaSeconds !== null ? `, copy ETA ${s.etaSeconds}s` : ''}`);
-  if (s.cutoverPauseMs !== null) lines.push(`  cutover write pause ${s.cutoverPauseMs} ms (attempts ${s.cutoverAttempts})`);
+  if (s.cutoverPauseMs !== null) {
+    const steps = s.cutoverSteps ? ` — ${Object.entries(s.cutoverSteps).map(([k, v]) => `${k} +${v}`).join(', ')} ms` : '';
+    lines.push(`  cutover write pause ${s.cutoverPauseMs} ms (attempts ${s.cutoverAttempts})${steps}`);
+  }
   if (s.soakEndsAt) lines.push(`  soak ends ${s.soakEndsAt}`);
   if (s.validation.ok === false) lines.push(...s.validation.mismatches.map((m) => `  mismatch: ${m}`));
   if (s.lastError) lines.push(`  last error: ${s.lastError}`);

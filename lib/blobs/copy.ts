@@ -40,6 +40,12 @@ export interface CopyBlobPrefixOptions {
   onProgress?: (p: BlobCopyProgress) => void;
   /** Overrides of the multipart thresholds (tests use small ones). */
   limits?: Partial<TransferLimits>;
+  /**
+   * Hash unchanged objects for the manifest (default true). The final delta under the fence
+   * passes false: it must not read every object of the tenant inside the write pause, and its
+   * manifest then lists only what it copied.
+   */
+  hashUnchanged?: boolean;
 }
 
 export interface CopyBlobPrefixResult {
@@ -75,7 +81,7 @@ export async function copyBlobPrefix(opts: CopyBlobPrefixOptions): Promise<CopyB
   };
 
   /** Brings one key in line with the source and returns its manifest entry. */
-  const syncOnce = async (e: BlobEntry): Promise<ManifestEntry> => {
+  const syncOnce = async (e: BlobEntry): Promise<ManifestEntry | undefined> => {
     const d = dstByKey.get(e.key);
     let srcHash: ObjectHash | undefined;
     let same = false;
@@ -91,9 +97,10 @@ export async function copyBlobPrefix(opts: CopyBlobPrefixOptions): Promise<CopyB
       }
     }
     if (same) {
-      srcHash ??= await hashObject(src.s3, src.bucket, e.key, e.etag);
       stats.skipped++;
       report(e.key, 'skipped');
+      if (opts.hashUnchanged === false && !srcHash) return undefined;
+      srcHash ??= await hashObject(src.s3, src.bucket, e.key, e.etag);
     } else {
       if (sameEndpoint) {
         srcHash ??= await hashObject(src.s3, src.bucket, e.key, e.etag);
