@@ -51,6 +51,7 @@ async function main() {
       windows.push([t0, Date.now()]);
       pauses.push(s.cutoverPauseMs ?? NaN);
       const p = await getPlacement(deps.directoryPool(), tenant);
+      await new Promise((r) => setTimeout(r, 4000)); // ordinary traffic between moves: the baseline
       console.log(`move ${i + 1}: -> ${target} (epoch ${p?.epoch}) ${s.phase}, pause ${s.cutoverPauseMs} ms, steps ${JSON.stringify(s.cutoverSteps ?? {})}`);
     }
   } finally {

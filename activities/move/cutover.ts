@@ -95,6 +95,19 @@ export function createCutoverActivities(deps: Deps) {
         if (!mine) {
           return { ok: false as const, reason: `directory changed under the move: ${p.unit} is ${p.state} on ${p.shard} at epoch ${p.epoch} (move ${p.moveId ?? '-'})`, pauseMs: 0, mismatches: [] };
         }
+        const fs = deps.config.shards.find((s) => s.name === owner)!;
+        const ts = deps.config.shards.find((s) => s.name === next)!;
+        const syncBlobs = () =>
+          copyBlobPrefix({
+            src: { s3: deps.s3For(owner), bucket: fs.bucket },
+            dst: { s3: deps.s3For(next), bucket: ts.bucket },
+            prefix: tenantBlobPrefix(ref.unit),
+            sameEndpoint: (fs.s3Endpoint ?? deps.config.s3.endpoint) === (ts.s3Endpoint ?? deps.config.s3.endpoint),
+            hashUnchanged: false,
+          });
+        // Blobs first, before the freeze: the delta under the fence is then only what arrived in
+        // the last moments, not everything since validation.
+        if (p.state === 'active') await syncBlobs();
         const t0 = Date.now();
         const over = () => Date.now() - t0 > ref.fenceBudgetMs;
         // Where the write pause goes: ms since the freeze at the end of each step.
@@ -138,21 +151,13 @@ export function createCutoverActivities(deps: Deps) {
         });
         mark('applied');
         beat({ step: 'applied', appliedLsn: applied.appliedLsn });
-        if (!applied.caughtUp && over()) {
+        if (!applied.caughtUp) {
           return abort(ref, owner, next, `final catch-up did not reach ${fenceLsn} within the fence budget of ${ref.fenceBudgetMs} ms`, t0);
         }
-        const fs = deps.config.shards.find((s) => s.name === owner)!;
-        const ts = deps.config.shards.find((s) => s.name === next)!;
-        await copyBlobPrefix({
-          src: { s3: deps.s3For(owner), bucket: fs.bucket },
-          dst: { s3: deps.s3For(next), bucket: ts.bucket },
-          prefix: tenantBlobPrefix(ref.unit),
-          sameEndpoint: (fs.s3Endpoint ?? deps.config.s3.endpoint) === (ts.s3Endpoint ?? deps.config.s3.endpoint),
-          hashUnchanged: false,
-        });
-        mark('blobs');
+        // The final blob delta and the row fingerprints are independent: run them side by side.
         const tables = await tenantTables(deps, owner);
-        const [a, b] = await Promise.all([
+        const [, a, b] = await Promise.all([
+          syncBlobs().then(() => mark('blobs')),
           fingerprintUnit(deps.shardPool(owner), tables, col, ref.unit),
           fingerprintUnit(deps.shardPool(next), tables, col, ref.unit),
         ]);
