@@ -87,6 +87,15 @@ describe('move lifecycle', () => {
     expect(s.validation.mismatches.join('\n')).toContain(id!);
     expect(s.validation.mismatches.join('\n')).toMatch(/column name: source "[^"]+" vs target "CORRUPTED"/);
     expect(s.cutoverAttempts).toBe(1);
+    // Operators find it in the Temporal Web UI / visibility by its search attributes.
+    const query = `ShardctlPhase = 'validate' AND ShardctlUnit = '${tenant}' AND ShardctlBlockedReason IS NOT NULL`;
+    let listed: string[] = [];
+    for (let i = 0; i < 50 && listed.length === 0; i++) {
+      listed = [];
+      for await (const w of t.client.workflow.list({ query })) listed.push(w.workflowId);
+      if (!listed.length) await new Promise((r) => setTimeout(r, 200));
+    }
+    expect(listed).toEqual([moveWorkflowId(tenant)]);
     expect((await H.placement(tenant))!.shard).toBe('shard-a');
     expect(await H.tryWrite('shard-a', tenant, 1)).toBe('ok'); // the aborted fence was lowered
     await h.executeUpdate(M.cancelUpdate, { args: [op] });
@@ -194,6 +203,40 @@ describe('move lifecycle', () => {
     await H.waitPhase(h, 'done', 120_000);
     expect(await H.rowCount('shard-a', tenant)).toBe(0);
     expect(await H.replicationLeftovers(`${tenant}.e1`)).toEqual([]);
+  });
+
+  it('a fence that overruns its budget unfences and returns to catch-up: never an open-ended write pause', { timeout: 180_000 }, async () => {
+    const tenant = await H.newTenant('shard-a', 'fb');
+    await H.seed(tenant, 100, 1);
+    // A 1 ms budget cannot be met: every cutover attempt must abort and lower the fence.
+    const h = await H.startMove(t.client, tq, H.moveInput(tenant, 'shard-b', { fenceBudgetMs: 1 }));
+    const s = await H.waitFor(h, (x) => x.cutoverAttempts >= 2 && x.phase !== 'fence', 150_000);
+    expect(s.lastError).toMatch(/budget/);
+    expect(await H.placement(tenant)).toMatchObject({ shard: 'shard-a', epoch: 1, state: 'active', moveId: null });
+    expect(await H.tryWrite('shard-a', tenant, 1)).toBe('ok'); // unfrozen between attempts
+    await h.executeUpdate(M.cancelUpdate, { args: [op] });
+    await H.waitPhase(h, 'cancelled', 120_000);
+    expect(await H.replicationLeftovers(`${tenant}.e1`)).toEqual([]);
+  });
+
+  it('pause holds the copy between tables, a throttle update applies to the running move, resume finishes it', { timeout: 180_000 }, async () => {
+    const tenant = await H.newTenant('shard-a', 'pz');
+    await H.seed(tenant, 600, 1);
+    const h = await H.startMove(t.client, tq, H.moveInput(tenant, 'shard-b', { rowsPerSecond: 200, copyBatchRows: 50, soakSeconds: 1 }));
+    await H.waitFor(h, (x) => x.phase === 'copy', 60_000);
+    await expect(h.executeUpdate(M.resumeUpdate, { args: [op] })).rejects.toMatchObject({ cause: { message: expect.stringMatching(/not paused/) } });
+    expect(await h.executeUpdate(M.pauseUpdate, { args: [op] })).toBe('paused');
+    const paused = await H.waitFor(h, (x) => x.paused);
+    await new Promise((r) => setTimeout(r, 3000));
+    const still = await h.query(M.statusQuery);
+    // Paused: no new table started and the phase did not advance.
+    expect(still.phase).toBe('copy');
+    expect(still.tables.filter((x) => x.done).length).toBeLessThanOrEqual(paused.tables.filter((x) => x.done).length + 1);
+    await expect(h.executeUpdate(M.throttleUpdate, { args: [{ ...op, rowsPerSecond: -1 }] })).rejects.toBeTruthy();
+    expect(await h.executeUpdate(M.throttleUpdate, { args: [{ ...op, rowsPerSecond: 0 }] })).toMatch(/throttle 0/);
+    expect(await h.executeUpdate(M.resumeUpdate, { args: [op] })).toBe('resumed');
+    const done = await H.waitPhase(h, 'done', 150_000);
+    expect(done.paused).toBe(false);
   });
 
   it('refuses a second move of the same tenant and bad input, from the CLI', { timeout: 60_000 }, async () => {
