@@ -2,7 +2,7 @@
 // terminated backend). Unhandled, that event kills the whole process — a worker, a router's
 // host application. Every pool is hardened here: errors of idle and checked-out clients are
 // swallowed at the event level and surface instead as the failure of the next query on them.
-import type { Pool } from 'pg';
+import type { Pool, PoolClient } from 'pg';
 
 const noop = () => {};
 
@@ -12,4 +12,20 @@ export function hardenPool<P extends Pool>(pool: P): P {
     client.on('error', noop);
   });
   return pool;
+}
+
+/** Runs fn in one transaction on a client of the pool: commit on success, rollback on error. */
+export async function inTransaction<T>(pool: Pool, fn: (c: PoolClient) => Promise<T>): Promise<T> {
+  const c = await pool.connect();
+  try {
+    await c.query('begin');
+    const out = await fn(c);
+    await c.query('commit');
+    return out;
+  } catch (e) {
+    await c.query('rollback').catch(() => {});
+    throw e;
+  } finally {
+    c.release();
+  }
 }

@@ -1,6 +1,7 @@
 // The blob manifest recorded on the TARGET shard (table shardctl.blob_manifest): what the copy
 // phase put there, per move. recordManifest replaces a move's manifest atomically, so a resumed
 // or repeated copy never leaves a mix of two runs.
+import { inTransaction } from '../pg';
 import type { Pool } from 'pg';
 import { ShardctlError } from '../errors';
 import type { ManifestEntry } from './manifest';
@@ -54,9 +55,7 @@ export async function recordManifest(pool: Pool, moveId: string, entries: readon
     seen.add(e.key);
   }
   if (!ensured.has(pool)) await ensureManifestTable(pool);
-  const c = await pool.connect();
-  try {
-    await c.query('begin');
+  await inTransaction(pool, async (c) => {
     // Two deliveries of the same copy may record at once: serialize them per move.
     await c.query(`select pg_advisory_xact_lock(hashtext('blob_manifest:' || $1))`, [moveId]);
     await c.query('delete from shardctl.blob_manifest where move_id = $1', [moveId]);
@@ -68,13 +67,7 @@ export async function recordManifest(pool: Pool, moveId: string, entries: readon
         [moveId, chunk.map((e) => e.key), chunk.map((e) => String(e.size)), chunk.map((e) => e.sha256)],
       );
     }
-    await c.query('commit');
-  } catch (e) {
-    await c.query('rollback').catch(() => {});
-    throw e;
-  } finally {
-    c.release();
-  }
+  });
 }
 
 /** The recorded manifest of a move, by key in byte order ([] if none was recorded). */

@@ -10,23 +10,12 @@ import * as H from '../helpers/move';
 import * as C from '../helpers/crash';
 import { buildWorkflowBundle } from '../../worker';
 import * as M from '../../workflows/messages';
+import { prng } from '../../lib/loadgen/plan';
 
 const SEED = Number(process.env.CHAOS_SEED ?? Date.now() % 1_000_000);
 const ITERATIONS = Number(process.env.CHAOS_ITERATIONS ?? 5);
 const POINTS = ['after-slot-created', 'mid-copy', 'after-copy', 'mid-catch-up', 'after-validate', 'after-fence-raised', 'before-switch', 'after-switch-before-directory-notify', 'mid-soak', 'mid-retire'];
 const PAIRS: [string, string][] = [['shard-a', 'shard-b'], ['shard-b', 'shard-c'], ['shard-c', 'shard-a'], ['shard-b', 'shard-a']];
-
-/** mulberry32: small, fast, and the same sequence for the same seed everywhere. */
-function prng(seed: number) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const rand = prng(SEED);
 const pick = <T>(xs: T[]) => xs[Math.floor(rand() * xs.length)];
