@@ -138,7 +138,7 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
   async function catchUpUntilLagBelow(): Promise<void> {
     for (;;) {
       await waitIfPaused();
-      const r = await step('catch-up', () => long.catchUp({ ...ref(), direction: 'forward', maxDurationMs: 30_000, mode: 'now' }));
+      const r = await step('catch-up', () => long.catchUp({ ...ref(), direction: 'forward', maxDurationMs: 30_000, mode: 'now', rowsPerSecond }));
       st.lagBytes = r.lagBytes;
       // A round applies what the source had when it began: its duration is the lag in time.
       st.lagSeconds = Math.round(r.durationMs / 100) / 10;

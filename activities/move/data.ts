@@ -27,6 +27,8 @@ const catchUpInput = moveRef.extend({
   /** 'now': apply up to the sender's WAL position at the start of the call (a catch-up round);
    *  'continuous': keep applying until the time budget ends (soak). */
   mode: z.enum(['now', 'continuous']).default('now'),
+  /** Apply throttle (0 = unlimited); the cutover's final apply is never throttled. */
+  rowsPerSecond: z.number().int().nonnegative().default(0),
 });
 
 export function createDataActivities(deps: Deps) {
@@ -116,6 +118,7 @@ export function createDataActivities(deps: Deps) {
           maxDurationMs: ref.maxDurationMs,
           idleStopMs: ref.idleStopMs,
           maxTxBytes: deps.config.limits.applyMaxTxBytes,
+          rowsPerSecond: ref.rowsPerSecond,
           signal: activitySignal(),
           onProgress: async (p: { transactionsApplied: number }) => {
             beat(p);

@@ -79,6 +79,11 @@ export class ChangeApplier {
     return this.group?.txns ?? 0;
   }
 
+  /** Rows applied in the open target transaction but not yet committed there. */
+  get pendingRows(): number {
+    return this.group?.rows ?? 0;
+  }
+
   /** End LSN of the last source transaction in the open target transaction. */
   get pendingEnd(): string | null {
     return this.group?.lastEnd ?? null;

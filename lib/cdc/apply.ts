@@ -40,6 +40,9 @@ export interface ApplyChangesOptions {
   /** Called (and awaited) after progress became durable, at most every 500 ms, and once at the end. */
   onProgress?: (p: ApplyProgress) => void | Promise<void>;
   signal?: AbortSignal;
+  /** Throttle: apply at most this many rows per second on average (0 or unset = unlimited). The
+   *  stream's bounded queue then pauses the socket, so the source keeps the backlog in its WAL. */
+  rowsPerSecond?: number;
 }
 
 export type StopReason = 'until' | 'idle' | 'deadline' | 'aborted';
@@ -167,6 +170,20 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
           else await commitPending();
           stopReason = 'aborted';
           break;
+        }
+        const throttleDone = !!opts.untilLsn && compareLsn(a.pendingEnd ?? position(), opts.untilLsn) >= 0;
+        if (!a.inTransaction && opts.rowsPerSecond && opts.rowsPerSecond > 0 && !throttleDone) {
+          const aheadMs = ((a.stats.rowsApplied + a.pendingRows) / opts.rowsPerSecond) * 1000 - (now - startedAt);
+          if (aheadMs > 0) {
+            await commitPending();
+            // Throttled past the budget: stop here; the rest waits in the slot for the next round.
+            if (now + aheadMs >= softDeadline) {
+              stopReason = 'deadline';
+              break;
+            }
+            await new Promise((r) => setTimeout(r, Math.min(aheadMs, PING_INTERVAL_MS)));
+            continue;
+          }
         }
         if (!a.inTransaction) {
           const reachedUntil = !!opts.untilLsn && compareLsn(a.pendingEnd ?? position(), opts.untilLsn) >= 0;

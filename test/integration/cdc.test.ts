@@ -207,6 +207,20 @@ describe('applyChangesUntil', () => {
     expect((await rows(target, `select count(*)::int as n from ${Q('small')} where tenant_id = $1`, [tenant]))[0].n).toBe(n);
   });
 
+  it('paces apply to rowsPerSecond, and stops at its time budget with the rest still in the slot', async () => {
+    for (let i = 5000; i < 5300; i++) await source.query(`insert into ${Q('small')} values ($1, $2, 'v')`, [tenant, i]);
+    const w = await currentWalLsn(source);
+    // 100 rows/s for a 1.5 s budget: about 150 of the 300 rows, never all of them.
+    const r = await applyChangesUntil(applyOpts({ untilLsn: w, idleStopMs: undefined, maxDurationMs: 1500, rowsPerSecond: 100 }));
+    expect(r.stopReason).toBe('deadline');
+    expect(r.rowsApplied).toBeGreaterThan(0);
+    expect(r.rowsApplied).toBeLessThanOrEqual(200);
+    // Unthrottled, the rest follows; nothing is lost or applied twice.
+    const rest = await applyChangesUntil(applyOpts({ untilLsn: w, idleStopMs: undefined }));
+    expect(r.rowsApplied + rest.rowsApplied).toBe(300);
+    expect((await rows(target, `select count(*)::int as n from ${Q('small')} where tenant_id = $1 and id >= 5000`, [tenant]))[0].n).toBe(300);
+  });
+
   it('propagates updates and deletes by key, including a primary-key change', async () => {
     await source.query(`update ${Q('items')} set qty = qty + 100, name = name || '!' where tenant_id = $1 and id % 10 = 0`, [tenant]);
     await source.query(`delete from ${Q('items')} where tenant_id = $1 and id % 10 = 1`, [tenant]);
