@@ -4,6 +4,7 @@ import { hardenPool } from '../lib/pg';
 import { Pool } from 'pg';
 import { S3Client } from '@aws-sdk/client-s3';
 import { Config, shardByName } from '../lib/config';
+import { s3ClientFor } from '../lib/s3';
 
 export interface Deps {
   config: Config;
@@ -32,19 +33,8 @@ export function createDeps(config: Config, opts: { faultPoint?: (name: string) =
     shardPool: (name) => pool(`shard:${name}`, shardByName(config, name).dsn),
     directoryPool: () => pool('directory', config.directory.dsn),
     s3For(name) {
-      const shard = shardByName(config, name);
       let c = s3s.get(name);
-      if (!c) {
-        c = new S3Client({
-          endpoint: shard.s3Endpoint ?? config.s3.endpoint,
-          region: config.s3.region,
-          forcePathStyle: config.s3.forcePathStyle,
-          credentials: { accessKeyId: config.s3.accessKeyId, secretAccessKey: config.s3.secretAccessKey },
-          requestChecksumCalculation: 'WHEN_REQUIRED',
-          responseChecksumValidation: 'WHEN_REQUIRED',
-        });
-        s3s.set(name, c);
-      }
+      if (!c) s3s.set(name, (c = s3ClientFor(config, name)));
       return c;
     },
     faultPoint: opts.faultPoint ?? (async () => {}),

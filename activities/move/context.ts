@@ -1,5 +1,8 @@
 // Shared plumbing of the move activities: input schemas, table discovery, heartbeats and the
 // typed, non-retryable failures workflows branch on.
+import { copyBlobPrefix, tenantBlobPrefix, type CopyBlobPrefixOptions } from '../../lib/blobs';
+import { sameS3Endpoint } from '../../lib/s3';
+import { shardByName } from '../../lib/config';
 import { z } from 'zod';
 import { ApplicationFailure, Context } from '@temporalio/activity';
 import type { Deps } from '../../worker/deps';
@@ -71,4 +74,17 @@ export function activityKey(): string | null {
   } catch {
     return null;
   }
+}
+
+/** Delta-syncs a unit's blob prefix from one shard's bucket to another's (see lib/blobs/copy.ts). */
+export function syncUnitBlobs(deps: Deps, from: string, to: string, unit: string, opts: Pick<CopyBlobPrefixOptions, 'onProgress' | 'hashUnchanged'> = {}) {
+  const src = shardByName(deps.config, from);
+  const dst = shardByName(deps.config, to);
+  return copyBlobPrefix({
+    src: { s3: deps.s3For(from), bucket: src.bucket },
+    dst: { s3: deps.s3For(to), bucket: dst.bucket },
+    prefix: tenantBlobPrefix(unit),
+    sameEndpoint: sameS3Endpoint(deps.config, from, to),
+    ...opts,
+  });
 }

@@ -3,15 +3,15 @@
 // round trips through Temporal. It is idempotent from the directory and fence state it finds,
 // and fails closed: before the switch any overrun or mismatch unfreezes and returns a reason;
 // after the directory compare-and-set the switch is done and is only completed, never undone.
+import { shardByName } from '../../lib/config';
 import { z } from 'zod';
 import type { Deps } from '../../worker/deps';
-import { moveRef, tenantTables, beat, parse, typed } from './context';
+import { moveRef, tenantTables, beat, parse, typed, syncUnitBlobs } from './context';
 import { ends } from './data';
 import { replicationNames } from '../../lib/ids';
 import { getPlacement, compareAndSetPlacement } from '../../lib/directory/placements';
 import { setUnitFence } from '../../lib/shard/fence';
 import { applyChangesUntil, currentWalLsn } from '../../lib/cdc';
-import { copyBlobPrefix, tenantBlobPrefix } from '../../lib/blobs';
 import { fingerprintUnit, fingerprintDiff } from '../../lib/cutover/checksum';
 
 const cutoverInput = moveRef.extend({
@@ -95,16 +95,7 @@ export function createCutoverActivities(deps: Deps) {
         if (!mine) {
           return { ok: false as const, reason: `directory changed under the move: ${p.unit} is ${p.state} on ${p.shard} at epoch ${p.epoch} (move ${p.moveId ?? '-'})`, pauseMs: 0, mismatches: [] };
         }
-        const fs = deps.config.shards.find((s) => s.name === owner)!;
-        const ts = deps.config.shards.find((s) => s.name === next)!;
-        const syncBlobs = () =>
-          copyBlobPrefix({
-            src: { s3: deps.s3For(owner), bucket: fs.bucket },
-            dst: { s3: deps.s3For(next), bucket: ts.bucket },
-            prefix: tenantBlobPrefix(ref.unit),
-            sameEndpoint: (fs.s3Endpoint ?? deps.config.s3.endpoint) === (ts.s3Endpoint ?? deps.config.s3.endpoint),
-            hashUnchanged: false,
-          });
+        const syncBlobs = () => syncUnitBlobs(deps, owner, next, ref.unit, { hashUnchanged: false });
         // Blobs first, before the freeze: the delta under the fence is then only what arrived in
         // the last moments, not everything since validation.
         if (p.state === 'active') await syncBlobs();
@@ -138,7 +129,7 @@ export function createCutoverActivities(deps: Deps) {
         await deps.faultPoint(ref.direction === 'forward' ? 'after-fence-raised' : 'mid-rollback');
         const fenceLsn = await currentWalLsn(deps.shardPool(owner));
         const names = replicationNames(ref.moveId, ref.direction);
-        const ownerShard = deps.config.shards.find((s) => s.name === owner)!;
+        const ownerShard = shardByName(deps.config, owner);
         const applied = await applyChangesUntil({
           sourceDsn: ownerShard.dsn,
           target: deps.shardPool(next),

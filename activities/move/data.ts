@@ -1,15 +1,16 @@
 // copy, catch-up and validate: the data-moving activities. Each resumes from the checkpoint
 // committed next to the data on the receiving shard, so a redelivery or a kill loses at most
 // one batch of work and never applies anything twice.
+import { shardByName } from '../../lib/config';
 import { z } from 'zod';
 import type { Deps } from '../../worker/deps';
-import { moveRef, tenantTables, beat, activitySignal, parse, typed } from './context';
+import { moveRef, tenantTables, beat, activitySignal, parse, typed, syncUnitBlobs } from './context';
 import { replicationNames } from '../../lib/ids';
 import { ensurePublicationAndSlot, applyChangesUntil, currentWalLsn, slotLagBytes } from '../../lib/cdc';
 import { copyTenantTable } from '../../lib/copy';
 import { validateTenant, formatMismatch } from '../../lib/validate';
 import { persistentMismatches } from '../../lib/cutover/settle';
-import { copyBlobPrefix, recordManifest, ensureManifestTable, manifestOf, compareBlobManifests, tenantBlobPrefix } from '../../lib/blobs';
+import { recordManifest, ensureManifestTable, manifestOf, compareBlobManifests, tenantBlobPrefix } from '../../lib/blobs';
 
 const direction = z.enum(['forward', 'reverse']);
 
@@ -79,15 +80,7 @@ export function createDataActivities(deps: Deps) {
       const ref = parse(setupInput, input);
       return typed(async () => {
         const { from, to } = ends(ref, ref.direction);
-        const fs = deps.config.shards.find((s) => s.name === from)!;
-        const ts = deps.config.shards.find((s) => s.name === to)!;
-        const r = await copyBlobPrefix({
-          src: { s3: deps.s3For(from), bucket: fs.bucket },
-          dst: { s3: deps.s3For(to), bucket: ts.bucket },
-          prefix: tenantBlobPrefix(ref.unit),
-          sameEndpoint: (fs.s3Endpoint ?? deps.config.s3.endpoint) === (ts.s3Endpoint ?? deps.config.s3.endpoint),
-          onProgress: (p: unknown) => beat(p),
-        });
+        const r = await syncUnitBlobs(deps, from, to, ref.unit, { onProgress: (p: unknown) => beat(p) });
         await ensureManifestTable(deps.shardPool(to));
         await recordManifest(deps.shardPool(to), ref.moveId, r.manifest);
         if (ref.direction === 'forward') await deps.faultPoint('after-copy');
@@ -106,7 +99,7 @@ export function createDataActivities(deps: Deps) {
         const t0 = Date.now();
         const untilLsn = ref.mode === 'now' ? await currentWalLsn(deps.shardPool(from)) : undefined;
         const names = replicationNames(ref.moveId, ref.direction);
-        const fromShard = deps.config.shards.find((s) => s.name === from)!;
+        const fromShard = shardByName(deps.config, from);
         let beats = 0;
         const r = await applyChangesUntil({
           sourceDsn: fromShard.dsn,
@@ -151,7 +144,7 @@ export function createDataActivities(deps: Deps) {
         const { from, to } = ends(ref, ref.direction);
         const tables = await tenantTables(deps, from);
         const names = replicationNames(ref.moveId, ref.direction);
-        const fromShard = deps.config.shards.find((s) => s.name === from)!;
+        const fromShard = shardByName(deps.config, from);
         const check = () => validateTenant({ source: deps.shardPool(from), target: deps.shardPool(to), tables, tenantColumn: col, unit: ref.unit, maxReport: 500 });
         let report = await check();
         let rounds = 1;
@@ -168,14 +161,11 @@ export function createDataActivities(deps: Deps) {
         const mismatches: string[] = report.ok ? [] : formatMismatch(report).split('\n').filter(Boolean).slice(0, 20);
         // Blobs: sync the delta first (new objects keep arriving before the fence), then compare;
         // like rows, only a difference that persists across rounds is reported.
-        const fs = deps.config.shards.find((s) => s.name === from)!;
-        const ts = deps.config.shards.find((s) => s.name === to)!;
+        const fs = shardByName(deps.config, from);
+        const ts = shardByName(deps.config, to);
         const prefix = tenantBlobPrefix(ref.unit);
         const blobDiff = async () => {
-          await copyBlobPrefix({
-            src: { s3: deps.s3For(from), bucket: fs.bucket }, dst: { s3: deps.s3For(to), bucket: ts.bucket }, prefix,
-            sameEndpoint: (fs.s3Endpoint ?? deps.config.s3.endpoint) === (ts.s3Endpoint ?? deps.config.s3.endpoint),
-          });
+          await syncUnitBlobs(deps, from, to, ref.unit);
           const [a, b] = await Promise.all([manifestOf(deps.s3For(from), fs.bucket, prefix), manifestOf(deps.s3For(to), ts.bucket, prefix)]);
           const d = compareBlobManifests(a, b);
           return new Map<string, string>([

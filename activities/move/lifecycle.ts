@@ -1,6 +1,7 @@
 // cancel, rollback clean-up, retire and the move record. Deleting is irreversible, so each
 // deleting step re-checks, against the directory and the fences, that the side it deletes is
 // not the owner, immediately before it deletes.
+import { shardByName } from '../../lib/config';
 import { z } from 'zod';
 import type { Deps } from '../../worker/deps';
 import { moveRef, tenantTables, parse, typed, activityKey } from './context';
@@ -53,7 +54,7 @@ export function createLifecycleActivities(deps: Deps) {
       batchRows: deps.config.limits.copyBatchRows,
       onBatch: faultName ? () => deps.faultPoint(faultName) : undefined,
     });
-    const shard = deps.config.shards.find((s) => s.name === side)!;
+    const shard = shardByName(deps.config, side);
     await deleteBlobPrefix(deps.s3For(side), shard.bucket, tenantBlobPrefix(ref.unit));
     await pool.query('delete from shardctl.move_progress where move_id = $1', [ref.moveId]);
     await ensureManifestTable(pool);

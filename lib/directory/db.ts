@@ -1,6 +1,6 @@
 // Connections to the placement directory and the one place that turns "cannot reach it" into
 // ShardctlError('DirectoryUnavailable'). Callers map errors here so operators see one clear line.
-import { hardenPool } from '../pg';
+import { hardenPool, inTransaction } from '../pg';
 import { Pool, PoolClient, Client } from 'pg';
 import { ShardctlError } from '../errors';
 import type { Config } from '../config';
@@ -72,4 +72,9 @@ export function poolDsn(db: Queryable): string | undefined {
   if (o?.connectionString) return o.connectionString;
   if (o?.host) return `postgres://${o.host}:${o.port ?? 5432}/${o.database ?? ''}`;
   return undefined;
+}
+
+/** One transaction on the directory; an unreachable directory becomes DirectoryUnavailable. */
+export function inDirectoryTransaction<T>(pool: Pool, fn: (c: PoolClient) => Promise<T>): Promise<T> {
+  return onDirectory(() => inTransaction(pool, fn), poolDsn(pool));
 }

@@ -4,7 +4,7 @@
 // (the current record), never a retry. Epoch rises by exactly one iff the shard changes.
 import type { Pool, PoolClient } from 'pg';
 import { ShardctlError, invalidInput } from '../errors';
-import { Queryable, onDirectory, poolDsn } from './db';
+import { Queryable, onDirectory, poolDsn, inDirectoryTransaction } from './db';
 
 export type PlacementState = 'active' | 'moving';
 export type UnitKind = 'tenant' | 'bucket';
@@ -115,23 +115,6 @@ async function recordChange(c: PoolClient, p: Placement, audit: AuditEntry, deta
   return generation;
 }
 
-async function inTransaction<T>(pool: Pool, fn: (c: PoolClient) => Promise<T>): Promise<T> {
-  return onDirectory(async () => {
-    const c = await pool.connect();
-    try {
-      await c.query('begin');
-      const out = await fn(c);
-      await c.query('commit');
-      return out;
-    } catch (e) {
-      await c.query('rollback').catch(() => {});
-      throw e;
-    } finally {
-      c.release();
-    }
-  }, poolDsn(pool));
-}
-
 class Rollback<T> {
   constructor(readonly value: T) {}
 }
@@ -151,7 +134,7 @@ export async function compareAndSetPlacement(
   checkAudit(audit);
   if (!Number.isSafeInteger(expect.epoch) || expect.epoch < 1) throw invalidInput(`expected epoch must be a positive integer, got ${expect.epoch}`);
   try {
-    return await inTransaction(pool, async (c) => {
+    return await inDirectoryTransaction(pool, async (c) => {
       const r = await c.query(
         `update shardctl.units
             set shard = $5, state = $6, move_id = $7,
@@ -186,7 +169,7 @@ export async function insertPlacement(
   checkAudit(audit);
   if (!Number.isSafeInteger(unit.expectedLoad) || unit.expectedLoad < 0) throw invalidInput(`expected load must be a non-negative integer, got ${unit.expectedLoad}`);
   try {
-    return await inTransaction(pool, async (c) => {
+    return await inDirectoryTransaction(pool, async (c) => {
       const r = await c.query(
         `insert into shardctl.units(unit, kind, shard, epoch, state, move_id, expected_load, updated_at)
          values ($1, $2, $3, 1, 'active', null, $4, now())

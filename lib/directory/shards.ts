@@ -5,7 +5,7 @@ import type { Pool } from 'pg';
 import type { Config } from '../config';
 import { ShardctlError, invalidInput } from '../errors';
 import { validateShardName } from '../ids';
-import { Queryable, onDirectory, poolDsn } from './db';
+import { Queryable, onDirectory, poolDsn, inDirectoryTransaction } from './db';
 import type { AuditEntry } from './placements';
 
 export type ShardStatus = 'open' | 'closed' | 'draining';
@@ -26,33 +26,23 @@ export const DEFAULT_SHARD_CAPACITY = 1000;
 /** Inserts the config's shards missing from the directory (open, default capacity); returns their names. */
 export async function syncShardsFromConfig(pool: Pool, config: Config, actor = 'config-sync'): Promise<string[]> {
   const names = config.shards.map((s) => s.name);
-  return onDirectory(async () => {
-    const c = await pool.connect();
-    try {
-      await c.query('begin');
-      const r = await c.query(
-        `insert into shardctl.shards(name, capacity, status)
-         select n, $2, 'open' from unnest($1::text[]) as n
-         on conflict (name) do nothing
-         returning name`,
-        [names, DEFAULT_SHARD_CAPACITY],
-      );
-      const added = r.rows.map((x) => x.name as string).sort();
-      if (added.length) {
-        await c.query(`insert into shardctl.audit(actor, action, unit, detail) values ($1, 'shard.register', null, $2)`, [
-          actor,
-          JSON.stringify({ shards: added, capacity: DEFAULT_SHARD_CAPACITY }),
-        ]);
-      }
-      await c.query('commit');
-      return added;
-    } catch (e) {
-      await c.query('rollback').catch(() => {});
-      throw e;
-    } finally {
-      c.release();
+  return inDirectoryTransaction(pool, async (c) => {
+    const r = await c.query(
+      `insert into shardctl.shards(name, capacity, status)
+       select n, $2, 'open' from unnest($1::text[]) as n
+       on conflict (name) do nothing
+       returning name`,
+      [names, DEFAULT_SHARD_CAPACITY],
+    );
+    const added = r.rows.map((x) => x.name as string).sort();
+    if (added.length) {
+      await c.query(`insert into shardctl.audit(actor, action, unit, detail) values ($1, 'shard.register', null, $2)`, [
+        actor,
+        JSON.stringify({ shards: added, capacity: DEFAULT_SHARD_CAPACITY }),
+      ]);
     }
-  }, poolDsn(pool));
+    return added;
+  });
 }
 
 export async function listShards(db: Queryable): Promise<ShardInfo[]> {
@@ -81,31 +71,21 @@ export async function getShard(db: Queryable, name: string): Promise<ShardInfo |
 async function updateShard(pool: Pool, name: string, set: { status?: ShardStatus; capacity?: number }, audit: AuditEntry): Promise<ShardInfo> {
   validateShardName(name);
   if (!audit?.actor?.trim()) throw invalidInput('audit actor is required');
-  return onDirectory(async () => {
-    const c = await pool.connect();
-    try {
-      await c.query('begin');
-      const r = await c.query(
-        `update shardctl.shards set status = coalesce($2, status), capacity = coalesce($3, capacity), updated_at = now()
-          where name = $1 returning name`,
-        [name, set.status ?? null, set.capacity ?? null],
-      );
-      if (r.rowCount === 0) throw new ShardctlError('NotFound', `shard "${name}" is not in the directory`);
-      await c.query('insert into shardctl.audit(actor, action, unit, detail, reason) values ($1, $2, null, $3, $4)', [
-        audit.actor,
-        audit.action,
-        JSON.stringify({ ...(audit.detail ?? {}), shard: name, ...set }),
-        audit.reason ?? null,
-      ]);
-      await c.query('commit');
-    } catch (e) {
-      await c.query('rollback').catch(() => {});
-      throw e;
-    } finally {
-      c.release();
-    }
-    return (await getShard(pool, name))!;
-  }, poolDsn(pool));
+  await inDirectoryTransaction(pool, async (c) => {
+    const r = await c.query(
+      `update shardctl.shards set status = coalesce($2, status), capacity = coalesce($3, capacity), updated_at = now()
+        where name = $1 returning name`,
+      [name, set.status ?? null, set.capacity ?? null],
+    );
+    if (r.rowCount === 0) throw new ShardctlError('NotFound', `shard "${name}" is not in the directory`);
+    await c.query('insert into shardctl.audit(actor, action, unit, detail, reason) values ($1, $2, null, $3, $4)', [
+      audit.actor,
+      audit.action,
+      JSON.stringify({ ...(audit.detail ?? {}), shard: name, ...set }),
+      audit.reason ?? null,
+    ]);
+  });
+  return (await getShard(pool, name))!;
 }
 
 export async function setShardStatus(pool: Pool, name: string, status: ShardStatus, audit: { actor: string; reason?: string }): Promise<ShardInfo> {

@@ -125,17 +125,22 @@ export interface JobRef extends TenantCallOptions {
   workerId: string;
 }
 
-/** Marks a job the worker holds as done; false when the worker no longer holds it. */
-export function completeJob(router: Router, tenant: string, grant: Grant, ref: JobRef): Promise<boolean> {
+/** Ends a job the worker holds in a final state; false when the worker no longer holds it. */
+function finishHeld(router: Router, tenant: string, grant: Grant, ref: JobRef, state: 'done' | 'failed'): Promise<boolean> {
   return transition(
     router,
     tenant,
     grant,
     ref,
-    `update public.jobs set state = 'done', locked_by = null, updated_at = now()
+    `update public.jobs set state = $4, locked_by = null, updated_at = now()
       where tenant_id = $1 and id = $2 and state = 'running' and locked_by = $3`,
-    [tenant, checkJobId(ref.id), checkWorkerId(ref.workerId)],
+    [tenant, checkJobId(ref.id), checkWorkerId(ref.workerId), state],
   );
+}
+
+/** Marks a job the worker holds as done; false when the worker no longer holds it. */
+export function completeJob(router: Router, tenant: string, grant: Grant, ref: JobRef): Promise<boolean> {
+  return finishHeld(router, tenant, grant, ref, 'done');
 }
 
 /** Puts a job the worker holds back in the queue (after `delayMs`); false when not held. */
@@ -155,15 +160,7 @@ export function releaseJob(router: Router, tenant: string, grant: Grant, ref: Jo
 
 /** Gives up on a job the worker holds (no more attempts); false when not held. */
 export function failJob(router: Router, tenant: string, grant: Grant, ref: JobRef): Promise<boolean> {
-  return transition(
-    router,
-    tenant,
-    grant,
-    ref,
-    `update public.jobs set state = 'failed', locked_by = null, updated_at = now()
-      where tenant_id = $1 and id = $2 and state = 'running' and locked_by = $3`,
-    [tenant, checkJobId(ref.id), checkWorkerId(ref.workerId)],
-  );
+  return finishHeld(router, tenant, grant, ref, 'failed');
 }
 
 /** Re-queues jobs left running longer than `leaseMs` (their worker died); returns how many. */

@@ -4,6 +4,7 @@ import { hardenPool } from '../pg';
 import { Pool } from 'pg';
 import { S3Client } from '@aws-sdk/client-s3';
 import { Config, shardByName } from '../config';
+import { s3ClientFor } from '../s3';
 
 export interface OwnedClients {
   directory(): Pool;
@@ -12,16 +13,7 @@ export interface OwnedClients {
   close(): Promise<void>;
 }
 
-export function s3ClientFor(config: Config, shard: string): S3Client {
-  return new S3Client({
-    endpoint: shardByName(config, shard).s3Endpoint ?? config.s3.endpoint,
-    region: config.s3.region,
-    forcePathStyle: config.s3.forcePathStyle,
-    credentials: { accessKeyId: config.s3.accessKeyId, secretAccessKey: config.s3.secretAccessKey },
-    requestChecksumCalculation: 'WHEN_REQUIRED',
-    responseChecksumValidation: 'WHEN_REQUIRED',
-  });
-}
+export { s3ClientFor };
 
 export function ownedClients(
   config: Config,
@@ -33,7 +25,6 @@ export function ownedClients(
   let directory = injected.directory;
   const readOnly = (dsn: string) => {
     const p = hardenPool(new Pool({ connectionString: dsn, max: 4, connectionTimeoutMillis: 5000, options: '-c default_transaction_read_only=on' }));
-    p.on('error', () => {});
     pools.push(p);
     return p;
   };

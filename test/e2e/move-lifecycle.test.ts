@@ -2,25 +2,21 @@ import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { spawnSync } from 'node:child_process';
 import { testConfig, uniq, closePools, shardPool } from '../helpers/stack';
 import * as H from '../helpers/move';
-import { startWorker, StartedWorker } from '../../worker';
 import { Router } from '../../lib/router';
 import * as M from '../../workflows/messages';
 import { moveWorkflowId } from '../../lib/ids';
 
-let worker: StartedWorker;
+let env: Awaited<ReturnType<typeof H.moveEnv>>;
 let tq: string;
 let t: Awaited<ReturnType<typeof H.temporal>>;
 const op = { actor: 'sre-test' };
 
 beforeAll(async () => {
-  await H.prepareStack();
-  tq = uniq('life');
-  worker = await startWorker(testConfig(), { taskQueue: tq });
-  t = await H.temporal();
+  env = await H.moveEnv('life');
+  ({ tq, t } = env);
 });
 afterAll(async () => {
-  await t?.close();
-  await worker?.shutdown();
+  await env?.close();
   await closePools();
 });
 

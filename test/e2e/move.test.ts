@@ -1,9 +1,8 @@
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import path from 'node:path';
 import fs from 'node:fs';
-import { testConfig, uniq, closePools } from '../helpers/stack';
+import { testConfig, closePools } from '../helpers/stack';
 import * as H from '../helpers/move';
-import { startWorker, StartedWorker } from '../../worker';
 import { Router } from '../../lib/router';
 import { createDeps } from '../../worker/deps';
 import { startLoadgen, verifyLog } from '../../lib/loadgen';
@@ -11,19 +10,16 @@ import * as M from '../../workflows/messages';
 import { runJobWorker, enqueueJob } from '../../lib/jobs/worker';
 import { shardPool } from '../helpers/stack';
 
-let worker: StartedWorker;
+let env: Awaited<ReturnType<typeof H.moveEnv>>;
 let tq: string;
 let t: Awaited<ReturnType<typeof H.temporal>>;
 
 beforeAll(async () => {
-  await H.prepareStack();
-  tq = uniq('e2e');
-  worker = await startWorker(testConfig(), { taskQueue: tq });
-  t = await H.temporal();
+  env = await H.moveEnv('e2e');
+  ({ tq, t } = env);
 });
 afterAll(async () => {
-  await t?.close();
-  await worker?.shutdown();
+  await env?.close();
   await closePools();
 });
 

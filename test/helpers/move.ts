@@ -11,6 +11,7 @@ import { Router } from '../../lib/router';
 import { seedTenant } from '../../lib/seed';
 import { createDeps } from '../../worker/deps';
 import { moveWorkflowId } from '../../lib/ids';
+import { startWorker } from '../../worker';
 import * as M from '../../workflows/messages';
 import { phaseReached, isTerminal, Phase } from '../../workflows/phases';
 import { listTenantTables } from '../../lib/shard/tables';
@@ -31,6 +32,22 @@ export async function temporal(): Promise<{ client: TemporalClient; close: () =>
   const config = testConfig();
   const connection = await Connection.connect({ address: config.temporal.address });
   return { client: new TemporalClient({ connection, namespace: config.temporal.namespace }), close: () => connection.close() };
+}
+
+/** A prepared stack, an in-process worker on a task queue of its own, and a Temporal client. */
+export async function moveEnv(prefix: string) {
+  await prepareStack();
+  const tq = uniq(prefix);
+  const worker = await startWorker(testConfig(), { taskQueue: tq });
+  const t = await temporal();
+  return {
+    tq,
+    t,
+    async close() {
+      await t.close();
+      await worker.shutdown();
+    },
+  };
 }
 
 export async function newTenant(shard: string, prefix = 't'): Promise<string> {

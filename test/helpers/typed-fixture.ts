@@ -4,7 +4,8 @@
 import type { Pool } from 'pg';
 import { randomBytes } from 'node:crypto';
 import { installShardSchema, fenceTriggerFunctionSql } from '../../lib/shard/schema';
-import { quoteIdent } from '../../lib/shard/tables';
+import { quoteIdent, listTenantTables, TenantTable } from '../../lib/shard/tables';
+import { inTransaction } from '../../lib/pg';
 
 export const TENANT_COL = 'tenant_id';
 
@@ -49,9 +50,7 @@ export function typedFixture(schema: string) {
   const AWKWARD_KEYS = ['a', 'B', '_x', 'é', 'e', 'z', "O'Brien", 'back\\slash', "'); drop table x; --", '😀', '\uE000', 'with space', 'Z', '$1'];
 
   async function installFixture(pool: Pool) {
-    const c = await pool.connect();
-    try {
-      await c.query('begin');
+    await inTransaction(pool, async (c) => {
       // Same lock as `shards prepare`, so concurrent installers of shardctl's functions serialise.
       await c.query(`select pg_advisory_xact_lock(hashtextextended('shardctl.prepare', 0))`);
       await installShardSchema(c);
@@ -61,29 +60,15 @@ export function typedFixture(schema: string) {
       for (const t of ['parents', 'children', 'tagged']) {
         await c.query(`create trigger shardctl_fence before insert or update or delete on ${S}.${t} for each row execute function ${fn.name}()`);
       }
-      await c.query('commit');
-    } catch (e) {
-      await c.query('rollback').catch(() => {});
-      throw e;
-    } finally {
-      c.release();
-    }
+    });
   }
 
   /** Writes fixture rows through the data-plane role (the fence refuses unrouted writes). */
   async function asReplica(pool: Pool, fn: (q: (sql: string, params?: unknown[]) => Promise<any>) => Promise<void>) {
-    const c = await pool.connect();
-    try {
-      await c.query('begin');
+    await inTransaction(pool, async (c) => {
       await c.query('set local session_replication_role = replica');
       await fn((sql, params) => c.query(sql, params as any[]));
-      await c.query('commit');
-    } catch (e) {
-      await c.query('rollback').catch(() => {});
-      throw e;
-    } finally {
-      c.release();
-    }
+    });
   }
 
   /** `parents` rows with every awkward type; two carry >200 KB of incompressible text (TOASTed). */
@@ -132,5 +117,21 @@ export function typedFixture(schema: string) {
     });
   }
 
-  return { S, DDL, AWKWARD_KEYS, installFixture, asReplica, seedTenant };
+  /** The fixture on both shards; returns its tenant tables (parents first). */
+  async function installBoth(source: Pool, target: Pool): Promise<TenantTable[]> {
+    await installFixture(source);
+    await installFixture(target);
+    return listTenantTables(source, { column: TENANT_COL, schemas: [schema] });
+  }
+
+  /** Drops the fixture schema and the given moves' checkpoints from both shards. */
+  async function dropBoth(pools: Array<Pool | undefined>, moveIds: string[]): Promise<void> {
+    for (const p of pools) {
+      if (!p) continue;
+      await p.query(`drop schema if exists ${S} cascade`).catch(() => {});
+      await p.query(`delete from shardctl.move_progress where move_id = any($1)`, [moveIds]).catch(() => {});
+    }
+  }
+
+  return { S, DDL, AWKWARD_KEYS, installFixture, asReplica, seedTenant, installBoth, dropBoth };
 }

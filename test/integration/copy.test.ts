@@ -6,7 +6,7 @@ import type { Pool } from 'pg';
 import { randomBytes } from 'node:crypto';
 import { shardPool, closePools, uniq } from '../helpers/stack';
 import { typedFixture } from '../helpers/typed-fixture';
-import { listTenantTables, quoteIdent, TenantTable } from '../../lib/shard/tables';
+import { quoteIdent, TenantTable } from '../../lib/shard/tables';
 import {
   copyTenant,
   copyTenantTable,
@@ -30,7 +30,7 @@ const moveIds: string[] = [];
 
 // ---- fixture: same DDL on both shards, fenced like a prepared shard --------------------------
 
-const { DDL, AWKWARD_KEYS, installFixture, asReplica, seedTenant } = typedFixture(SCHEMA);
+const { DDL, AWKWARD_KEYS, asReplica, seedTenant, installBoth, dropBoth } = typedFixture(SCHEMA);
 
 /** Every row of a tenant as the text of every column (bytea and big text also by md5), key-ordered bytewise. */
 async function dumpTenant(pool: Pool, table: string, tenant: string): Promise<string[][]> {
@@ -72,17 +72,11 @@ function newMoveId() {
 beforeAll(async () => {
   source = shardPool('shard-a');
   target = shardPool('shard-b');
-  await installFixture(source);
-  await installFixture(target);
-  tables = await listTenantTables(source, { column: TENANT_COL, schemas: [SCHEMA] });
+  tables = await installBoth(source, target);
 });
 
 afterAll(async () => {
-  for (const p of [source, target]) {
-    if (!p) continue;
-    await p.query(`drop schema if exists ${S} cascade`).catch(() => {});
-    await p.query(`delete from shardctl.move_progress where move_id = any($1)`, [moveIds]).catch(() => {});
-  }
+  await dropBoth([source, target], moveIds);
   await closePools();
 });
 

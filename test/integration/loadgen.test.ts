@@ -2,6 +2,7 @@
 // must pass on honest data and name every kind of damage precisely: a lost acked row, a changed
 // value (including a body nulled like a mishandled unchanged-TOAST update), a refused write that
 // appears, a deleted row that comes back, a missing blob.
+import { inTransaction } from '../../lib/pg';
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
@@ -60,18 +61,10 @@ const bucketOf = (shard: string) => config.shards.find((s) => s.name === shard)!
 
 /** The data plane's way in: replica role skips the fence trigger, as copy/apply do. */
 async function asReplica(shard: string, fn: (c: PoolClient) => Promise<void>) {
-  const c = await pool(shard).connect();
-  try {
-    await c.query('begin');
+  await inTransaction(pool(shard), async (c) => {
     await c.query('set local session_replication_role = replica');
     await fn(c);
-    await c.query('commit');
-  } catch (e) {
-    await c.query('rollback').catch(() => {});
-    throw e;
-  } finally {
-    c.release();
-  }
+  });
 }
 
 /** Keys whose expected final state is definite and present (or absent), from the log. */

@@ -20,7 +20,7 @@ let tables: TenantTable[];
 
 // ---- fixture: same DDL on both shards, fenced like a prepared shard --------------------------
 
-const { DDL, AWKWARD_KEYS, installFixture, asReplica, seedTenant } = typedFixture(SCHEMA);
+const { DDL, AWKWARD_KEYS, asReplica, seedTenant, installBoth, dropBoth } = typedFixture(SCHEMA);
 
 
 const moveIds: string[] = [];
@@ -43,17 +43,11 @@ const table = (name: string) => tables.find((t) => t.name === name)!;
 beforeAll(async () => {
   source = shardPool('shard-a');
   target = shardPool('shard-b');
-  await installFixture(source);
-  await installFixture(target);
-  tables = await listTenantTables(source, { column: TENANT_COL, schemas: [SCHEMA] });
+  tables = await installBoth(source, target);
 });
 
 afterAll(async () => {
-  for (const p of [source, target]) {
-    if (!p) continue;
-    await p.query(`drop schema if exists ${S} cascade`).catch(() => {});
-    await p.query(`delete from shardctl.move_progress where move_id = any($1)`, [moveIds]).catch(() => {});
-  }
+  await dropBoth([source, target], moveIds);
   await closePools();
 });
 
