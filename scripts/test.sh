@@ -1,50 +1,53 @@
 #!/usr/bin/env bash
-# `npm test`: set-up (deps, the dev stack), typecheck, the suite (unit, integration, e2e in
-# parallel forks), then the crash suite on its own (it kills workers and restarts servers).
-# Writes test-results/*.json and ends with one plain line: "N passed, N failed".
+# `npm test`: set-up (deps), typecheck, the unit tier (no stack), then the dev stack, the
+# integration and e2e tiers (parallel forks), then the crash suite on its own (it kills
+# workers and restarts servers). Writes test-results/*.json and ends with one plain line,
+# "N passed, N failed[, N skipped]", judged by scripts/test-summary.ts: a run that died
+# without its report, success:false, unhandled errors or a non-zero exit all count as failed.
+# `npm test -- <vitest args>` runs just those (the stack comes up only if they need it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/ensure-deps.sh || { echo "0 passed, 1 failed"; exit 1; }
 mkdir -p test-results
 sc() { node cli/shardctl.js "$@"; }
+# Reports of an earlier run must never stand in for this one's.
+rm -f test-results/vitest-*.json test-results/crash-report.md test-results/crash-restarts-report.md
 
-# Bring the stack up once; stop it at the end only if this run started it.
-started=0
-keep_stack="${SHARDCTL_KEEP_STACK:-0}"   # read before the export below
-if ! sc dev status > /dev/null 2>&1; then started=1; fi
-if ! sc dev up; then echo "dev stack failed to start" >&2; echo "0 passed, 1 failed"; exit 1; fi
-cleanup() { if [ "$started" = 1 ] && [ "$keep_stack" != 1 ]; then sc dev down > /dev/null 2>&1 || true; fi; }
-trap cleanup EXIT
+export SHARDCTL_WORKER_LOG=${SHARDCTL_WORKER_LOG:-ERROR}   # in-process test workers: expected activity retries are not news
+steps=()
+# run_vitest NAME ARGS...: one vitest run with its JSON and run-end reports; records NAME=exit:json:runEnd.
+run_vitest() {
+  local name="$1"; shift
+  local json="test-results/vitest-$name.json" runend="test-results/vitest-$name-run-end.json"
+  SHARDCTL_RUN_END_FILE="$runend" npx vitest run --reporter=default --reporter=json --outputFile.json="$json" \
+    --reporter=./scripts/run-end-reporter.ts "$@"
+  steps+=("$name=$?:$json:$runend")
+}
 
 echo "typecheck: tsc --noEmit" >&2
-typecheck_failed=0
-npx tsc --noEmit -p . || typecheck_failed=1
+npx tsc --noEmit -p .
+steps+=("typecheck=$?")
 
-rm -f test-results/vitest-main.json test-results/vitest-crash.json
-export SHARDCTL_KEEP_STACK=1   # the stack is this script's to stop
-export SHARDCTL_WORKER_LOG=${SHARDCTL_WORKER_LOG:-ERROR}   # in-process test workers: expected activity retries are not news
-npx vitest run --exclude 'test/crash/**' --reporter=default --reporter=json --outputFile.json=test-results/vitest-main.json "$@"
-rc_main=$?
-rc_crash=0
-if [ $# -eq 0 ]; then
-  npx vitest run test/crash --no-file-parallelism --reporter=default --reporter=json --outputFile.json=test-results/vitest-crash.json
-  rc_crash=$?
-  [ -f test-results/crash-report.md ] && { echo "== crash suite report (test-results/crash-report.md)"; cat test-results/crash-report.md; }
-  [ -f test-results/crash-restarts-report.md ] && cat test-results/crash-restarts-report.md
+if [ $# -gt 0 ]; then
+  run_vitest selected "$@"
+else
+  run_vitest unit --project unit
+  # Bring the stack up once; stop it at the end only if this run started it.
+  started=0
+  keep_stack="${SHARDCTL_KEEP_STACK:-0}"   # read before the export below
+  if ! sc dev status > /dev/null 2>&1; then started=1; fi
+  cleanup() { if [ "$started" = 1 ] && [ "$keep_stack" != 1 ]; then sc dev down > /dev/null 2>&1 || true; fi; }
+  trap cleanup EXIT
+  if sc dev up; then
+    export SHARDCTL_KEEP_STACK=1   # the stack is this script's to stop
+    run_vitest main --project stack --exclude 'test/crash/**'
+    run_vitest crash --project stack --no-file-parallelism test/crash
+    [ -f test-results/crash-report.md ] && { echo "== crash suite report (test-results/crash-report.md)"; cat test-results/crash-report.md; }
+    [ -f test-results/crash-restarts-report.md ] && cat test-results/crash-restarts-report.md
+  else
+    echo "dev stack failed to start" >&2
+    steps+=("dev-stack=1")
+  fi
 fi
 
-node -e '
-const fs = require("fs");
-let passed = 0, failed = Number(process.argv[1]), total = 0;
-for (const f of ["test-results/vitest-main.json", "test-results/vitest-crash.json"]) {
-  if (!fs.existsSync(f)) continue;
-  const r = JSON.parse(fs.readFileSync(f, "utf8"));
-  passed += r.numPassedTests; total += r.numTotalTests;
-  // A file that failed to load has no failed test in it but still failed.
-  const brokenFiles = (r.testResults || []).filter((s) => s.status === "failed" && !s.assertionResults.some((a) => a.status === "failed")).length;
-  failed += r.numFailedTests + brokenFiles;
-}
-if (total === 0) failed += 1;
-console.log(`${passed} passed, ${failed} failed`);
-' "$typecheck_failed"
-[ $typecheck_failed -eq 0 ] && [ $rc_main -eq 0 ] && [ $rc_crash -eq 0 ]
+npx tsx scripts/test-summary.ts "${steps[@]}"
