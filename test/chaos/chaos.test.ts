@@ -2,7 +2,7 @@
 // draws, from a seeded PRNG, a shard pair, a fault point or a random kill time, and the path
 // (complete / cancel / rollback); kills the real worker there, finishes with a fresh one, and
 // asserts DESIGN.md §5. The same seed replays the same draws.
-import { describe, it, expect, beforeAll, afterAll } from 'vitest';
+import { describe, it, expect, beforeAll, afterAll, afterEach } from 'vitest';
 import path from 'node:path';
 import fs from 'node:fs';
 import { uniq, closePools } from '../helpers/stack';
@@ -28,7 +28,13 @@ beforeAll(async () => {
   await buildWorkflowBundle(C.BUNDLE);
   t = await H.temporal();
 });
+// A case that timed out keeps running in the background: its workers and traffic must not.
+afterEach(async () => {
+  const stopped = await C.stopStragglers();
+  if (stopped.length) process.stderr.write(`stopped after the case: ${stopped.join(', ')}\n`);
+});
 afterAll(async () => {
+  await C.stopStragglers();
   process.stdout.write(C.writeReport(rows, path.join(C.ARTIFACTS, `chaos-${SEED}.md`)));
   await t?.close();
   await closePools();

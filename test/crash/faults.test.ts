@@ -1,7 +1,7 @@
 // The crash matrix (issue 5): for every named fault point, a real worker process is SIGKILLed
 // when it reaches the point, a fresh worker finishes the move (or its cancel / rollback), and
 // DESIGN.md §5 is asserted with live traffic on the moving tenant and a bystander.
-import { describe, it, expect, beforeAll, afterAll } from 'vitest';
+import { describe, it, expect, beforeAll, afterAll, afterEach } from 'vitest';
 import path from 'node:path';
 import fs from 'node:fs';
 import { testConfig, uniq, closePools } from '../helpers/stack';
@@ -36,7 +36,13 @@ beforeAll(async () => {
   await buildWorkflowBundle(C.BUNDLE);
   t = await H.temporal();
 });
+// A case that timed out keeps running in the background: its workers and traffic must not.
+afterEach(async () => {
+  const stopped = await C.stopStragglers();
+  if (stopped.length) process.stderr.write(`stopped after the case: ${stopped.join(', ')}\n`);
+});
 afterAll(async () => {
+  await C.stopStragglers();
   const table = C.writeReport(rows);
   process.stdout.write(`\ncrash suite report (${path.join('test-results', 'crash-report.md')}):\n${table}\n`);
   await t?.close();

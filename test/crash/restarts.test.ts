@@ -2,7 +2,7 @@
 // target during apply, and the Temporal dev server (persistent SQLite) during the move. The move
 // waits visibly, resumes, and DESIGN.md §5 holds. Runs after the rest of the suite (it restarts
 // shared servers).
-import { describe, it, expect, beforeAll, afterAll } from 'vitest';
+import { describe, it, expect, beforeAll, afterAll, afterEach } from 'vitest';
 import { testConfig, uniq, closePools } from '../helpers/stack';
 import * as H from '../helpers/move';
 import * as C from '../helpers/crash';
@@ -27,9 +27,15 @@ beforeAll(async () => {
   worker = C.spawnWorker(tq);
   await worker.ready;
 });
+// A case that timed out keeps running in the background: its workers and traffic must not.
+afterEach(async () => {
+  const stopped = await C.stopStragglers([worker]);
+  if (stopped.length) process.stderr.write(`stopped after the case: ${stopped.join(', ')}\n`);
+});
 afterAll(async () => {
   C.writeReport(rows, `${C.ARTIFACTS}/crash-restarts-report.md`);
   await C.stopWorker(worker);
+  await C.stopStragglers();
   await t?.close();
   await closePools();
 });

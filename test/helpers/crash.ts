@@ -24,6 +24,29 @@ export interface ChildWorker {
   log: string;
 }
 
+// Every child worker and every traffic run this process started and has not stopped, so a case
+// that timed out (vitest cannot stop its body) leaves nothing running into the next case.
+const liveWorkers = new Set<ChildWorker>();
+const liveTraffic = new Set<Traffic>();
+
+/** afterEach/afterAll: SIGKILL every child worker still alive (but `keep`) and stop every traffic run. */
+export async function stopStragglers(keep: (ChildWorker | undefined)[] = []): Promise<string[]> {
+  const stopped: string[] = [];
+  for (const tr of [...liveTraffic]) {
+    stopped.push(`traffic ${tr.logFile}`);
+    await tr.stop();
+  }
+  for (const w of [...liveWorkers]) {
+    if (keep.includes(w)) continue;
+    liveWorkers.delete(w);
+    if (w.proc.exitCode !== null || w.proc.signalCode !== null) continue;
+    stopped.push(`worker pid ${w.proc.pid}`);
+    w.proc.kill('SIGKILL');
+    await w.exited;
+  }
+  return stopped;
+}
+
 export function spawnWorker(taskQueue: string, opts: { faultPoint?: string; faultLog?: string } = {}): ChildWorker {
   const log = path.join(ARTIFACTS, 'crash', `worker-${taskQueue}-${Date.now()}.log`);
   fs.mkdirSync(path.dirname(log), { recursive: true });
@@ -41,7 +64,10 @@ export function spawnWorker(taskQueue: string, opts: { faultPoint?: string; faul
     }
     throw new Error('worker did not start within 60s');
   })();
-  return { proc, exited, ready, log };
+  const w = { proc, exited, ready, log };
+  liveWorkers.add(w);
+  void exited.then(() => liveWorkers.delete(w));
+  return w;
 }
 
 export async function stopWorker(w: ChildWorker | undefined) {
@@ -65,16 +91,22 @@ export async function startTraffic(name: string, tenants: string[], rate = 40): 
   const logFile = path.join(ARTIFACTS, 'crash', `${name}.jsonl`);
   fs.rmSync(logFile, { force: true });
   const lg = startLoadgen({ config, router, s3For: (s) => deps.s3For(s), tenants, rate, durationMs: 600_000, logFile, concurrency: 4 });
-  return {
+  let stopping: Promise<void> | undefined;
+  const traffic: Traffic = {
     lg,
     logFile,
-    async stop() {
-      lg.stop();
-      await lg.done.catch(() => {});
-      await router.close();
-      await deps.close();
+    stop() {
+      liveTraffic.delete(traffic);
+      return (stopping ??= (async () => {
+        lg.stop();
+        await lg.done.catch(() => {});
+        await router.close();
+        await deps.close();
+      })());
     },
   };
+  liveTraffic.add(traffic);
+  return traffic;
 }
 
 export interface CaseRow {

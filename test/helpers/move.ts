@@ -80,19 +80,31 @@ export async function startMove(client: TemporalClient, taskQueue: string, input
   return client.workflow.start('moveTenantWorkflow', { taskQueue, workflowId: moveWorkflowId(input.unit), args: [input] });
 }
 
+/**
+ * Polls the move's status until `pred` holds. A failing query (the workflow not started yet, a
+ * worker restarting) is retried until the deadline; whatever `pred` throws propagates at once,
+ * so "the move ended in X" fails the test now instead of waiting out the timeout.
+ */
 export async function waitFor(handle: WorkflowHandle, pred: (s: M.MoveStatus) => boolean, timeoutMs = 90_000): Promise<M.MoveStatus> {
   const deadline = Date.now() + timeoutMs;
   let s: M.MoveStatus | undefined;
+  let queryError: unknown;
   while (Date.now() < deadline) {
+    let current: M.MoveStatus | undefined;
     try {
-      s = await handle.query(M.statusQuery);
-      if (pred(s)) return s;
-    } catch {
-      /* not started yet */
+      current = await handle.query(M.statusQuery);
+      queryError = undefined;
+    } catch (e) {
+      queryError = e;
+    }
+    if (current) {
+      s = current;
+      if (pred(current)) return current;
     }
     await new Promise((r) => setTimeout(r, 200));
   }
-  throw new Error(`timed out; last status ${JSON.stringify(s)}`);
+  const why = queryError ? `; last query error: ${(queryError as Error).message ?? queryError}` : '';
+  throw new Error(`timed out after ${timeoutMs} ms; last status ${JSON.stringify(s)}${why}`);
 }
 
 export async function waitPhase(handle: WorkflowHandle, phase: Phase, timeoutMs = 90_000): Promise<M.MoveStatus> {
