@@ -121,6 +121,27 @@ describe('validateTenant', () => {
     expect(lines).toContain(`${SCHEMA}.tagged key (${tenant}, only-on-target) extra on target (absent on source)`);
   });
 
+  // The verdict, one kind of divergence at a time: a report that counted a missing or an extra
+  // row but still said ok would let the move proceed.
+  it('fails the verdict when the only divergence is a row missing on the target', async () => {
+    const tenant = await copiedTenant('onlymissing', 10);
+    const pid = await uuidOf(tenant, 3);
+    await asReplica(target, (q) => q(`delete from ${S}.children where tenant_id = $1 and parent_id = $2 and "Seq" = 1`, [tenant, pid]));
+    const report = await validateTenant({ source, target, tables, tenantColumn: TENANT_COL, unit: tenant });
+    expect(report.tables.map((t) => [t.missingCount, t.extraCount, t.differentCount])).toEqual([[0, 0, 0], [1, 0, 0], [0, 0, 0]]);
+    expect(report.ok).toBe(false);
+    expect(formatMismatch(report).split('\n')).toContain(`${SCHEMA}.children key (${tenant}, ${pid}, 1) missing on target (present on source)`);
+  });
+
+  it('fails the verdict when the only divergence is a row extra on the target', async () => {
+    const tenant = await copiedTenant('onlyextra', 10);
+    await asReplica(target, (q) => q(`insert into ${S}.tagged (tenant_id, "Key", moods) values ($1, 'stray', null)`, [tenant]));
+    const report = await validateTenant({ source, target, tables, tenantColumn: TENANT_COL, unit: tenant });
+    expect(report.tables.map((t) => [t.missingCount, t.extraCount, t.differentCount])).toEqual([[0, 0, 0], [0, 0, 0], [0, 1, 0]]);
+    expect(report.ok).toBe(false);
+    expect(formatMismatch(report).split('\n')).toContain(`${SCHEMA}.tagged key (${tenant}, stray) extra on target (absent on source)`);
+  });
+
   it('shows a difference at the end of a large TOASTed value as a short excerpt around it', async () => {
     const tenant = await copiedTenant('toast', 6, { big: true });
     const id = await uuidOf(tenant, 2);
