@@ -34,8 +34,10 @@ export interface BlobExpectation {
 
 export interface LogExpectations {
   keys: KeyExpectation[];
-  /** Objects of acked blob puts: each must exist in the current owner's bucket. */
+  /** Objects of acked blob puts not deleted since: each must exist in the current owner's bucket. */
   blobs: BlobExpectation[];
+  /** Objects loadgen deleted after an acked blob delete (no longer expected anywhere). */
+  blobsDeleted: number;
   unknownOutcomes: number;
   records: number;
 }
@@ -55,6 +57,8 @@ export function applyOp(s: RowState, rec: LogRecord): RowState {
         : { ...s, value: Number(rec.value) };
     case 'blob_put':
       return s.present ? { ...s, blobKey: rec.blobKey ?? null } : s;
+    case 'blob_delete':
+      return s.present ? { ...s, blobKey: null } : s;
     case 'delete':
       return ABSENT;
   }
@@ -78,6 +82,7 @@ function dedupe(states: RowState[]): RowState[] {
 export function foldLog(records: LogRecord[]): LogExpectations {
   const byKey = new Map<string, KeyExpectation & { pending?: LogRecord }>();
   const blobs: BlobExpectation[] = [];
+  const deletedObjects = new Set<string>();
   let unknownOutcomes = 0;
   const settleUnknown = (k: KeyExpectation, rec: LogRecord) => {
     unknownOutcomes++;
@@ -112,6 +117,7 @@ export function foldLog(records: LogRecord[]): LogExpectations {
         if (rec.op === 'blob_put' && rec.blobKey && typeof rec.value === 'string') {
           blobs.push({ tenant: rec.tenant, key: rec.key, blobKey: rec.blobKey, sha256: rec.value });
         }
+        if (rec.op === 'blob_delete' && rec.blobKey && rec.objectDeleted) deletedObjects.add(rec.blobKey);
         break;
       }
       case 'refused':
@@ -126,5 +132,5 @@ export function foldLog(records: LogRecord[]): LogExpectations {
     if (k.pending) settleUnknown(k, k.pending);
     delete k.pending;
   }
-  return { keys: [...byKey.values()], blobs, unknownOutcomes, records: records.length };
+  return { keys: [...byKey.values()], blobs: blobs.filter((b) => !deletedObjects.has(b.blobKey)), blobsDeleted: deletedObjects.size, unknownOutcomes, records: records.length };
 }

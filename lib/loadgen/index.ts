@@ -6,6 +6,8 @@ export type { LoadgenOptions, LoadgenHandle } from './run';
 export { verifyLog, verifyRecords } from './verify';
 export type { VerifyReport, VerifyOptions, RowFinding, BlobFinding } from './verify';
 export { readLog, parseLog, LOAD_TABLES } from './log';
+export { snapshotUnit, addAcked, checkUnit, unitLeftovers } from './baseline';
+export type { UnitBaseline, UnitFinding } from './baseline';
 export type { LogRecord, LogOp, LogStatus, LoadTable } from './log';
 export { foldLog } from './expect';
 export { formatStats } from './stats';

@@ -6,7 +6,7 @@ import { randomBytes } from 'node:crypto';
 
 export const LOAD_TABLES = ['accounts', 'documents', 'events'] as const;
 export type LoadTable = (typeof LOAD_TABLES)[number];
-export type LogOp = 'insert' | 'update' | 'delete' | 'blob_put';
+export type LogOp = 'insert' | 'update' | 'delete' | 'blob_put' | 'blob_delete';
 /** 'pending' is an intent written before the op when intents are on; its outcome follows. */
 export type LogStatus = 'ack' | 'refused' | 'unknown' | 'pending';
 
@@ -18,15 +18,20 @@ export interface LogRecord {
   /** The row's id (uuid); for blob_put, the document's id. */
   key: string;
   op: LogOp;
-  /** Row version after the op (insert/update), sha256 of the object (blob_put), null (delete). */
+  /** Row version after the op (insert/update), sha256 of the object (blob_put), null (delete, blob_delete). */
   value: number | string | null;
   status: LogStatus;
   error?: string;
   errorType?: string;
   /** documents: sha256 (hex) of body after the op, null when body is null. */
   bodySha?: string | null;
-  /** blob_put: the object key, `tenants/<id>/docs/<uuid>`, also written to documents.blob_key. */
+  /** blob_put: the object key, `tenants/<id>/docs/<uuid>`, also written to documents.blob_key;
+   *  blob_delete: the key the row named (cleared in the row, then deleted from the bucket). */
   blobKey?: string;
+  /** blob_put over a document that had an object: the object it replaces (which stays, immutable). */
+  replaces?: string;
+  /** blob_delete, ack: whether the object was deleted from the bucket after the row committed. */
+  objectDeleted?: boolean;
   run?: string;
   slot?: number;
   latencyMs?: number;

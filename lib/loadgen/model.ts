@@ -85,9 +85,10 @@ export async function applyWrite(tx: PoolClient, tenant: string, w: WriteSpec): 
   expectOneRow(r.rowCount, what);
 }
 
-export async function setDocumentBlob(tx: PoolClient, tenant: string, key: string, blobKey: string): Promise<void> {
+/** Points the document at an object (blob_put) or at none (blob_delete, `null`). */
+export async function setDocumentBlob(tx: PoolClient, tenant: string, key: string, blobKey: string | null): Promise<void> {
   const r = await tx.query('update public.documents set blob_key = $3, updated_at = now() where tenant_id = $1 and id = $2', [tenant, key, blobKey]);
-  expectOneRow(r.rowCount, `blob_put documents ${key}`);
+  expectOneRow(r.rowCount, `${blobKey === null ? 'blob_delete' : 'blob_put'} documents ${key}`);
 }
 
 /** One row as read back: its version and the columns the verifier compares. */

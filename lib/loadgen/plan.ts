@@ -39,7 +39,9 @@ export interface PlannedWrite {
   version?: number;
   /** documents insert/update: new body; undefined = unchanged. */
   body?: string | null;
-  blob?: { blobKey: string; content: Buffer; sha256: string };
+  blob?: { blobKey: string; content: Buffer; sha256: string; replaces?: string };
+  /** blob_delete: the object the document names now; cleared in the row, then deleted. */
+  blobDelete?: { blobKey: string };
   /** The key's state if the write commits. */
   after: RowState;
 }
@@ -100,7 +102,11 @@ export class SlotPlanner {
     if (live.size < 2 || (live.size < this.opts.maxLiveKeys && x < 0.3)) return this.insert(tenant, table);
     const [key, state] = this.pick([...live.entries()]);
     if (x > (live.size >= this.opts.maxLiveKeys ? 0.5 : 0.85)) return { kind: 'write', tenant, table, key, op: 'delete', after: { present: false } };
-    if (table === 'documents' && this.rnd() < 0.35) return this.blobPut(tenant, key, state);
+    if (table === 'documents' && this.rnd() < 0.35) {
+      // A document with an object: replace it by a new version (overwrite) or delete it.
+      if (state.blobKey && this.rnd() < 0.4) return this.blobDelete(tenant, key, state);
+      return this.blobPut(tenant, key, state);
+    }
     return this.update(tenant, table, key, state);
   }
 
@@ -134,7 +140,12 @@ export class SlotPlanner {
     const content = randomBytes(512 + Math.floor(this.rnd() * 48 * 1024));
     const blobKey = `${tenantBlobPrefix(tenant)}docs/${randomUUID()}`;
     const sha256 = sha256Hex(content);
-    return { kind: 'write', tenant, table: 'documents', key, op: 'blob_put', blob: { blobKey, content, sha256 }, after: { ...state, blobKey } };
+    const replaces = state.blobKey ?? undefined;
+    return { kind: 'write', tenant, table: 'documents', key, op: 'blob_put', blob: { blobKey, content, sha256, replaces }, after: { ...state, blobKey } };
+  }
+
+  private blobDelete(tenant: string, key: string, state: RowState): PlannedWrite {
+    return { kind: 'write', tenant, table: 'documents', key, op: 'blob_delete', blobDelete: { blobKey: state.blobKey! }, after: { ...state, blobKey: null } };
   }
 
   /** Records the outcome of a planned write in the slot's view of its keys. */

@@ -3,7 +3,7 @@
 // 'ack' is logged only after withTenant returned (COMMIT done); 'refused' only when the
 // transaction certainly rolled back; anything else is 'unknown' (see classify.ts).
 import { performance } from 'node:perf_hooks';
-import { PutObjectCommand } from '@aws-sdk/client-s3';
+import { DeleteObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
 import type { Config } from '../config';
 import { shardByName } from '../config';
 import { validateTenantId } from '../ids';
@@ -73,7 +73,7 @@ export function startLoadgen(opts: LoadgenOptions): LoadgenHandle {
   const seed = opts.seed ?? Math.floor(Math.random() * 2 ** 31);
   const grant = opts.grant ?? { tenants: opts.tenants };
   const log = new LogWriter(opts.logFile);
-  const byOp = { insert: zeroOutcomes(), update: zeroOutcomes(), delete: zeroOutcomes(), blob_put: zeroOutcomes() };
+  const byOp = { insert: zeroOutcomes(), update: zeroOutcomes(), delete: zeroOutcomes(), blob_put: zeroOutcomes(), blob_delete: zeroOutcomes() };
   const stats: LoadgenStats = {
     run: log.run, logFile: opts.logFile, tenants: opts.tenants, rate: opts.rate, durationMs: opts.durationMs, elapsedMs: 0,
     ops: 0, reads: { ok: 0, failed: 0 }, readMismatches: 0, readMismatchSamples: [], writes: zeroOutcomes(), byOp,
@@ -100,9 +100,10 @@ export function startLoadgen(opts: LoadgenOptions): LoadgenHandle {
   async function runWrite(slot: number, planner: SlotPlanner, w: PlannedWrite) {
     const base = {
       tenant: w.tenant, table: w.table, key: w.key, op: w.op,
-      value: w.op === 'delete' ? null : w.op === 'blob_put' ? w.blob!.sha256 : w.version!,
+      value: w.op === 'delete' || w.op === 'blob_delete' ? null : w.op === 'blob_put' ? w.blob!.sha256 : w.version!,
       ...(w.table === 'documents' && (w.op === 'insert' || w.op === 'update') ? { bodySha: w.after.bodySha ?? null } : {}),
-      ...(w.blob ? { blobKey: w.blob.blobKey } : {}),
+      ...(w.blob ? { blobKey: w.blob.blobKey, ...(w.blob.replaces ? { replaces: w.blob.replaces } : {}) } : {}),
+      ...(w.blobDelete ? { blobKey: w.blobDelete.blobKey } : {}),
       slot,
     };
     if (opts.intents) log.append({ ...base, status: 'pending' });
@@ -118,6 +119,8 @@ export function startLoadgen(opts: LoadgenOptions): LoadgenHandle {
           // row naming it can commit there: an acked blob_key never points at a missing object.
           await clients.s3For(shard).send(new PutObjectCommand({ Bucket: shardByName(opts.config, shard).bucket, Key: w.blob.blobKey, Body: w.blob.content }));
           await setDocumentBlob(tx, w.tenant, w.key, w.blob.blobKey);
+        } else if (w.blobDelete) {
+          await setDocumentBlob(tx, w.tenant, w.key, null);
         } else {
           await applyWrite(tx, w.tenant, { table: w.table, op: w.op as 'insert' | 'update' | 'delete', key: w.key, version: w.version ?? 0, body: w.body });
         }
@@ -125,7 +128,14 @@ export function startLoadgen(opts: LoadgenOptions): LoadgenHandle {
       }, routerOpts);
       const latencyMs = Math.round((performance.now() - t0) * 10) / 10;
       lat.write.add(latencyMs);
-      log.append({ ...base, status: 'ack', latencyMs, shard });
+      // A blob delete counts once the row no longer names the object; the object itself goes
+      // only then (a refused delete must leave it), from the bucket the row committed next to.
+      let objectDeleted: boolean | undefined;
+      if (w.blobDelete && shard) {
+        objectDeleted = await clients.s3For(shard).send(new DeleteObjectCommand({ Bucket: shardByName(opts.config, shard).bucket, Key: w.blobDelete.blobKey }))
+          .then(() => true, () => false);
+      }
+      log.append({ ...base, status: 'ack', latencyMs, shard, ...(objectDeleted !== undefined ? { objectDeleted } : {}) });
       planner.settle(w, 'ack');
       stats.writes.ack++;
       byOp[w.op].ack++;

@@ -84,7 +84,7 @@ export interface LoadgenStats {
   readMismatches: number;
   readMismatchSamples: Array<{ tenant: string; table: string; key: string; expected: unknown; actual: unknown }>;
   writes: OutcomeCounts;
-  byOp: Record<'insert' | 'update' | 'delete' | 'blob_put', OutcomeCounts>;
+  byOp: Record<'insert' | 'update' | 'delete' | 'blob_put' | 'blob_delete', OutcomeCounts>;
   /** Failed attempts by error type (refused writes, unknown outcomes, failed reads). */
   errorsByType: Record<string, number>;
   latency: { read: LatencySummary; write: LatencySummary };

@@ -13,6 +13,7 @@ import { readLog, LogRecord, LoadTable } from './log';
 import { diffRow, ObservedRow, observedState, readRows } from './model';
 import { currentPlacements, Placement, S3For } from './route';
 import { ownedClients } from './clients';
+import { checkUnit, UnitBaseline, UnitFinding } from './baseline';
 
 export interface RowFinding {
   tenant: string;
@@ -56,6 +57,12 @@ export interface VerifyReport {
   ambiguousKeys: number;
   blobsChecked: number;
   blobMissing: BlobFinding[];
+  /** Objects deleted by acknowledged blob deletes (no longer expected). */
+  blobsDeleted: number;
+  /** With baselines: what of the whole unit (beyond loadgen's keys) is wrong on its owner. */
+  unit: UnitFinding[];
+  /** With baselines: each tenant's row count per table on its owner. */
+  ownerRows: Record<string, Record<string, number>>;
 }
 
 export interface VerifyOptions {
@@ -66,6 +73,8 @@ export interface VerifyOptions {
   shardPool?: (shard: string) => Pool;
   s3For?: S3For;
   concurrency?: number;
+  /** Baselines (snapshotUnit) of tenants to check whole: seeded rows and objects too. */
+  baselines?: UnitBaseline[];
 }
 
 export async function verifyLog(opts: VerifyOptions): Promise<VerifyReport> {
@@ -78,11 +87,13 @@ export async function verifyRecords(records: LogRecord[], opts: VerifyOptions): 
   try {
     const exp = foldLog(records);
     const tenants = [...new Set(exp.keys.map((k) => k.tenant))];
+    const baselines = opts.baselines ?? [];
+    for (const b of baselines) if (!tenants.includes(b.tenant)) tenants.push(b.tenant);
     const owners = tenants.length ? await currentPlacements(own.directory(), tenants) : new Map<string, Placement>();
     const report: VerifyReport = {
       ok: false, logFile: opts.logFile, records: exp.records, checked: 0, owners: Object.fromEntries(owners),
       missing: [], wrongValue: [], presentButRefused: [], presentButDeleted: [], unknownOutcomes: exp.unknownOutcomes,
-      ambiguousKeys: 0, blobsChecked: 0, blobMissing: [],
+      ambiguousKeys: 0, blobsChecked: 0, blobMissing: [], blobsDeleted: exp.blobsDeleted, unit: [], ownerRows: {},
     };
     const groups = new Map<string, KeyExpectation[]>();
     for (const k of exp.keys) {
@@ -117,7 +128,13 @@ export async function verifyRecords(records: LogRecord[], opts: VerifyOptions): 
       }
     });
     report.blobMissing.sort((a, b) => (a.blobKey < b.blobKey ? -1 : 1));
-    report.ok = !report.missing.length && !report.wrongValue.length && !report.presentButRefused.length && !report.presentButDeleted.length && !report.blobMissing.length;
+    for (const b of baselines) {
+      const shard = owners.get(b.tenant)!.shard;
+      const r = await checkUnit({ config, baseline: b, records, shard, pool: own.shardPool(shard), s3: own.s3For(shard) });
+      report.unit.push(...r.findings);
+      report.ownerRows[b.tenant] = r.ownerRows;
+    }
+    report.ok = !report.missing.length && !report.wrongValue.length && !report.presentButRefused.length && !report.presentButDeleted.length && !report.blobMissing.length && !report.unit.length;
     return report;
   } finally {
     await own.close();
@@ -138,7 +155,11 @@ function judgeKey(report: VerifyReport, k: KeyExpectation, shard: string, row: O
   const actual = observedState(k.table, row);
   // A refused write is visible: its value (or blob key) is what the row now holds.
   const shown = k.refused.filter((r) =>
-    r.op === 'blob_put' ? r.blobKey === row.blobKey : r.op !== 'delete' && Number(r.value) === row.value && !present.some((s) => s.value === row.value),
+    r.op === 'blob_put'
+      ? r.blobKey === row.blobKey
+      : r.op === 'blob_delete'
+        ? row.blobKey === null && present.every((s) => s.blobKey !== null)
+        : r.op !== 'delete' && Number(r.value) === row.value && !present.some((s) => s.value === row.value),
   );
   const refusedOnly = k.acks === 0 && k.unknown === 0 && k.refused.length > 0;
   if (refusedOnly || shown.length) {

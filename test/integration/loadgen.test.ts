@@ -19,7 +19,8 @@ import { getUnitFence, setUnitFence } from '../../lib/shard/fence';
 import { Router } from '../../lib/router';
 import { createDeps, Deps } from '../../worker/deps';
 import { seedTenant } from '../../lib/seed';
-import { runLoadgen, startLoadgen, verifyLog, readLog, foldLog, LogRecord, TenantRouter } from '../../lib/loadgen';
+import { runLoadgen, startLoadgen, verifyLog, readLog, foldLog, LogRecord, TenantRouter, snapshotUnit, addAcked } from '../../lib/loadgen';
+import { PutObjectCommand } from '@aws-sdk/client-s3';
 import { projectRoot } from '../../lib/config';
 
 const execFileP = promisify(execFile);
@@ -128,7 +129,81 @@ describe('loadgen and verify', () => {
     const report = await verifyLog({ logFile, config });
     expect(report).toMatchObject({ ok: true, missing: [], wrongValue: [], presentButRefused: [], presentButDeleted: [], blobMissing: [], unknownOutcomes: 0 });
     expect(report.checked).toBe(new Set(records.map((r) => `${r.tenant}/${r.table}/${r.key}`)).size);
-    expect(report.blobsChecked).toBe(stats.byOp.blob_put.ack);
+    expect(report.blobsChecked).toBe(stats.byOp.blob_put.ack - report.blobsDeleted);
+  });
+
+  it('overwrites and deletes objects: an overwrite keeps the old object, a delete clears the row and then the object', async () => {
+    const tenant = await newTenant('lg-blobs', 'shard-b');
+    const logFile = logPath('blobs');
+    // Documents only take blob ops on keys they hold; a long enough run makes many of each.
+    const stats = await runLoadgen({ config, router, s3For: deps.s3For, tenants: [tenant], rate: 150, durationMs: 4000, logFile, concurrency: 2, seed: 12, readFraction: 0.1 });
+    expect(stats.writes).toMatchObject({ refused: 0, unknown: 0 });
+    const records = readLog(logFile);
+    const overwrites = records.filter((r) => r.op === 'blob_put' && r.replaces);
+    const deletes = records.filter((r) => r.op === 'blob_delete');
+    expect(overwrites.length).toBeGreaterThan(0);
+    expect(deletes.length).toBeGreaterThan(0);
+    expect(deletes.every((r) => r.status === 'ack' && r.objectDeleted === true)).toBe(true);
+    const s3 = deps.s3For('shard-b');
+    const exists = (Key: string) => s3.send(new HeadObjectCommand({ Bucket: bucketOf('shard-b'), Key })).then(() => true, () => false);
+    for (const d of deletes) expect(await exists(d.blobKey!), d.blobKey).toBe(false);
+    // A replaced object stays unless it was deleted later (the row never names it again).
+    const deleted = new Set(deletes.map((d) => d.blobKey));
+    for (const o of overwrites.filter((o) => !deleted.has(o.replaces))) expect(await exists(o.replaces!), o.replaces).toBe(true);
+    const report = await verifyLog({ logFile, config });
+    expect(report.ok).toBe(true);
+    expect(report.blobsDeleted).toBe(deletes.length);
+    expect(report.blobsChecked).toBe(stats.byOp.blob_put.ack - deletes.length);
+    // The row of a deleted object names none: put one back in the row and verify says so.
+    const victim = deletes.find((d) => !records.some((r) => r.key === d.key && r.seq > d.seq && r.status === 'ack' && (r.op === 'blob_put' || r.op === 'delete')));
+    expect(victim, 'a deleted object whose document kept no object').toBeDefined();
+    await asReplica('shard-b', async (c) => {
+      await c.query('update public.documents set blob_key = $3 where tenant_id = $1 and id = $2', [tenant, victim!.key, victim!.blobKey]);
+    });
+    const bad = await verifyLog({ logFile, config });
+    expect(bad.wrongValue.map((f) => [f.key, f.columns])).toEqual([[victim!.key, ['blob_key']]]);
+  });
+
+  it('checks the whole unit against a baseline: seeded rows and objects, stray rows and objects, writes made outside loadgen', async () => {
+    const tenant = await newTenant('lg-unit', 'shard-c');
+    await seedTenant({ router, s3For: deps.s3For, config, tenant, rows: 200, blobs: 3 });
+    const baseline = await snapshotUnit({ config, tenant, directory: dir, shardPool: pool, s3For: deps.s3For });
+    expect(baseline.blobs).toHaveLength(3);
+    expect(baseline.tables.reduce((n, t) => n + t.rows, 0)).toBe(200);
+    const logFile = logPath('unit');
+    await runLoadgen({ config, router, s3For: deps.s3For, tenants: [tenant], rate: 80, durationMs: 2000, logFile, concurrency: 2, seed: 13 });
+    // An acknowledged write outside loadgen: declared, it must exist; undeclared, it is a stray row.
+    const extra = await router.withTenant(tenant, { tenants: [tenant] }, 'write', async (tx) =>
+      (await tx.query(`insert into public.events(tenant_id, kind) values ($1, 'outside') returning id::text`, [tenant])).rows[0].id as string);
+    const strayBefore = await verifyLog({ logFile, config, baselines: [baseline] });
+    expect(strayBefore.unit.map((f) => f.what)).toEqual([expect.stringMatching(/^public\.events: \d+ rows outside loadgen's keys on shard-c, the baseline had \d+$/)]);
+    addAcked(baseline, 'public.events', [extra]);
+    const honest = await verifyLog({ logFile, config, baselines: [baseline] });
+    expect(honest.unit).toEqual([]);
+    expect(honest.ok).toBe(true);
+    expect(honest.ownerRows[tenant]['public.jobs']).toBe(baseline.tables.find((t) => t.table === 'public.jobs')!.rows);
+
+    const seededAccount = (await pool('shard-c').query(`select id::text from public.accounts where tenant_id = $1 and name not like 'loadgen %' limit 1`, [tenant])).rows[0].id;
+    const seededJob = (await pool('shard-c').query(`select id::text from public.jobs where tenant_id = $1 limit 1`, [tenant])).rows[0].id;
+    await asReplica('shard-c', async (c) => {
+      await c.query(`update public.accounts set name = 'tampered' where tenant_id = $1 and id = $2`, [tenant, seededAccount]);
+      await c.query(`delete from public.jobs where tenant_id = $1 and id = $2`, [tenant, seededJob]);
+      await c.query(`delete from public.events where tenant_id = $1 and id = $2`, [tenant, extra]);
+    });
+    const s3 = deps.s3For('shard-c');
+    await s3.send(new DeleteObjectCommand({ Bucket: bucketOf('shard-c'), Key: baseline.blobs[0].key }));
+    await s3.send(new PutObjectCommand({ Bucket: bucketOf('shard-c'), Key: `tenants/${tenant}/docs/unexplained`, Body: 'x' }));
+    const r = await verifyLog({ logFile, config, baselines: [baseline] });
+    expect(r.ok).toBe(false);
+    const whats = r.unit.map((f) => f.what);
+    expect(whats).toHaveLength(5);
+    expect(whats).toEqual(expect.arrayContaining([
+      `1 objects in ${bucketOf('shard-c')} neither seeded nor written by loadgen, e.g. tenants/${tenant}/docs/unexplained`,
+      `baseline object ${baseline.blobs[0].key} is missing from ${bucketOf('shard-c')}`,
+      expect.stringMatching(/^public\.accounts: the \d+ baseline rows differ in content on shard-c$/),
+      `public.events: 1 of 1 acknowledged writes made outside loadgen are missing on shard-c`,
+      expect.stringMatching(/^public\.jobs: \d+ rows outside loadgen's keys on shard-c, the baseline had \d+$/),
+    ]));
   });
 
   it('reports a lost acked row, a changed value, a nulled body, a refused insert that appears, a resurrected row and a missing blob, each by key', async () => {

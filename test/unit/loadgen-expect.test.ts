@@ -71,6 +71,40 @@ describe('foldLog', () => {
     expect(e.blobs).toEqual([{ tenant: 't1', key: 'k1', blobKey: 'tenants/t1/docs/1', sha256: 's1' }]);
   });
 
+  it('keeps an overwritten object expected (objects are immutable) and expects the row to name the new one', () => {
+    const d = { table: 'documents' as const };
+    const e = foldLog([
+      rec({ ...d, op: 'insert', value: 1, bodySha: null }),
+      rec({ ...d, op: 'blob_put', value: 's1', blobKey: 'tenants/t1/docs/1' }),
+      rec({ ...d, op: 'blob_put', value: 's2', blobKey: 'tenants/t1/docs/2', replaces: 'tenants/t1/docs/1' }),
+    ]);
+    expect(e.keys[0].states).toEqual([present(1, { bodySha: null, blobKey: 'tenants/t1/docs/2' })]);
+    expect(e.blobs.map((b) => b.blobKey)).toEqual(['tenants/t1/docs/1', 'tenants/t1/docs/2']);
+  });
+
+  it('expects an acked blob delete to clear the row and stops expecting the deleted object', () => {
+    const d = { table: 'documents' as const };
+    const e = foldLog([
+      rec({ ...d, op: 'insert', value: 1, bodySha: null }),
+      rec({ ...d, op: 'blob_put', value: 's1', blobKey: 'tenants/t1/docs/1' }),
+      rec({ ...d, op: 'blob_delete', value: null, blobKey: 'tenants/t1/docs/1', objectDeleted: true }),
+    ]);
+    expect(e.keys[0].states).toEqual([present(1, { bodySha: null, blobKey: null })]);
+    expect(e.blobs).toEqual([]);
+    expect(e.blobsDeleted).toBe(1);
+  });
+
+  it('keeps the object expected after a refused or unknown blob delete, and allows either row state after the unknown one', () => {
+    const d = { table: 'documents' as const };
+    const put = [rec({ ...d, op: 'insert', value: 1, bodySha: null }), rec({ ...d, op: 'blob_put', value: 's1', blobKey: 'tenants/t1/docs/1' })];
+    const refused = foldLog([...put, rec({ ...d, op: 'blob_delete', value: null, blobKey: 'tenants/t1/docs/1', status: 'refused' })]);
+    expect(refused.keys[0].states).toEqual([present(1, { bodySha: null, blobKey: 'tenants/t1/docs/1' })]);
+    expect(refused.blobs.map((b) => b.blobKey)).toEqual(['tenants/t1/docs/1']);
+    const unknown = foldLog([...put, rec({ ...d, op: 'blob_delete', value: null, blobKey: 'tenants/t1/docs/1', status: 'unknown' })]);
+    expect(unknown.keys[0].states).toEqual([present(1, { bodySha: null, blobKey: 'tenants/t1/docs/1' }), present(1, { bodySha: null, blobKey: null })]);
+    expect(unknown.blobs.map((b) => b.blobKey)).toEqual(['tenants/t1/docs/1']);
+  });
+
   it('treats an intent followed by its outcome as that outcome', () => {
     const k = only([rec({ op: 'insert', value: 1, status: 'pending' }), rec({ op: 'insert', value: 1, status: 'ack' })]);
     expect(k.states).toEqual([present(1)]);

@@ -22,7 +22,7 @@ describe('SlotPlanner', () => {
     const a = writes(new SlotPlanner(0, ['t1', 't2'], 42, opts), 200, () => 'ack').map((w) => `${w.tenant}/${w.table}/${w.op}`);
     const b = writes(new SlotPlanner(0, ['t1', 't2'], 42, opts), 200, () => 'ack').map((w) => `${w.tenant}/${w.table}/${w.op}`);
     expect(a).toEqual(b);
-    expect(new Set(a.map((x) => x.split('/')[2]))).toEqual(new Set(['insert', 'update', 'delete', 'blob_put']));
+    expect(new Set(a.map((x) => x.split('/')[2]))).toEqual(new Set(['insert', 'update', 'delete', 'blob_put', 'blob_delete']));
   });
 
   it('only updates, deletes or puts blobs on keys whose insert was acked and not deleted', () => {
@@ -61,6 +61,31 @@ describe('SlotPlanner', () => {
         versions.set(w.key, w.version!);
       }
     }
+  });
+
+  it('overwrites a document\'s object with a new key and deletes only the object the document names', () => {
+    const named = new Map<string, string | null>();
+    const ws = writes(new SlotPlanner(4, ['acme'], 11, opts), 1500, () => 'ack');
+    let overwrites = 0;
+    let deletes = 0;
+    for (const w of ws) {
+      if (w.table !== 'documents') continue;
+      if (w.op === 'insert') named.set(w.key, null);
+      if (w.op === 'blob_put') {
+        expect(w.blob!.replaces ?? null).toBe(named.get(w.key));
+        expect(w.blob!.blobKey).not.toBe(named.get(w.key));
+        if (w.blob!.replaces) overwrites++;
+        named.set(w.key, w.blob!.blobKey);
+      }
+      if (w.op === 'blob_delete') {
+        expect(w.blobDelete!.blobKey).toBe(named.get(w.key));
+        expect(w.after.blobKey).toBeNull();
+        deletes++;
+        named.set(w.key, null);
+      }
+    }
+    expect(overwrites).toBeGreaterThan(0);
+    expect(deletes).toBeGreaterThan(0);
   });
 });
 
