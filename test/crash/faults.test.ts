@@ -56,13 +56,16 @@ describe('crash matrix: SIGKILL the worker at every fault point', () => {
       const [source, target] = PAIRS[i % PAIRS.length];
       const tenant = await H.newTenant(source, 'k');
       const bystander = await H.newTenant(source, 'b');
+      const bystanderOnTarget = await H.newTenant(target, 'bt');
       await H.seed(tenant, 300, 3);
       await H.seed(bystander, 60, 1);
+      await H.seed(bystanderOnTarget, 60, 1);
+      const baselines = await Promise.all([tenant, bystander, bystanderOnTarget].map((x) => C.baselineOf(x)));
       const tq = uniq('crash');
       const faultLog = path.join(C.ARTIFACTS, 'crash', `${c.point}-${tenant}.faults.jsonl`);
       fs.mkdirSync(path.dirname(faultLog), { recursive: true });
       const frozen = i === 0 ? await Router.create(testConfig(), { freezeCache: true }) : undefined;
-      const traffic = await C.startTraffic(`${c.point}-${tenant}`, [tenant, bystander]);
+      const traffic = await C.startTraffic(`${c.point}-${tenant}`, [tenant, bystander, bystanderOnTarget]);
       let w1: C.ChildWorker | undefined;
       let w2: C.ChildWorker | undefined;
       try {
@@ -92,16 +95,16 @@ describe('crash matrix: SIGKILL the worker at every fault point', () => {
         await traffic.stop();
         const owner = c.path === 'complete' ? target : source;
         const epoch = c.path === 'complete' ? 2 : c.path === 'rollback' ? 3 : 1;
-        const counts = await C.assertInvariants({ tenant, bystander, source, target, status, expectOwner: owner, expectEpoch: epoch, traffic });
+        const counts = await C.assertInvariants({ tenant, bystanders: [bystander, bystanderOnTarget], source, target, status, expectOwner: owner, expectEpoch: epoch, traffic, baselines });
         expect(counts.acked).toBeGreaterThan(0);
         if (frozen) {
           // A router that never refreshes its cache keeps being refused after the switch.
           await expect(frozen.withTenant(tenant, { tenants: [tenant] }, 'write', (tx) => tx.query(`insert into public.events(tenant_id, kind) values ($1, 'stale')`, [tenant])))
             .rejects.toMatchObject({ type: 'StaleRoute' });
         }
-        rows.push({ faultPoint: c.point, killed: true, outcome: status.phase, pauseMs: status.cutoverPauseMs, writesAcked: counts.acked, writesRefused: counts.refused, verified: 'clean', seconds: Math.round((Date.now() - t0) / 1000) });
+        rows.push({ faultPoint: c.point, killed: true, outcome: status.phase, pauseMs: status.cutoverPauseMs, writesAcked: counts.acked, writesRefused: counts.refused, unknown: counts.unknown, reads: counts.reads, verified: 'whole unit', seconds: Math.round((Date.now() - t0) / 1000) });
       } catch (e) {
-        rows.push({ faultPoint: c.point, killed: w1?.proc.signalCode === 'SIGKILL', outcome: `FAILED: ${String((e as Error).message).split('\n')[0].slice(0, 120)}`, pauseMs: null, writesAcked: 0, writesRefused: 0, verified: '-', seconds: Math.round((Date.now() - t0) / 1000) });
+        rows.push({ faultPoint: c.point, killed: w1?.proc.signalCode === 'SIGKILL', outcome: `FAILED: ${String((e as Error).message).split('\n')[0].slice(0, 120)}`, pauseMs: null, writesAcked: 0, writesRefused: 0, unknown: null, reads: null, verified: '-', seconds: Math.round((Date.now() - t0) / 1000) });
         throw e;
       } finally {
         await traffic.stop();

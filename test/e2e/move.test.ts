@@ -3,6 +3,7 @@ import path from 'node:path';
 import fs from 'node:fs';
 import { testConfig, closePools } from '../helpers/stack';
 import * as H from '../helpers/move';
+import * as C from '../helpers/crash';
 import { Router } from '../../lib/router';
 import { createDeps } from '../../worker/deps';
 import { startLoadgen, verifyLog } from '../../lib/loadgen';
@@ -28,15 +29,17 @@ describe('tenant move, end to end', () => {
     const config = testConfig();
     const tenant = await H.newTenant('shard-a', 'mv');
     const bystander = await H.newTenant('shard-a', 'by');
+    const bystanderOnTarget = await H.newTenant('shard-b', 'bt');
     await H.seed(tenant, 400, 6);
     await H.seed(bystander, 100, 2);
-    const byBefore = await H.fingerprint('shard-a', bystander);
+    await H.seed(bystanderOnTarget, 100, 2);
+    const baselines = await Promise.all([tenant, bystander, bystanderOnTarget].map((x) => C.baselineOf(x)));
 
     const router = await Router.create(config);
     const deps = createDeps(config);
     const logFile = path.join('test-results', `${tenant}.jsonl`);
     fs.mkdirSync('test-results', { recursive: true });
-    const lg = startLoadgen({ config, router, s3For: (s) => deps.s3For(s), tenants: [tenant, bystander], rate: 60, durationMs: 120_000, logFile, concurrency: 4 });
+    const lg = startLoadgen({ config, router, s3For: (s) => deps.s3For(s), tenants: [tenant, bystander, bystanderOnTarget], rate: 60, durationMs: 120_000, logFile, concurrency: 4 });
     try {
       await new Promise((r) => setTimeout(r, 1500));
       const h = await H.startMove(t.client, tq, H.moveInput(tenant, 'shard-b', { soakSeconds: 3 }));
@@ -49,14 +52,19 @@ describe('tenant move, end to end', () => {
       lg.stop();
       const stats = await lg.done;
       expect(stats.writes.ack).toBeGreaterThan(20);
+      // Reads through the router saw every acked write, before, during and after the switch.
+      expect(stats.reads.ok).toBeGreaterThan(10);
+      expect({ mismatches: stats.readMismatches, failed: stats.reads.failed, unknown: stats.writes.unknown }).toEqual({ mismatches: 0, failed: 0, unknown: 0 });
     } finally {
       lg.stop();
       await lg.done.catch(() => {});
       await router.close();
       await deps.close();
     }
-    const report = await verifyLog({ logFile, config });
-    expect({ missing: report.missing, wrong: report.wrongValue, refused: report.presentButRefused, blobs: report.blobMissing }).toEqual({ missing: [], wrong: [], refused: [], blobs: [] });
+    // The whole of each unit: every seeded and written row and object on its owner, nothing else.
+    const report = await verifyLog({ logFile, config, baselines });
+    expect({ missing: report.missing, wrong: report.wrongValue, refused: report.presentButRefused, blobs: report.blobMissing, unit: report.unit })
+      .toEqual({ missing: [], wrong: [], refused: [], blobs: [], unit: [] });
     expect(report.ok).toBe(true);
 
     const p = await H.placement(tenant);
@@ -66,14 +74,21 @@ describe('tenant move, end to end', () => {
     expect(await H.tryWrite('shard-a', tenant, 2)).toBe('SC421');
     expect(await H.tryWrite('shard-b', tenant, 1)).toBe('SC421');
     expect(await H.tryWrite('shard-b', tenant, 2)).toBe('ok');
-    // Retired: no source rows or blobs; no slot or publication left anywhere.
-    expect(await H.rowCount('shard-a', tenant)).toBe(0);
-    expect(await H.blobCount('shard-a', tenant)).toBe(0);
-    expect(await H.rowCount('shard-b', tenant)).toBeGreaterThan(400);
+    // Retired: no source rows, objects, manifest or progress rows; no slot or publication left anywhere.
+    expect(await C.leftoversOn('shard-a', tenant, [`${tenant}.e1`])).toEqual([]);
     expect(await H.replicationLeftovers(`${tenant}.e1`)).toEqual([]);
-    // The bystander on the same shard kept every row it had (loadgen may have added more).
-    const byAfter = await H.fingerprint('shard-a', bystander);
-    for (const t0 of byBefore) expect(byAfter.find((x) => x.table === t0.table)!.rows).toBeGreaterThanOrEqual(t0.rows);
+    // The owner holds the seeded rows plus loadgen's surviving keys, counted per table.
+    const seeded = baselines[0].tables.reduce((n, t) => n + t.rows, 0);
+    const owned = Object.values(report.ownerRows[tenant]).reduce((n, x) => n + x, 0);
+    expect(owned).toBe(await H.rowCount('shard-b', tenant));
+    expect(owned).toBeGreaterThanOrEqual(seeded);
+    // Bystanders on both shards: their baselines held above (report.unit), and none of their writes failed.
+    const { readLog } = await import('../../lib/loadgen');
+    for (const b of [bystander, bystanderOnTarget]) {
+      const by = readLog(logFile).filter((r) => r.tenant === b);
+      expect(by.length, b).toBeGreaterThan(0);
+      expect(by.filter((r) => r.status !== 'ack')).toEqual([]);
+    }
   });
 
   it('queued jobs move with the tenant: a job worker running through the move completes every job exactly once', { timeout: 300_000 }, async () => {

@@ -6,11 +6,12 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { expect } from 'vitest';
 import type { WorkflowHandle } from '@temporalio/client';
-import { testConfig, uniq, shardPool } from './stack';
+import { testConfig, uniq, shardPool, directoryPool } from './stack';
 import * as H from './move';
 import { Router } from '../../lib/router';
 import { createDeps } from '../../worker/deps';
-import { startLoadgen, verifyLog, readLog, LoadgenHandle } from '../../lib/loadgen';
+import { startLoadgen, verifyLog, readLog, LoadgenHandle, snapshotUnit, unitLeftovers, UnitBaseline } from '../../lib/loadgen';
+import { shardByName } from '../../lib/config';
 import type { MoveStatus } from '../../workflows/messages';
 
 const ROOT = path.join(__dirname, '..', '..');
@@ -116,26 +117,73 @@ export interface CaseRow {
   pauseMs: number | null;
   writesAcked: number;
   writesRefused: number;
+  /** Writes with an unknown outcome (all tenants); reads "N ok, M failed" (every ok read consistent). */
+  unknown: number | null;
+  reads: string | null;
   verified: string;
   seconds: number;
 }
 
-/** DESIGN.md §5 after a case: verify, single owner, epochs, fences, leftovers, bystander. */
+/** The whole unit on its owner before traffic: every seeded row (count + hash) and object. */
+export async function baselineOf(tenant: string): Promise<UnitBaseline> {
+  const config = testConfig();
+  const deps = createDeps(config);
+  try {
+    return await snapshotUnit({ config, tenant, directory: directoryPool(), shardPool, s3For: (s) => deps.s3For(s) });
+  } finally {
+    await deps.close();
+  }
+}
+
+/** Rows, objects, manifest and progress rows of the unit left on a shard that does not own it. */
+export async function leftoversOn(shard: string, tenant: string, moveIds: string[]): Promise<string[]> {
+  const config = testConfig();
+  const deps = createDeps(config);
+  try {
+    return await unitLeftovers({ config, tenant, pool: shardPool(shard), s3: deps.s3For(shard), bucket: shardByName(config, shard).bucket, moveIds });
+  } finally {
+    await deps.close();
+  }
+}
+
+/**
+ * What the traffic's own reads and outcomes prove: reads saw what the writer last acked
+ * (loadgen compares each read with its slot's exact view), failed reads and unknown outcomes
+ * stay under small bounds (a bug that turned writes "unknown" would otherwise pass verify).
+ */
+export function assertTraffic(traffic: Traffic, unknownOutcomes: number, o: { maxUnknown: number; maxFailedReads: number }) {
+  const s = traffic.lg.stats;
+  expect(s.reads.ok, 'reads that succeeded').toBeGreaterThan(0);
+  expect({ readMismatches: s.readMismatches, samples: s.readMismatchSamples }).toEqual({ readMismatches: 0, samples: [] });
+  expect(s.reads.failed, `failed reads (errors ${JSON.stringify(s.errorsByType)})`).toBeLessThanOrEqual(o.maxFailedReads);
+  expect(unknownOutcomes, 'writes with an unknown outcome').toBeLessThanOrEqual(o.maxUnknown);
+}
+
+export const readsOf = (t: Traffic) => `${t.lg.stats.reads.ok} ok, ${t.lg.stats.reads.failed} failed`;
+
+/** DESIGN.md §5 after a case: verify the whole unit, single owner, epochs, fences, leftovers, bystanders. */
 export async function assertInvariants(o: {
   tenant: string;
-  bystander: string;
+  /** Tenants beside the moving one, on the source and on the target: never disturbed. */
+  bystanders: string[];
   source: string;
   target: string;
   status: MoveStatus;
   expectOwner: string;
   expectEpoch: number;
   traffic: Traffic;
-}): Promise<{ acked: number; refused: number }> {
+  /** Baselines of the moving tenant and of every bystander, taken before the traffic. */
+  baselines: UnitBaseline[];
+  maxUnknown?: number;
+  maxFailedReads?: number;
+}): Promise<{ acked: number; refused: number; unknown: number; reads: string }> {
   const config = testConfig();
-  const report = await verifyLog({ logFile: o.traffic.logFile, config });
-  expect({ missing: report.missing, wrong: report.wrongValue, refused: report.presentButRefused, deleted: report.presentButDeleted, blobs: report.blobMissing })
-    .toEqual({ missing: [], wrong: [], refused: [], deleted: [], blobs: [] });
+  const report = await verifyLog({ logFile: o.traffic.logFile, config, baselines: o.baselines });
+  expect({ missing: report.missing, wrong: report.wrongValue, refused: report.presentButRefused, deleted: report.presentButDeleted, blobs: report.blobMissing, unit: report.unit })
+    .toEqual({ missing: [], wrong: [], refused: [], deleted: [], blobs: [], unit: [] });
   expect(report.ok).toBe(true);
+  for (const t of [o.tenant, ...o.bystanders]) expect(o.baselines.map((b) => b.tenant), `baseline of ${t}`).toContain(t);
+  assertTraffic(o.traffic, report.unknownOutcomes, { maxUnknown: o.maxUnknown ?? 2, maxFailedReads: o.maxFailedReads ?? 0 });
   // Exactly one owner, epoch raised by exactly the number of switches.
   const p = await H.placement(o.tenant);
   expect(p).toMatchObject({ shard: o.expectOwner, epoch: o.expectEpoch, state: 'active', moveId: null });
@@ -145,26 +193,32 @@ export async function assertInvariants(o: {
     expect(await H.tryWrite(other, o.tenant, e), `${other} epoch ${e}`).toBe('SC421');
     expect(await H.tryWrite(o.expectOwner, o.tenant, e), `${o.expectOwner} epoch ${e}`).toBe(e === o.expectEpoch ? 'ok' : 'SC421');
   }
-  // Nothing of the move is left: slots, publications, progress rows, manifests.
+  // Nothing of the move is left: slots, publications, progress rows.
   expect(await H.replicationLeftovers(o.status.moveId)).toEqual([]);
-  for (const s of [o.source, o.target]) {
-    const pr = await shardPool(s).query('select count(*)::int as n from shardctl.move_progress where move_id = $1', [o.status.moveId]);
-    expect(pr.rows[0].n, `move_progress on ${s}`).toBe(0);
-  }
-  // The non-owner holds no rows of the tenant once the move is done, cancelled or rolled back.
-  expect(await H.rowCount(other, o.tenant)).toBe(0);
-  // The bystander never saw an error: every one of its writes was acknowledged.
+  const pr = await shardPool(o.expectOwner).query('select count(*)::int as n from shardctl.move_progress where move_id = $1', [o.status.moveId]);
+  expect(pr.rows[0].n, `move_progress on ${o.expectOwner}`).toBe(0);
+  // Nothing of the unit is left on the non-owner once the move is done, cancelled or rolled
+  // back: no rows, no objects, no manifest or progress rows of the move.
+  expect(await leftoversOn(other, o.tenant, [o.status.moveId])).toEqual([]);
+  // Every bystander wrote throughout, and every one of its writes was acknowledged.
   const records = readLog(o.traffic.logFile);
-  const by = records.filter((r) => r.tenant === o.bystander && r.status !== 'pending');
-  expect(by.length).toBeGreaterThan(0);
-  expect(by.filter((r) => r.status !== 'ack').map((r) => `${r.status} ${r.error ?? ''}`)).toEqual([]);
+  for (const b of o.bystanders) {
+    const by = records.filter((r) => r.tenant === b && r.status !== 'pending');
+    expect(by.length, `writes of bystander ${b}`).toBeGreaterThan(0);
+    expect(by.filter((r) => r.status !== 'ack').map((r) => `${r.status} ${r.error ?? ''}`)).toEqual([]);
+  }
   const mine = records.filter((r) => r.tenant === o.tenant);
-  return { acked: mine.filter((r) => r.status === 'ack').length, refused: mine.filter((r) => r.status === 'refused').length };
+  return {
+    acked: mine.filter((r) => r.status === 'ack').length,
+    refused: mine.filter((r) => r.status === 'refused').length,
+    unknown: report.unknownOutcomes,
+    reads: readsOf(o.traffic),
+  };
 }
 
 export function writeReport(rows: CaseRow[], file = path.join(ARTIFACTS, 'crash-report.md')) {
-  const head = '| fault point | worker killed | outcome | cutover pause ms | writes acked (moving tenant) | refused | verify | seconds |\n|---|---|---|---|---|---|---|---|';
-  const body = rows.map((r) => `| ${r.faultPoint} | ${r.killed ? 'SIGKILL' : '-'} | ${r.outcome} | ${r.pauseMs ?? '-'} | ${r.writesAcked} | ${r.writesRefused} | ${r.verified} | ${r.seconds} |`);
+  const head = '| fault point | worker killed | outcome | cutover pause ms | writes acked (moving tenant) | refused | unknown (all tenants) | reads (all consistent) | verify | seconds |\n|---|---|---|---|---|---|---|---|---|---|';
+  const body = rows.map((r) => `| ${r.faultPoint} | ${r.killed ? 'SIGKILL' : 'no kill'} | ${r.outcome} | ${r.pauseMs ?? '-'} | ${r.writesAcked} | ${r.writesRefused} | ${r.unknown ?? '-'} | ${r.reads ?? '-'} | ${r.verified} | ${r.seconds} |`);
   const text = `${head}\n${body.join('\n')}\n`;
   fs.mkdirSync(path.dirname(file), { recursive: true });
   fs.writeFileSync(file, text);
