@@ -218,7 +218,8 @@ describe('move lifecycle', () => {
   it('pause holds the copy between tables, a throttle update applies to the running move, resume finishes it', { timeout: 180_000 }, async () => {
     const tenant = await H.newTenant('shard-a', 'pz');
     await H.seed(tenant, 600, 1);
-    const h = await H.startMove(t.client, tq, H.moveInput(tenant, 'shard-b', { rowsPerSecond: 200, copyBatchRows: 50, soakSeconds: 1 }));
+    const RATE = 50;
+    const h = await H.startMove(t.client, tq, H.moveInput(tenant, 'shard-b', { rowsPerSecond: RATE, copyBatchRows: 10, soakSeconds: 1 }));
     await H.waitFor(h, (x) => x.phase === 'copy', 60_000);
     await expect(h.executeUpdate(M.resumeUpdate, { args: [op] })).rejects.toMatchObject({ cause: { message: expect.stringMatching(/not paused/) } });
     expect(await h.executeUpdate(M.pauseUpdate, { args: [op] })).toBe('paused');
@@ -228,9 +229,22 @@ describe('move lifecycle', () => {
     // Paused: no new table started and the phase did not advance.
     expect(still.phase).toBe('copy');
     expect(still.tables.filter((x) => x.done).length).toBeLessThanOrEqual(paused.tables.filter((x) => x.done).length + 1);
-    await expect(h.executeUpdate(M.throttleUpdate, { args: [{ ...op, rowsPerSecond: -1 }] })).rejects.toBeTruthy();
+    // Paused for real: nothing more reaches the target.
+    const held = await H.rowCount('shard-b', tenant);
+    await new Promise((r) => setTimeout(r, 1000));
+    expect(await H.rowCount('shard-b', tenant)).toBe(held);
+    await expect(h.executeUpdate(M.throttleUpdate, { args: [{ ...op, rowsPerSecond: -1 }] })).rejects.toMatchObject({
+      cause: { message: expect.stringMatching(/rowsPerSecond must be a non-negative integer/) },
+    });
     expect(await h.executeUpdate(M.throttleUpdate, { args: [{ ...op, rowsPerSecond: 0 }] })).toMatch(/throttle 0/);
+    // The rest of the copy at the old rate would take at least remaining / RATE seconds; unthrottled it is far quicker.
+    const remaining = 600 - held;
+    expect(remaining, 'rows left to copy when resumed').toBeGreaterThan(200);
+    const t0 = Date.now();
     expect(await h.executeUpdate(M.resumeUpdate, { args: [op] })).toBe('resumed');
+    await H.waitFor(h, (x) => x.tables.length > 0 && x.tables.every((tb) => tb.done), 60_000);
+    const copySeconds = (Date.now() - t0) / 1000;
+    expect(copySeconds, `copied ${remaining} rows in ${copySeconds} s after the throttle was lifted`).toBeLessThan(remaining / RATE / 2);
     const done = await H.waitPhase(h, 'done', 150_000);
     expect(done.paused).toBe(false);
   });

@@ -9,7 +9,9 @@ import { testConfig, uniq, shardPool, closePools } from '../helpers/stack';
 import { fenceStatus, prepareShard, FENCE_TRIGGER_NAME } from '../../lib/shard/prepare';
 import { DEMO_TABLES } from '../../lib/demo/schema';
 import { SQLSTATE } from '../../lib/errors';
-import { Config, projectRoot } from '../../lib/config';
+import { Config, projectRoot, shardByName } from '../../lib/config';
+import { Pool as PgPool } from 'pg';
+import { hardenPool } from '../../lib/pg';
 
 const SHARD = 'shard-a';
 let pool: Pool;
@@ -134,11 +136,29 @@ describe('prepareShard', () => {
     expect(await fenceTriggers(schema)).toEqual([{ table: 'a', enabled: 'O' }]);
   });
 
-  it('writes allow_unfenced_writes from the config', async () => {
-    const { config } = await ownSchema();
-    await prepareShard(pool, config);
-    const r = await pool.query(`select value from shardctl.settings where key = 'allow_unfenced_writes'`);
-    expect(r.rows[0].value).toBe(String(config.tenant.allowUnfencedWrites));
+  it('turns allowUnfencedWrites into the shard\'s behaviour: an epoch-less write passes under true, is refused again under false', async () => {
+    // A database of its own on the shard's server: the setting is shard-wide, and other tests
+    // on this shard rely on epoch-less writes being refused.
+    const db = uniq('prepdb').replace(/-/g, '_');
+    await pool.query(`create database ${db}`);
+    const url = new URL(shardByName(testConfig(), SHARD).dsn);
+    url.pathname = `/${db}`;
+    // hardenPool: the forced drop below ends connections the pool may still be closing.
+    const own = hardenPool(new PgPool({ connectionString: url.toString(), max: 2 }));
+    try {
+      await own.query(`create table public.t (tenant_id text not null, id bigint not null, primary key (tenant_id, id))`);
+      const base = testConfig();
+      const withAllow = (allowUnfencedWrites: boolean): Config => ({ ...base, tenant: { ...base.tenant, schemas: ['public'], tables: undefined, allowUnfencedWrites } });
+      const write = (id: number) => own.query(`insert into public.t values ('t1', $1)`, [id]).then(() => 'ok', (e) => e.code);
+      await prepareShard(own, withAllow(true));
+      expect(await write(1)).toBe('ok');
+      await prepareShard(own, withAllow(false));
+      expect(await write(2)).toBe(SQLSTATE.noEpoch);
+      expect((await own.query(`select id::int from public.t order by id`)).rows).toEqual([{ id: 1 }]);
+    } finally {
+      await own.end();
+      await pool.query(`drop database if exists ${db} with (force)`);
+    }
   });
 });
 
