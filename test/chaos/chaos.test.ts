@@ -20,6 +20,8 @@ const PAIRS: [string, string][] = [['shard-a', 'shard-b'], ['shard-b', 'shard-c'
 const rand = prng(SEED);
 const pick = <T>(xs: T[]) => xs[Math.floor(rand() * xs.length)];
 const rows: C.CaseRow[] = [];
+/** Iterations whose first worker really died by SIGKILL (a fault point on another path kills nothing). */
+const kills = { atPoint: 0, byTime: 0, none: 0 };
 let t: Awaited<ReturnType<typeof H.temporal>>;
 
 beforeAll(async () => {
@@ -35,7 +37,9 @@ afterEach(async () => {
 });
 afterAll(async () => {
   await C.stopStragglers();
-  process.stdout.write(C.writeReport(rows, path.join(C.ARTIFACTS, `chaos-${SEED}.md`)));
+  const summary = `chaos seed ${SEED}: ${kills.atPoint + kills.byTime} of ${rows.length} iterations killed a worker (${kills.atPoint} at a fault point, ${kills.byTime} at a random time); ${kills.none} had no kill\n`;
+  process.stdout.write(C.writeReport(rows, path.join(C.ARTIFACTS, `chaos-${SEED}.md`)) + summary);
+  fs.appendFileSync(path.join(C.ARTIFACTS, `chaos-${SEED}.md`), `\n${summary}`);
   await t?.close();
   await closePools();
 });
@@ -52,13 +56,16 @@ describe(`chaos (seed ${SEED})`, () => {
       const t0 = Date.now();
       const tenant = await H.newTenant(source, 'x');
       const bystander = await H.newTenant(source, 'xb');
+      const bystanderOnTarget = await H.newTenant(target, 'xt');
       await H.seed(tenant, 200 + Math.floor(rand() * 400), 1 + Math.floor(rand() * 4));
       await H.seed(bystander, 50, 1);
+      await H.seed(bystanderOnTarget, 50, 1);
+      const baselines = await Promise.all([tenant, bystander, bystanderOnTarget].map((x) => C.baselineOf(x)));
       const tq = uniq('chaos');
       const faultLog = path.join(C.ARTIFACTS, 'crash', `chaos-${SEED}-${i}.faults.jsonl`);
       fs.mkdirSync(path.dirname(faultLog), { recursive: true });
       fs.writeFileSync(faultLog, '');
-      const traffic = await C.startTraffic(`chaos-${SEED}-${i}`, [tenant, bystander], 20 + Math.floor(rand() * 40));
+      const traffic = await C.startTraffic(`chaos-${SEED}-${i}`, [tenant, bystander, bystanderOnTarget], 20 + Math.floor(rand() * 40));
       let w1: C.ChildWorker | undefined;
       let w2: C.ChildWorker | undefined = undefined as C.ChildWorker | undefined;
       try {
@@ -96,11 +103,20 @@ describe(`chaos (seed ${SEED})`, () => {
         await traffic.stop();
         const owner = path_ === 'complete' ? target : source;
         const epoch = path_ === 'complete' ? 2 : path_ === 'rollback' ? 3 : 1;
-        const counts = await C.assertInvariants({ tenant, bystander, source, target, status, expectOwner: owner, expectEpoch: epoch, traffic });
+        const counts = await C.assertInvariants({ tenant, bystanders: [bystander, bystanderOnTarget], source, target, status, expectOwner: owner, expectEpoch: epoch, traffic, baselines });
         expect(counts.acked).toBeGreaterThan(0);
-        rows.push({ faultPoint: label, killed: w1.proc.signalCode === 'SIGKILL', outcome: status.phase, pauseMs: status.cutoverPauseMs, writesAcked: counts.acked, writesRefused: counts.refused, verified: 'clean', seconds: Math.round((Date.now() - t0) / 1000) });
+        // Only a real kill counts: SIGKILL, and for an armed point its hit in the fault log. A
+        // worker that died any other way crashed; one that lived never reached its point.
+        const died = w1.proc.exitCode !== null || w1.proc.signalCode !== null;
+        if (died) expect(w1.proc.signalCode, `first worker died by ${w1.proc.signalCode ?? `exit ${w1.proc.exitCode}`}; log ${w1.log}`).toBe('SIGKILL');
+        const hit = !byTime && fs.readFileSync(faultLog, 'utf8').split('\n').some((l) => l && JSON.parse(l).point === point);
+        if (died && !byTime) expect(hit, `killed without a hit of ${point} in ${faultLog}`).toBe(true);
+        const how = !died ? 'none' : byTime ? 'byTime' : 'atPoint';
+        kills[how]++;
+        const outcome = died ? status.phase : `${status.phase} (no kill: ${byTime ? 'the move ended before the timed kill' : `${point} is not on the ${path_} path`})`;
+        rows.push({ faultPoint: label, killed: died, outcome, pauseMs: status.cutoverPauseMs, writesAcked: counts.acked, writesRefused: counts.refused, unknown: counts.unknown, reads: counts.reads, verified: 'whole unit', seconds: Math.round((Date.now() - t0) / 1000) });
       } catch (e) {
-        rows.push({ faultPoint: label, killed: w1?.proc.signalCode === 'SIGKILL', outcome: `FAILED: ${String((e as Error).message).split('\n')[0].slice(0, 120)}`, pauseMs: null, writesAcked: 0, writesRefused: 0, verified: '-', seconds: Math.round((Date.now() - t0) / 1000) });
+        rows.push({ faultPoint: label, killed: w1?.proc.signalCode === 'SIGKILL', outcome: `FAILED: ${String((e as Error).message).split('\n')[0].slice(0, 120)}`, pauseMs: null, writesAcked: 0, writesRefused: 0, unknown: null, reads: null, verified: '-', seconds: Math.round((Date.now() - t0) / 1000) });
         throw e;
       } finally {
         await traffic.stop();
