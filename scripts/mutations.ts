@@ -138,7 +138,7 @@ export const MUTATIONS: Mutation[] = [
     guarantee: 'every placement change is a compare-and-set on the epoch too (§2)',
     file: 'lib/directory/placements.ts',
     from: 'where unit = $1 and shard = $2 and epoch = $3 and state = $4',
-    to: 'where unit = $1 and shard = $2 and state = $4',
+    to: 'where unit = $1 and shard = $2 and $3::bigint > 0 and state = $4',
     testFile: 'test/integration/directory.test.ts',
     testName: 'refuses a compare-and-set with a stale epoch and changes nothing',
   },
