@@ -64,6 +64,8 @@ async function accounts(shard: ShardName, t: string): Promise<number> {
   return Number((await shards[shard].query('select count(*) from public.accounts where tenant_id = $1', [t])).rows[0].count);
 }
 
+/** The port a shard's server listens on (from the config: the dev stack's ports are configurable). */
+const portOf = (shard: string) => new URL(testConfig().shards.find((x) => x.name === shard)!.dsn).port;
 const insertAccount = (t: string, name = 'acct') => async (tx: import('pg').PoolClient) => {
   await tx.query('insert into public.accounts(tenant_id, name) values ($1, $2)', [t, name]);
   return 'ok';
@@ -103,7 +105,7 @@ describe('router: stale routes', () => {
       if (shardsSeen.length === 1) await switchOwner(t, 'shard-a', 'shard-b', 1); // after the start check passed
       await tx.query('insert into public.accounts(tenant_id, name) values ($1, $2)', [t, `try-${shardsSeen.length}`]);
     });
-    expect(shardsSeen).toEqual(['15433', '15434']);
+    expect(shardsSeen).toEqual([portOf('shard-a'), portOf('shard-b')]);
     expect(await accounts('shard-a', t)).toBe(0);
     expect((await shards['shard-b'].query('select name from public.accounts where tenant_id = $1', [t])).rows).toEqual([{ name: 'try-2' }]);
   });
@@ -123,7 +125,7 @@ describe('router: stale routes', () => {
       },
       { isolation: 'repeatable read' },
     );
-    expect(ports).toEqual(['15433', '15434']);
+    expect(ports).toEqual([portOf('shard-a'), portOf('shard-b')]);
     expect(router.metrics().serializationRetries).toBe(1);
     expect(router.metrics().staleRetries).toBe(1);
     expect(await accounts('shard-a', t)).toBe(0);
