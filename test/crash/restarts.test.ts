@@ -162,8 +162,9 @@ async function runCase(name: string, o: { source: string; target: string; bystan
 }
 
 // A restarted server drops every connection: writes in flight then may end unknown and reads
-// may fail, within these bounds (measured 0 unknown in every case; see the report).
-const RESTART_BOUNDS = { maxUnknown: 3, maxFailedReads: 20 };
+// may fail, within these bounds (measured: 0 unknown in every case, up to 16 failed reads of
+// about 350 when the restarted server is the source; see the report).
+const RESTART_BOUNDS = { maxUnknown: 3, maxFailedReads: 40 };
 
 async function assertAfter(tenant: string, bystander: string, o: { source: string; target: string; bystanderClean: boolean }, status: M.MoveStatus, traffic: C.Traffic, baselines: UnitBaseline[]) {
   if (o.bystanderClean) {
