@@ -25,6 +25,11 @@ export function moveWorkflowId(unit: string): string {
   return `move-${unit}`;
 }
 
+/** The move id: derived from the unit and the epoch it held when the move began (the only place it is derived). */
+export function moveIdFor(unit: string, epoch: number): string {
+  return `${unit}.e${epoch}`;
+}
+
 /** Postgres identifiers for a move's objects: [a-z0-9_], ≤ 63 chars, unique per (move, direction). */
 export function replicationNames(moveId: string, direction: 'forward' | 'reverse') {
   const safe = moveId.replace(/[^a-z0-9_]/g, '_').slice(0, 40);

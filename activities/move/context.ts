@@ -5,7 +5,7 @@ import { sameS3Endpoint } from '../../lib/s3';
 import { shardByName } from '../../lib/config';
 import { z } from 'zod';
 import { ApplicationFailure, Context } from '@temporalio/activity';
-import type { Deps } from '../../worker/deps';
+import type { Deps } from '../deps';
 import { listTenantTables, TenantTable } from '../../lib/shard/tables';
 import { ShardctlError } from '../../lib/errors';
 

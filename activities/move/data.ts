@@ -3,13 +3,12 @@
 // one batch of work and never applies anything twice.
 import { shardByName } from '../../lib/config';
 import { z } from 'zod';
-import type { Deps } from '../../worker/deps';
+import type { Deps } from '../deps';
 import { moveRef, tenantTables, beat, activitySignal, parse, typed, syncUnitBlobs } from './context';
 import { replicationNames } from '../../lib/ids';
 import { ensurePublicationAndSlot, applyChangesUntil, currentWalLsn, slotLagBytes } from '../../lib/cdc';
 import { copyTenantTable } from '../../lib/copy';
-import { validateTenant, formatMismatch } from '../../lib/validate';
-import { persistentMismatches } from '../../lib/cutover/settle';
+import { validateTenant, formatMismatch, persistentMismatches } from '../../lib/validate';
 import { recordManifest, ensureManifestTable, manifestOf, compareBlobManifests, tenantBlobPrefix } from '../../lib/blobs';
 
 const direction = z.enum(['forward', 'reverse']);

@@ -2,8 +2,8 @@
 // Bad input is refused with a one-line reason before anything is sent.
 import { Command } from 'commander';
 import os from 'node:os';
-import { WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError } from '@temporalio/client';
-import { TypedSearchAttributes } from '@temporalio/common';
+import { WorkflowNotFoundError } from '@temporalio/client';
+import { moveInputFor, startMove, MOVE_WORKFLOW_TYPE } from '../../lib/moves/start';
 import { loadConfig, shardByName, Config } from '../../lib/config';
 import { validateTenantId, moveWorkflowId } from '../../lib/ids';
 import { parseDurationMs } from '../../lib/duration';
@@ -78,38 +78,10 @@ export function register(program: Command) {
       shardByName(config, o.to);
       if (o.approveCutover !== 'auto' && o.approveCutover !== 'manual') throw invalidInput(`--approve-cutover must be auto or manual, got ${JSON.stringify(o.approveCutover)}`);
       const soakSeconds = o.soak ? Math.round(parseDurationMs(o.soak, '--soak') / 1000) : config.limits.soakSeconds;
-      const input: M.MoveInput = {
-        moveId: '',
-        unit: tenant,
-        tenant,
-        target: o.to,
-        soakSeconds,
-        approveCutover: o.approveCutover,
-        requestedBy: o.actor || actorDefault(),
-        lagThresholdMs: config.limits.lagThresholdMs,
-        fenceBudgetMs: config.limits.fenceBudgetMs,
-        rowsPerSecond: config.limits.rowsPerSecond,
-      };
+      const input = moveInputFor(config, { tenant, target: o.to, soakSeconds, approveCutover: o.approveCutover, requestedBy: o.actor || actorDefault() });
       await withClient(config, async (client) => {
-        const workflowId = moveWorkflowId(tenant);
-        try {
-          const h = await client.workflow.start('moveTenantWorkflow', {
-            taskQueue: config.temporal.taskQueue,
-            workflowId,
-            args: [input],
-            typedSearchAttributes: new TypedSearchAttributes([
-              { key: SA.unit, value: tenant },
-              { key: SA.target, value: o.to },
-              { key: SA.phase, value: 'plan' },
-            ]),
-          });
-          console.log(`started move of ${tenant} to ${o.to}: workflow ${workflowId} run ${h.firstExecutionRunId}`);
-        } catch (e) {
-          if (e instanceof WorkflowExecutionAlreadyStartedError) {
-            throw new ShardctlError('AlreadyExists', `a move of ${tenant} is already running: workflow ${workflowId}; see \`shardctl move status ${tenant}\``);
-          }
-          throw e;
-        }
+        const h = await startMove(client, config.temporal.taskQueue, input);
+        console.log(`started move of ${tenant} to ${o.to}: workflow ${h.workflowId} run ${h.firstExecutionRunId}`);
       });
     });
 
@@ -156,7 +128,7 @@ export function register(program: Command) {
     .option('--blocked', 'only moves with a blocked reason')
     .action(async (o) => {
       if (o.phase && !isPhase(o.phase)) throw invalidInput(`unknown phase ${JSON.stringify(o.phase)}`);
-      const q = [`WorkflowType = 'moveTenantWorkflow'`];
+      const q = [`WorkflowType = '${MOVE_WORKFLOW_TYPE}'`];
       if (o.phase) q.push(`ShardctlPhase = '${o.phase}'`);
       if (o.blocked) q.push(`ShardctlBlockedReason IS NOT NULL`);
       await withClient(cfg(), async (client) => {

@@ -3,6 +3,7 @@
 // older state can still commit (writers hold the same lock shared; see schema.ts).
 import type { Pool, PoolClient } from 'pg';
 import { FENCE_LOCK_CLASS } from './schema';
+import { inTransaction } from '../pg';
 
 export interface FenceState {
   unit: string;
@@ -57,5 +58,56 @@ export async function setUnitFence(
     throw err;
   } finally {
     c.release();
+  }
+}
+
+// ---------------------------------------------------------------- the fence's verbs
+// Product code names what it does to a fence; `setUnitFence` with flag combinations stays the
+// primitive underneath (and for tests that need an arbitrary state).
+
+/** A new unit's first owner: epoch `epoch`, owned, open; refuses if the shard already has a fence for it. */
+export function installOwner(pool: Pool, unit: string, epoch: number, lockTimeoutMs = 10_000) {
+  return setUnitFence(pool, { unit, epoch, owned: true, frozen: false }, { expect: 'absent', lockTimeoutMs });
+}
+
+/**
+ * Freezes the owner's writes for a cutover: returns once every in-flight writer of the unit has
+ * finished. With `lockTimeoutMs` a writer holding its transaction open past it fails the call
+ * with SQLSTATE 55P03 instead of stretching the pause open-ended.
+ */
+export function freezeSource(pool: Pool, unit: string, epoch: number, opts: { lockTimeoutMs?: number } = {}) {
+  return setUnitFence(pool, { unit, epoch, owned: true, frozen: true }, { lockTimeoutMs: opts.lockTimeoutMs });
+}
+
+/** Reopens the owner's writes, only if this shard still owns the unit at `epoch` (never reopens an old owner). */
+export function unfreeze(pool: Pool, unit: string, epoch: number) {
+  return setUnitFence(pool, { unit, epoch, owned: true, frozen: false }, { expect: { epoch, owned: true } });
+}
+
+/** The new owner accepts writes at `epoch` (the switch's first half). */
+export function acceptEpoch(pool: Pool, unit: string, epoch: number) {
+  return setUnitFence(pool, { unit, epoch, owned: true, frozen: false });
+}
+
+/** This shard no longer owns the unit: it refuses every write of it at `epoch` and below. */
+export function disown(pool: Pool, unit: string, epoch: number) {
+  return setUnitFence(pool, { unit, epoch, owned: false, frozen: false });
+}
+
+/** Forgets a fence row that does not own the unit (a cancelled move's target). Owned rows stay. */
+export async function forgetUnownedFence(pool: Pool, unit: string): Promise<void> {
+  await pool.query('delete from shardctl.fence where unit = $1 and not owned', [unit]);
+}
+
+/** Best effort: deletes a new unit's first fence only if it is still the one `installOwner` wrote. */
+export async function removeFirstFence(pool: Pool, unit: string): Promise<boolean> {
+  try {
+    return await inTransaction(pool, async (c) => {
+      await c.query('select pg_advisory_xact_lock($1, hashtext($2))', [FENCE_LOCK_CLASS, unit]);
+      const r = await c.query('delete from shardctl.fence where unit = $1 and epoch = 1 and owned and not frozen', [unit]);
+      return (r.rowCount ?? 0) > 0;
+    });
+  } catch {
+    return false;
   }
 }

@@ -12,7 +12,7 @@ import * as H from '../helpers/move';
 import { createSchemaWorld, SchemaWorld, asTenant, snapshotRows, snapshotDiff, RowSnapshot, SHARDS } from '../helpers/schema';
 import { getUnitFence } from '../../lib/shard/fence';
 import { quoteIdent, listTenantTables } from '../../lib/shard/tables';
-import { fingerprintTable, fingerprintDiff } from '../../lib/cutover/checksum';
+import { fingerprintTable, fingerprintDiff } from '../../lib/validate/fingerprint';
 import * as M from '../../workflows/messages';
 import { isTerminal, pastPointOfNoReturn, phaseReached } from '../../workflows/phases';
 

@@ -4,7 +4,7 @@ import fs from 'node:fs';
 import { testConfig, closePools } from '../helpers/stack';
 import * as H from '../helpers/move';
 import { Router } from '../../lib/router';
-import { createDeps } from '../../worker/deps';
+import { createDeps } from '../../activities/deps';
 import { startLoadgen, verifyLog } from '../../lib/loadgen';
 import * as M from '../../workflows/messages';
 import { runJobWorker, enqueueJob } from '../../lib/jobs/worker';

@@ -9,7 +9,7 @@ import type { WorkflowHandle } from '@temporalio/client';
 import { testConfig, uniq, shardPool } from './stack';
 import * as H from './move';
 import { Router } from '../../lib/router';
-import { createDeps } from '../../worker/deps';
+import { createDeps } from '../../activities/deps';
 import { startLoadgen, verifyLog, readLog, LoadgenHandle } from '../../lib/loadgen';
 import type { MoveStatus } from '../../workflows/messages';
 

@@ -9,13 +9,14 @@ import { createTenant } from '../../lib/tenants';
 import { getPlacement } from '../../lib/directory/placements';
 import { Router } from '../../lib/router';
 import { seedTenant } from '../../lib/seed';
-import { createDeps } from '../../worker/deps';
+import { createDeps } from '../../activities/deps';
 import { moveWorkflowId } from '../../lib/ids';
+import { startMove } from '../../lib/moves/start';
 import { startWorker } from '../../worker';
 import * as M from '../../workflows/messages';
 import { phaseReached, isTerminal, Phase } from '../../workflows/phases';
 import { listTenantTables } from '../../lib/shard/tables';
-import { fingerprintUnit, TableFingerprint } from '../../lib/cutover/checksum';
+import { fingerprintUnit, TableFingerprint } from '../../lib/validate/fingerprint';
 
 let prepared: Promise<void> | undefined;
 export function prepareStack(): Promise<void> {
@@ -76,9 +77,7 @@ export function moveInput(tenant: string, target: string, o: Partial<M.MoveInput
   };
 }
 
-export async function startMove(client: TemporalClient, taskQueue: string, input: M.MoveInput): Promise<WorkflowHandle> {
-  return client.workflow.start('moveTenantWorkflow', { taskQueue, workflowId: moveWorkflowId(input.unit), args: [input] });
-}
+export { startMove };
 
 export async function waitFor(handle: WorkflowHandle, pred: (s: M.MoveStatus) => boolean, timeoutMs = 90_000): Promise<M.MoveStatus> {
   const deadline = Date.now() + timeoutMs;

@@ -7,7 +7,7 @@ import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { testConfig, closePools, shardPool, directoryPool } from '../helpers/stack';
 import * as H from '../helpers/move';
 import { createActivities } from '../../activities';
-import { createDeps, Deps } from '../../worker/deps';
+import { createDeps, Deps } from '../../activities/deps';
 import { Router } from '../../lib/router';
 import { replicationNames } from '../../lib/ids';
 
