@@ -7,7 +7,7 @@ import { z } from 'zod';
 import { ApplicationFailure, Context } from '@temporalio/activity';
 import type { Deps } from '../deps';
 import { listTenantTables, TenantTable } from '../../lib/shard/tables';
-import { ShardctlError } from '../../lib/errors';
+import { ShardctlError, isPermanentErrorType } from '../../lib/errors';
 
 export const moveRef = z.object({
   moveId: z.string().min(1).max(200),
@@ -49,7 +49,7 @@ export async function typed<T>(fn: () => Promise<T>): Promise<T> {
   try {
     return await fn();
   } catch (e: any) {
-    if (e instanceof ShardctlError && !e.retriable && ['InvalidInput', 'PreconditionFailed', 'Conflict', 'NotFound', 'ValidationMismatch', 'Forbidden'].includes(e.type)) {
+    if (e instanceof ShardctlError && !e.retriable && isPermanentErrorType(e.type)) {
       throw ApplicationFailure.create({ type: e.type, message: e.message, nonRetryable: true, details: e.details ? [e.details] : undefined });
     }
     throw e;

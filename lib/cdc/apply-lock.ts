@@ -1,6 +1,7 @@
 // One apply session per (move, stream) on the target: a session advisory lock, taken before the
 // progress row is read. The newest session wins: a previous holder (a worker that is gone but whose
 // connection lingers, or a stale activity attempt) is terminated, so it can no longer commit.
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { ClientBase } from 'pg';
 import { createHash } from 'node:crypto';
 import { ShardctlError } from '../errors';
@@ -38,7 +39,7 @@ export async function acquireApplyLock(client: ClientBase, key: string, timeoutM
     if (Date.now() > deadline) {
       throw new ShardctlError('Conflict', `another apply session for ${key} still holds the target after ${timeoutMs} ms`, { key }, true);
     }
-    await new Promise((res) => setTimeout(res, 50));
+    await sleep(50);
   }
 }
 

@@ -2,6 +2,7 @@
 // tenant. Routing comes from a cached directory snapshot (NOTIFY, TTL, per-entry refresh on a
 // stale-route refusal); correctness never depends on the cache, because every transaction
 // carries (unit, epoch) and the shard refuses writes and reads that do not match its fence.
+import { setTimeout as sleep } from 'node:timers/promises';
 import { hardenPool } from '../pg';
 import { Pool, PoolClient } from 'pg';
 import type { Config } from '../config';
@@ -69,7 +70,6 @@ export type TenantFn<T> = (tx: PoolClient) => Promise<T>;
 
 const ISOLATIONS: ReadonlySet<string> = new Set(['read committed', 'repeatable read', 'serializable']);
 
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 export class Router {
   private readonly cache = new PlacementCache();

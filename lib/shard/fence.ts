@@ -29,9 +29,7 @@ export async function setUnitFence(
   next: FenceState,
   opts: { expect?: Partial<FenceState> | 'absent'; lockTimeoutMs?: number } = {},
 ): Promise<{ ok: boolean; current: FenceState | undefined; waitedMs: number }> {
-  const c = await pool.connect();
-  try {
-    await c.query('begin');
+  return inTransaction(pool, async (c) => {
     if (opts.lockTimeoutMs) await c.query(`select set_config('lock_timeout', $1, true)`, [`${opts.lockTimeoutMs}ms`]);
     const t0 = Date.now();
     await c.query('select pg_advisory_xact_lock($1, hashtext($2))', [FENCE_LOCK_CLASS, next.unit]);
@@ -42,23 +40,15 @@ export async function setUnitFence(
       e === 'absent'
         ? current !== undefined
         : e !== undefined && (!current || Object.entries(e).some(([k, v]) => (current as any)[k] !== v));
-    if (mismatch || (current && next.epoch < current.epoch)) {
-      await c.query('rollback');
-      return { ok: false, current, waitedMs };
-    }
+    // Nothing written: the transaction commits empty.
+    if (mismatch || (current && next.epoch < current.epoch)) return { ok: false, current, waitedMs };
     await c.query(
       `insert into shardctl.fence(unit, epoch, owned, frozen, updated_at) values ($1, $2, $3, $4, now())
        on conflict (unit) do update set epoch = excluded.epoch, owned = excluded.owned, frozen = excluded.frozen, updated_at = now()`,
       [next.unit, next.epoch, next.owned, next.frozen],
     );
-    await c.query('commit');
     return { ok: true, current: next, waitedMs };
-  } catch (err) {
-    await c.query('rollback').catch(() => {});
-    throw err;
-  } finally {
-    c.release();
-  }
+  });
 }
 
 // ---------------------------------------------------------------- the fence's verbs
