@@ -4,6 +4,8 @@ import { Command } from 'commander';
 import os from 'node:os';
 import { WorkflowNotFoundError } from '@temporalio/client';
 import { moveInputFor, startMove, MOVE_WORKFLOW_TYPE } from '../../lib/moves/start';
+import { createDeps } from '../../activities/deps';
+import { createPlanActivities, type PlanResult } from '../../activities/move/plan';
 import { loadConfig, shardByName, Config } from '../../lib/config';
 import { validateTenantId, moveWorkflowId } from '../../lib/ids';
 import { parseDurationMs } from '../../lib/duration';
@@ -39,6 +41,17 @@ export async function moveStatus(config: Config, tenant: string): Promise<M.Move
       throw e;
     }
   });
+}
+
+function printPlan(tenant: string, to: string, p: PlanResult) {
+  const lines = [`plan: move ${tenant} from ${p.source || '?'} (epoch ${p.epoch}) to ${to} — ${p.ok ? 'ready' : 'REFUSED'}`];
+  for (const r of p.reasons) lines.push(`  refused: ${r}`);
+  for (const t of p.tables) lines.push(`  copy ${t.table.padEnd(28)} ${t.rowsEstimated} rows`);
+  if (p.cutoverSteps?.length) {
+    lines.push('  then catch up until the lag is below the threshold, validate every row and blob, and cut over:');
+    p.cutoverSteps.forEach((s, i) => lines.push(`    ${i + 1}. ${s}`));
+  }
+  console.log(lines.join('\n'));
 }
 
 function printStatus(s: M.MoveStatus) {
@@ -83,6 +96,28 @@ export function register(program: Command) {
         const h = await startMove(client, config.temporal.taskQueue, input);
         console.log(`started move of ${tenant} to ${o.to}: workflow ${h.workflowId} run ${h.firstExecutionRunId}`);
       });
+    });
+
+  move
+    .command('plan')
+    .description('dry run: every preflight check of `move start`, the tables, and the cutover steps the move would take; changes nothing')
+    .requiredOption('--tenant <id>', 'tenant to move')
+    .requiredOption('--to <shard>', 'target shard')
+    .option('--json', 'machine-readable')
+    .action(async (o) => {
+      const config = cfg();
+      const tenant = validateTenantId(o.tenant);
+      shardByName(config, o.to);
+      const deps = createDeps(config);
+      try {
+        const plan = await createPlanActivities(deps).planMove({ unit: tenant, target: o.to });
+        if (o.json) console.log(JSON.stringify(plan, null, 2));
+        else printPlan(tenant, o.to, plan);
+        // 4: refused by the current state (the reasons say why).
+        if (!plan.ok) process.exitCode = 4;
+      } finally {
+        await deps.close();
+      }
     });
 
   move
