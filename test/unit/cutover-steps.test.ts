@@ -11,20 +11,30 @@ function scripted(o: { standing?: Standing; freezeOk?: boolean; fenceOk?: boolea
   const calls: string[] = [];
   let now = 1000;
   const took = () => (now += o.stepMs ?? 10);
-  const steps: CutoverSteps = {
-    standing: async () => (calls.push('standing'), o.standing ?? { kind: 'open' }),
-    preSyncBlobs: async () => void calls.push('preSyncBlobs'),
-    freeze: async () => (calls.push('freeze'), took(), o.freezeOk === false ? { ok: false, reason: 'lost the race' } : { ok: true }),
-    raiseFence: async () => (calls.push('raiseFence'), took(), o.fenceOk === false ? { ok: false, reason: 'writers held the lock' } : { ok: true }),
-    applyToFencePoint: async () => (calls.push('applyToFencePoint'), took(), o.applyOk === false ? { ok: false, reason: 'did not reach' } : { ok: true, fenceLsn: '0/10' }),
-    compare: async (onBlobs) => (calls.push('compare'), onBlobs(), took(), o.diff ?? []),
-    markReverseStart: async () => void calls.push('markReverseStart'),
-    switchOwner: async () => void calls.push('switchOwner'),
-    finishOldOwner: async () => void calls.push('finishOldOwner'),
-    unfreeze: async () => (calls.push('unfreeze'), o.unfreeze ?? 'unfrozen'),
-    measuredPauseMs: async () => (calls.push('measuredPauseMs'), 777),
+  const call = <T>(name: string, answer: T, advance = false): T => {
+    calls.push(name);
+    if (advance) took();
+    return answer;
   };
-  return { steps, calls, hooks: { faultPoint: async (n: string) => void calls.push(`fault:${n}`), now: () => now } };
+  const steps: CutoverSteps = {
+    standing: async () => call('standing', o.standing ?? { kind: 'open' }),
+    preSyncBlobs: async () => call('preSyncBlobs', undefined),
+    freeze: async () => call('freeze', o.freezeOk === false ? { ok: false, reason: 'lost the race' } : { ok: true }, true),
+    raiseFence: async () => call('raiseFence', o.fenceOk === false ? { ok: false, reason: 'writers held the lock' } : { ok: true }, true),
+    applyToFencePoint: async () => call('applyToFencePoint', o.applyOk === false ? { ok: false, reason: 'did not reach' } : { ok: true, fenceLsn: '0/10' }, true),
+    compare: async (onBlobs) => {
+      onBlobs();
+      return call('compare', o.diff ?? [], true);
+    },
+    markReverseStart: async () => call('markReverseStart', undefined),
+    switchOwner: async () => call('switchOwner', undefined),
+    finishOldOwner: async () => call('finishOldOwner', undefined),
+    unfreeze: async () => call('unfreeze', o.unfreeze ?? 'unfrozen'),
+    measuredPauseMs: async () => call('measuredPauseMs', 777),
+  };
+  return { steps, calls, hooks: { faultPoint: async (n: string) => {
+        calls.push(`fault:${n}`);
+      }, now: () => now } };
 }
 
 describe('runCutover', () => {
