@@ -21,6 +21,8 @@ export interface ConnectionOptions {
   /** Connections per pool. */
   max?: number;
   connectionTimeoutMillis?: number;
+  /** Client-side limit on one query (node-pg's query_timeout). */
+  queryTimeoutMs?: number;
   /** Sessions refuse writes (loadgen verify, read-only verbs). */
   readOnly?: boolean;
 }
@@ -32,6 +34,7 @@ export function openPool(dsn: string, opts: ConnectionOptions = {}): Pool {
       max: opts.max ?? 10,
       idleTimeoutMillis: 30_000,
       connectionTimeoutMillis: opts.connectionTimeoutMillis,
+      query_timeout: opts.queryTimeoutMs,
       application_name: opts.applicationName,
       options: opts.readOnly ? '-c default_transaction_read_only=on' : undefined,
     }),

@@ -1,7 +1,7 @@
 // The router's reads of the directory: a small pool for snapshot / per-unit reads. It never
 // writes. (Its LISTEN link is lib/directory/listen.ts.) Failures surface as rejected promises.
-import { hardenPool } from '../pg';
-import { Pool } from 'pg';
+import { openPool } from '../connections';
+import type { Pool } from 'pg';
 import { Placement, PlacementState, UnitObservation, toSafeInt } from './snapshot';
 
 export interface DirectorySnapshot {
@@ -22,16 +22,8 @@ export class DirectoryReader {
     readonly dsn: string,
     opts: { connectTimeoutMs: number; queryTimeoutMs: number },
   ) {
-    this.pool = new Pool({
-      connectionString: dsn,
-      max: 2,
-      connectionTimeoutMillis: opts.connectTimeoutMs,
-      query_timeout: opts.queryTimeoutMs,
-      idleTimeoutMillis: 30_000,
-      application_name: 'shardctl-router',
-    });
-    // An idle client dying (directory restart) must not crash the process; the next query fails.
-    hardenPool(this.pool);
+    // Hardened: an idle client dying (directory restart) must not crash the process; the next query fails.
+    this.pool = openPool(dsn, { max: 2, connectionTimeoutMillis: opts.connectTimeoutMs, queryTimeoutMs: opts.queryTimeoutMs, applicationName: 'shardctl-router' });
   }
 
   /** Every placement and the generation, from one consistent (repeatable read) snapshot. */

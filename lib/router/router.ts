@@ -3,8 +3,8 @@
 // stale-route refusal); correctness never depends on the cache, because every transaction
 // carries (unit, epoch) and the shard refuses writes and reads that do not match its fence.
 import { setTimeout as sleep } from 'node:timers/promises';
-import { hardenPool } from '../pg';
-import { Pool, PoolClient } from 'pg';
+import { openPool } from '../connections';
+import type { Pool, PoolClient } from 'pg';
 import type { Config } from '../config';
 import { ShardctlError, invalidInput } from '../errors';
 import { validateTenantId } from '../ids';
@@ -311,13 +311,8 @@ export class Router {
     if (!sc) {
       throw new ShardctlError('ConfigError', `the directory places units on shard ${shard}, which this router's configuration does not list`, { shard });
     }
-    pool = new Pool({
-      connectionString: sc.dsn,
-      max: this.opts.poolMax ?? 10,
-      connectionTimeoutMillis: this.connectTimeoutMs,
-      application_name: 'shardctl-router',
-    });
-    hardenPool(pool); // a connection dying (idle or checked out) is noticed by the next query
+    // Hardened (lib/connections): a connection dying, idle or checked out, is noticed by the next query.
+    pool = openPool(sc.dsn, { max: this.opts.poolMax ?? 10, connectionTimeoutMillis: this.connectTimeoutMs, applicationName: 'shardctl-router' });
     this.pools.set(shard, pool);
     return pool;
   }
