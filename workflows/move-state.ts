@@ -15,6 +15,8 @@ export interface Carried {
   retireNowRequested: boolean;
   approved: boolean;
   soakEndsAtMs: number | null;
+  /** Cutover attempts aborted since the last success or operator approval (absent in older runs). */
+  cutoverAbortsInRow?: number;
 }
 
 function initialStatus(input: M.MoveInput): M.MoveStatus {

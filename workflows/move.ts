@@ -190,6 +190,19 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
         }
         st.lastError = `cutover attempt ${st.cutoverAttempts}: ${r.reason}`;
         if (carried.cancelRequested) return false;
+        carried.cutoverAbortsInRow = (carried.cutoverAbortsInRow ?? 0) + 1;
+        const maxAborts = input.maxCutoverAborts ?? 3;
+        if (carried.cutoverAbortsInRow >= maxAborts) {
+          // Every attempt froze the tenant: stop hurting it on a timer and wait for the operator.
+          carried.approved = false;
+          st.awaitingApproval = true;
+          block(`fence: ${carried.cutoverAbortsInRow} cutover attempts aborted in a row (last: ${r.reason}); the tenant is not frozen — fix the cause, then \`shardctl move approve\` to try again, or cancel`.slice(0, 500));
+          await condition(() => carried.approved || carried.cancelRequested);
+          st.awaitingApproval = false;
+          block('');
+          carried.cutoverAbortsInRow = 0;
+          if (carried.cancelRequested) return false;
+        }
         enter('catchup');
         await sleep(Math.min(60_000, 2000 * st.cutoverAttempts));
         await maybeContinueAsNew();

@@ -27,11 +27,11 @@ export async function writeAppliedLsn(client: ClientBase, moveId: string, stream
   }
 }
 
-/** Where reverse replication starts (the next owner's WAL position at the switch); never moves back. */
+/** Where reverse replication starts (the next owner's WAL position at the switch); the first record stands. */
 export async function recordReverseStart(pool: Pool, moveId: string, lsn: string): Promise<void> {
   await pool.query(
     `insert into shardctl.move_progress(move_id, stream, lsn, detail) values ($1, 'reverse', $2, '{"startedAtSwitch":true}')
-     on conflict (move_id, stream) do update set lsn = greatest(shardctl.move_progress.lsn, excluded.lsn), updated_at = now()`,
+     on conflict (move_id, stream) do nothing`,
     [moveId, lsn],
   );
 }

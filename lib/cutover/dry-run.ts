@@ -26,8 +26,9 @@ export function dryRunCutoverSteps(plan: CutoverPlan, opts: { standing?: Standin
     async preSyncBlobs() {
       say(`copy the blob delta of ${unit} from ${owner} to ${next} before the freeze (writes continue)`);
     },
-    async freeze() {
-      say(`freeze: directory compare-and-set ${unit} (${owner}, epoch ${epoch}, active) -> (${owner}, moving, move ${moveId}); routers wait from here`);
+    async freeze(standing) {
+      if (standing.kind === 'frozen-by-this-move') say(`freeze: take over the earlier attempt's freeze of ${unit} with a new freeze token (the earlier attempt can no longer unfreeze or switch)`);
+      else say(`freeze: directory compare-and-set ${unit} (${owner}, epoch ${epoch}, active) -> (${owner}, moving, move ${moveId}, a new freeze token); routers wait from here`);
       return { ok: true };
     },
     async raiseFence(lockBudgetMs) {
@@ -44,11 +45,12 @@ export function dryRunCutoverSteps(plan: CutoverPlan, opts: { standing?: Standin
       onBlobsSynced();
       return [];
     },
-    async markReverseStart() {
-      say(`record where reverse replication (${next} -> ${owner}) starts: ${next}'s WAL position now`);
+    async reverseStartLsn() {
+      say(`measure where reverse replication (${next} -> ${owner}) will start: ${next}'s WAL position now`);
+      return '<reverse start>';
     },
     async switchOwner() {
-      say(`${POINT_OF_NO_RETURN_MARK}: ${next} accepts ${unit} at epoch ${epoch + 1}; directory compare-and-set (${owner}, epoch ${epoch}, moving) -> (${next}, epoch ${epoch + 1}, active)`);
+      say(`${POINT_OF_NO_RETURN_MARK}: ${next} accepts ${unit} at epoch ${epoch + 1}; directory compare-and-set (${owner}, epoch ${epoch}, moving, this freeze token) -> (${next}, epoch ${epoch + 1}, active); the winner records the reverse start`);
     },
     async finishOldOwner() {
       say(`finish the old owner: ${owner} refuses ${unit} at epoch ${epoch + 1} and below (kept read-only as the way back)`);

@@ -4,7 +4,8 @@
 import type { Pool } from 'pg';
 import type { TenantTable } from '../shard/tables';
 import { getPlacement, compareAndSetPlacement } from '../directory/placements';
-import { measuredPauseMs } from '../directory/moves';
+import { measuredPauseMs, switchDetail } from '../directory/moves';
+import { randomUUID } from 'node:crypto';
 import { freezeSource, unfreeze, acceptEpoch, disown } from '../shard/fence';
 import { applyChangesUntil, currentWalLsn } from '../cdc';
 import { recordReverseStart } from '../cdc/progress';
@@ -30,6 +31,8 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
   const { unit, moveId, owner, next, epoch } = plan;
   const newEpoch = epoch + 1;
   const switchAction = plan.direction === 'forward' ? 'switch' : 'rollback-switch';
+  // This attempt's freeze token: unique per attempt, never reused.
+  const token = randomUUID();
 
   return {
     async standing(): Promise<Standing> {
@@ -37,7 +40,7 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
       if (!p) return { kind: 'foreign', reason: `unit ${unit} vanished from the directory` };
       if (p.shard === next && p.epoch === newEpoch) return { kind: 'switched' };
       if (p.shard === owner && p.epoch === epoch && p.state === 'active') return { kind: 'open' };
-      if (p.shard === owner && p.epoch === epoch && p.moveId === moveId) return { kind: 'frozen-by-this-move' };
+      if (p.shard === owner && p.epoch === epoch && p.moveId === moveId) return { kind: 'frozen-by-this-move', token: p.freezeToken };
       return { kind: 'foreign', reason: `directory changed under the move: ${p.unit} is ${p.state} on ${p.shard} at epoch ${p.epoch} (move ${p.moveId ?? '-'})` };
     },
 
@@ -45,19 +48,18 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
       await env.syncBlobs();
     },
 
-    async freeze() {
+    async freeze(standing) {
+      const takeover = standing.kind === 'frozen-by-this-move';
       const cas = await compareAndSetPlacement(
         env.directory,
         unit,
-        { shard: owner, epoch, state: 'active' },
-        { shard: owner, state: 'moving', moveId },
-        { actor: plan.actor, action: 'freeze', detail: { moveId, direction: plan.direction } },
+        takeover ? { shard: owner, epoch, state: 'moving', moveId, freezeToken: standing.token ?? null } : { shard: owner, epoch, state: 'active' },
+        { shard: owner, state: 'moving', moveId, freezeToken: token },
+        // A takeover is not a new freeze: the pause is measured from the first one.
+        { actor: plan.actor, action: takeover ? 'refreeze' : 'freeze', detail: { moveId, direction: plan.direction, freezeToken: token } },
       );
       if (cas.ok) return { ok: true };
-      const c = cas.current;
-      // Another delivery of this same move froze it first: that freeze is ours too.
-      if (c && c.shard === owner && c.epoch === epoch && c.state === 'moving' && c.moveId === moveId) return { ok: true };
-      return { ok: false, reason: `lost the race to freeze ${unit}: ${JSON.stringify(cas.current)}` };
+      return { ok: false, reason: `lost the race to freeze ${unit} (another attempt froze or took it over): ${JSON.stringify(cas.current)}` };
     },
 
     async raiseFence(lockBudgetMs) {
@@ -100,22 +102,27 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
       return fingerprintDiff(a, b);
     },
 
-    async markReverseStart() {
+    async reverseStartLsn() {
       // Everything the next owner committed so far came from the owner; only writes after the
       // switch must flow back.
-      await recordReverseStart(env.ownerPool, moveId, await currentWalLsn(env.nextPool));
+      return currentWalLsn(env.nextPool);
     },
 
-    async switchOwner(fenceLsn) {
+    async switchOwner(fenceLsn, reverseStartLsn) {
       await acceptEpoch(env.nextPool, unit, newEpoch);
+      // Only from this attempt's own freeze: a late attempt cannot switch on another's.
       const cas = await compareAndSetPlacement(
         env.directory,
         unit,
-        { shard: owner, epoch, state: 'moving' },
+        { shard: owner, epoch, state: 'moving', moveId, freezeToken: token },
         { shard: next, state: 'active', moveId: null },
-        { actor: plan.actor, action: switchAction, detail: { moveId, from: owner, to: next, fenceLsn } },
+        { actor: plan.actor, action: switchAction, detail: { moveId, from: owner, to: next, fenceLsn, freezeToken: token, reverseStartLsn } },
       );
-      if (cas.ok) return;
+      if (cas.ok) {
+        // Written once, by the attempt whose switch won (and from the audit by a redelivery).
+        if (reverseStartLsn) await recordReverseStart(env.ownerPool, moveId, reverseStartLsn);
+        return;
+      }
       const cur = cas.current;
       if (cur && cur.shard === next && cur.epoch === newEpoch) return;
       // Someone else changed the placement (e.g. a concurrent delivery aborted and unfroze):
@@ -126,6 +133,11 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
 
     async finishOldOwner() {
       await disown(env.ownerPool, unit, newEpoch);
+      // A redelivery after a switch whose winner died before recording where reverse replication starts.
+      if (plan.direction === 'forward') {
+        const d = await switchDetail(env.directory, unit, moveId, switchAction);
+        if (typeof d?.reverseStartLsn === 'string') await recordReverseStart(env.ownerPool, moveId, d.reverseStartLsn);
+      }
     },
 
     async unfreeze(reason): Promise<UnfreezeOutcome> {
@@ -135,9 +147,9 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
       const cas = await compareAndSetPlacement(
         env.directory,
         unit,
-        { shard: owner, epoch, state: 'moving', moveId },
+        { shard: owner, epoch, state: 'moving', moveId, freezeToken: token },
         { shard: owner, state: 'active', moveId: null },
-        { actor: plan.actor, action: 'unfreeze', reason, detail: { moveId } },
+        { actor: plan.actor, action: 'unfreeze', reason, detail: { moveId, freezeToken: token } },
       );
       if (!cas.ok) {
         const cur = cas.current;

@@ -24,7 +24,7 @@ export interface CutoverPlan {
 /** Where the unit stands when an attempt begins (a redelivery may find any of these). */
 export type Standing =
   | { kind: 'open' } // active on the owner: a fresh attempt
-  | { kind: 'frozen-by-this-move' } // a previous delivery of this move froze it and died
+  | { kind: 'frozen-by-this-move'; token?: string } // an earlier attempt of this move froze it (and died or stalled)
   | { kind: 'switched' } // a previous delivery already switched
   | { kind: 'foreign'; reason: string }; // someone else's: not ours to touch
 
@@ -37,18 +37,25 @@ export interface CutoverSteps {
   standing(): Promise<Standing>;
   /** Copies blobs before the freeze, so the delta under the fence is only the last moments'. */
   preSyncBlobs(): Promise<void>;
-  /** Directory compare-and-set active → moving, owned by this move. */
-  freeze(): Promise<StepAnswer>;
+  /**
+   * Directory compare-and-set active → moving under this attempt's unique freeze token; when an
+   * earlier attempt of this move left it frozen, takes that freeze over (a new token), so the
+   * earlier attempt, should it wake up, can no longer unfreeze or switch.
+   */
+  freeze(standing: Standing): Promise<StepAnswer>;
   /** The owner's fence refuses writes; waits for in-flight writers at most `lockBudgetMs`. */
   raiseFence(lockBudgetMs: number): Promise<StepAnswer>;
   /** Applies the stream up to the owner's WAL position after the fence; returns that position. */
   applyToFencePoint(budgetMs: number): Promise<{ ok: true; fenceLsn: string } | { ok: false; reason: string }>;
   /** The final blob delta and the per-table fingerprints; returns the differences (empty = equal). */
   compare(onBlobsSynced: () => void): Promise<string[]>;
-  /** Forward only: records where reverse replication (next → owner) starts. */
-  markReverseStart(): Promise<void>;
-  /** POINT OF NO RETURN: the next owner accepts epoch + 1 and the directory moves to it. Throws if lost. */
-  switchOwner(fenceLsn: string): Promise<void>;
+  /** Forward only: where reverse replication (next → owner) will start, the next owner's WAL position now. */
+  reverseStartLsn(): Promise<string>;
+  /**
+   * POINT OF NO RETURN: the next owner accepts epoch + 1 and the directory moves to it (only from
+   * this attempt's freeze). The winner alone records the reverse start. Throws if lost.
+   */
+  switchOwner(fenceLsn: string, reverseStartLsn: string | null): Promise<void>;
   /** The old owner refuses every write of the unit at the new epoch and below. */
   finishOldOwner(): Promise<void>;
   /** Undoes a freeze of this move: directory first, then the guarded fence. */
@@ -88,6 +95,7 @@ export async function runCutover(s: CutoverSteps, plan: CutoverPlan, hooks: Cuto
 
   const t0 = hooks.now();
   const elapsed = () => hooks.now() - t0;
+  const left = () => plan.fenceBudgetMs - elapsed();
   // Where the write pause goes: ms since the freeze at the end of each step.
   const steps: Record<string, number> = {};
   const mark = (name: string) => (steps[name] = elapsed());
@@ -98,32 +106,68 @@ export async function runCutover(s: CutoverSteps, plan: CutoverPlan, hooks: Cuto
     return { ok: false, reason: u === 'lost' ? `${reason}; and the directory changed under the move (left frozen, fail closed)` : reason, pauseMs: elapsed(), mismatches };
   };
 
-  if (!resumed) {
-    const f = await s.freeze();
-    if (!f.ok) return { ok: false, reason: f.reason, pauseMs: 0, mismatches: [] };
+  const f = await s.freeze(standing);
+  if (!f.ok) return { ok: false, reason: f.reason, pauseMs: 0, mismatches: [] };
+
+  // From here to the switch the unit is frozen: every way out, an answer or an exception,
+  // unfreezes first (fail open), except when the directory shows someone else's state (fail closed).
+  let step = 'raise the fence';
+  let fenceLsn: string;
+  let reverseStart: string | null = null;
+  try {
+    const fence = await s.raiseFence(plan.fenceBudgetMs);
+    if (!fence.ok) return await abort(fence.reason);
+    mark('fenced');
+    await hooks.faultPoint(CUTOVER_FAULT_POINTS.fenceRaised(plan.direction));
+
+    step = 'apply to the fence point';
+    const applied = await s.applyToFencePoint(Math.max(200, left()));
+    mark('applied');
+    if (!applied.ok) return await abort(applied.reason);
+    fenceLsn = applied.fenceLsn;
+
+    step = 'compare';
+    // Bounded by what is left of the budget: a slow comparison must not hold the tenant frozen.
+    const diff = await withinMs(s.compare(() => mark('blobs')), Math.max(1, left()));
+    mark('compared');
+    if (diff === TIMED_OUT) return await abort(`comparison did not finish within the fence budget of ${plan.fenceBudgetMs} ms`);
+    if (diff.length) return await abort(`target differs from source at the fence: ${diff.join('; ')}`, diff);
+
+    step = 'measure the reverse start';
+    if (plan.direction === 'forward') reverseStart = await s.reverseStartLsn();
+    if (elapsed() > plan.fenceBudgetMs) return await abort(`fence took longer than its budget of ${plan.fenceBudgetMs} ms; unfenced, will retry`);
+    step = 'before the switch';
+    await hooks.faultPoint(CUTOVER_FAULT_POINTS.beforeSwitch);
+  } catch (e: any) {
+    const why = `${step} failed inside the frozen window: ${e?.message ?? String(e)}`.slice(0, 400);
+    let r: CutoverResult;
+    try {
+      r = await abort(`${why}; unfrozen, will retry`);
+    } catch {
+      // Could not even unfreeze (e.g. the directory is down): the next attempt takes over the freeze.
+      throw e;
+    }
+    return r;
   }
-  const fence = await s.raiseFence(plan.fenceBudgetMs);
-  if (!fence.ok) return abort(fence.reason);
-  mark('fenced');
-  await hooks.faultPoint(CUTOVER_FAULT_POINTS.fenceRaised(plan.direction));
-
-  const applied = await s.applyToFencePoint(Math.max(200, plan.fenceBudgetMs - elapsed()));
-  mark('applied');
-  if (!applied.ok) return abort(applied.reason);
-
-  const diff = await s.compare(() => mark('blobs'));
-  mark('compared');
-  if (diff.length) return abort(`target differs from source at the fence: ${diff.join('; ')}`, diff);
-
-  if (plan.direction === 'forward') await s.markReverseStart();
-  if (elapsed() > plan.fenceBudgetMs) return abort(`fence took longer than its budget of ${plan.fenceBudgetMs} ms; unfenced, will retry`);
-
-  await hooks.faultPoint(CUTOVER_FAULT_POINTS.beforeSwitch);
-  await s.switchOwner(applied.fenceLsn);
+  await s.switchOwner(fenceLsn, reverseStart);
   await hooks.faultPoint(CUTOVER_FAULT_POINTS.afterSwitch);
   const pauseMs = mark('switched');
   await s.finishOldOwner();
   // A resumed cutover reports the whole pause since the freeze, not just this attempt's share.
   const total = resumed ? await s.measuredPauseMs() : null;
-  return { ok: true, newEpoch, pauseMs: total ?? pauseMs, fenceLsn: applied.fenceLsn, alreadyDone: false, steps };
+  return { ok: true, newEpoch, pauseMs: total ?? pauseMs, fenceLsn, alreadyDone: false, steps };
+}
+
+const TIMED_OUT = Symbol('timed out');
+
+/** The promise's value, or TIMED_OUT after ms (the promise keeps running; its result is dropped). */
+async function withinMs<T>(p: Promise<T>, ms: number): Promise<T | typeof TIMED_OUT> {
+  p.catch(() => {}); // a dropped, late failure must not become an unhandled rejection
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<typeof TIMED_OUT>((resolve) => (timer = setTimeout(() => resolve(TIMED_OUT), ms)));
+  try {
+    return await Promise.race([p, late]);
+  } finally {
+    clearTimeout(timer);
+  }
 }

@@ -70,6 +70,13 @@ alter table shardctl.audit add column idem text;
 create unique index audit_idem on shardctl.audit (idem) where idem is not null;
 `,
   },
+  {
+    version: 4,
+    name: 'freeze tokens',
+    // Every cutover attempt's freeze carries a unique token; unfreeze and switch require it, so
+    // a late or paused attempt can never act on another attempt's freeze (DESIGN.md §4).
+    sql: `alter table shardctl.units add column if not exists freeze_token text;`,
+  },
 ];
 
 export async function migrateDirectory(pool: Pool): Promise<number[]> {

@@ -7,12 +7,13 @@ import { dryRunCutoverSteps, POINT_OF_NO_RETURN_MARK } from '../../lib/cutover/d
 const plan: CutoverPlan = { unit: 'acme', moveId: 'acme.e3', owner: 'shard-a', next: 'shard-b', epoch: 3, direction: 'forward', fenceBudgetMs: 2000, actor: 'test' };
 
 /** Steps that record each call and answer as scripted; `clock` advances by what each step "takes". */
-function scripted(o: { standing?: Standing; freezeOk?: boolean; fenceOk?: boolean; applyOk?: boolean; diff?: string[]; unfreeze?: UnfreezeOutcome; stepMs?: number } = {}) {
+function scripted(o: { standing?: Standing; freezeOk?: boolean; fenceOk?: boolean; applyOk?: boolean; diff?: string[]; unfreeze?: UnfreezeOutcome; stepMs?: number; throwIn?: string; unfreezeThrows?: boolean; compareNever?: boolean } = {}) {
   const calls: string[] = [];
   let now = 1000;
   const took = () => (now += o.stepMs ?? 10);
   const call = <T>(name: string, answer: T, advance = false): T => {
     calls.push(name);
+    if (o.throwIn === name) throw new Error(`${name} exploded`);
     if (advance) took();
     return answer;
   };
@@ -23,13 +24,20 @@ function scripted(o: { standing?: Standing; freezeOk?: boolean; fenceOk?: boolea
     raiseFence: async () => call('raiseFence', o.fenceOk === false ? { ok: false, reason: 'writers held the lock' } : { ok: true }, true),
     applyToFencePoint: async () => call('applyToFencePoint', o.applyOk === false ? { ok: false, reason: 'did not reach' } : { ok: true, fenceLsn: '0/10' }, true),
     compare: async (onBlobs) => {
+      if (o.compareNever) {
+        calls.push('compare');
+        return new Promise<string[]>(() => {});
+      }
       onBlobs();
       return call('compare', o.diff ?? [], true);
     },
-    markReverseStart: async () => call('markReverseStart', undefined),
+    reverseStartLsn: async () => call('reverseStartLsn', '0/20'),
     switchOwner: async () => call('switchOwner', undefined),
     finishOldOwner: async () => call('finishOldOwner', undefined),
-    unfreeze: async () => call('unfreeze', o.unfreeze ?? 'unfrozen'),
+    unfreeze: async () => {
+      if (o.unfreezeThrows) throw new Error('directory down');
+      return call('unfreeze', o.unfreeze ?? 'unfrozen');
+    },
     measuredPauseMs: async () => call('measuredPauseMs', 777),
   };
   return { steps, calls, hooks: { faultPoint: async (n: string) => {
@@ -43,7 +51,7 @@ describe('runCutover', () => {
     const r = await runCutover(s.steps, plan, s.hooks);
     expect(r).toMatchObject({ ok: true, newEpoch: 4, fenceLsn: '0/10', alreadyDone: false });
     expect(s.calls).toEqual([
-      'standing', 'preSyncBlobs', 'freeze', 'raiseFence', 'fault:after-fence-raised', 'applyToFencePoint', 'compare', 'markReverseStart',
+      'standing', 'preSyncBlobs', 'freeze', 'raiseFence', 'fault:after-fence-raised', 'applyToFencePoint', 'compare', 'reverseStartLsn',
       'fault:before-switch', 'switchOwner', 'fault:after-switch-before-directory-notify', 'finishOldOwner',
     ]);
   });
@@ -89,11 +97,11 @@ describe('runCutover', () => {
     expect(s.calls).toEqual(['standing', 'finishOldOwner', 'measuredPauseMs']);
   });
 
-  it('a redelivery that finds its own freeze skips the blob pre-sync and the freeze, and reports the whole pause', async () => {
-    const s = scripted({ standing: { kind: 'frozen-by-this-move' } });
+  it('a redelivery that finds its own freeze skips the blob pre-sync, takes the freeze over, and reports the whole pause', async () => {
+    const s = scripted({ standing: { kind: 'frozen-by-this-move', token: 'old' } });
     const r = await runCutover(s.steps, plan, s.hooks);
     expect(r).toMatchObject({ ok: true, pauseMs: 777, alreadyDone: false });
-    expect(s.calls).not.toContain('freeze');
+    expect(s.calls.indexOf('freeze')).toBeLessThan(s.calls.indexOf('raiseFence'));
     expect(s.calls).not.toContain('preSyncBlobs');
     expect(s.calls.indexOf('raiseFence')).toBeLessThan(s.calls.indexOf('switchOwner'));
   });
@@ -104,10 +112,43 @@ describe('runCutover', () => {
     expect(s.calls).toEqual(['standing']);
   });
 
-  it('the reverse direction does not record a reverse start and names its own fault point', async () => {
+  it.each(['raiseFence', 'applyToFencePoint', 'compare', 'reverseStartLsn', 'fault:before-switch'])(
+    'an exception in %s inside the frozen window unfreezes and returns a reason, never switches',
+    async (where) => {
+      const s = scripted(where.startsWith('fault:') ? {} : { throwIn: where });
+      if (where.startsWith('fault:')) {
+        s.hooks.faultPoint = async (n: string) => {
+          s.calls.push(`fault:${n}`);
+          if (`fault:${n}` === where) throw new Error('injected');
+        };
+      }
+      const r = await runCutover(s.steps, plan, s.hooks);
+      expect(r.ok).toBe(false);
+      if (!r.ok) expect(r.reason).toMatch(/failed inside the frozen window: .*; unfrozen, will retry/);
+      expect(s.calls).toContain('unfreeze');
+      expect(s.calls).not.toContain('switchOwner');
+    },
+  );
+
+  it('rethrows the error when it cannot even unfreeze, so the next attempt takes the freeze over', async () => {
+    const s = scripted({ throwIn: 'applyToFencePoint', unfreezeThrows: true });
+    await expect(runCutover(s.steps, plan, s.hooks)).rejects.toThrow('applyToFencePoint exploded');
+    expect(s.calls).not.toContain('switchOwner');
+  });
+
+  it('a comparison that outlives the fence budget is abandoned: unfreeze, no switch', async () => {
+    const s = scripted({ compareNever: true });
+    const r = await runCutover(s.steps, { ...plan, fenceBudgetMs: 100 }, s.hooks);
+    expect(r.ok).toBe(false);
+    if (!r.ok) expect(r.reason).toContain('comparison did not finish within the fence budget');
+    expect(s.calls).toContain('unfreeze');
+    expect(s.calls).not.toContain('switchOwner');
+  });
+
+  it('the reverse direction does not measure a reverse start and names its own fault point', async () => {
     const s = scripted();
     await runCutover(s.steps, { ...plan, direction: 'reverse' }, s.hooks);
-    expect(s.calls).not.toContain('markReverseStart');
+    expect(s.calls).not.toContain('reverseStartLsn');
     expect(s.calls).toContain('fault:mid-rollback');
   });
 });
@@ -117,7 +158,7 @@ describe('the dry-run twin', () => {
     const dry = dryRunCutoverSteps(plan, { tables: ['public.accounts'] });
     const r = await runCutover(dry.steps, plan, { faultPoint: async () => {}, now: () => 0 });
     expect(r.ok).toBe(true);
-    const order = ['check the directory', 'copy the blob delta', 'freeze:', 'raise the fence', 'apply slot', 'compare:', 'record where reverse', POINT_OF_NO_RETURN_MARK, 'finish the old owner'];
+    const order = ['check the directory', 'copy the blob delta', 'freeze:', 'raise the fence', 'apply slot', 'compare:', 'measure where reverse', POINT_OF_NO_RETURN_MARK, 'finish the old owner'];
     expect(dry.log.map((l) => order.findIndex((o) => l.startsWith(o)))).toEqual(order.map((_, i) => i));
     expect(dry.log.filter((l) => l.includes(POINT_OF_NO_RETURN_MARK))).toHaveLength(1);
     expect(dry.log.join('\n')).toContain('epoch 4');
