@@ -66,6 +66,15 @@ export function parse<S extends z.ZodTypeAny>(schema: S, input: unknown): z.infe
   return r.data;
 }
 
+/** The workflow run this activity works for; undefined outside an activity (direct calls, the CLI's dry run). */
+export function activityRunId(): string | undefined {
+  try {
+    return Context.current().info.workflowExecution?.runId;
+  } catch {
+    return undefined;
+  }
+}
+
 /** A key unique to this activity execution (stable across its retries and redeliveries). */
 export function activityKey(): string | null {
   try {

@@ -9,6 +9,7 @@ import { moveRef, tenantTables, beat, parse, typed, syncUnitBlobs } from './cont
 import { ends } from './data';
 import { runCutover, type CutoverResult, type CutoverPlan } from '../../lib/cutover/steps';
 import { liveCutoverSteps } from '../../lib/cutover/live';
+import { fenceStatus } from '../../lib/shard/prepare';
 
 export type { CutoverResult } from '../../lib/cutover/steps';
 
@@ -35,6 +36,7 @@ export function createCutoverActivities(deps: Deps) {
           tenantColumn: deps.config.tenant.column,
           tables: () => tenantTables(deps, owner),
           syncBlobs: () => syncUnitBlobs(deps, owner, next, ref.unit, { hashUnchanged: false }),
+          unfencedTables: async (side) => (await fenceStatus(deps.shardPool(side === 'owner' ? owner : next), deps.config)).unfenced,
           maxTxBytes: deps.config.limits.applyMaxTxBytes,
           beat,
         });

@@ -11,6 +11,7 @@ import { ShardctlError } from '../../lib/errors';
 import { getPlacement, compareAndSetPlacement } from '../../lib/directory/placements';
 import { getUnitFence, unfreeze, forgetUnownedFence } from '../../lib/shard/fence';
 import { forgetMoveProgress } from '../../lib/cdc/progress';
+import { evictApplySessions, applyLockKey } from '../../lib/cdc/apply-lock';
 import { unownedWritesSinceDisown } from '../../lib/shard/write-audit';
 import { recordMoveEvent } from '../../lib/directory/moves';
 import { dropPublicationAndSlot } from '../../lib/cdc';
@@ -137,7 +138,10 @@ export function createLifecycleActivities(deps: Deps) {
           throw new ShardctlError('PreconditionFailed', `refusing to retire: ${written.count} writes reached the source copy of ${ref.unit} outside shardctl after the switch (e.g. by ${written.example || 'unknown'}); reconcile them, clear shardctl.unowned_writes for the unit on ${ref.source}, then retire again — or roll back`);
         }
         // Stop reverse replication first: nothing may write the source copy while it is deleted.
+        // Dropping the slot stops the stream; evicting the apply session rolls back whatever a
+        // late applier still holds open, and without its slot it cannot start again.
         await dropReplicationOf(ref, 'reverse');
+        await evictApplySessions(deps.shardPool(ref.source), applyLockKey(ref.moveId, 'reverse'));
         await dropReplicationOf(ref, 'forward');
         await deleteCopy(ref, ref.source, 'mid-retire');
         await forgetMoveProgress(deps.shardPool(ref.target), ref.moveId);

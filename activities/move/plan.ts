@@ -12,10 +12,16 @@ import { hasMoveProgress } from '../../lib/cdc/progress';
 import { runCutover } from '../../lib/cutover/steps';
 import { dryRunCutoverSteps } from '../../lib/cutover/dry-run';
 import { moveIdFor } from '../../lib/ids';
-import { tenantTables, parse, typed } from './context';
+import { tenantTables, parse, typed, activityRunId } from './context';
 import { shardByName } from '../../lib/config';
 
-const planInput = z.object({ unit: z.string().min(1), target: z.string().min(1), fenceBudgetMs: z.number().int().positive().optional() });
+const planInput = z.object({
+  unit: z.string().min(1),
+  target: z.string().min(1),
+  fenceBudgetMs: z.number().int().positive().optional(),
+  /** The run the move id is derived from; defaults to the calling workflow's run ('dryrun' outside one). */
+  runId: z.string().min(1).optional(),
+});
 
 export interface PlanResult {
   ok: boolean;
@@ -55,13 +61,13 @@ export function createPlanActivities(deps: Deps) {
 
   return {
     async planMove(input: z.infer<typeof planInput>): Promise<PlanResult> {
-      const { unit, target, fenceBudgetMs } = parse(planInput, input);
+      const { unit, target, fenceBudgetMs, runId } = parse(planInput, input);
       return typed(async () => {
         const reasons: string[] = [];
         const col = deps.config.tenant.column;
         const p = await getPlacement(deps.directoryPool(), unit);
         if (!p) return { ok: false, reasons: [`unit ${unit} is not in the directory (create the tenant first)`], source: '', epoch: 0, moveId: '', tables: [] };
-        const base = { source: p.shard, epoch: p.epoch, moveId: moveIdFor(unit, p.epoch) };
+        const base = { source: p.shard, epoch: p.epoch, moveId: moveIdFor(unit, p.epoch, runId ?? activityRunId() ?? 'dryrun') };
         if (p.state !== 'active') reasons.push(`unit ${unit} is ${p.state} (owned by move ${p.moveId}); one move per unit at a time`);
         if (p.shard === target) reasons.push(`unit ${unit} is already on ${target}`);
         try {

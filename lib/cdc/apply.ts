@@ -7,7 +7,7 @@ import { Client, Pool, PoolClient } from 'pg';
 import { ShardctlError } from '../errors';
 import { installShardSchema } from '../shard/schema';
 import { ApplyStats, ChangeApplier } from './applier';
-import { acquireApplyLock, releaseApplyLock } from './apply-lock';
+import { acquireApplyLock, releaseApplyLock, applyLockKey } from './apply-lock';
 import { compareLsn, isLsn, maxLsn, normalizeLsn } from './lsn';
 import { readAppliedLsn } from './progress';
 import { currentWalLsn, releaseSlot, slotStatus, waitSlotInactive, walBytesSince } from './publication';
@@ -86,7 +86,7 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
   let locked = false;
   let stream: ReplicationStream | undefined;
   let applier: ChangeApplier | undefined;
-  const lockKey = `${opts.moveId}/${opts.stream}`;
+  const lockKey = applyLockKey(opts.moveId, opts.stream);
   const onTargetError = () => {
     targetBroken = true;
   };

@@ -22,6 +22,8 @@ export interface LiveCutoverEnv {
   tenantColumn: string;
   tables(): Promise<TenantTable[]>;
   syncBlobs(): Promise<unknown>;
+  /** Tenant tables of a shard without an enabled fence trigger (the same check as `shards list`). */
+  unfencedTables(side: 'owner' | 'next'): Promise<string[]>;
   maxTxBytes: number;
   /** Heartbeat with a detail (a no-op outside an activity). */
   beat(detail?: unknown): void;
@@ -39,7 +41,17 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
       const p = await getPlacement(env.directory, unit);
       if (!p) return { kind: 'foreign', reason: `unit ${unit} vanished from the directory` };
       if (p.shard === next && p.epoch === newEpoch) return { kind: 'switched' };
-      if (p.shard === owner && p.epoch === epoch && p.state === 'active') return { kind: 'open' };
+      if (p.shard === owner && p.epoch === epoch && p.state === 'active') {
+        // A table whose fence trigger is missing or disabled would let writes through the freeze.
+        for (const side of ['owner', 'next'] as const) {
+          const bad = await env.unfencedTables(side);
+          if (bad.length) {
+            const shard = side === 'owner' ? owner : next;
+            return { kind: 'foreign', reason: `table ${bad[0]} on ${shard} has no enabled fence trigger; run \`shardctl shards prepare --shard ${shard}\`` };
+          }
+        }
+        return { kind: 'open' };
+      }
       if (p.shard === owner && p.epoch === epoch && p.moveId === moveId) return { kind: 'frozen-by-this-move', token: p.freezeToken };
       return { kind: 'foreign', reason: `directory changed under the move: ${p.unit} is ${p.state} on ${p.shard} at epoch ${p.epoch} (move ${p.moveId ?? '-'})` };
     },

@@ -303,7 +303,7 @@ async function expectRefusedAtPlan(w: { world: SchemaWorld; handles: WorkflowHan
   expect(final.phaseTimes.copy).toBeUndefined();
   expect(await observe(w.world, tenant, tables)).toEqual(before);
   expect(await H.replicationLeftovers(`${tenant}.e1`)).toEqual([]);
-  const recorded = await directoryPool().query('select count(*)::int n from shardctl.moves where move_id = $1', [`${tenant}.e1`]);
+  const recorded = await directoryPool().query("select count(*)::int n from shardctl.moves where move_id like $1 || '%'", [`${tenant}.e1.`]);
   expect(recorded.rows[0].n).toBe(0);
   return final;
 }
@@ -455,5 +455,34 @@ describe('a permanent failure before the switch', () => {
     expect(await H.rowCount('shard-b', tenant)).toBe(0);
     expect(await H.placement(tenant)).toMatchObject({ shard: 'shard-a', epoch: 1, state: 'active', moveId: null });
     expect(await H.tryWrite('shard-a', tenant, 1)).toBe('ok');
+  });
+});
+
+describe('a fence trigger disabled behind shardctl’s back', () => {
+  it('the cutover refuses to freeze while a tenant table’s fence trigger is disabled, names the table and the fix, and proceeds once it is enabled again', { timeout: 240_000 }, async () => {
+    const w = await world('Xd', (S) => `
+      create schema ${S};
+      create table ${S}.ledger (tenant_id text not null, id int not null, v text, primary key (tenant_id, id));`);
+    const S = w.world.S;
+    const src = w.world.pool('shard-a');
+    const tenant = await H.newTenant('shard-a', 'xd');
+    await asTenant(src, tenant, 1, (c) => c.query(`insert into ${S}.ledger select $1, g, 'v' || g from generate_series(1, 20) g`, [tenant]));
+    const h = await start(w, tenant, { approveCutover: 'manual', soakSeconds: 1 });
+    await H.waitFor(h, (s) => s.awaitingApproval, 120_000);
+    await src.query(`alter table ${S}.ledger disable trigger shardctl_fence`);
+    try {
+      await h.executeUpdate(M.approveUpdate, { args: [{ actor: 'test' }] });
+      const s = await H.waitFor(h, (x) => x.cutoverAttempts >= 1 && x.lastError !== '', 120_000);
+      expect(s.lastError).toContain(`table ${w.world.schema}.ledger on shard-a has no enabled fence trigger; run \`shardctl shards prepare --shard shard-a\``);
+      // Never frozen: the directory still shows the source active, and no freeze was recorded.
+      expect(await H.placement(tenant)).toMatchObject({ shard: 'shard-a', epoch: 1, state: 'active', moveId: null });
+      const freezes = await directoryPool().query(`select count(*)::int as n from shardctl.audit where unit = $1 and action = 'freeze'`, [tenant]);
+      expect(freezes.rows[0].n).toBe(0);
+    } finally {
+      await src.query(`alter table ${S}.ledger enable trigger shardctl_fence`);
+    }
+    const done = await H.waitPhase(h, 'done', 180_000);
+    expect(done.epoch).toBe(2);
+    expect(await H.placement(tenant)).toMatchObject({ shard: 'shard-b', epoch: 2, state: 'active' });
   });
 });

@@ -149,7 +149,7 @@ describe('activities delivered twice', () => {
     const [plan, plan2] = await twice(() => act.planMove({ unit: tenant, target }));
     expect(plan.ok, plan.reasons.join('; ')).toBe(true);
     expect(plan2).toEqual(plan);
-    expect(plan).toMatchObject({ source: 'shard-a', epoch: 1, moveId: `${tenant}.e1` });
+    expect(plan).toMatchObject({ source: 'shard-a', epoch: 1, moveId: `${tenant}.e1.dryrun` });
     const ref = { moveId: plan.moveId, unit: tenant, source: plan.source, target };
     const fwd = replicationNames(ref.moveId, 'forward');
     const rev = replicationNames(ref.moveId, 'reverse');

@@ -3,7 +3,7 @@
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { execFile } from 'node:child_process';
 import path from 'node:path';
-import { prepareStack, newTenant, seed } from '../helpers/move';
+import { prepareStack, newTenant, seed, replicationLeftovers } from '../helpers/move';
 import { shardPool, directoryPool, closePools } from '../helpers/stack';
 import { getPlacement } from '../../lib/directory/placements';
 import { getUnitFence } from '../../lib/shard/fence';
@@ -32,7 +32,7 @@ describe('shardctl move plan', () => {
     const r = await cli('move', 'plan', '--tenant', tenant, '--to', 'shard-b', '--json');
     expect(r.code).toBe(0);
     const plan = JSON.parse(r.stdout);
-    expect(plan).toMatchObject({ ok: true, source: 'shard-a', epoch: 1, moveId: `${tenant}.e1` });
+    expect(plan).toMatchObject({ ok: true, source: 'shard-a', epoch: 1, moveId: `${tenant}.e1.dryrun` });
     expect(plan.tables.reduce((n: number, t: any) => n + t.rowsEstimated, 0)).toBeGreaterThan(0);
     const steps: string[] = plan.cutoverSteps;
     expect(steps.filter((s) => s.startsWith('POINT OF NO RETURN'))).toHaveLength(1);
@@ -40,8 +40,7 @@ describe('shardctl move plan', () => {
     // Nothing changed: placement, fence, no slot or publication of the move.
     expect(await getPlacement(directoryPool(), tenant)).toEqual(before.placement);
     expect(await getUnitFence(src, tenant)).toEqual(before.fence);
-    const slots = await src.query(`select slot_name from pg_replication_slots where slot_name like $1`, [`%${tenant.replace(/-/g, '_')}%`]);
-    expect(slots.rowCount).toBe(0);
+    expect(await replicationLeftovers(`${tenant}.`)).toEqual([]);
     expect(await getUnitFence(shardPool('shard-b'), tenant)).toBeUndefined();
   });
 
