@@ -256,6 +256,27 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
     st.soakEndsAt = new Date(carried.soakEndsAtMs).toISOString();
   }
 
+  /**
+   * After the switch nothing may end the workflow while it still owns slots: a permanent failure
+   * (e.g. a column added on one side during soak) blocks with the reason, keeps the old owner
+   * fenced, and waits for the operator to fix it and `resume` (or `retire` / `rollback` in soak).
+   */
+  async function holdOnPermanent<T>(name: string, fn: () => Promise<T>, canLeave: () => boolean = () => false): Promise<T | undefined> {
+    try {
+      return await step(name, fn);
+    } catch (err) {
+      const cause: any = err instanceof ActivityFailure ? err.cause : err;
+      if (isCancellation(err) || !isPermanentErrorType(cause?.type)) throw err;
+      block(`${name} stopped: ${cause?.message ?? String(err)} — fix the cause, then \`shardctl move resume\`${st.phase === 'soak' ? ' (or retire / rollback)' : ''}`.slice(0, 500));
+      st.paused = true;
+      await condition(() => !st.paused || canLeave());
+      st.paused = false;
+      block('');
+      return undefined;
+    }
+  }
+  const leaveSoak = () => carried.retireNowRequested || carried.rollbackRequested;
+
   while (st.phase === 'soak') {
     // Reverse replication keeps the source current, so a rollback loses nothing.
     while (!carried.rollbackRequested && !carried.retireNowRequested && Date.now() < (carried.soakEndsAtMs ?? 0)) {
@@ -263,8 +284,11 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
       soakScope = new CancellationScope();
       try {
         await soakScope.run(async () => {
-          await step('reverse replication', () => long.catchUp({ ...ref(), direction: 'reverse', mode: 'continuous', maxDurationMs: Math.max(1000, Math.min(60_000, remaining)) }));
-          if (patched('reverse-blob-sync')) await step('reverse blobs', () => long.copyBlobs({ ...ref(), direction: 'reverse' }));
+          const r = await holdOnPermanent('reverse replication', () => long.catchUp({ ...ref(), direction: 'reverse', mode: 'continuous', maxDurationMs: Math.max(1000, Math.min(60_000, remaining)) }), leaveSoak);
+          // The reverse slot holds WAL on the new owner until applied: say so before its disk fills.
+          if (r?.retentionWarning) block(`soak: ${r.retentionWarning}`);
+          else if (r && st.blockedReason.startsWith('soak: ')) block('');
+          if (patched('reverse-blob-sync')) await holdOnPermanent('reverse blobs', () => long.copyBlobs({ ...ref(), direction: 'reverse' }), leaveSoak);
         });
       } catch (err) {
         if (!isCancellation(err)) throw err;
@@ -284,7 +308,7 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
           break;
         }
         st.lastError = `rollback cutover: ${r.reason}`;
-        await step('reverse catch-up', () => long.catchUp({ ...ref(), direction: 'reverse', maxDurationMs: 20_000, mode: 'now' }));
+        await holdOnPermanent('reverse catch-up', () => long.catchUp({ ...ref(), direction: 'reverse', maxDurationMs: 20_000, mode: 'now' }));
       }
       await step('rollback cleanup', () => quick.cleanupAfterRollback({ ...ref(), epoch: st.epoch, actor: st.operators.rolledBackBy ?? input.requestedBy }));
       await record('rolled-back', st.operators.rolledBackBy ?? input.requestedBy, undefined, { epoch: st.epoch });
@@ -297,9 +321,9 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
       await step('retire', () => long.retireSource({ ...ref(), epoch: st.epoch, actor }));
     } catch (err) {
       const cause: any = err instanceof ActivityFailure ? err.cause : err;
-      if (cause?.type !== 'PreconditionFailed') throw err;
-      // Deleting is irreversible: a refused retire waits, in soak, for the operator to reconcile
-      // and say `retire` again, or to roll back. The source copy stays as the way back.
+      if (isCancellation(err) || !isPermanentErrorType(cause?.type)) throw err;
+      // Deleting is irreversible: a refused (or permanently failed) retire waits, in soak, for the
+      // operator to reconcile and say `retire` again, or to roll back. The source stays the way back.
       enter('soak');
       block(`retire refused: ${cause.message}`.slice(0, 500));
       carried.retireNowRequested = false;

@@ -486,3 +486,44 @@ describe('a fence trigger disabled behind shardctl’s back', () => {
     expect(await H.placement(tenant)).toMatchObject({ shard: 'shard-b', epoch: 2, state: 'active' });
   });
 });
+
+describe('a permanent failure after the switch', () => {
+  it('a column added on the new owner during soak blocks reverse replication with the reason instead of failing the move; once fixed, resume catches up and retire finishes', { timeout: 240_000 }, async () => {
+    const w = await world('Xs', (S) => `
+      create schema ${S};
+      create table ${S}.ledger (tenant_id text not null, id int not null, v text, primary key (tenant_id, id));`);
+    const S = w.world.S;
+    const tenant = await H.newTenant('shard-a', 'xs');
+    await asTenant(w.world.pool('shard-a'), tenant, 1, (c) => c.query(`insert into ${S}.ledger select $1, g, 'v' || g from generate_series(1, 10) g`, [tenant]));
+    const h = await start(w, tenant, { soakSeconds: 600 });
+    await reach(h, 'soak', 150_000);
+    // Schema drift on the new owner, and a write that uses it.
+    await w.world.pool('shard-b').query(`alter table ${S}.ledger add column extra text`);
+    await asTenant(w.world.pool('shard-b'), tenant, 2, (c) => c.query(`insert into ${S}.ledger (tenant_id, id, v, extra) values ($1, 99, 'late', 'x')`, [tenant]));
+    const blocked = await H.waitFor(h, (s) => s.blockedReason.includes('reverse replication stopped'), 120_000);
+    expect(blocked.phase).toBe('soak');
+    expect(blocked.paused).toBe(true);
+    expect(blocked.blockedReason).toContain('exists on the source but not on the target');
+    expect(blocked.blockedReason).toContain('move resume');
+    // The old owner stays fenced and keeps its copy; the workflow is still running.
+    expect(await H.tryWrite('shard-a', tenant, 1)).toBe('SC421');
+    await new Promise((r) => setTimeout(r, 2000));
+    expect((await h.query(M.statusQuery)).phase).toBe('soak');
+    // The operator fixes the old owner's schema and resumes.
+    await w.world.pool('shard-a').query(`alter table ${S}.ledger add column extra text`);
+    expect(await h.executeUpdate(M.resumeUpdate, { args: [{ actor: 'test' }] })).toBe('resumed');
+    for (let i = 0; i < 300; i++) {
+      const r = await w.world.pool('shard-a').query(`select extra from ${S}.ledger where tenant_id = $1 and id = 99`, [tenant]);
+      if (r.rowCount) {
+        expect(r.rows[0].extra).toBe('x');
+        break;
+      }
+      if (i === 299) throw new Error('the late row never reached the old owner');
+      await new Promise((res) => setTimeout(res, 200));
+    }
+    await h.executeUpdate(M.retireNowUpdate, { args: [{ actor: 'test' }] });
+    const done = await H.waitPhase(h, 'done', 120_000);
+    expect(done.blockedReason).toBe('');
+    expect(await H.replicationLeftovers(`${tenant}.e1`)).toEqual([]);
+  });
+});
