@@ -42,6 +42,12 @@ export async function hasMoveProgress(pool: Pool, moveId: string): Promise<boole
   return (r.rowCount ?? 0) > 0;
 }
 
+/** True when the stream has a progress row on this shard. */
+export async function hasStreamProgress(pool: Pool, moveId: string, stream: string): Promise<boolean> {
+  const r = await pool.query('select 1 from shardctl.move_progress where move_id = $1 and stream = $2', [moveId, stream]);
+  return (r.rowCount ?? 0) > 0;
+}
+
 /** Forgets every progress row of a move on this shard (cleanup after cancel, rollback, retire). */
 export async function forgetMoveProgress(pool: Pool, moveId: string): Promise<void> {
   await pool.query('delete from shardctl.move_progress where move_id = $1', [moveId]);

@@ -50,7 +50,7 @@ export function dryRunCutoverSteps(plan: CutoverPlan, opts: { standing?: Standin
       return '<reverse start>';
     },
     async switchOwner() {
-      say(`${POINT_OF_NO_RETURN_MARK}: ${next} accepts ${unit} at epoch ${epoch + 1}; directory compare-and-set (${owner}, epoch ${epoch}, moving, this freeze token) -> (${next}, epoch ${epoch + 1}, active); the winner records the reverse start`);
+      say(`${POINT_OF_NO_RETURN_MARK}: ${next} accepts ${unit} at epoch ${epoch + 1}; directory compare-and-set (${owner}, epoch ${epoch}, moving, this freeze token) -> (${next}, epoch ${epoch + 1}, active), recording the reverse start with it`);
     },
     async finishOldOwner() {
       say(`finish the old owner: ${owner} refuses ${unit} at epoch ${epoch + 1} and below (kept read-only as the way back)`);

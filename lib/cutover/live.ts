@@ -4,11 +4,10 @@
 import type { Pool } from 'pg';
 import type { TenantTable } from '../shard/tables';
 import { getPlacement, compareAndSetPlacement } from '../directory/placements';
-import { measuredPauseMs, switchDetail } from '../directory/moves';
+import { measuredPauseMs } from '../directory/moves';
 import { randomUUID } from 'node:crypto';
 import { freezeSource, unfreeze, acceptEpoch, disown } from '../shard/fence';
 import { applyChangesUntil, currentWalLsn } from '../cdc';
-import { recordReverseStart } from '../cdc/progress';
 import { fingerprintUnit, fingerprintDiff } from '../validate/fingerprint';
 import { replicationNames } from '../ids';
 import type { CutoverPlan, CutoverSteps, Standing, UnfreezeOutcome } from './steps';
@@ -130,11 +129,9 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
         { shard: next, state: 'active', moveId: null },
         { actor: plan.actor, action: switchAction, detail: { moveId, from: owner, to: next, fenceLsn, freezeToken: token, reverseStartLsn } },
       );
-      if (cas.ok) {
-        // Written once, by the attempt whose switch won (and from the audit by a redelivery).
-        if (reverseStartLsn) await recordReverseStart(env.ownerPool, moveId, reverseStartLsn);
-        return;
-      }
+      // The reverse start is recorded once, atomically with the winning switch, in its audit
+      // entry; the soak's first round copies it to the old owner (never a late attempt).
+      if (cas.ok) return;
       const cur = cas.current;
       if (cur && cur.shard === next && cur.epoch === newEpoch) return;
       // Someone else changed the placement (e.g. a concurrent delivery aborted and unfroze):
@@ -144,12 +141,10 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
     },
 
     async finishOldOwner() {
+      // Idempotent, and a no-op once done: a late attempt cannot move the fence's timestamps.
+      // (A winner that died before recording the reverse start leaves it to the soak's first
+      // round, which reads it from the switch's audit entry; a late attempt never writes it.)
       await disown(env.ownerPool, unit, newEpoch);
-      // A redelivery after a switch whose winner died before recording where reverse replication starts.
-      if (plan.direction === 'forward') {
-        const d = await switchDetail(env.directory, unit, moveId, switchAction);
-        if (typeof d?.reverseStartLsn === 'string') await recordReverseStart(env.ownerPool, moveId, d.reverseStartLsn);
-      }
     },
 
     async unfreeze(reason): Promise<UnfreezeOutcome> {

@@ -53,7 +53,7 @@ export interface CutoverSteps {
   reverseStartLsn(): Promise<string>;
   /**
    * POINT OF NO RETURN: the next owner accepts epoch + 1 and the directory moves to it (only from
-   * this attempt's freeze). The winner alone records the reverse start. Throws if lost.
+   * this attempt's freeze), with the reverse start in the same directory transaction. Throws if lost.
    */
   switchOwner(fenceLsn: string, reverseStartLsn: string | null): Promise<void>;
   /** The old owner refuses every write of the unit at the new epoch and below. */

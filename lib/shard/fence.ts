@@ -42,6 +42,9 @@ export async function setUnitFence(
         : e !== undefined && (!current || Object.entries(e).some(([k, v]) => (current as any)[k] !== v));
     // Nothing written: the transaction commits empty.
     if (mismatch || (current && next.epoch < current.epoch)) return { ok: false, current, waitedMs };
+    // Already so: no write, so updated_at keeps meaning "last change" (retire's write audit
+    // counts from the disown; a late, repeated disown must not move that start).
+    if (current && current.epoch === next.epoch && current.owned === next.owned && current.frozen === next.frozen) return { ok: true, current, waitedMs };
     await c.query(
       `insert into shardctl.fence(unit, epoch, owned, frozen, updated_at) values ($1, $2, $3, $4, now())
        on conflict (unit) do update set epoch = excluded.epoch, owned = excluded.owned, frozen = excluded.frozen, updated_at = now()`,
