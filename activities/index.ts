@@ -4,7 +4,7 @@ import { createPlanActivities } from './move/plan';
 import { createDataActivities } from './move/data';
 import { createCutoverActivities } from './move/cutover';
 import { createLifecycleActivities } from './move/lifecycle';
-import type { Deps } from '../worker/deps';
+import type { Deps } from './deps';
 
 export function createActivities(deps: Deps) {
   return {

@@ -1,7 +1,7 @@
 // Throughput of the COPY-based batch copy (lib/copy) against a naive row-by-row INSERT baseline,
 // measured in the same run on the dev stack (shard-a → shard-b), same rows, same batch size,
 // both upserting with the data-plane role. Usage: npx tsx bench/copy-throughput.ts [rows] [batchRows]
-import { Pool } from 'pg';
+import { openPool } from '../lib/connections';
 import { randomBytes } from 'node:crypto';
 import { loadConfig, shardByName } from '../lib/config';
 import { listTenantTables, quoteIdent } from '../lib/shard/tables';
@@ -20,8 +20,8 @@ const ddl = (table: string) => `
 
 async function main() {
   const config = loadConfig();
-  const source = new Pool({ connectionString: shardByName(config, 'shard-a').dsn, max: 4 });
-  const target = new Pool({ connectionString: shardByName(config, 'shard-b').dsn, max: 4 });
+  const source = openPool(shardByName(config, 'shard-a').dsn, { max: 4 });
+  const target = openPool(shardByName(config, 'shard-b').dsn, { max: 4 });
   try {
     for (const p of [source, target]) await p.query(`create schema ${SCHEMA}; ${ddl('docs')}; ${ddl('docs_naive')}`);
     await source.query(

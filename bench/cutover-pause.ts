@@ -6,7 +6,7 @@ import path from 'node:path';
 import fs from 'node:fs';
 import { Client, Connection } from '@temporalio/client';
 import { loadConfig } from '../lib/config';
-import { createDeps } from '../worker/deps';
+import { createDeps } from '../activities/deps';
 import { startWorker } from '../worker';
 import { prepareAllShards } from '../lib/shard/prepare';
 import { ensureDirectory } from '../lib/directory/ensure';
@@ -15,7 +15,7 @@ import { getPlacement } from '../lib/directory/placements';
 import { Router } from '../lib/router';
 import { seedTenant } from '../lib/seed';
 import { startLoadgen, readLog } from '../lib/loadgen';
-import { moveWorkflowId } from '../lib/ids';
+import { moveInputFor, startMove } from '../lib/moves/start';
 import * as M from '../workflows/messages';
 
 require('../lib/quiet-warnings.js');
@@ -44,8 +44,8 @@ async function main() {
     const order = ['shard-b', 'shard-c', 'shard-a'];
     for (let i = 0; i < moves; i++) {
       const target = order[i % order.length];
-      const input: M.MoveInput = { moveId: '', unit: tenant, tenant, target, soakSeconds: 1, approveCutover: 'auto', requestedBy: 'bench', lagThresholdMs: config.limits.lagThresholdMs, fenceBudgetMs: config.limits.fenceBudgetMs, rowsPerSecond: 0 };
-      const h = await client.workflow.start('moveTenantWorkflow', { taskQueue, workflowId: moveWorkflowId(tenant), args: [input] });
+      const input = moveInputFor(config, { tenant, target, soakSeconds: 1, requestedBy: 'bench', rowsPerSecond: 0 });
+      const h = await startMove(client, taskQueue, input);
       const t0 = Date.now();
       const s: M.MoveStatus = await h.result();
       windows.push([t0, Date.now()]);

@@ -4,7 +4,8 @@
 // the trigger's cost alone. Uses a throw-away schema on one shard and removes it at the end.
 //
 //   npx tsx bench/fence-overhead.ts [--shard shard-c] [--writers 8] [--rows 3000] [--rounds 2]
-import { Client, Pool } from 'pg';
+import { Client } from 'pg';
+import { openPool } from '../lib/connections';
 import { randomBytes } from 'node:crypto';
 import { loadConfig, shardByName } from '../lib/config';
 import { prepareShard } from '../lib/shard/prepare';
@@ -42,7 +43,7 @@ async function main() {
   const only = process.argv.includes('--only') ? arg('only', '') : '';
   const tag = randomBytes(4).toString('hex');
   const schema = `bench_fence_${tag}`;
-  const pool = new Pool({ connectionString: shard.dsn, max: 2 });
+  const pool = openPool(shard.dsn, { max: 2 });
   const tenants = Array.from({ length: writers }, (_, i) => `bench-${tag}-${i}`);
 
   await pool.query(`create schema ${schema}`);

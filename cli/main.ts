@@ -1,6 +1,12 @@
 // The shardctl CLI: parses arguments, loads config once, and hands each verb to its module.
 import { Command, CommanderError } from 'commander';
 import { registerDev } from './commands/dev';
+import { register as registerWorker } from './commands/worker';
+import { register as registerTenant } from './commands/tenant';
+import { register as registerShards } from './commands/shards';
+import { register as registerSeed } from './commands/seed';
+import { register as registerLoadgen } from './commands/loadgen';
+import { register as registerMove } from './commands/move';
 
 export async function main(argv: string[]): Promise<void> {
   const program = new Command('shardctl')
@@ -9,7 +15,7 @@ export async function main(argv: string[]): Promise<void> {
     .showHelpAfterError()
     .exitOverride();
   registerDev(program);
-  for (const register of optionalCommands()) register(program);
+  for (const register of [registerWorker, registerTenant, registerShards, registerSeed, registerLoadgen, registerMove]) register(program);
   try {
     await program.parseAsync(argv);
   } catch (e: any) {
@@ -22,19 +28,4 @@ export async function main(argv: string[]): Promise<void> {
     if (!e?.type && process.env.SHARDCTL_DEBUG) process.stderr.write(`${e?.stack}\n`);
     process.exitCode = process.exitCode || 1;
   }
-}
-
-/** Commands added by later modules register here; kept in one list so help shows them all. */
-function optionalCommands(): Array<(p: Command) => void> {
-  const out: Array<(p: Command) => void> = [];
-  for (const mod of ['./commands/worker', './commands/tenant', './commands/shards', './commands/seed', './commands/loadgen', './commands/move']) {
-    try {
-      // eslint-disable-next-line @typescript-eslint/no-var-requires
-      const m = require(mod);
-      if (typeof m.register === 'function') out.push(m.register);
-    } catch (e: any) {
-      if (e?.code !== 'MODULE_NOT_FOUND' || !String(e.message).includes(mod.slice(2))) throw e;
-    }
-  }
-  return out;
 }

@@ -27,6 +27,13 @@ export type ErrorType =
   | 'ValidationMismatch'
   | 'ConfigError';
 
+/** Error types an activity never retries: the workflow branches on them (the one list). */
+export const PERMANENT_ERROR_TYPES: readonly ErrorType[] = ['InvalidInput', 'PreconditionFailed', 'Conflict', 'NotFound', 'ValidationMismatch', 'Forbidden'];
+
+export function isPermanentErrorType(type: unknown): boolean {
+  return typeof type === 'string' && (PERMANENT_ERROR_TYPES as readonly string[]).includes(type);
+}
+
 export class ShardctlError extends Error {
   constructor(
     readonly type: ErrorType,

@@ -5,8 +5,7 @@ import type { Pool } from 'pg';
 import { Config } from './config';
 import { ShardctlError, invalidInput } from './errors';
 import { validateShardName, validateTenantId } from './ids';
-import { setUnitFence, FenceState } from './shard/fence';
-import { FENCE_LOCK_CLASS } from './shard/schema';
+import { installOwner, removeFirstFence } from './shard/fence';
 import { Placement, getPlacement, insertPlacement, listPlacements } from './directory/placements';
 import { listShards } from './directory/shards';
 import { chooseShardForNewUnit } from './directory/choose';
@@ -111,10 +110,9 @@ export async function createTenant(deps: TenantDeps, input: CreateTenantInput): 
 
 /** Writes {epoch 1, owned} on the shard, refusing if the shard already has a fence for the unit. */
 async function writeFirstFence(directory: Pool, shardPool: Pool, shard: string, tenant: string): Promise<void> {
-  const first: FenceState = { unit: tenant, epoch: 1, owned: true, frozen: false };
-  let res: Awaited<ReturnType<typeof setUnitFence>>;
+  let res: Awaited<ReturnType<typeof installOwner>>;
   try {
-    res = await setUnitFence(shardPool, first, { expect: 'absent', lockTimeoutMs: 10_000 });
+    res = await installOwner(shardPool, tenant, 1);
   } catch (e: any) {
     if (e?.code === '42P01' || e?.code === '3F000') {
       throw new ShardctlError('PreconditionFailed', `shard ${shard} is not prepared (no shardctl.fence table): run \`shardctl shards prepare\` first`);
@@ -156,25 +154,4 @@ async function undoAfterFailedInsert(deps: TenantDeps, shardPool: Pool, shard: s
   await removeFirstFence(shardPool, tenant);
   if (now) throw alreadyExists(now);
   throw err;
-}
-
-/** Best effort: deletes the fence only if it is still the one createTenant wrote. */
-async function removeFirstFence(shardPool: Pool, tenant: string): Promise<boolean> {
-  try {
-    const c = await shardPool.connect();
-    try {
-      await c.query('begin');
-      await c.query('select pg_advisory_xact_lock($1, hashtext($2))', [FENCE_LOCK_CLASS, tenant]);
-      const r = await c.query('delete from shardctl.fence where unit = $1 and epoch = 1 and owned and not frozen', [tenant]);
-      await c.query('commit');
-      return (r.rowCount ?? 0) > 0;
-    } catch (e) {
-      await c.query('rollback').catch(() => {});
-      throw e;
-    } finally {
-      c.release();
-    }
-  } catch {
-    return false;
-  }
 }

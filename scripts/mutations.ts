@@ -89,7 +89,7 @@ export const MUTATIONS: Mutation[] = [
   {
     id: 'settle-missing-verdict',
     guarantee: 'a persisting missing row still blocks validation of a live source (§4.4)',
-    file: 'lib/cutover/settle.ts',
+    file: 'lib/validate/settle.ts',
     from: 'const ok = tables.every((t) => t.missingCount + t.extraCount + t.differentCount === 0);',
     to: 'const ok = tables.every((t) => t.extraCount + t.differentCount === 0);',
     testFile: 'test/unit/validate-settle.test.ts',

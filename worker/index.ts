@@ -4,7 +4,7 @@ import { NativeConnection, Worker, Runtime, DefaultLogger } from '@temporalio/wo
 import fs from 'node:fs';
 import { Config } from '../lib/config';
 import { createActivities } from '../activities';
-import { createDeps, Deps } from './deps';
+import { createDeps, Deps } from '../activities/deps';
 import { temporalConnectionOptions } from '../lib/temporal-client';
 
 let runtimeInstalled = false;

@@ -64,6 +64,8 @@ export interface MoveInput {
   rowsPerSecond: number;
   /** Rows per copy batch (checkpoint granularity); default 5000. */
   copyBatchRows?: number;
+  /** Aborted cutover attempts in a row before the move waits for `move approve`; default 3. */
+  maxCutoverAborts?: number;
   /** Carried across continue-as-new. */
   resume?: unknown;
 }

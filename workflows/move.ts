@@ -3,72 +3,33 @@
 // idempotent activity resuming from a checkpoint stored next to the data. Before the switch a
 // cancel undoes everything; after it the move only goes forward or rolls back by a second switch.
 import {
-  proxyActivities, setHandler, condition, sleep, workflowInfo, upsertSearchAttributes, continueAsNew,
-  CancellationScope, isCancellation, ActivityFailure, ApplicationFailure, patched, allHandlersFinished,
+  proxyActivities, setHandler, condition, sleep, workflowInfo, continueAsNew,
+  CancellationScope, isCancellation, ActivityFailure, patched, allHandlersFinished,
 } from '@temporalio/workflow';
 import type { RetryPolicy } from '@temporalio/common';
 import type { Activities } from '../activities';
 import * as M from './messages';
-import { Phase, canTransition, refuseVerb, pastPointOfNoReturn } from './phases';
-import { SA } from './search-attributes';
+import { Phase, refuseVerb, pastPointOfNoReturn } from './phases';
+import { MoveState } from './move-state';
+import { PERMANENT_ERROR_TYPES, isPermanentErrorType } from '../lib/errors';
 
-const PERMANENT = ['InvalidInput', 'PreconditionFailed', 'Conflict', 'NotFound', 'ValidationMismatch', 'Forbidden'];
-const retry: RetryPolicy = { initialInterval: '500ms', backoffCoefficient: 2, maximumInterval: '10s', maximumAttempts: 4, nonRetryableErrorTypes: PERMANENT };
+const retry: RetryPolicy = { initialInterval: '500ms', backoffCoefficient: 2, maximumInterval: '10s', maximumAttempts: 4, nonRetryableErrorTypes: [...PERMANENT_ERROR_TYPES] };
 // Every activity heartbeats each second while it runs: a killed worker is noticed in seconds.
 const quick = proxyActivities<Activities>({ startToCloseTimeout: '5 minutes', heartbeatTimeout: '10 seconds', retry });
 const long = proxyActivities<Activities>({ startToCloseTimeout: '2 hours', heartbeatTimeout: '10 seconds', retry });
 // The cutover holds the write pause: a killed worker must be noticed within seconds.
 const cut = proxyActivities<Activities>({ startToCloseTimeout: '2 minutes', heartbeatTimeout: '5 seconds', retry });
 
-interface Carried {
-  status: M.MoveStatus;
-  cancelRequested: boolean;
-  rollbackRequested: boolean;
-  retireNowRequested: boolean;
-  approved: boolean;
-  soakEndsAtMs: number | null;
-}
-
-function initialStatus(input: M.MoveInput): M.MoveStatus {
-  return {
-    moveId: input.moveId, unit: input.unit, tenant: input.tenant, source: '', target: input.target, phase: 'plan', epoch: 0,
-    paused: false, awaitingApproval: false, blockedReason: '', lastError: '', tables: [], blobs: { copied: 0, total: 0, bytes: 0 },
-    lagBytes: 0, lagSeconds: 0, etaSeconds: null, cutoverPauseMs: null, cutoverAttempts: 0, soakEndsAt: null, phaseTimes: {},
-    operators: { startedBy: input.requestedBy }, validation: { ok: null, mismatches: [] },
-  };
-}
-
 export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStatus> {
-  const carried = (input.resume as Carried | undefined) ?? {
-    status: initialStatus(input), cancelRequested: false, rollbackRequested: false, retireNowRequested: false, approved: false, soakEndsAtMs: null,
-  };
-  const st = carried.status;
+  const state = new MoveState(input);
+  const { carried, st } = state;
   let rowsPerSecond = input.rowsPerSecond;
   let preSwitch: CancellationScope | undefined;
   let soakScope: CancellationScope | undefined;
   const wfId = workflowInfo().workflowId;
-
-  const publish = () =>
-    upsertSearchAttributes([
-      { key: SA.unit, value: st.unit },
-      { key: SA.source, value: st.source || 'unknown' },
-      { key: SA.target, value: st.target },
-      { key: SA.phase, value: st.phase },
-      { key: SA.blockedReason, value: st.blockedReason ? st.blockedReason.slice(0, 200) : null },
-    ]);
-  const enter = (p: Phase) => {
-    if (p !== st.phase && !canTransition(st.phase, p)) throw ApplicationFailure.nonRetryable(`illegal transition ${st.phase} -> ${p}`, 'IllegalTransition');
-    st.phase = p;
-    st.phaseTimes[p] = new Date().toISOString();
-    publish();
-  };
-  const block = (reason: string) => {
-    if (st.blockedReason !== reason) {
-      st.blockedReason = reason;
-      publish();
-    }
-  };
-  const ref = () => ({ moveId: st.moveId, unit: st.unit, source: st.source, target: st.target });
+  const enter = (p: Phase) => state.enter(p);
+  const block = (reason: string) => state.block(reason);
+  const ref = () => state.ref();
   const record = (action: string, actor: string, reason?: string, detail?: Record<string, unknown>) =>
     quick.recordMoveEvent({ ...ref(), workflowId: wfId, action, actor, status: st.phase, reason, detail });
 
@@ -120,7 +81,7 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
         const cause: any = err instanceof ActivityFailure ? err.cause : err;
         const msg = `${name}: ${cause?.message ?? String(err)}`.slice(0, 500);
         st.lastError = msg;
-        if (PERMANENT.includes(cause?.type)) throw err;
+        if (isPermanentErrorType(cause?.type)) throw err;
         block(msg);
         await sleep(Math.min(30_000, 1000 * 2 ** Math.min(attempt, 5)));
       }
@@ -229,6 +190,19 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
         }
         st.lastError = `cutover attempt ${st.cutoverAttempts}: ${r.reason}`;
         if (carried.cancelRequested) return false;
+        carried.cutoverAbortsInRow = (carried.cutoverAbortsInRow ?? 0) + 1;
+        const maxAborts = input.maxCutoverAborts ?? 3;
+        if (carried.cutoverAbortsInRow >= maxAborts) {
+          // Every attempt froze the tenant: stop hurting it on a timer and wait for the operator.
+          carried.approved = false;
+          st.awaitingApproval = true;
+          block(`fence: ${carried.cutoverAbortsInRow} cutover attempts aborted in a row (last: ${r.reason}); the tenant is not frozen — fix the cause, then \`shardctl move approve\` to try again, or cancel`.slice(0, 500));
+          await condition(() => carried.approved || carried.cancelRequested);
+          st.awaitingApproval = false;
+          block('');
+          carried.cutoverAbortsInRow = 0;
+          if (carried.cancelRequested) return false;
+        }
         enter('catchup');
         await sleep(Math.min(60_000, 2000 * st.cutoverAttempts));
         await maybeContinueAsNew();
@@ -247,7 +221,7 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
       const cause: any = err instanceof ActivityFailure ? err.cause : err;
       if (isCancellation(err) && carried.cancelRequested) {
         /* cancel requested: undo below */
-      } else if (PERMANENT.includes(cause?.type)) {
+      } else if (isPermanentErrorType(cause?.type)) {
         // A permanent failure before the switch (e.g. a TRUNCATE in the stream) must not leave a
         // slot holding WAL or half a copy behind: undo like a cancel, then report the failure.
         failure = `${st.phase}: ${cause?.message ?? String(err)}`.slice(0, 500);
@@ -282,6 +256,27 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
     st.soakEndsAt = new Date(carried.soakEndsAtMs).toISOString();
   }
 
+  /**
+   * After the switch nothing may end the workflow while it still owns slots: a permanent failure
+   * (e.g. a column added on one side during soak) blocks with the reason, keeps the old owner
+   * fenced, and waits for the operator to fix it and `resume` (or `retire` / `rollback` in soak).
+   */
+  async function holdOnPermanent<T>(name: string, fn: () => Promise<T>, canLeave: () => boolean = () => false): Promise<T | undefined> {
+    try {
+      return await step(name, fn);
+    } catch (err) {
+      const cause: any = err instanceof ActivityFailure ? err.cause : err;
+      if (isCancellation(err) || !isPermanentErrorType(cause?.type)) throw err;
+      block(`${name} stopped: ${cause?.message ?? String(err)} — fix the cause, then \`shardctl move resume\`${st.phase === 'soak' ? ' (or retire / rollback)' : ''}`.slice(0, 500));
+      st.paused = true;
+      await condition(() => !st.paused || canLeave());
+      st.paused = false;
+      block('');
+      return undefined;
+    }
+  }
+  const leaveSoak = () => carried.retireNowRequested || carried.rollbackRequested;
+
   while (st.phase === 'soak') {
     // Reverse replication keeps the source current, so a rollback loses nothing.
     while (!carried.rollbackRequested && !carried.retireNowRequested && Date.now() < (carried.soakEndsAtMs ?? 0)) {
@@ -289,8 +284,11 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
       soakScope = new CancellationScope();
       try {
         await soakScope.run(async () => {
-          await step('reverse replication', () => long.catchUp({ ...ref(), direction: 'reverse', mode: 'continuous', maxDurationMs: Math.max(1000, Math.min(60_000, remaining)) }));
-          if (patched('reverse-blob-sync')) await step('reverse blobs', () => long.copyBlobs({ ...ref(), direction: 'reverse' }));
+          const r = await holdOnPermanent('reverse replication', () => long.catchUp({ ...ref(), direction: 'reverse', mode: 'continuous', maxDurationMs: Math.max(1000, Math.min(60_000, remaining)) }), leaveSoak);
+          // The reverse slot holds WAL on the new owner until applied: say so before its disk fills.
+          if (r?.retentionWarning) block(`soak: ${r.retentionWarning}`);
+          else if (r && st.blockedReason.startsWith('soak: ')) block('');
+          if (patched('reverse-blob-sync')) await holdOnPermanent('reverse blobs', () => long.copyBlobs({ ...ref(), direction: 'reverse' }), leaveSoak);
         });
       } catch (err) {
         if (!isCancellation(err)) throw err;
@@ -310,7 +308,7 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
           break;
         }
         st.lastError = `rollback cutover: ${r.reason}`;
-        await step('reverse catch-up', () => long.catchUp({ ...ref(), direction: 'reverse', maxDurationMs: 20_000, mode: 'now' }));
+        await holdOnPermanent('reverse catch-up', () => long.catchUp({ ...ref(), direction: 'reverse', maxDurationMs: 20_000, mode: 'now' }));
       }
       await step('rollback cleanup', () => quick.cleanupAfterRollback({ ...ref(), epoch: st.epoch, actor: st.operators.rolledBackBy ?? input.requestedBy }));
       await record('rolled-back', st.operators.rolledBackBy ?? input.requestedBy, undefined, { epoch: st.epoch });
@@ -323,9 +321,9 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
       await step('retire', () => long.retireSource({ ...ref(), epoch: st.epoch, actor }));
     } catch (err) {
       const cause: any = err instanceof ActivityFailure ? err.cause : err;
-      if (cause?.type !== 'PreconditionFailed') throw err;
-      // Deleting is irreversible: a refused retire waits, in soak, for the operator to reconcile
-      // and say `retire` again, or to roll back. The source copy stays as the way back.
+      if (isCancellation(err) || !isPermanentErrorType(cause?.type)) throw err;
+      // Deleting is irreversible: a refused (or permanently failed) retire waits, in soak, for the
+      // operator to reconcile and say `retire` again, or to roll back. The source stays the way back.
       enter('soak');
       block(`retire refused: ${cause.message}`.slice(0, 500));
       carried.retireNowRequested = false;

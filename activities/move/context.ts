@@ -5,9 +5,9 @@ import { sameS3Endpoint } from '../../lib/s3';
 import { shardByName } from '../../lib/config';
 import { z } from 'zod';
 import { ApplicationFailure, Context } from '@temporalio/activity';
-import type { Deps } from '../../worker/deps';
+import type { Deps } from '../deps';
 import { listTenantTables, TenantTable } from '../../lib/shard/tables';
-import { ShardctlError } from '../../lib/errors';
+import { ShardctlError, isPermanentErrorType } from '../../lib/errors';
 
 export const moveRef = z.object({
   moveId: z.string().min(1).max(200),
@@ -49,7 +49,7 @@ export async function typed<T>(fn: () => Promise<T>): Promise<T> {
   try {
     return await fn();
   } catch (e: any) {
-    if (e instanceof ShardctlError && !e.retriable && ['InvalidInput', 'PreconditionFailed', 'Conflict', 'NotFound', 'ValidationMismatch', 'Forbidden'].includes(e.type)) {
+    if (e instanceof ShardctlError && !e.retriable && isPermanentErrorType(e.type)) {
       throw ApplicationFailure.create({ type: e.type, message: e.message, nonRetryable: true, details: e.details ? [e.details] : undefined });
     }
     throw e;
@@ -64,6 +64,15 @@ export function parse<S extends z.ZodTypeAny>(schema: S, input: unknown): z.infe
     throw ApplicationFailure.create({ type: 'InvalidInput', nonRetryable: true, message: r.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ') });
   }
   return r.data;
+}
+
+/** The workflow run this activity works for; undefined outside an activity (direct calls, the CLI's dry run). */
+export function activityRunId(): string | undefined {
+  try {
+    return Context.current().info.workflowExecution?.runId;
+  } catch {
+    return undefined;
+  }
 }
 
 /** A key unique to this activity execution (stable across its retries and redeliveries). */

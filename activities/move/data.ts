@@ -3,13 +3,14 @@
 // one batch of work and never applies anything twice.
 import { shardByName } from '../../lib/config';
 import { z } from 'zod';
-import type { Deps } from '../../worker/deps';
+import type { Deps } from '../deps';
 import { moveRef, tenantTables, beat, activitySignal, parse, typed, syncUnitBlobs } from './context';
 import { replicationNames } from '../../lib/ids';
 import { ensurePublicationAndSlot, applyChangesUntil, currentWalLsn, slotLagBytes } from '../../lib/cdc';
 import { copyTenantTable } from '../../lib/copy';
-import { validateTenant, formatMismatch } from '../../lib/validate';
-import { persistentMismatches } from '../../lib/cutover/settle';
+import { recordReverseStart, hasStreamProgress } from '../../lib/cdc/progress';
+import { switchDetail } from '../../lib/directory/moves';
+import { validateTenant, formatMismatch, persistentMismatches } from '../../lib/validate';
 import { recordManifest, ensureManifestTable, manifestOf, compareBlobManifests, tenantBlobPrefix } from '../../lib/blobs';
 
 const direction = z.enum(['forward', 'reverse']);
@@ -34,6 +35,19 @@ const catchUpInput = moveRef.extend({
 
 export function createDataActivities(deps: Deps) {
   const col = deps.config.tenant.column;
+
+  /**
+   * Reverse replication starts where the winning switch said (its audit entry). The switch's
+   * winner records it at once; if it died first, the soak's first round records it here. Only
+   * the live workflow's activities write it, never a late cutover attempt.
+   */
+  async function ensureReverseStart(ref: { moveId: string; unit: string; source: string }) {
+    const pool = deps.shardPool(ref.source);
+    if (await hasStreamProgress(pool, ref.moveId, 'reverse')) return;
+    const d = await switchDetail(deps.directoryPool(), ref.unit, ref.moveId, 'switch');
+    if (typeof d?.reverseStartLsn === 'string') await recordReverseStart(pool, ref.moveId, d.reverseStartLsn);
+  }
+
   return {
     /** Publication + slot on the sending side before any copy: every later change is in the stream. */
     async setupReplication(input: z.infer<typeof setupInput>): Promise<{ slot: string; publication: string; consistentLsn: string }> {
@@ -97,6 +111,7 @@ export function createDataActivities(deps: Deps) {
       return typed(async () => {
         const { from, to } = ends(ref, ref.direction);
         const t0 = Date.now();
+        if (ref.direction === 'reverse') await ensureReverseStart(ref);
         const untilLsn = ref.mode === 'now' ? await currentWalLsn(deps.shardPool(from)) : undefined;
         const names = replicationNames(ref.moveId, ref.direction);
         const fromShard = shardByName(deps.config, from);

@@ -3,16 +3,20 @@
 // not the owner, immediately before it deletes.
 import { shardByName } from '../../lib/config';
 import { z } from 'zod';
-import type { Deps } from '../../worker/deps';
+import type { Deps } from '../deps';
 import { moveRef, tenantTables, parse, typed, activityKey } from './context';
 import { ends } from './data';
 import { replicationNames } from '../../lib/ids';
 import { ShardctlError } from '../../lib/errors';
 import { getPlacement, compareAndSetPlacement } from '../../lib/directory/placements';
-import { getUnitFence, setUnitFence } from '../../lib/shard/fence';
+import { getUnitFence, unfreeze, forgetUnownedFence } from '../../lib/shard/fence';
+import { forgetMoveProgress } from '../../lib/cdc/progress';
+import { evictApplySessions, applyLockKey } from '../../lib/cdc/apply-lock';
+import { unownedWritesSinceDisown } from '../../lib/shard/write-audit';
+import { recordMoveEvent } from '../../lib/directory/moves';
 import { dropPublicationAndSlot } from '../../lib/cdc';
 import { deleteTenantRows } from '../../lib/copy';
-import { deleteBlobPrefix, tenantBlobPrefix, ensureManifestTable } from '../../lib/blobs';
+import { deleteBlobPrefix, tenantBlobPrefix, deleteManifest } from '../../lib/blobs';
 
 const withEpoch = moveRef.extend({ epoch: z.number().int().positive(), actor: z.string().min(1) });
 const dropInput = moveRef.extend({ direction: z.enum(['forward', 'reverse']) });
@@ -56,9 +60,8 @@ export function createLifecycleActivities(deps: Deps) {
     });
     const shard = shardByName(deps.config, side);
     await deleteBlobPrefix(deps.s3For(side), shard.bucket, tenantBlobPrefix(ref.unit));
-    await pool.query('delete from shardctl.move_progress where move_id = $1', [ref.moveId]);
-    await ensureManifestTable(pool);
-    await pool.query('delete from shardctl.blob_manifest where move_id = $1', [ref.moveId]);
+    await forgetMoveProgress(pool, ref.moveId);
+    await deleteManifest(pool, ref.moveId);
   }
 
   return {
@@ -93,14 +96,14 @@ export function createLifecycleActivities(deps: Deps) {
         const now = await getPlacement(dir, ref.unit);
         if (now && now.shard === ref.source && now.epoch === ref.epoch && now.state === 'active') {
           // Unfreeze so the tenant's writes resume at once; then clean up at leisure.
-          await setUnitFence(deps.shardPool(ref.source), { unit: ref.unit, epoch: ref.epoch, owned: true, frozen: false }, { expect: { epoch: ref.epoch, owned: true } });
+          await unfreeze(deps.shardPool(ref.source), ref.unit, ref.epoch);
         }
         await dropReplicationOf(ref, 'forward');
         await dropReplicationOf(ref, 'reverse');
         await deps.faultPoint('mid-cancel');
         await deleteCopy(ref, ref.target);
-        await deps.shardPool(ref.target).query('delete from shardctl.fence where unit = $1 and not owned', [ref.unit]);
-        await deps.shardPool(ref.source).query('delete from shardctl.move_progress where move_id = $1', [ref.moveId]);
+        await forgetUnownedFence(deps.shardPool(ref.target), ref.unit);
+        await forgetMoveProgress(deps.shardPool(ref.source), ref.moveId);
         return { cleaned: true as const };
       });
     },
@@ -112,7 +115,7 @@ export function createLifecycleActivities(deps: Deps) {
         await dropReplicationOf(ref, 'forward');
         await dropReplicationOf(ref, 'reverse');
         await deleteCopy(ref, ref.target);
-        await deps.shardPool(ref.source).query('delete from shardctl.move_progress where move_id = $1', [ref.moveId]);
+        await forgetMoveProgress(deps.shardPool(ref.source), ref.moveId);
         return { cleaned: true as const };
       });
     },
@@ -130,19 +133,18 @@ export function createLifecycleActivities(deps: Deps) {
           throw new ShardctlError('PreconditionFailed', `refusing to retire: the source fence is ${JSON.stringify(f)}; it must refuse the unit at epoch ${ref.epoch}`);
         }
         // Writes that bypassed the fence on the source since it stopped owning the unit.
-        const written = await deps.shardPool(ref.source).query(
-          `select count(*)::int as n, min(application_name) as app from shardctl.unowned_writes
-            where unit = $1 and at >= (select updated_at from shardctl.fence where unit = $1)`,
-          [ref.unit],
-        );
-        if (Number(written.rows[0].n) > 0) {
-          throw new ShardctlError('PreconditionFailed', `refusing to retire: ${written.rows[0].n} writes reached the source copy of ${ref.unit} outside shardctl after the switch (e.g. by ${written.rows[0].app || 'unknown'}); reconcile them, clear shardctl.unowned_writes for the unit on ${ref.source}, then retire again — or roll back`);
+        const written = await unownedWritesSinceDisown(deps.shardPool(ref.source), ref.unit);
+        if (written.count > 0) {
+          throw new ShardctlError('PreconditionFailed', `refusing to retire: ${written.count} writes reached the source copy of ${ref.unit} outside shardctl after the switch (e.g. by ${written.example || 'unknown'}); reconcile them, clear shardctl.unowned_writes for the unit on ${ref.source}, then retire again — or roll back`);
         }
         // Stop reverse replication first: nothing may write the source copy while it is deleted.
+        // Dropping the slot stops the stream; evicting the apply session rolls back whatever a
+        // late applier still holds open, and without its slot it cannot start again.
         await dropReplicationOf(ref, 'reverse');
+        await evictApplySessions(deps.shardPool(ref.source), applyLockKey(ref.moveId, 'reverse'));
         await dropReplicationOf(ref, 'forward');
         await deleteCopy(ref, ref.source, 'mid-retire');
-        await deps.shardPool(ref.target).query('delete from shardctl.move_progress where move_id = $1', [ref.moveId]);
+        await forgetMoveProgress(deps.shardPool(ref.target), ref.moveId);
         // The source keeps its fence row (owned = false): a tombstone that still refuses stale routers.
         return { retired: true as const };
       });
@@ -151,19 +153,7 @@ export function createLifecycleActivities(deps: Deps) {
     /** Move record and audit entry in the directory (operator identities live here). */
     async recordMoveEvent(input: z.infer<typeof eventInput>): Promise<void> {
       const e = parse(eventInput, input);
-      const dir = deps.directoryPool();
-      await dir.query(
-        `insert into shardctl.moves(move_id, unit, source, target, workflow_id, status, started_by, detail)
-         values ($1, $2, $3, $4, $5, $6, $7, $8)
-         on conflict (move_id) do update set status = excluded.status, updated_at = now(),
-           detail = shardctl.moves.detail || excluded.detail`,
-        [e.moveId, e.unit, e.source, e.target, e.workflowId, e.status, e.actor, JSON.stringify(e.detail ?? {})],
-      );
-      await dir.query(
-        `insert into shardctl.audit(actor, action, unit, detail, reason, idem) values ($1, $2, $3, $4, $5, $6)
-         on conflict (idem) where idem is not null do nothing`,
-        [e.actor, `move.${e.action}`, e.unit, JSON.stringify({ moveId: e.moveId, ...(e.detail ?? {}) }), e.reason ?? null, activityKey()],
-      );
+      await recordMoveEvent(deps.directoryPool(), e, activityKey());
     },
   };
 }

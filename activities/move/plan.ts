@@ -1,13 +1,27 @@
 // plan: the preflight of DESIGN.md §4.1. It changes nothing; a failed check is returned as a
-// reason the operator can read, never thrown at them.
+// reason the operator can read, never thrown at them. It also runs the cutover's dry-run twin
+// (lib/cutover/dry-run.ts) over the same `runCutover` the move uses, so the steps it shows are
+// the steps the move will take.
 import { z } from 'zod';
-import type { Deps } from '../../worker/deps';
+import type { Deps } from '../deps';
 import { getPlacement } from '../../lib/directory/placements';
-import { movabilityProblems, TenantTable } from '../../lib/shard/tables';
-import { tenantTables, parse, typed } from './context';
+import { shardLoad } from '../../lib/directory/shards';
+import { movabilityProblems, countUnitRows, TenantTable } from '../../lib/shard/tables';
+import { fenceStatus } from '../../lib/shard/prepare';
+import { hasMoveProgress } from '../../lib/cdc/progress';
+import { runCutover } from '../../lib/cutover/steps';
+import { dryRunCutoverSteps } from '../../lib/cutover/dry-run';
+import { moveIdFor } from '../../lib/ids';
+import { tenantTables, parse, typed, activityRunId } from './context';
 import { shardByName } from '../../lib/config';
 
-const planInput = z.object({ unit: z.string().min(1), target: z.string().min(1) });
+const planInput = z.object({
+  unit: z.string().min(1),
+  target: z.string().min(1),
+  fenceBudgetMs: z.number().int().positive().optional(),
+  /** The run the move id is derived from; defaults to the calling workflow's run ('dryrun' outside one). */
+  runId: z.string().min(1).optional(),
+});
 
 export interface PlanResult {
   ok: boolean;
@@ -16,11 +30,8 @@ export interface PlanResult {
   epoch: number;
   moveId: string;
   tables: { table: string; rowsEstimated: number }[];
-}
-
-/** The move id is derived from the unit and its epoch when the move starts: one per ownership. */
-export function moveIdFor(unit: string, epoch: number): string {
-  return `${unit}.e${epoch}`;
+  /** What the cutover will do, from its dry-run twin (empty when a check failed). */
+  cutoverSteps?: string[];
 }
 
 function tableKey(t: TenantTable) {
@@ -44,25 +55,19 @@ function schemaDiff(src: TenantTable[], dst: TenantTable[]): string[] {
   return out;
 }
 
-async function fencedTables(deps: Deps, shard: string, tables: TenantTable[]): Promise<Set<string>> {
-  const r = await deps.shardPool(shard).query(
-    `select n.nspname || '.' || c.relname as t from pg_trigger g join pg_class c on c.oid = g.tgrelid
-       join pg_namespace n on n.oid = c.relnamespace where g.tgname = 'shardctl_fence' and not g.tgisinternal`,
-  );
-  const have = new Set(r.rows.map((x) => x.t as string));
-  return new Set(tables.map(tableKey).filter((t) => have.has(t)));
-}
-
 export function createPlanActivities(deps: Deps) {
+  /** The same question `shards list` answers: tenant tables carrying the enabled fence trigger. */
+  const fenced = async (shard: string) => new Set((await fenceStatus(deps.shardPool(shard), deps.config)).fenced);
+
   return {
     async planMove(input: z.infer<typeof planInput>): Promise<PlanResult> {
-      const { unit, target } = parse(planInput, input);
+      const { unit, target, fenceBudgetMs, runId } = parse(planInput, input);
       return typed(async () => {
         const reasons: string[] = [];
         const col = deps.config.tenant.column;
         const p = await getPlacement(deps.directoryPool(), unit);
         if (!p) return { ok: false, reasons: [`unit ${unit} is not in the directory (create the tenant first)`], source: '', epoch: 0, moveId: '', tables: [] };
-        const base = { source: p.shard, epoch: p.epoch, moveId: moveIdFor(unit, p.epoch) };
+        const base = { source: p.shard, epoch: p.epoch, moveId: moveIdFor(unit, p.epoch, runId ?? activityRunId() ?? 'dryrun') };
         if (p.state !== 'active') reasons.push(`unit ${unit} is ${p.state} (owned by move ${p.moveId}); one move per unit at a time`);
         if (p.shard === target) reasons.push(`unit ${unit} is already on ${target}`);
         try {
@@ -71,17 +76,12 @@ export function createPlanActivities(deps: Deps) {
           reasons.push(e.message);
         }
         if (reasons.length) return { ok: false, reasons, ...base, tables: [] };
-        const shard = await deps.directoryPool().query(
-          `select s.status, s.capacity, coalesce((select sum(expected_load) from shardctl.units u where u.shard = s.name), 0) as load
-             from shardctl.shards s where s.name = $1`,
-          [target],
-        );
-        if (!shard.rowCount) reasons.push(`target ${target} is not in the directory's shard inventory`);
+        const s = await shardLoad(deps.directoryPool(), target);
+        if (!s) reasons.push(`target ${target} is not in the directory's shard inventory`);
         else {
-          const s = shard.rows[0];
-          const usable = Number(s.capacity) * (1 - deps.config.limits.headroomFraction);
+          const usable = s.capacity * (1 - deps.config.limits.headroomFraction);
           if (s.status !== 'open') reasons.push(`target ${target} is ${s.status}, not open`);
-          if (Number(s.load) + p.expectedLoad > usable) {
+          if (s.load + p.expectedLoad > usable) {
             reasons.push(`target ${target} lacks headroom: load ${s.load} + ${p.expectedLoad} > usable ${usable.toFixed(0)} of capacity ${s.capacity}`);
           }
         }
@@ -89,27 +89,30 @@ export function createPlanActivities(deps: Deps) {
         if (src.length === 0) reasons.push(`no tenant tables (column ${col}) found on ${p.shard}`);
         for (const t of src) reasons.push(...movabilityProblems(t, col));
         reasons.push(...schemaDiff(src, dst));
-        const [fs, fd] = await Promise.all([fencedTables(deps, p.shard, src), fencedTables(deps, target, dst)]);
+        const [fs, fd] = await Promise.all([fenced(p.shard), fenced(target)]);
         for (const t of src) {
-          if (!fs.has(tableKey(t))) reasons.push(`table ${tableKey(t)} on ${p.shard} has no fence trigger; run \`shardctl shards prepare --shard ${p.shard}\``);
+          if (!fs.has(tableKey(t))) reasons.push(`table ${tableKey(t)} on ${p.shard} has no enabled fence trigger; run \`shardctl shards prepare --shard ${p.shard}\``);
           if (dst.some((d) => tableKey(d) === tableKey(t)) && !fd.has(tableKey(t))) {
-            reasons.push(`table ${tableKey(t)} on ${target} has no fence trigger; run \`shardctl shards prepare --shard ${target}\``);
+            reasons.push(`table ${tableKey(t)} on ${target} has no enabled fence trigger; run \`shardctl shards prepare --shard ${target}\``);
           }
         }
         const tables: PlanResult['tables'] = [];
         if (reasons.length === 0) {
           const tp = deps.shardPool(target);
-          const progress = await tp.query('select 1 from shardctl.move_progress where move_id = $1 limit 1', [base.moveId]);
+          const resumed = await hasMoveProgress(tp, base.moveId);
           for (const t of src) {
-            const n = Number((await deps.shardPool(p.shard).query(`select count(*) as n from ${t.qualified} where "${col}" = $1`, [unit])).rows[0].n);
-            tables.push({ table: tableKey(t), rowsEstimated: n });
-            if (!progress.rowCount) {
-              const left = Number((await tp.query(`select count(*) as n from ${t.qualified} where "${col}" = $1`, [unit])).rows[0].n);
+            tables.push({ table: tableKey(t), rowsEstimated: await countUnitRows(deps.shardPool(p.shard), t, col, unit) });
+            if (!resumed) {
+              const left = await countUnitRows(tp, t, col, unit);
               if (left > 0) reasons.push(`target ${target} already holds ${left} rows of ${unit} in ${tableKey(t)} (left over from an earlier move?); remove them first`);
             }
           }
         }
-        return { ok: reasons.length === 0, reasons, ...base, tables };
+        if (reasons.length) return { ok: false, reasons, ...base, tables };
+        const plan = { unit, moveId: base.moveId, owner: p.shard, next: target, epoch: p.epoch, direction: 'forward' as const, fenceBudgetMs: fenceBudgetMs ?? deps.config.limits.fenceBudgetMs, actor: 'plan' };
+        const dry = dryRunCutoverSteps(plan, { tables: tables.map((t) => t.table) });
+        await runCutover(dry.steps, plan, { faultPoint: async () => {}, now: Date.now });
+        return { ok: true, reasons, ...base, tables, cutoverSteps: dry.log };
       });
     },
   };

@@ -7,7 +7,7 @@ import { invalidInput } from '../../lib/errors';
 import { validateTenantId } from '../../lib/ids';
 import { parseDurationMs } from '../../lib/duration';
 import { Router } from '../../lib/router';
-import { createDeps } from '../../worker/deps';
+import { createDeps } from '../../activities/deps';
 import { formatStats, startLoadgen, verifyLog, VerifyReport } from '../../lib/loadgen';
 
 function positive(v: string, what: string, integer = true): number {

@@ -2,8 +2,10 @@
 // Bad input is refused with a one-line reason before anything is sent.
 import { Command } from 'commander';
 import os from 'node:os';
-import { WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError } from '@temporalio/client';
-import { TypedSearchAttributes } from '@temporalio/common';
+import { WorkflowNotFoundError } from '@temporalio/client';
+import { moveInputFor, startMove, MOVE_WORKFLOW_TYPE } from '../../lib/moves/start';
+import { createDeps } from '../../activities/deps';
+import { createPlanActivities, type PlanResult } from '../../activities/move/plan';
 import { loadConfig, shardByName, Config } from '../../lib/config';
 import { validateTenantId, moveWorkflowId } from '../../lib/ids';
 import { parseDurationMs } from '../../lib/duration';
@@ -39,6 +41,17 @@ export async function moveStatus(config: Config, tenant: string): Promise<M.Move
       throw e;
     }
   });
+}
+
+function printPlan(tenant: string, to: string, p: PlanResult) {
+  const lines = [`plan: move ${tenant} from ${p.source || '?'} (epoch ${p.epoch}) to ${to} — ${p.ok ? 'ready' : 'REFUSED'}`];
+  for (const r of p.reasons) lines.push(`  refused: ${r}`);
+  for (const t of p.tables) lines.push(`  copy ${t.table.padEnd(28)} ${t.rowsEstimated} rows`);
+  if (p.cutoverSteps?.length) {
+    lines.push('  then catch up until the lag is below the threshold, validate every row and blob, and cut over:');
+    p.cutoverSteps.forEach((s, i) => lines.push(`    ${i + 1}. ${s}`));
+  }
+  console.log(lines.join('\n'));
 }
 
 function printStatus(s: M.MoveStatus) {
@@ -78,39 +91,33 @@ export function register(program: Command) {
       shardByName(config, o.to);
       if (o.approveCutover !== 'auto' && o.approveCutover !== 'manual') throw invalidInput(`--approve-cutover must be auto or manual, got ${JSON.stringify(o.approveCutover)}`);
       const soakSeconds = o.soak ? Math.round(parseDurationMs(o.soak, '--soak') / 1000) : config.limits.soakSeconds;
-      const input: M.MoveInput = {
-        moveId: '',
-        unit: tenant,
-        tenant,
-        target: o.to,
-        soakSeconds,
-        approveCutover: o.approveCutover,
-        requestedBy: o.actor || actorDefault(),
-        lagThresholdMs: config.limits.lagThresholdMs,
-        fenceBudgetMs: config.limits.fenceBudgetMs,
-        rowsPerSecond: config.limits.rowsPerSecond,
-      };
+      const input = moveInputFor(config, { tenant, target: o.to, soakSeconds, approveCutover: o.approveCutover, requestedBy: o.actor || actorDefault() });
       await withClient(config, async (client) => {
-        const workflowId = moveWorkflowId(tenant);
-        try {
-          const h = await client.workflow.start('moveTenantWorkflow', {
-            taskQueue: config.temporal.taskQueue,
-            workflowId,
-            args: [input],
-            typedSearchAttributes: new TypedSearchAttributes([
-              { key: SA.unit, value: tenant },
-              { key: SA.target, value: o.to },
-              { key: SA.phase, value: 'plan' },
-            ]),
-          });
-          console.log(`started move of ${tenant} to ${o.to}: workflow ${workflowId} run ${h.firstExecutionRunId}`);
-        } catch (e) {
-          if (e instanceof WorkflowExecutionAlreadyStartedError) {
-            throw new ShardctlError('AlreadyExists', `a move of ${tenant} is already running: workflow ${workflowId}; see \`shardctl move status ${tenant}\``);
-          }
-          throw e;
-        }
+        const h = await startMove(client, config.temporal.taskQueue, input);
+        console.log(`started move of ${tenant} to ${o.to}: workflow ${h.workflowId} run ${h.firstExecutionRunId}`);
       });
+    });
+
+  move
+    .command('plan')
+    .description('dry run: every preflight check of `move start`, the tables, and the cutover steps the move would take; changes nothing')
+    .requiredOption('--tenant <id>', 'tenant to move')
+    .requiredOption('--to <shard>', 'target shard')
+    .option('--json', 'machine-readable')
+    .action(async (o) => {
+      const config = cfg();
+      const tenant = validateTenantId(o.tenant);
+      shardByName(config, o.to);
+      const deps = createDeps(config);
+      try {
+        const plan = await createPlanActivities(deps).planMove({ unit: tenant, target: o.to });
+        if (o.json) console.log(JSON.stringify(plan, null, 2));
+        else printPlan(tenant, o.to, plan);
+        // 4: refused by the current state (the reasons say why).
+        if (!plan.ok) process.exitCode = 4;
+      } finally {
+        await deps.close();
+      }
     });
 
   move
@@ -156,7 +163,7 @@ export function register(program: Command) {
     .option('--blocked', 'only moves with a blocked reason')
     .action(async (o) => {
       if (o.phase && !isPhase(o.phase)) throw invalidInput(`unknown phase ${JSON.stringify(o.phase)}`);
-      const q = [`WorkflowType = 'moveTenantWorkflow'`];
+      const q = [`WorkflowType = '${MOVE_WORKFLOW_TYPE}'`];
       if (o.phase) q.push(`ShardctlPhase = '${o.phase}'`);
       if (o.blocked) q.push(`ShardctlBlockedReason IS NOT NULL`);
       await withClient(cfg(), async (client) => {

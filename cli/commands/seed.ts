@@ -4,7 +4,7 @@ import { Command } from 'commander';
 import { loadConfig } from '../../lib/config';
 import { invalidInput } from '../../lib/errors';
 import { Router } from '../../lib/router';
-import { createDeps } from '../../worker/deps';
+import { createDeps } from '../../activities/deps';
 import { formatSeedSummary, seedTenant } from '../../lib/seed';
 
 function count(v: string, what: string): number {

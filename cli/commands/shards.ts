@@ -1,10 +1,10 @@
 // `shardctl shards prepare|list`: put the fence on the shards' tenant tables, and show which
 // shards are reachable and how many of their tenant tables are fenced. Pools are closed at the
 // end so the process exits.
-import { hardenPool } from '../../lib/pg';
 import { Command } from 'commander';
-import { Pool } from 'pg';
 import { Config, loadConfig, shardByName } from '../../lib/config';
+import { createConnections } from '../../lib/connections';
+import type { Pool } from 'pg';
 import { fenceStatus, prepareAllShards } from '../../lib/shard/prepare';
 
 export function register(program: Command) {
@@ -94,17 +94,6 @@ async function describeShard(config: Config, name: string, pool: Pool): Promise<
 }
 
 function poolsFor(config: Config) {
-  const pools = new Map<string, Pool>();
-  return {
-    get(name: string): Pool {
-      let p = pools.get(name);
-      if (!p) {
-        p = hardenPool(new Pool({ connectionString: shardByName(config, name).dsn, max: 2, connectionTimeoutMillis: 5000 }));
-        p.on('error', () => {}); // an idle client dropping must not crash the CLI
-        pools.set(name, p);
-      }
-      return p;
-    },
-    close: () => Promise.all([...pools.values()].map((p) => p.end().catch(() => {}))).then(() => {}),
-  };
+  const c = createConnections(config, { max: 2, connectionTimeoutMillis: 5000 });
+  return { get: c.shardPool, close: c.close };
 }

@@ -1,36 +1,19 @@
 // `shardctl tenant create|show|list`: create a tenant (fence first, then the directory row) and
 // read placements. Input is validated before anything is touched; bad input changes nothing.
-import { hardenPool } from '../../lib/pg';
 import { Command } from 'commander';
-import { Pool } from 'pg';
-import { loadConfig, Config, shardByName } from '../../lib/config';
+import { loadConfig, Config } from '../../lib/config';
+import { createConnections } from '../../lib/connections';
 import { invalidInput, ShardctlError } from '../../lib/errors';
 import { validateTenantId } from '../../lib/ids';
-import { openDirectoryPool } from '../../lib/directory/db';
+import { DEFAULT_CONNECT_TIMEOUT_MS } from '../../lib/directory/db';
 import { ensureDirectory } from '../../lib/directory/ensure';
 import { createTenant, getTenant, listTenants, tenantView, validateCreateInput } from '../../lib/tenants';
 
 export { ensureDirectory };
 
-/** Pools for one CLI invocation; close() ends them all so the process can exit. */
+/** Connections for one CLI invocation; close() ends them all so the process can exit. */
 function cliPools(config: Config) {
-  const shards = new Map<string, Pool>();
-  const directory = openDirectoryPool(config, { max: 4 });
-  return {
-    directory,
-    shardPool(name: string): Pool {
-      let p = shards.get(name);
-      if (!p) {
-        p = hardenPool(new Pool({ connectionString: shardByName(config, name).dsn, max: 2, connectionTimeoutMillis: 5000 }));
-        p.on('error', () => {});
-        shards.set(name, p);
-      }
-      return p;
-    },
-    async close() {
-      await Promise.all([directory, ...shards.values()].map((p) => p.end().catch(() => {})));
-    },
-  };
+  return createConnections(config, { max: 2, connectionTimeoutMillis: DEFAULT_CONNECT_TIMEOUT_MS });
 }
 
 function parseLoad(v: string | undefined): number | undefined {
@@ -62,8 +45,8 @@ export function register(program: Command) {
       validateCreateInput(input, cfg); // before any connection: bad input touches nothing
       const pools = cliPools(cfg);
       try {
-        await ensureDirectory(pools.directory, cfg);
-        const p = await createTenant({ directory: pools.directory, shardPool: pools.shardPool, config: cfg }, input);
+        await ensureDirectory(pools.directoryPool(), cfg);
+        const p = await createTenant({ directory: pools.directoryPool(), shardPool: pools.shardPool, config: cfg }, input);
         printTenant(tenantView(p), !!o.json);
       } finally {
         await pools.close();
@@ -79,8 +62,8 @@ export function register(program: Command) {
       validateTenantId(id);
       const pools = cliPools(cfg);
       try {
-        await ensureDirectory(pools.directory, cfg);
-        const p = await getTenant(pools.directory, id);
+        await ensureDirectory(pools.directoryPool(), cfg);
+        const p = await getTenant(pools.directoryPool(), id);
         if (!p) throw new ShardctlError('NotFound', `no tenant ${id}`);
         printTenant(tenantView(p), !!o.json);
       } finally {
@@ -97,8 +80,8 @@ export function register(program: Command) {
       const cfg = config();
       const pools = cliPools(cfg);
       try {
-        await ensureDirectory(pools.directory, cfg);
-        const { generation, tenants } = await listTenants(pools.directory);
+        await ensureDirectory(pools.directoryPool(), cfg);
+        const { generation, tenants } = await listTenants(pools.directoryPool());
         const views = tenants.filter((t) => !o.shard || t.shard === o.shard).map(tenantView);
         if (o.json) {
           console.log(JSON.stringify({ generation, tenants: views }));

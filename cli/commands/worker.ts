@@ -2,7 +2,7 @@
 import { Command } from 'commander';
 import { loadConfig } from '../../lib/config';
 import { startWorker } from '../../worker';
-import { createDeps } from '../../worker/deps';
+import { createDeps } from '../../activities/deps';
 import { faultHookFromEnv } from '../../worker/faults';
 import { ensureDirectory } from '../../lib/directory/ensure';
 

@@ -21,19 +21,11 @@ const ensured = new WeakSet<Pool>();
 
 /** Idempotent, and safe when several workers race: "if not exists" alone is not (pg_type unique). */
 export async function ensureManifestTable(pool: Pool): Promise<void> {
-  const c = await pool.connect();
-  try {
-    await c.query('begin');
+  await inTransaction(pool, async (c) => {
     await c.query(`select pg_advisory_xact_lock(hashtext('shardctl.blob_manifest ddl'))`);
     await c.query(DDL);
-    await c.query('commit');
-    ensured.add(pool);
-  } catch (e) {
-    await c.query('rollback').catch(() => {});
-    throw e;
-  } finally {
-    c.release();
-  }
+  });
+  ensured.add(pool);
 }
 
 function checkMoveId(moveId: unknown): string {

@@ -1,11 +1,17 @@
 // One apply session per (move, stream) on the target: a session advisory lock, taken before the
 // progress row is read. The newest session wins: a previous holder (a worker that is gone but whose
 // connection lingers, or a stale activity attempt) is terminated, so it can no longer commit.
-import type { ClientBase } from 'pg';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { ClientBase, Pool } from 'pg';
 import { createHash } from 'node:crypto';
 import { ShardctlError } from '../errors';
 
 const APPLY_LOCK_CLASS = 4212;
+
+/** The apply lock's key for a move's stream (the one place it is derived). */
+export function applyLockKey(moveId: string, stream: string): string {
+  return `${moveId}/${stream}`;
+}
 
 /** application_name of an apply session: lets a takeover recognise the holder as one of ours for this key. */
 export function applySessionTag(key: string): string {
@@ -38,11 +44,30 @@ export async function acquireApplyLock(client: ClientBase, key: string, timeoutM
     if (Date.now() > deadline) {
       throw new ShardctlError('Conflict', `another apply session for ${key} still holds the target after ${timeoutMs} ms`, { key }, true);
     }
-    await new Promise((res) => setTimeout(res, 50));
+    await sleep(50);
   }
 }
 
 export async function releaseApplyLock(client: ClientBase, key: string): Promise<void> {
   await client.query('select pg_advisory_unlock($1, hashtext($2))', [APPLY_LOCK_CLASS, key]);
   await client.query('reset application_name');
+}
+
+/**
+ * Ends every apply session of `key` on this shard (terminating its backend, so an open
+ * transaction rolls back) and returns once none holds it. Retire calls it after dropping the
+ * reverse slot: a late applier can then neither commit what it holds nor stream anything new.
+ */
+export async function evictApplySessions(pool: Pool, key: string, timeoutMs = 15_000): Promise<void> {
+  const c = await pool.connect();
+  let broken: Error | undefined;
+  try {
+    await acquireApplyLock(c, key, timeoutMs);
+    await releaseApplyLock(c, key);
+  } catch (e) {
+    broken = e as Error;
+    throw e;
+  } finally {
+    c.release(broken);
+  }
 }

@@ -2,11 +2,12 @@
 // (watermark reached, caught up and idle, time budget, abort), then releases the slot.
 // Resume contract: everything needed to resume is the target's move_progress row; the slot is
 // acknowledged only up to that row's LSN, so a crash at any instant redelivers, never loses.
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Client, Pool, PoolClient } from 'pg';
 import { ShardctlError } from '../errors';
 import { installShardSchema } from '../shard/schema';
 import { ApplyStats, ChangeApplier } from './applier';
-import { acquireApplyLock, releaseApplyLock } from './apply-lock';
+import { acquireApplyLock, releaseApplyLock, applyLockKey } from './apply-lock';
 import { compareLsn, isLsn, maxLsn, normalizeLsn } from './lsn';
 import { readAppliedLsn } from './progress';
 import { currentWalLsn, releaseSlot, slotStatus, waitSlotInactive, walBytesSince } from './publication';
@@ -85,7 +86,7 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
   let locked = false;
   let stream: ReplicationStream | undefined;
   let applier: ChangeApplier | undefined;
-  const lockKey = `${opts.moveId}/${opts.stream}`;
+  const lockKey = applyLockKey(opts.moveId, opts.stream);
   const onTargetError = () => {
     targetBroken = true;
   };
@@ -181,7 +182,7 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
               stopReason = 'deadline';
               break;
             }
-            await new Promise((r) => setTimeout(r, Math.min(aheadMs, PING_INTERVAL_MS)));
+            await sleep(Math.min(aheadMs, PING_INTERVAL_MS));
             continue;
           }
         }

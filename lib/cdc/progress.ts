@@ -1,7 +1,7 @@
 // The applied-LSN checkpoint in the target's shardctl.move_progress, written in the same target
 // transaction as the rows it describes, so "applied" and "recorded" can never disagree.
 // Invariant: the stored LSN only moves forward; a write that would move it back fails the transaction.
-import type { ClientBase } from 'pg';
+import type { ClientBase, Pool } from 'pg';
 import { ShardctlError } from '../errors';
 
 export async function readAppliedLsn(client: ClientBase, moveId: string, stream: string): Promise<string | null> {
@@ -25,4 +25,30 @@ export async function writeAppliedLsn(client: ClientBase, moveId: string, stream
   if (r.rowCount !== 1) {
     throw new ShardctlError('Conflict', `applied LSN of move ${moveId} stream ${stream} is already past ${lsn}: another apply session advanced it`, { moveId, stream, lsn }, true);
   }
+}
+
+/** Where reverse replication starts (the next owner's WAL position at the switch); the first record stands. */
+export async function recordReverseStart(pool: Pool, moveId: string, lsn: string): Promise<void> {
+  await pool.query(
+    `insert into shardctl.move_progress(move_id, stream, lsn, detail) values ($1, 'reverse', $2, '{"startedAtSwitch":true}')
+     on conflict (move_id, stream) do nothing`,
+    [moveId, lsn],
+  );
+}
+
+/** True when a move has any progress recorded on this shard (a resumed move, not a leftover). */
+export async function hasMoveProgress(pool: Pool, moveId: string): Promise<boolean> {
+  const r = await pool.query('select 1 from shardctl.move_progress where move_id = $1 limit 1', [moveId]);
+  return (r.rowCount ?? 0) > 0;
+}
+
+/** True when the stream has a progress row on this shard. */
+export async function hasStreamProgress(pool: Pool, moveId: string, stream: string): Promise<boolean> {
+  const r = await pool.query('select 1 from shardctl.move_progress where move_id = $1 and stream = $2', [moveId, stream]);
+  return (r.rowCount ?? 0) > 0;
+}
+
+/** Forgets every progress row of a move on this shard (cleanup after cancel, rollback, retire). */
+export async function forgetMoveProgress(pool: Pool, moveId: string): Promise<void> {
+  await pool.query('delete from shardctl.move_progress where move_id = $1', [moveId]);
 }

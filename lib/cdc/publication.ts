@@ -1,6 +1,7 @@
 // The source side of a move's change stream: the row-filtered publication and the pgoutput slot
 // (created publication first, then slot, both before any row is copied), their teardown, and
 // WAL position helpers. Idempotent: names are derived from the move, and re-running converges.
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { ClientBase, Pool } from 'pg';
 import { ShardctlError } from '../errors';
 import { validateTenantId } from '../ids';
@@ -175,7 +176,7 @@ export async function releaseSlot(source: Queryable, slot: string, timeoutMs = 1
     }
     await source.query('select pg_terminate_backend($1)', [pid]);
     terminated = true;
-    await new Promise((res) => setTimeout(res, 50));
+    await sleep(50);
   }
 }
 
@@ -186,7 +187,7 @@ export async function waitSlotInactive(source: Queryable, slot: string, timeoutM
     const r = await source.query<{ active: boolean }>('select active from pg_replication_slots where slot_name = $1', [slot]);
     if (!r.rows[0]?.active) return true;
     if (Date.now() > deadline) return false;
-    await new Promise((res) => setTimeout(res, 25));
+    await sleep(25);
   }
 }
 

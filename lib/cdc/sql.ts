@@ -1,6 +1,7 @@
-// SQL text helpers for the CDC engine: identifier/literal quoting and the publication DDL. Pure.
+// SQL text helpers for the CDC engine: identifier/literal quoting and the publication DDL. No I/O.
 // Every identifier that reaches SQL text goes through quoteIdent; values go through parameters,
 // except the publication row filter, whose literal DDL cannot take a parameter.
+import { quoteIdent } from '../shard/tables';
 import { ShardctlError } from '../errors';
 
 export interface TableRef {
@@ -8,11 +9,7 @@ export interface TableRef {
   name: string;
 }
 
-export function quoteIdent(s: string): string {
-  if (typeof s !== 'string' || s.length === 0) throw new ShardctlError('InvalidInput', 'empty SQL identifier');
-  if (s.includes('\0')) throw new ShardctlError('InvalidInput', 'SQL identifier contains NUL');
-  return `"${s.replace(/"/g, '""')}"`;
-}
+export { quoteIdent };
 
 /** Standard-conforming literal; backslashes force the E'' form so the value is the same under any setting. */
 export function quoteLiteral(s: string): string {

@@ -2,6 +2,7 @@
 // on retire. Children before parents (reverse FK order), because the data-plane role
 // (session_replication_role = replica, which also bypasses the fence) disables FK actions too:
 // ON DELETE CASCADE would not fire. Each batch is its own short transaction.
+import { inTransaction } from '../pg';
 import type { Pool } from 'pg';
 import type { TenantTable } from '../shard/tables';
 import { quoteIdent } from '../shard/tables';
@@ -37,19 +38,10 @@ export async function deleteTenantRows(
     let rowsDeleted = 0;
     for (;;) {
       signal?.throwIfAborted();
-      const c = await pool.connect();
-      let n: number;
-      try {
-        await c.query('begin');
+      const n = await inTransaction(pool, async (c) => {
         await c.query(REPLICA_ROLE_SQL);
-        n = (await c.query(sql, [unit])).rowCount ?? 0;
-        await c.query('commit');
-      } catch (err) {
-        await c.query('rollback').catch(() => {});
-        c.release(err as Error);
-        throw err;
-      }
-      c.release();
+        return (await c.query(sql, [unit])).rowCount ?? 0;
+      });
       rowsDeleted += n;
       if (n > 0) await input.onBatch?.({ table: `${table.schema}.${table.name}`, rowsDeleted });
       if (n < batchRows) break;

@@ -4,27 +4,20 @@
 //    active on the source (pg_stat_activity), wait with exponential backoff (200 ms .. 5 s)
 //    until it drops. Crude but cheap, and it reacts to whatever is loading the source.
 // Every wait is abortable by the copy's signal.
+import { setTimeout as delay } from 'node:timers/promises';
 import type { PoolClient } from 'pg';
 
 export const DEFAULT_MAX_SOURCE_ACTIVE = 32;
 
-export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  if (ms <= 0) {
-    signal?.throwIfAborted();
-    return Promise.resolve();
+/** Sleeps ms; rejects with the signal's reason when it aborts first. */
+export async function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  signal?.throwIfAborted();
+  if (ms <= 0) return;
+  try {
+    await delay(ms, undefined, { signal });
+  } catch (e) {
+    throw signal?.aborted ? signal.reason : e;
   }
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) return reject(signal.reason);
-    const onAbort = () => {
-      clearTimeout(timer);
-      reject(signal!.reason);
-    };
-    const timer = setTimeout(() => {
-      signal?.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
-    signal?.addEventListener('abort', onAbort, { once: true });
-  });
 }
 
 /** Milliseconds to wait so that `rows` copied since `startedAt` stay within `rowsPerSecond`. */

@@ -1,5 +1,6 @@
 // Small process helpers for the dev stack: run a command to completion, spawn a detached
 // daemon with its output in a log file, probe ports and PIDs. Node-only.
+import { setTimeout } from 'node:timers/promises';
 import { spawn, spawnSync, SpawnSyncOptions } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
@@ -78,8 +79,8 @@ export function portOpen(port: number, host = '127.0.0.1', timeoutMs = 500): Pro
   });
 }
 
-export function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
+export async function sleep(ms: number): Promise<void> {
+  await setTimeout(ms);
 }
 
 export function tail(file: string, lines = 20): string {

@@ -1,6 +1,7 @@
 // Connections to the placement directory and the one place that turns "cannot reach it" into
 // ShardctlError('DirectoryUnavailable'). Callers map errors here so operators see one clear line.
-import { hardenPool, inTransaction } from '../pg';
+import { inTransaction } from '../pg';
+import { openPool } from '../connections';
 import { Pool, PoolClient, Client } from 'pg';
 import { ShardctlError } from '../errors';
 import type { Config } from '../config';
@@ -12,14 +13,8 @@ export const DEFAULT_CONNECT_TIMEOUT_MS = 5000;
 
 /** A pool on the directory that fails fast when the server is unreachable. */
 export function openDirectoryPool(config: Config, opts: { max?: number; connectionTimeoutMillis?: number } = {}): Pool {
-  const p = new Pool({
-    connectionString: config.directory.dsn,
-    max: opts.max ?? 8,
-    connectionTimeoutMillis: opts.connectionTimeoutMillis ?? DEFAULT_CONNECT_TIMEOUT_MS,
-    idleTimeoutMillis: 30_000,
-  });
-  hardenPool(p); // client errors surface on the next use instead of crashing
-  return p;
+  // Hardened: client errors surface on the next use instead of crashing.
+  return openPool(config.directory.dsn, { max: opts.max ?? 8, connectionTimeoutMillis: opts.connectionTimeoutMillis ?? DEFAULT_CONNECT_TIMEOUT_MS });
 }
 
 const CONNECTION_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN', 'EPIPE']);

@@ -16,6 +16,8 @@ export interface Placement {
   epoch: number;
   state: PlacementState;
   moveId: string | null;
+  /** The token of the cutover attempt that froze the unit (state moving); absent otherwise. */
+  freezeToken?: string;
   expectedLoad: number;
   /** ISO timestamp of the last change. */
   updatedAt: string;
@@ -47,7 +49,7 @@ export type InsertResult =
   | { ok: true; placement: Placement; generation: number }
   | { ok: false; type: 'exists'; current: Placement };
 
-const COLUMNS = 'unit, kind, shard, epoch, state, move_id, expected_load, updated_at';
+const COLUMNS = 'unit, kind, shard, epoch, state, move_id, freeze_token, expected_load, updated_at';
 
 export function rowToPlacement(r: any): Placement {
   return {
@@ -57,6 +59,7 @@ export function rowToPlacement(r: any): Placement {
     epoch: Number(r.epoch),
     state: r.state,
     moveId: r.move_id ?? null,
+    freezeToken: r.freeze_token ?? undefined,
     expectedLoad: Number(r.expected_load),
     updatedAt: r.updated_at instanceof Date ? r.updated_at.toISOString() : String(r.updated_at),
   };
@@ -126,8 +129,8 @@ class Rollback<T> {
 export async function compareAndSetPlacement(
   pool: Pool,
   unit: string,
-  expect: { shard: string; epoch: number; state: PlacementState; moveId?: string | null },
-  next: { shard: string; state: PlacementState; moveId: string | null },
+  expect: { shard: string; epoch: number; state: PlacementState; moveId?: string | null; freezeToken?: string | null },
+  next: { shard: string; state: PlacementState; moveId: string | null; freezeToken?: string | null },
   audit: AuditEntry,
 ): Promise<CasResult> {
   checkState(next.state, next.moveId);
@@ -137,13 +140,19 @@ export async function compareAndSetPlacement(
     return await inDirectoryTransaction(pool, async (c) => {
       const r = await c.query(
         `update shardctl.units
-            set shard = $5, state = $6, move_id = $7,
+            set shard = $5, state = $6, move_id = $7, freeze_token = $12,
                 epoch = epoch + case when shard <> $5 then 1 else 0 end,
                 updated_at = now()
           where unit = $1 and shard = $2 and epoch = $3 and state = $4
             and ($8::boolean is false or move_id is not distinct from $9)
+            and ($10::boolean is false or freeze_token is not distinct from $11)
           returning ${COLUMNS}`,
-        [unit, expect.shard, expect.epoch, expect.state, next.shard, next.state, next.moveId, expect.moveId !== undefined, expect.moveId ?? null],
+        [
+          unit, expect.shard, expect.epoch, expect.state, next.shard, next.state, next.moveId,
+          expect.moveId !== undefined, expect.moveId ?? null, expect.freezeToken !== undefined, expect.freezeToken ?? null,
+          // A freeze token lives only while the unit is moving.
+          next.state === 'moving' ? (next.freezeToken ?? null) : null,
+        ],
       );
       if (r.rowCount === 0) throw new Rollback<CasResult>({ ok: false, type: 'conflict', current: undefined });
       const placement = rowToPlacement(r.rows[0]);

@@ -1,5 +1,6 @@
 // Versioned, idempotent migrations of the placement directory (schema `shardctl` in the
 // directory database). Each version is applied once, under an advisory lock, in a transaction.
+import { inTransaction } from '../pg';
 import type { Pool } from 'pg';
 
 export const DIRECTORY_MIGRATIONS: { version: number; name: string; sql: string }[] = [
@@ -69,13 +70,18 @@ alter table shardctl.audit add column idem text;
 create unique index audit_idem on shardctl.audit (idem) where idem is not null;
 `,
   },
+  {
+    version: 4,
+    name: 'freeze tokens',
+    // Every cutover attempt's freeze carries a unique token; unfreeze and switch require it, so
+    // a late or paused attempt can never act on another attempt's freeze (DESIGN.md §4).
+    sql: `alter table shardctl.units add column if not exists freeze_token text;`,
+  },
 ];
 
 export async function migrateDirectory(pool: Pool): Promise<number[]> {
-  const c = await pool.connect();
-  const applied: number[] = [];
-  try {
-    await c.query('begin');
+  return inTransaction(pool, async (c) => {
+    const applied: number[] = [];
     await c.query('select pg_advisory_xact_lock(421, 0)');
     await c.query('create schema if not exists shardctl');
     await c.query(`create table if not exists shardctl.schema_migrations (
@@ -87,12 +93,6 @@ export async function migrateDirectory(pool: Pool): Promise<number[]> {
       await c.query('insert into shardctl.schema_migrations(version, name) values ($1, $2)', [m.version, m.name]);
       applied.push(m.version);
     }
-    await c.query('commit');
     return applied;
-  } catch (e) {
-    await c.query('rollback').catch(() => {});
-    throw e;
-  } finally {
-    c.release();
-  }
+  });
 }

@@ -97,3 +97,15 @@ export async function setShardCapacity(pool: Pool, name: string, capacity: numbe
   if (!Number.isSafeInteger(capacity) || capacity <= 0) throw invalidInput(`shard capacity must be a positive integer, got ${capacity}`);
   return updateShard(pool, name, { capacity }, { ...audit, action: 'shard.capacity' });
 }
+
+/** A shard's status, capacity and the expected load of the units placed on it; undefined when unknown. */
+export async function shardLoad(db: Queryable, name: string): Promise<{ status: ShardStatus; capacity: number; load: number } | undefined> {
+  const r = await db.query(
+    `select s.status, s.capacity, coalesce((select sum(expected_load) from shardctl.units u where u.shard = s.name), 0) as load
+       from shardctl.shards s where s.name = $1`,
+    [name],
+  );
+  if (!r.rowCount) return undefined;
+  const s = r.rows[0];
+  return { status: s.status, capacity: Number(s.capacity), load: Number(s.load) };
+}

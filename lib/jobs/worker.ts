@@ -2,6 +2,7 @@
 // the router, so every state change carries the unit's epoch and is gated by the shard fence
 // like any other write (a frozen unit's jobs stay queued; a moved unit's jobs are worked on
 // the new owner). Claims use FOR UPDATE SKIP LOCKED: two workers never claim the same job.
+import { setTimeout as delay } from 'node:timers/promises';
 import type { PoolClient } from 'pg';
 import { ShardctlError, invalidInput } from '../errors';
 import type { Grant } from '../router/grant';
@@ -218,17 +219,9 @@ export interface JobWorkerStats {
 
 const isRefusal = (e: unknown) => e instanceof ShardctlError && (e.type === 'Frozen' || e.type === 'StaleRoute' || e.type === 'DirectoryUnavailable');
 
+/** Sleeps ms, or less if the signal aborts first (an abort ends the wait, it is not an error). */
 function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal.aborted) return resolve();
-    const t = setTimeout(done, ms);
-    function done() {
-      clearTimeout(t);
-      signal.removeEventListener('abort', done);
-      resolve();
-    }
-    signal.addEventListener('abort', done, { once: true });
-  });
+  return delay(Math.max(0, ms), undefined, { signal }).catch(() => {});
 }
 
 /**

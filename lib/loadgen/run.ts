@@ -2,6 +2,7 @@
 // `durationMs`, writing and reading through the router and logging every write's outcome.
 // 'ack' is logged only after withTenant returned (COMMIT done); 'refused' only when the
 // transaction certainly rolled back; anything else is 'unknown' (see classify.ts).
+import { setTimeout as delay } from 'node:timers/promises';
 import { performance } from 'node:perf_hooks';
 import { DeleteObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
 import type { Config } from '../config';
@@ -52,17 +53,11 @@ export interface LoadgenHandle {
   histograms(): { read: Array<[number, number]>; write: Array<[number, number]> };
 }
 
-const sleep = (ms: number, signal: AbortSignal) =>
-  new Promise<void>((resolve) => {
-    if (ms <= 0 || signal.aborted) return resolve();
-    const t = setTimeout(done, ms);
-    function done() {
-      clearTimeout(t);
-      signal.removeEventListener('abort', done);
-      resolve();
-    }
-    signal.addEventListener('abort', done, { once: true });
-  });
+/** Sleeps ms, or less if the signal aborts first (an abort ends the wait, it is not an error). */
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return delay(Math.max(0, ms), undefined, { signal }).catch(() => {});
+}
+
 
 export function startLoadgen(opts: LoadgenOptions): LoadgenHandle {
   if (!opts.tenants.length) throw invalidInput('loadgen needs at least one tenant');

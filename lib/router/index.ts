@@ -6,4 +6,4 @@ export { grantCovers, assertGrantCovers } from './grant';
 export { classifyError, backoffDelayMs, nextWaitMs, FROZEN_BACKOFF, STALE_BACKOFF } from './retry';
 export type { ErrorClass, BackoffPolicy } from './retry';
 export type { Placement, PlacementState } from './snapshot';
-export { PLACEMENT_CHANNEL } from './directory-feed';
+export { PLACEMENT_CHANNEL } from '../directory/placements';

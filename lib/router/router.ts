@@ -2,12 +2,14 @@
 // tenant. Routing comes from a cached directory snapshot (NOTIFY, TTL, per-entry refresh on a
 // stale-route refusal); correctness never depends on the cache, because every transaction
 // carries (unit, epoch) and the shard refuses writes and reads that do not match its fence.
-import { hardenPool } from '../pg';
-import { Pool, PoolClient } from 'pg';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { openPool } from '../connections';
+import type { Pool, PoolClient } from 'pg';
 import type { Config } from '../config';
 import { ShardctlError, invalidInput } from '../errors';
 import { validateTenantId } from '../ids';
-import { DirectoryReader, PlacementListener } from './directory-feed';
+import { DirectoryReader } from './directory-feed';
+import { PlacementListener } from '../directory/listen';
 import { Grant, assertGrantCovers } from './grant';
 import { STALE_BACKOFF, FROZEN_BACKOFF, backoffDelayMs, classifyError, nextWaitMs } from './retry';
 import { Placement, PlacementCache, UnitObservation } from './snapshot';
@@ -68,7 +70,6 @@ export type TenantFn<T> = (tx: PoolClient) => Promise<T>;
 
 const ISOLATIONS: ReadonlySet<string> = new Set(['read committed', 'repeatable read', 'serializable']);
 
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 export class Router {
   private readonly cache = new PlacementCache();
@@ -310,13 +311,8 @@ export class Router {
     if (!sc) {
       throw new ShardctlError('ConfigError', `the directory places units on shard ${shard}, which this router's configuration does not list`, { shard });
     }
-    pool = new Pool({
-      connectionString: sc.dsn,
-      max: this.opts.poolMax ?? 10,
-      connectionTimeoutMillis: this.connectTimeoutMs,
-      application_name: 'shardctl-router',
-    });
-    hardenPool(pool); // a connection dying (idle or checked out) is noticed by the next query
+    // Hardened (lib/connections): a connection dying, idle or checked out, is noticed by the next query.
+    pool = openPool(sc.dsn, { max: this.opts.poolMax ?? 10, connectionTimeoutMillis: this.connectTimeoutMs, applicationName: 'shardctl-router' });
     this.pools.set(shard, pool);
     return pool;
   }

@@ -2,7 +2,8 @@
 // with the directory generation it was learned at, so late answers never overwrite newer ones.
 // Pure (no I/O). The cache is only ever a hint: shards enforce ownership with the fence.
 
-export type PlacementState = 'active' | 'moving';
+import type { PlacementState } from '../directory/placements';
+export type { PlacementState };
 
 export interface Placement {
   unit: string;

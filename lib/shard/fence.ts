@@ -3,6 +3,7 @@
 // older state can still commit (writers hold the same lock shared; see schema.ts).
 import type { Pool, PoolClient } from 'pg';
 import { FENCE_LOCK_CLASS } from './schema';
+import { inTransaction } from '../pg';
 
 export interface FenceState {
   unit: string;
@@ -28,9 +29,7 @@ export async function setUnitFence(
   next: FenceState,
   opts: { expect?: Partial<FenceState> | 'absent'; lockTimeoutMs?: number } = {},
 ): Promise<{ ok: boolean; current: FenceState | undefined; waitedMs: number }> {
-  const c = await pool.connect();
-  try {
-    await c.query('begin');
+  return inTransaction(pool, async (c) => {
     if (opts.lockTimeoutMs) await c.query(`select set_config('lock_timeout', $1, true)`, [`${opts.lockTimeoutMs}ms`]);
     const t0 = Date.now();
     await c.query('select pg_advisory_xact_lock($1, hashtext($2))', [FENCE_LOCK_CLASS, next.unit]);
@@ -41,21 +40,67 @@ export async function setUnitFence(
       e === 'absent'
         ? current !== undefined
         : e !== undefined && (!current || Object.entries(e).some(([k, v]) => (current as any)[k] !== v));
-    if (mismatch || (current && next.epoch < current.epoch)) {
-      await c.query('rollback');
-      return { ok: false, current, waitedMs };
-    }
+    // Nothing written: the transaction commits empty.
+    if (mismatch || (current && next.epoch < current.epoch)) return { ok: false, current, waitedMs };
+    // Already so: no write, so updated_at keeps meaning "last change" (retire's write audit
+    // counts from the disown; a late, repeated disown must not move that start).
+    if (current && current.epoch === next.epoch && current.owned === next.owned && current.frozen === next.frozen) return { ok: true, current, waitedMs };
     await c.query(
       `insert into shardctl.fence(unit, epoch, owned, frozen, updated_at) values ($1, $2, $3, $4, now())
        on conflict (unit) do update set epoch = excluded.epoch, owned = excluded.owned, frozen = excluded.frozen, updated_at = now()`,
       [next.unit, next.epoch, next.owned, next.frozen],
     );
-    await c.query('commit');
     return { ok: true, current: next, waitedMs };
-  } catch (err) {
-    await c.query('rollback').catch(() => {});
-    throw err;
-  } finally {
-    c.release();
+  });
+}
+
+// ---------------------------------------------------------------- the fence's verbs
+// Product code names what it does to a fence; `setUnitFence` with flag combinations stays the
+// primitive underneath (and for tests that need an arbitrary state).
+
+/** A new unit's first owner: epoch `epoch`, owned, open; refuses if the shard already has a fence for it. */
+export function installOwner(pool: Pool, unit: string, epoch: number, lockTimeoutMs = 10_000) {
+  return setUnitFence(pool, { unit, epoch, owned: true, frozen: false }, { expect: 'absent', lockTimeoutMs });
+}
+
+/**
+ * Freezes the owner's writes for a cutover: returns once every in-flight writer of the unit has
+ * finished. With `lockTimeoutMs` a writer holding its transaction open past it fails the call
+ * with SQLSTATE 55P03 instead of stretching the pause open-ended.
+ */
+export function freezeSource(pool: Pool, unit: string, epoch: number, opts: { lockTimeoutMs?: number } = {}) {
+  return setUnitFence(pool, { unit, epoch, owned: true, frozen: true }, { lockTimeoutMs: opts.lockTimeoutMs });
+}
+
+/** Reopens the owner's writes, only if this shard still owns the unit at `epoch` (never reopens an old owner). */
+export function unfreeze(pool: Pool, unit: string, epoch: number) {
+  return setUnitFence(pool, { unit, epoch, owned: true, frozen: false }, { expect: { epoch, owned: true } });
+}
+
+/** The new owner accepts writes at `epoch` (the switch's first half). */
+export function acceptEpoch(pool: Pool, unit: string, epoch: number) {
+  return setUnitFence(pool, { unit, epoch, owned: true, frozen: false });
+}
+
+/** This shard no longer owns the unit: it refuses every write of it at `epoch` and below. */
+export function disown(pool: Pool, unit: string, epoch: number) {
+  return setUnitFence(pool, { unit, epoch, owned: false, frozen: false });
+}
+
+/** Forgets a fence row that does not own the unit (a cancelled move's target). Owned rows stay. */
+export async function forgetUnownedFence(pool: Pool, unit: string): Promise<void> {
+  await pool.query('delete from shardctl.fence where unit = $1 and not owned', [unit]);
+}
+
+/** Best effort: deletes a new unit's first fence only if it is still the one `installOwner` wrote. */
+export async function removeFirstFence(pool: Pool, unit: string): Promise<boolean> {
+  try {
+    return await inTransaction(pool, async (c) => {
+      await c.query('select pg_advisory_xact_lock($1, hashtext($2))', [FENCE_LOCK_CLASS, unit]);
+      const r = await c.query('delete from shardctl.fence where unit = $1 and epoch = 1 and owned and not frozen', [unit]);
+      return (r.rowCount ?? 0) > 0;
+    });
+  } catch {
+    return false;
   }
 }

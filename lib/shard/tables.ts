@@ -1,7 +1,7 @@
 // Discovers the tenant tables of a shard from the catalog: those named in config, or every
 // table in the configured schemas with the tenant column. Ordered parents-first by foreign keys
 // so copies and deletes are dependency-safe. Also says why a table cannot be moved.
-import type { Pool, PoolClient } from 'pg';
+import { escapeIdentifier, type Pool, type PoolClient } from 'pg';
 import { ShardctlError } from '../errors';
 
 export interface TenantColumn {
@@ -23,8 +23,17 @@ export interface TenantTable {
   references: string[];
 }
 
+/** A quoted SQL identifier (pg's escapeIdentifier); refuses what no identifier can be. */
 export function quoteIdent(s: string): string {
-  return `"${s.replace(/"/g, '""')}"`;
+  if (typeof s !== 'string' || s.length === 0) throw new ShardctlError('InvalidInput', 'empty SQL identifier');
+  if (s.includes('\0')) throw new ShardctlError('InvalidInput', 'SQL identifier contains NUL');
+  return escapeIdentifier(s);
+}
+
+/** How many rows of the unit the table holds on this shard. */
+export async function countUnitRows(db: Pool | PoolClient, t: TenantTable, column: string, unit: string): Promise<number> {
+  const r = await db.query(`select count(*) as n from ${t.qualified} where ${quoteIdent(column)} = $1`, [unit]);
+  return Number(r.rows[0].n);
 }
 
 export async function listTenantTables(

@@ -3,7 +3,7 @@
 // of shardctl's own data-plane sessions (application_name 'shardctl…'). Routed writes to an
 // unowned unit are refused by the fence; this catches the rest (manual fixes, foreign tools).
 // The trigger fires only in replica sessions (WHEN clause), so ordinary writes pay nothing.
-import type { PoolClient } from 'pg';
+import type { Pool, PoolClient } from 'pg';
 import type { TenantTable } from './tables';
 
 export const WRITE_AUDIT_TRIGGER = 'shardctl_write_audit';
@@ -60,4 +60,14 @@ export async function installWriteAudit(c: PoolClient, t: TenantTable, fn: strin
   );
   await c.query(`alter table ${t.qualified} enable always trigger ${WRITE_AUDIT_TRIGGER}`);
   return true;
+}
+
+/** Writes that reached the unit's rows on this shard, bypassing the fence, since its fence last changed (the disown at the switch). */
+export async function unownedWritesSinceDisown(pool: Pool, unit: string): Promise<{ count: number; example: string | null }> {
+  const r = await pool.query(
+    `select count(*)::int as n, min(application_name) as app from shardctl.unowned_writes
+      where unit = $1 and at >= (select updated_at from shardctl.fence where unit = $1)`,
+    [unit],
+  );
+  return { count: Number(r.rows[0].n), example: r.rows[0].app ?? null };
 }

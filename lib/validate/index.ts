@@ -4,3 +4,5 @@ export { compareTenantRows, validateTenant, type CompareInput, type TableValidat
 export { formatMismatch, formatKey, formatValue } from './format';
 export { mergeCompare, excerptPair, type Key, type KeyedRow, type ColumnDifference, type MergeResult } from './merge';
 export { keyComparator, keyOrderFor, orderExpression, compareUtf8, type KeyColumn, type KeyOrder } from './keys';
+export { persistentMismatches } from './settle';
+export { fingerprintUnit, fingerprintTable, fingerprintDiff, type TableFingerprint } from './fingerprint';

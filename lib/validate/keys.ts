@@ -3,6 +3,7 @@
 // under different collations (and glibc versions), so it is ordered by its bytes:
 // `col::text COLLATE "C"`, compared here as UTF-8 bytes. Integers keep their native order
 // (index-friendly) and compare as BigInt; uuid's native order equals its text order. Pure.
+import { escapeIdentifier } from 'pg';
 export type KeyOrder = 'int' | 'uuid' | 'bytes';
 
 export interface KeyColumn {
@@ -19,15 +20,11 @@ export function keyOrderFor(type: string): KeyOrder {
   return 'bytes';
 }
 
-function quoteIdent(s: string): string {
-  return `"${s.replace(/"/g, '""')}"`;
-}
-
 /** The ORDER BY expression for a key column (identical on both servers). */
 export function orderExpression(col: KeyColumn, alias?: string): string {
   // Qualified by the table alias: an unqualified name in ORDER BY would bind to the select
   // list's `col::text` output column first and sort integers as text.
-  const q = alias ? `${alias}.${quoteIdent(col.name)}` : quoteIdent(col.name);
+  const q = alias ? `${alias}.${escapeIdentifier(col.name)}` : escapeIdentifier(col.name);
   return col.order === 'bytes' ? `(${q}::text) collate "C"` : q;
 }
 

@@ -12,7 +12,7 @@ import * as H from '../helpers/move';
 import { createSchemaWorld, SchemaWorld, asTenant, snapshotRows, snapshotDiff, RowSnapshot, SHARDS } from '../helpers/schema';
 import { getUnitFence } from '../../lib/shard/fence';
 import { quoteIdent, listTenantTables } from '../../lib/shard/tables';
-import { fingerprintTable, fingerprintDiff } from '../../lib/cutover/checksum';
+import { fingerprintTable, fingerprintDiff } from '../../lib/validate/fingerprint';
 import * as M from '../../workflows/messages';
 import { isTerminal, pastPointOfNoReturn, phaseReached } from '../../workflows/phases';
 
@@ -303,7 +303,7 @@ async function expectRefusedAtPlan(w: { world: SchemaWorld; handles: WorkflowHan
   expect(final.phaseTimes.copy).toBeUndefined();
   expect(await observe(w.world, tenant, tables)).toEqual(before);
   expect(await H.replicationLeftovers(`${tenant}.e1`)).toEqual([]);
-  const recorded = await directoryPool().query('select count(*)::int n from shardctl.moves where move_id = $1', [`${tenant}.e1`]);
+  const recorded = await directoryPool().query("select count(*)::int n from shardctl.moves where move_id like $1 || '%'", [`${tenant}.e1.`]);
   expect(recorded.rows[0].n).toBe(0);
   return final;
 }
@@ -455,5 +455,75 @@ describe('a permanent failure before the switch', () => {
     expect(await H.rowCount('shard-b', tenant)).toBe(0);
     expect(await H.placement(tenant)).toMatchObject({ shard: 'shard-a', epoch: 1, state: 'active', moveId: null });
     expect(await H.tryWrite('shard-a', tenant, 1)).toBe('ok');
+  });
+});
+
+describe('a fence trigger disabled behind shardctl’s back', () => {
+  it('the cutover refuses to freeze while a tenant table’s fence trigger is disabled, names the table and the fix, and proceeds once it is enabled again', { timeout: 240_000 }, async () => {
+    const w = await world('Xd', (S) => `
+      create schema ${S};
+      create table ${S}.ledger (tenant_id text not null, id int not null, v text, primary key (tenant_id, id));`);
+    const S = w.world.S;
+    const src = w.world.pool('shard-a');
+    const tenant = await H.newTenant('shard-a', 'xd');
+    await asTenant(src, tenant, 1, (c) => c.query(`insert into ${S}.ledger select $1, g, 'v' || g from generate_series(1, 20) g`, [tenant]));
+    const h = await start(w, tenant, { approveCutover: 'manual', soakSeconds: 1 });
+    await H.waitFor(h, (s) => s.awaitingApproval, 120_000);
+    await src.query(`alter table ${S}.ledger disable trigger shardctl_fence`);
+    try {
+      await h.executeUpdate(M.approveUpdate, { args: [{ actor: 'test' }] });
+      const s = await H.waitFor(h, (x) => x.cutoverAttempts >= 1 && x.lastError !== '', 120_000);
+      expect(s.lastError).toContain(`table ${w.world.schema}.ledger on shard-a has no enabled fence trigger; run \`shardctl shards prepare --shard shard-a\``);
+      // Never frozen: the directory still shows the source active, and no freeze was recorded.
+      expect(await H.placement(tenant)).toMatchObject({ shard: 'shard-a', epoch: 1, state: 'active', moveId: null });
+      const freezes = await directoryPool().query(`select count(*)::int as n from shardctl.audit where unit = $1 and action = 'freeze'`, [tenant]);
+      expect(freezes.rows[0].n).toBe(0);
+    } finally {
+      await src.query(`alter table ${S}.ledger enable trigger shardctl_fence`);
+    }
+    const done = await H.waitPhase(h, 'done', 180_000);
+    expect(done.epoch).toBe(2);
+    expect(await H.placement(tenant)).toMatchObject({ shard: 'shard-b', epoch: 2, state: 'active' });
+  });
+});
+
+describe('a permanent failure after the switch', () => {
+  it('a column added on the new owner during soak blocks reverse replication with the reason instead of failing the move; once fixed, resume catches up and retire finishes', { timeout: 240_000 }, async () => {
+    const w = await world('Xs', (S) => `
+      create schema ${S};
+      create table ${S}.ledger (tenant_id text not null, id int not null, v text, primary key (tenant_id, id));`);
+    const S = w.world.S;
+    const tenant = await H.newTenant('shard-a', 'xs');
+    await asTenant(w.world.pool('shard-a'), tenant, 1, (c) => c.query(`insert into ${S}.ledger select $1, g, 'v' || g from generate_series(1, 10) g`, [tenant]));
+    const h = await start(w, tenant, { soakSeconds: 600 });
+    await reach(h, 'soak', 150_000);
+    // Schema drift on the new owner, and a write that uses it.
+    await w.world.pool('shard-b').query(`alter table ${S}.ledger add column extra text`);
+    await asTenant(w.world.pool('shard-b'), tenant, 2, (c) => c.query(`insert into ${S}.ledger (tenant_id, id, v, extra) values ($1, 99, 'late', 'x')`, [tenant]));
+    const blocked = await H.waitFor(h, (s) => s.blockedReason.includes('reverse replication stopped'), 120_000);
+    expect(blocked.phase).toBe('soak');
+    expect(blocked.paused).toBe(true);
+    expect(blocked.blockedReason).toContain('exists on the source but not on the target');
+    expect(blocked.blockedReason).toContain('move resume');
+    // The old owner stays fenced and keeps its copy; the workflow is still running.
+    expect(await H.tryWrite('shard-a', tenant, 1)).toBe('SC421');
+    await new Promise((r) => setTimeout(r, 2000));
+    expect((await h.query(M.statusQuery)).phase).toBe('soak');
+    // The operator fixes the old owner's schema and resumes.
+    await w.world.pool('shard-a').query(`alter table ${S}.ledger add column extra text`);
+    expect(await h.executeUpdate(M.resumeUpdate, { args: [{ actor: 'test' }] })).toBe('resumed');
+    for (let i = 0; i < 300; i++) {
+      const r = await w.world.pool('shard-a').query(`select extra from ${S}.ledger where tenant_id = $1 and id = 99`, [tenant]);
+      if (r.rowCount) {
+        expect(r.rows[0].extra).toBe('x');
+        break;
+      }
+      if (i === 299) throw new Error('the late row never reached the old owner');
+      await new Promise((res) => setTimeout(res, 200));
+    }
+    await h.executeUpdate(M.retireNowUpdate, { args: [{ actor: 'test' }] });
+    const done = await H.waitPhase(h, 'done', 120_000);
+    expect(done.blockedReason).toBe('');
+    expect(await H.replicationLeftovers(`${tenant}.e1`)).toEqual([]);
   });
 });

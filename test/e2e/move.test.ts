@@ -5,7 +5,7 @@ import { testConfig, closePools } from '../helpers/stack';
 import * as H from '../helpers/move';
 import * as C from '../helpers/crash';
 import { Router } from '../../lib/router';
-import { createDeps } from '../../worker/deps';
+import { createDeps } from '../../activities/deps';
 import { startLoadgen, verifyLog } from '../../lib/loadgen';
 import * as M from '../../workflows/messages';
 import { runJobWorker, enqueueJob } from '../../lib/jobs/worker';

@@ -9,7 +9,7 @@ import type { WorkflowHandle } from '@temporalio/client';
 import { testConfig, uniq, shardPool, directoryPool } from './stack';
 import * as H from './move';
 import { Router } from '../../lib/router';
-import { createDeps } from '../../worker/deps';
+import { createDeps } from '../../activities/deps';
 import { startLoadgen, verifyLog, readLog, LoadgenHandle, snapshotUnit, unitLeftovers, UnitBaseline } from '../../lib/loadgen';
 import { shardByName } from '../../lib/config';
 import type { MoveStatus } from '../../workflows/messages';

@@ -9,13 +9,14 @@ import { createTenant } from '../../lib/tenants';
 import { getPlacement } from '../../lib/directory/placements';
 import { Router } from '../../lib/router';
 import { seedTenant } from '../../lib/seed';
-import { createDeps } from '../../worker/deps';
-import { moveWorkflowId } from '../../lib/ids';
+import { createDeps } from '../../activities/deps';
+import { moveWorkflowId, replicationNamePattern } from '../../lib/ids';
+import { startMove } from '../../lib/moves/start';
 import { startWorker } from '../../worker';
 import * as M from '../../workflows/messages';
 import { phaseReached, isTerminal, Phase } from '../../workflows/phases';
 import { listTenantTables } from '../../lib/shard/tables';
-import { fingerprintUnit, TableFingerprint } from '../../lib/cutover/checksum';
+import { fingerprintUnit, TableFingerprint } from '../../lib/validate/fingerprint';
 
 let prepared: Promise<void> | undefined;
 export function prepareStack(): Promise<void> {
@@ -76,9 +77,7 @@ export function moveInput(tenant: string, target: string, o: Partial<M.MoveInput
   };
 }
 
-export async function startMove(client: TemporalClient, taskQueue: string, input: M.MoveInput): Promise<WorkflowHandle> {
-  return client.workflow.start('moveTenantWorkflow', { taskQueue, workflowId: moveWorkflowId(input.unit), args: [input] });
-}
+export { startMove };
 
 /**
  * Polls the move's status until `pred` holds. A failing query (the workflow not started yet, a
@@ -115,14 +114,14 @@ export async function waitPhase(handle: WorkflowHandle, phase: Phase, timeoutMs 
   }, timeoutMs);
 }
 
-/** Slots and publications of a move left on any shard (invariant 5). */
-export async function replicationLeftovers(moveId: string): Promise<string[]> {
-  const safe = moveId.replace(/[^a-z0-9_]/g, '_').slice(0, 40);
+/** Slots and publications left on any shard by every move whose id starts with `moveIdPrefix` (invariant 5). */
+export async function replicationLeftovers(moveIdPrefix: string): Promise<string[]> {
+  const like = replicationNamePattern(moveIdPrefix);
   const out: string[] = [];
   for (const s of testConfig().shards) {
     const p = shardPool(s.name);
-    const slots = await p.query(`select slot_name from pg_replication_slots where slot_name like $1`, [`shardctl_%_${safe}`]);
-    const pubs = await p.query(`select pubname from pg_publication where pubname like $1`, [`shardctl_%_${safe}`]);
+    const slots = await p.query(`select slot_name from pg_replication_slots where slot_name like $1`, [like]);
+    const pubs = await p.query(`select pubname from pg_publication where pubname like $1`, [like]);
     out.push(...slots.rows.map((r) => `${s.name} slot ${r.slot_name}`), ...pubs.rows.map((r) => `${s.name} publication ${r.pubname}`));
   }
   return out;

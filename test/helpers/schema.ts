@@ -9,7 +9,7 @@ import { prepareShard, PrepareResult } from '../../lib/shard/prepare';
 import { quoteIdent } from '../../lib/shard/tables';
 import { STABLE_TEXT_SETTINGS_SQL } from '../../lib/copy/sql';
 import { dropPublicationAndSlot } from '../../lib/cdc';
-import { replicationNames } from '../../lib/ids';
+import { replicationNamePattern } from '../../lib/ids';
 import { startWorker, StartedWorker } from '../../worker';
 import { testConfig, shardPool, uniq } from './stack';
 
@@ -52,7 +52,13 @@ export async function createSchemaWorld(prefix: string, ddl: (S: string, shard: 
       await worker.shutdown().catch(() => {});
       for (const s of SHARDS) {
         for (const id of moveIds) {
-          for (const dir of ['forward', 'reverse'] as const) await dropPublicationAndSlot(pool(s), replicationNames(id, dir)).catch(() => {});
+          // Every slot and publication of every move (any run) whose id starts with `id`.
+          const like = replicationNamePattern(id);
+          const names = await pool(s).query(
+            `select slot_name as n from pg_replication_slots where slot_name like $1 union select pubname from pg_publication where pubname like $1`,
+            [like],
+          );
+          for (const r of names.rows) await dropPublicationAndSlot(pool(s), { slot: r.n, publication: r.n }).catch(() => {});
         }
         await pool(s).query(`drop schema if exists ${S} cascade`).catch(() => {});
       }

@@ -1,8 +1,8 @@
 // Test helpers: the stack's config, pools and clients, plus unique names for isolation.
-import { Pool } from 'pg';
+import type { Pool } from 'pg';
 import { randomBytes } from 'node:crypto';
 import { loadConfig, Config, shardByName } from '../../lib/config';
-import { hardenPool } from '../../lib/pg';
+import { openPool } from '../../lib/connections';
 
 let cached: Config | undefined;
 export function testConfig(): Config {
@@ -16,12 +16,12 @@ export function uniq(prefix: string): string {
 
 const pools: Pool[] = [];
 export function shardPool(name: string): Pool {
-  const p = hardenPool(new Pool({ connectionString: shardByName(testConfig(), name).dsn, max: 8 }));
+  const p = openPool(shardByName(testConfig(), name).dsn, { max: 8 });
   pools.push(p);
   return p;
 }
 export function directoryPool(): Pool {
-  const p = hardenPool(new Pool({ connectionString: testConfig().directory.dsn, max: 8 }));
+  const p = openPool(testConfig().directory.dsn, { max: 8 });
   pools.push(p);
   return p;
 }

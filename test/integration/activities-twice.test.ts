@@ -7,7 +7,7 @@ import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { testConfig, closePools, shardPool, directoryPool } from '../helpers/stack';
 import * as H from '../helpers/move';
 import { createActivities } from '../../activities';
-import { createDeps, Deps } from '../../worker/deps';
+import { createDeps, Deps } from '../../activities/deps';
 import { Router } from '../../lib/router';
 import { replicationNames } from '../../lib/ids';
 
@@ -149,7 +149,7 @@ describe('activities delivered twice', () => {
     const [plan, plan2] = await twice(() => act.planMove({ unit: tenant, target }));
     expect(plan.ok, plan.reasons.join('; ')).toBe(true);
     expect(plan2).toEqual(plan);
-    expect(plan).toMatchObject({ source: 'shard-a', epoch: 1, moveId: `${tenant}.e1` });
+    expect(plan).toMatchObject({ source: 'shard-a', epoch: 1, moveId: `${tenant}.e1.dryrun` });
     const ref = { moveId: plan.moveId, unit: tenant, source: plan.source, target };
     const fwd = replicationNames(ref.moveId, 'forward');
     const rev = replicationNames(ref.moveId, 'reverse');

@@ -16,7 +16,7 @@ import {
   UploadPartCommand,
 } from '@aws-sdk/client-s3';
 import { testConfig, uniq, shardPool, closePools } from '../helpers/stack';
-import { createDeps, Deps } from '../../worker/deps';
+import { createDeps, Deps } from '../../activities/deps';
 import {
   compareBlobManifests,
   copyBlobPrefix,
@@ -142,7 +142,7 @@ afterAll(async () => {
   await deps.close();
 });
 
-describe('S3 client settings of worker/deps.ts against the S3 server', () => {
+describe('S3 client settings of activities/deps.ts against the S3 server', () => {
   it('round-trips bytes exactly through PutObject, GetObject, HeadObject, CopyObject, multipart and DeleteObjects', async () => {
     const t = newTenant('rt');
     const body = binaryBody(256 * 1024 + 7);

@@ -17,7 +17,7 @@ import { prepareShard } from '../../lib/shard/prepare';
 import { createTenant } from '../../lib/tenants';
 import { getUnitFence, setUnitFence } from '../../lib/shard/fence';
 import { Router } from '../../lib/router';
-import { createDeps, Deps } from '../../worker/deps';
+import { createDeps, Deps } from '../../activities/deps';
 import { seedTenant } from '../../lib/seed';
 import { runLoadgen, startLoadgen, verifyLog, readLog, foldLog, LogRecord, TenantRouter, snapshotUnit, addAcked } from '../../lib/loadgen';
 import { PutObjectCommand } from '@aws-sdk/client-s3';

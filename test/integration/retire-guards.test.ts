@@ -8,10 +8,10 @@ import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { testConfig, closePools, shardPool, directoryPool } from '../helpers/stack';
 import * as H from '../helpers/move';
 import { createActivities } from '../../activities';
-import { createDeps, Deps } from '../../worker/deps';
+import { createDeps, Deps } from '../../activities/deps';
 import { compareAndSetPlacement, PlacementState } from '../../lib/directory/placements';
 import { setUnitFence, getUnitFence, FenceState } from '../../lib/shard/fence';
-import type { TableFingerprint } from '../../lib/cutover/checksum';
+import type { TableFingerprint } from '../../lib/validate/fingerprint';
 
 const SOURCE = 'shard-a';
 const TARGET = 'shard-b';

@@ -3,7 +3,7 @@ import { Client, Connection } from '@temporalio/client';
 import { PutObjectCommand, GetObjectCommand } from '@aws-sdk/client-s3';
 import { testConfig, uniq, shardPool, closePools } from '../helpers/stack';
 import { startWorker } from '../../worker';
-import { createDeps } from '../../worker/deps';
+import { createDeps } from '../../activities/deps';
 
 afterAll(closePools);
 

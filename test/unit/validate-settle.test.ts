@@ -1,8 +1,8 @@
-// persistentMismatches (lib/cutover/settle.ts): validation of a live source counts a mismatch
+// persistentMismatches (lib/validate/settle.ts): validation of a live source counts a mismatch
 // only if it persists identically across rounds, and its verdict must still fail on a
 // persisting missing row, extra row or differing value — each on its own.
 import { describe, it, expect } from 'vitest';
-import { persistentMismatches } from '../../lib/cutover/settle';
+import { persistentMismatches } from '../../lib/validate/settle';
 import type { TenantValidation, TableValidation } from '../../lib/validate';
 
 function table(o: Partial<TableValidation> = {}): TableValidation {

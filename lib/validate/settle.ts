@@ -2,7 +2,7 @@
 // moment without being wrong. A mismatch counts only if it persists, identical, across rounds
 // separated by a catch-up; the exact check happens under the fence (fingerprints), where the
 // source cannot change. Pure.
-import type { TenantValidation, TableValidation } from '../validate';
+import type { TenantValidation, TableValidation } from './compare';
 
 function sigs(t: TableValidation): Map<string, 'missing' | 'extra' | number> {
   const m = new Map<string, 'missing' | 'extra' | number>();

@@ -1,0 +1,16 @@
+// The dependencies activities are built from: config, the fleet's connections (lib/connections)
+// and the fault hook. Workers resolve shard connections from config; workflows only name shards.
+import type { Config } from '../lib/config';
+import { createConnections, type Connections } from '../lib/connections';
+
+export interface Deps extends Connections {
+  config: Config;
+  /** Fault hook: called at named fault points; the crash suite makes it SIGKILL the worker. */
+  faultPoint(name: string): Promise<void>;
+}
+
+export function createDeps(config: Config, opts: { faultPoint?: (name: string) => Promise<void> } = {}): Deps {
+  // application_name marks shardctl's own data-plane sessions (see lib/shard/write-audit.ts).
+  const conns = createConnections(config, { applicationName: 'shardctl-worker', max: 10 });
+  return { ...conns, config, faultPoint: opts.faultPoint ?? (async () => {}) };
+}

@@ -1,0 +1,68 @@
+// The one factory for connections to the fleet: per-shard pools, a directory pool and per-shard
+// S3 clients, created lazily from config and closed together. The worker, the CLI verbs,
+// loadgen, tools and tests all build theirs here, so pool settings (hardening against dropped
+// connections, timeouts, the application_name the write audit relies on) are set in one place.
+import { Pool } from 'pg';
+import type { S3Client } from '@aws-sdk/client-s3';
+import { hardenPool } from './pg';
+import { Config, shardByName } from './config';
+import { s3ClientFor } from './s3';
+
+export interface Connections {
+  shardPool(name: string): Pool;
+  directoryPool(): Pool;
+  s3For(shard: string): S3Client;
+  close(): Promise<void>;
+}
+
+export interface ConnectionOptions {
+  /** Marks the sessions: 'shardctl-…' names shardctl's own data plane (lib/shard/write-audit.ts). */
+  applicationName?: string;
+  /** Connections per pool. */
+  max?: number;
+  connectionTimeoutMillis?: number;
+  /** Client-side limit on one query (node-pg's query_timeout). */
+  queryTimeoutMs?: number;
+  /** Sessions refuse writes (loadgen verify, read-only verbs). */
+  readOnly?: boolean;
+}
+
+export function openPool(dsn: string, opts: ConnectionOptions = {}): Pool {
+  return hardenPool(
+    new Pool({
+      connectionString: dsn,
+      max: opts.max ?? 10,
+      idleTimeoutMillis: 30_000,
+      connectionTimeoutMillis: opts.connectionTimeoutMillis,
+      query_timeout: opts.queryTimeoutMs,
+      application_name: opts.applicationName,
+      options: opts.readOnly ? '-c default_transaction_read_only=on' : undefined,
+    }),
+  );
+}
+
+export function createConnections(config: Config, opts: ConnectionOptions = {}): Connections {
+  const pools = new Map<string, Pool>();
+  const s3s = new Map<string, S3Client>();
+  const pool = (key: string, dsn: string) => {
+    let p = pools.get(key);
+    if (!p) pools.set(key, (p = openPool(dsn, opts)));
+    return p;
+  };
+  return {
+    shardPool: (name) => pool(`shard:${name}`, shardByName(config, name).dsn),
+    directoryPool: () => pool('directory', config.directory.dsn),
+    s3For(name) {
+      let c = s3s.get(name);
+      if (!c) s3s.set(name, (c = s3ClientFor(config, name)));
+      return c;
+    },
+    async close() {
+      const all = [...pools.values()];
+      pools.clear();
+      await Promise.all(all.map((p) => p.end().catch(() => {})));
+      for (const c of s3s.values()) c.destroy();
+      s3s.clear();
+    },
+  };
+}

@@ -1,0 +1,67 @@
+// The cutover's dry-run twin (Vitess's switcherDryRun): the same verbs as live.ts, run by the
+// same `runCutover`, that change nothing and only say what they would do. `move plan` prints
+// it, so the plan an operator reads is the sequence the move runs. Pure.
+import { replicationNames } from '../ids';
+import type { CutoverPlan, CutoverSteps, Standing } from './steps';
+
+export interface DryRunCutover {
+  steps: CutoverSteps;
+  /** What the live cutover would do, in order; the point of no return is marked. */
+  log: string[];
+}
+
+export const POINT_OF_NO_RETURN_MARK = 'POINT OF NO RETURN';
+
+export function dryRunCutoverSteps(plan: CutoverPlan, opts: { standing?: Standing; tables?: string[] } = {}): DryRunCutover {
+  const { unit, moveId, owner, next, epoch } = plan;
+  const log: string[] = [];
+  const say = (s: string) => void log.push(s);
+  const names = replicationNames(moveId, plan.direction);
+  const steps: CutoverSteps = {
+    async standing() {
+      const s = opts.standing ?? { kind: 'open' };
+      say(`check the directory: ${unit} is ${s.kind === 'open' ? `active on ${owner} at epoch ${epoch}` : s.kind === 'foreign' ? s.reason : s.kind}`);
+      return s;
+    },
+    async preSyncBlobs() {
+      say(`copy the blob delta of ${unit} from ${owner} to ${next} before the freeze (writes continue)`);
+    },
+    async freeze(standing) {
+      if (standing.kind === 'frozen-by-this-move') say(`freeze: take over the earlier attempt's freeze of ${unit} with a new freeze token (the earlier attempt can no longer unfreeze or switch)`);
+      else say(`freeze: directory compare-and-set ${unit} (${owner}, epoch ${epoch}, active) -> (${owner}, moving, move ${moveId}, a new freeze token); routers wait from here`);
+      return { ok: true };
+    },
+    async raiseFence(lockBudgetMs) {
+      say(`raise the fence on ${owner}: refuse writes of ${unit}, waiting at most ${lockBudgetMs} ms for in-flight writers`);
+      return { ok: true };
+    },
+    async applyToFencePoint(budgetMs) {
+      say(`apply slot ${names.slot} (publication ${names.publication}) on ${next} up to ${owner}'s WAL position at the fence, within ${budgetMs} ms`);
+      return { ok: true, fenceLsn: '<fence position>' };
+    },
+    async compare(onBlobsSynced) {
+      const t = opts.tables?.length ? ` (${opts.tables.join(', ')})` : '';
+      say(`compare: the final blob delta, and per-table fingerprints of ${unit} on ${owner} and ${next}${t}; any difference unfreezes and retries`);
+      onBlobsSynced();
+      return [];
+    },
+    async reverseStartLsn() {
+      say(`measure where reverse replication (${next} -> ${owner}) will start: ${next}'s WAL position now`);
+      return '<reverse start>';
+    },
+    async switchOwner() {
+      say(`${POINT_OF_NO_RETURN_MARK}: ${next} accepts ${unit} at epoch ${epoch + 1}; directory compare-and-set (${owner}, epoch ${epoch}, moving, this freeze token) -> (${next}, epoch ${epoch + 1}, active), recording the reverse start with it`);
+    },
+    async finishOldOwner() {
+      say(`finish the old owner: ${owner} refuses ${unit} at epoch ${epoch + 1} and below (kept read-only as the way back)`);
+    },
+    async unfreeze(reason) {
+      say(`unfreeze (${reason}): directory back to active on ${owner}, then lower ${owner}'s fence`);
+      return 'unfrozen';
+    },
+    async measuredPauseMs() {
+      return null;
+    },
+  };
+  return { steps, log };
+}

@@ -1,0 +1,174 @@
+// The live implementation of the cutover's steps (see steps.ts): the directory, the two shards'
+// fences and the replication stream. Every statement is a named function of the module that
+// owns its table. Node-only.
+import type { Pool } from 'pg';
+import type { TenantTable } from '../shard/tables';
+import { getPlacement, compareAndSetPlacement } from '../directory/placements';
+import { measuredPauseMs } from '../directory/moves';
+import { randomUUID } from 'node:crypto';
+import { freezeSource, unfreeze, acceptEpoch, disown } from '../shard/fence';
+import { applyChangesUntil, currentWalLsn } from '../cdc';
+import { fingerprintUnit, fingerprintDiff } from '../validate/fingerprint';
+import { replicationNames } from '../ids';
+import type { CutoverPlan, CutoverSteps, Standing, UnfreezeOutcome } from './steps';
+
+export interface LiveCutoverEnv {
+  directory: Pool;
+  ownerPool: Pool;
+  nextPool: Pool;
+  /** The owner's DSN, for the replication connection (resolved by the worker from config). */
+  ownerDsn: string;
+  tenantColumn: string;
+  tables(): Promise<TenantTable[]>;
+  syncBlobs(): Promise<unknown>;
+  /** Tenant tables of a shard without an enabled fence trigger (the same check as `shards list`). */
+  unfencedTables(side: 'owner' | 'next'): Promise<string[]>;
+  maxTxBytes: number;
+  /** Heartbeat with a detail (a no-op outside an activity). */
+  beat(detail?: unknown): void;
+}
+
+export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): CutoverSteps {
+  const { unit, moveId, owner, next, epoch } = plan;
+  const newEpoch = epoch + 1;
+  const switchAction = plan.direction === 'forward' ? 'switch' : 'rollback-switch';
+  // This attempt's freeze token: unique per attempt, never reused.
+  const token = randomUUID();
+
+  return {
+    async standing(): Promise<Standing> {
+      const p = await getPlacement(env.directory, unit);
+      if (!p) return { kind: 'foreign', reason: `unit ${unit} vanished from the directory` };
+      if (p.shard === next && p.epoch === newEpoch) return { kind: 'switched' };
+      if (p.shard === owner && p.epoch === epoch && p.state === 'active') {
+        // A table whose fence trigger is missing or disabled would let writes through the freeze.
+        for (const side of ['owner', 'next'] as const) {
+          const bad = await env.unfencedTables(side);
+          if (bad.length) {
+            const shard = side === 'owner' ? owner : next;
+            return { kind: 'foreign', reason: `table ${bad[0]} on ${shard} has no enabled fence trigger; run \`shardctl shards prepare --shard ${shard}\`` };
+          }
+        }
+        return { kind: 'open' };
+      }
+      if (p.shard === owner && p.epoch === epoch && p.moveId === moveId) return { kind: 'frozen-by-this-move', token: p.freezeToken };
+      return { kind: 'foreign', reason: `directory changed under the move: ${p.unit} is ${p.state} on ${p.shard} at epoch ${p.epoch} (move ${p.moveId ?? '-'})` };
+    },
+
+    async preSyncBlobs() {
+      await env.syncBlobs();
+    },
+
+    async freeze(standing) {
+      const takeover = standing.kind === 'frozen-by-this-move';
+      const cas = await compareAndSetPlacement(
+        env.directory,
+        unit,
+        takeover ? { shard: owner, epoch, state: 'moving', moveId, freezeToken: standing.token ?? null } : { shard: owner, epoch, state: 'active' },
+        { shard: owner, state: 'moving', moveId, freezeToken: token },
+        // A takeover is not a new freeze: the pause is measured from the first one.
+        { actor: plan.actor, action: takeover ? 'refreeze' : 'freeze', detail: { moveId, direction: plan.direction, freezeToken: token } },
+      );
+      if (cas.ok) return { ok: true };
+      return { ok: false, reason: `lost the race to freeze ${unit} (another attempt froze or took it over): ${JSON.stringify(cas.current)}` };
+    },
+
+    async raiseFence(lockBudgetMs) {
+      // Returns once every in-flight writer of the unit has finished. A writer holding its
+      // transaction open past the budget makes us back off, never wait open-ended.
+      try {
+        await freezeSource(env.ownerPool, unit, epoch, { lockTimeoutMs: lockBudgetMs });
+        return { ok: true };
+      } catch (e: any) {
+        if (e?.code !== '55P03') throw e;
+        return { ok: false, reason: `in-flight writers of ${unit} held the fence lock longer than the budget of ${lockBudgetMs} ms` };
+      }
+    },
+
+    async applyToFencePoint(budgetMs) {
+      const fenceLsn = await currentWalLsn(env.ownerPool);
+      const applied = await applyChangesUntil({
+        sourceDsn: env.ownerDsn,
+        target: env.nextPool,
+        ...replicationNames(moveId, plan.direction),
+        moveId,
+        stream: plan.direction,
+        untilLsn: fenceLsn,
+        maxDurationMs: budgetMs,
+        maxTxBytes: env.maxTxBytes,
+      });
+      env.beat({ step: 'applied', appliedLsn: applied.appliedLsn });
+      if (!applied.caughtUp) return { ok: false, reason: `final catch-up did not reach ${fenceLsn} within the fence budget of ${plan.fenceBudgetMs} ms` };
+      return { ok: true, fenceLsn };
+    },
+
+    async compare(onBlobsSynced) {
+      // The final blob delta and the row fingerprints are independent: run them side by side.
+      const tables = await env.tables();
+      const [, a, b] = await Promise.all([
+        env.syncBlobs().then(onBlobsSynced),
+        fingerprintUnit(env.ownerPool, tables, env.tenantColumn, unit),
+        fingerprintUnit(env.nextPool, tables, env.tenantColumn, unit),
+      ]);
+      return fingerprintDiff(a, b);
+    },
+
+    async reverseStartLsn() {
+      // Everything the next owner committed so far came from the owner; only writes after the
+      // switch must flow back.
+      return currentWalLsn(env.nextPool);
+    },
+
+    async switchOwner(fenceLsn, reverseStartLsn) {
+      await acceptEpoch(env.nextPool, unit, newEpoch);
+      // Only from this attempt's own freeze: a late attempt cannot switch on another's.
+      const cas = await compareAndSetPlacement(
+        env.directory,
+        unit,
+        { shard: owner, epoch, state: 'moving', moveId, freezeToken: token },
+        { shard: next, state: 'active', moveId: null },
+        { actor: plan.actor, action: switchAction, detail: { moveId, from: owner, to: next, fenceLsn, freezeToken: token, reverseStartLsn } },
+      );
+      // The reverse start is recorded once, atomically with the winning switch, in its audit
+      // entry; the soak's first round copies it to the old owner (never a late attempt).
+      if (cas.ok) return;
+      const cur = cas.current;
+      if (cur && cur.shard === next && cur.epoch === newEpoch) return;
+      // Someone else changed the placement (e.g. a concurrent delivery aborted and unfroze):
+      // take back the next owner's acceptance, then fail; the next delivery decides afresh.
+      await disown(env.nextPool, unit, newEpoch);
+      throw new Error(`switch compare-and-set lost: directory shows ${JSON.stringify(cur)}; ${unit} stays frozen on ${owner}`);
+    },
+
+    async finishOldOwner() {
+      // Idempotent, and a no-op once done: a late attempt cannot move the fence's timestamps.
+      // (A winner that died before recording the reverse start leaves it to the soak's first
+      // round, which reads it from the switch's audit entry; a late attempt never writes it.)
+      await disown(env.ownerPool, unit, newEpoch);
+    },
+
+    async unfreeze(reason): Promise<UnfreezeOutcome> {
+      // The directory goes first (moving -> active, only for this move): if another delivery
+      // already switched, the old owner must stay fenced, so the fence is lowered only after
+      // that compare-and-set, and only from the state this move set.
+      const cas = await compareAndSetPlacement(
+        env.directory,
+        unit,
+        { shard: owner, epoch, state: 'moving', moveId, freezeToken: token },
+        { shard: owner, state: 'active', moveId: null },
+        { actor: plan.actor, action: 'unfreeze', reason, detail: { moveId, freezeToken: token } },
+      );
+      if (!cas.ok) {
+        const cur = cas.current;
+        if (cur && cur.shard === next && cur.epoch === newEpoch) return 'switched';
+        if (!(cur && cur.shard === owner && cur.epoch === epoch && cur.state === 'active')) return 'lost';
+      }
+      await unfreeze(env.ownerPool, unit, epoch);
+      return 'unfrozen';
+    },
+
+    measuredPauseMs() {
+      return measuredPauseMs(env.directory, unit, moveId, switchAction);
+    },
+  };
+}

@@ -1,0 +1,173 @@
+// The cutover as a sequence of named verbs (Vitess's traffic switcher, Ghostferry's Run()):
+//   freeze → raiseFence → applyToFencePoint → compare → switchOwner → finishOldOwner
+// `runCutover` is the one sequence; `CutoverSteps` has a live implementation (live.ts) and a
+// dry-run twin (dry-run.ts) that only reports what it would do, so `move plan` and the real
+// move cannot drift apart. `switchOwner` is the point of no return: before it, any failure
+// unfreezes (directory first, then the guarded fence) and returns a reason; after it the
+// cutover is only completed, never undone. Pure orchestration: no I/O of its own.
+
+export type Direction = 'forward' | 'reverse';
+
+export interface CutoverPlan {
+  unit: string;
+  moveId: string;
+  /** The shard that owns the unit now, and the one that will. */
+  owner: string;
+  next: string;
+  /** The epoch the owner holds; the switch makes it epoch + 1. */
+  epoch: number;
+  direction: Direction;
+  fenceBudgetMs: number;
+  actor: string;
+}
+
+/** Where the unit stands when an attempt begins (a redelivery may find any of these). */
+export type Standing =
+  | { kind: 'open' } // active on the owner: a fresh attempt
+  | { kind: 'frozen-by-this-move'; token?: string } // an earlier attempt of this move froze it (and died or stalled)
+  | { kind: 'switched' } // a previous delivery already switched
+  | { kind: 'foreign'; reason: string }; // someone else's: not ours to touch
+
+/** A step that may decline; `reason` is for the operator. */
+export type StepAnswer = { ok: true } | { ok: false; reason: string };
+
+export type UnfreezeOutcome = 'unfrozen' | 'switched' | 'lost';
+
+export interface CutoverSteps {
+  standing(): Promise<Standing>;
+  /** Copies blobs before the freeze, so the delta under the fence is only the last moments'. */
+  preSyncBlobs(): Promise<void>;
+  /**
+   * Directory compare-and-set active → moving under this attempt's unique freeze token; when an
+   * earlier attempt of this move left it frozen, takes that freeze over (a new token), so the
+   * earlier attempt, should it wake up, can no longer unfreeze or switch.
+   */
+  freeze(standing: Standing): Promise<StepAnswer>;
+  /** The owner's fence refuses writes; waits for in-flight writers at most `lockBudgetMs`. */
+  raiseFence(lockBudgetMs: number): Promise<StepAnswer>;
+  /** Applies the stream up to the owner's WAL position after the fence; returns that position. */
+  applyToFencePoint(budgetMs: number): Promise<{ ok: true; fenceLsn: string } | { ok: false; reason: string }>;
+  /** The final blob delta and the per-table fingerprints; returns the differences (empty = equal). */
+  compare(onBlobsSynced: () => void): Promise<string[]>;
+  /** Forward only: where reverse replication (next → owner) will start, the next owner's WAL position now. */
+  reverseStartLsn(): Promise<string>;
+  /**
+   * POINT OF NO RETURN: the next owner accepts epoch + 1 and the directory moves to it (only from
+   * this attempt's freeze), with the reverse start in the same directory transaction. Throws if lost.
+   */
+  switchOwner(fenceLsn: string, reverseStartLsn: string | null): Promise<void>;
+  /** The old owner refuses every write of the unit at the new epoch and below. */
+  finishOldOwner(): Promise<void>;
+  /** Undoes a freeze of this move: directory first, then the guarded fence. */
+  unfreeze(reason: string): Promise<UnfreezeOutcome>;
+  /** The whole write pause as the directory's clock saw it (freeze → switch), when known. */
+  measuredPauseMs(): Promise<number | null>;
+}
+
+export type CutoverResult =
+  | { ok: true; newEpoch: number; pauseMs: number; fenceLsn: string; alreadyDone: boolean; steps?: Record<string, number> }
+  | { ok: false; reason: string; pauseMs: number; mismatches: string[] };
+
+export interface CutoverHooks {
+  /** Named fault points for the crash suite. */
+  faultPoint(name: string): Promise<void>;
+  now(): number;
+}
+
+export const CUTOVER_FAULT_POINTS = {
+  fenceRaised: (d: Direction) => (d === 'forward' ? 'after-fence-raised' : 'mid-rollback'),
+  beforeSwitch: 'before-switch',
+  afterSwitch: 'after-switch-before-directory-notify',
+} as const;
+
+/** The one cutover sequence, over either implementation of the steps. */
+export async function runCutover(s: CutoverSteps, plan: CutoverPlan, hooks: CutoverHooks): Promise<CutoverResult> {
+  const newEpoch = plan.epoch + 1;
+  const standing = await s.standing();
+  if (standing.kind === 'switched') {
+    // Redelivered after the switch committed: finish the owner's side and report done.
+    await s.finishOldOwner();
+    return { ok: true, newEpoch, pauseMs: (await s.measuredPauseMs()) ?? 0, fenceLsn: '', alreadyDone: true };
+  }
+  if (standing.kind === 'foreign') return { ok: false, reason: standing.reason, pauseMs: 0, mismatches: [] };
+  const resumed = standing.kind === 'frozen-by-this-move';
+  if (!resumed) await s.preSyncBlobs();
+
+  const t0 = hooks.now();
+  const elapsed = () => hooks.now() - t0;
+  const left = () => plan.fenceBudgetMs - elapsed();
+  // Where the write pause goes: ms since the freeze at the end of each step.
+  const steps: Record<string, number> = {};
+  const mark = (name: string) => (steps[name] = elapsed());
+  const abort = async (reason: string, mismatches: string[] = []): Promise<CutoverResult> => {
+    const u = await s.unfreeze(reason);
+    // A concurrent delivery switched meanwhile: that is the answer.
+    if (u === 'switched') return { ok: true, newEpoch, pauseMs: elapsed(), fenceLsn: '', alreadyDone: true };
+    return { ok: false, reason: u === 'lost' ? `${reason}; and the directory changed under the move (left frozen, fail closed)` : reason, pauseMs: elapsed(), mismatches };
+  };
+
+  const f = await s.freeze(standing);
+  if (!f.ok) return { ok: false, reason: f.reason, pauseMs: 0, mismatches: [] };
+
+  // From here to the switch the unit is frozen: every way out, an answer or an exception,
+  // unfreezes first (fail open), except when the directory shows someone else's state (fail closed).
+  let step = 'raise the fence';
+  let fenceLsn: string;
+  let reverseStart: string | null = null;
+  try {
+    const fence = await s.raiseFence(plan.fenceBudgetMs);
+    if (!fence.ok) return await abort(fence.reason);
+    mark('fenced');
+    await hooks.faultPoint(CUTOVER_FAULT_POINTS.fenceRaised(plan.direction));
+
+    step = 'apply to the fence point';
+    const applied = await s.applyToFencePoint(Math.max(200, left()));
+    mark('applied');
+    if (!applied.ok) return await abort(applied.reason);
+    fenceLsn = applied.fenceLsn;
+
+    step = 'compare';
+    // Bounded by what is left of the budget: a slow comparison must not hold the tenant frozen.
+    const diff = await withinMs(s.compare(() => mark('blobs')), Math.max(1, left()));
+    mark('compared');
+    if (diff === TIMED_OUT) return await abort(`comparison did not finish within the fence budget of ${plan.fenceBudgetMs} ms`);
+    if (diff.length) return await abort(`target differs from source at the fence: ${diff.join('; ')}`, diff);
+
+    step = 'measure the reverse start';
+    if (plan.direction === 'forward') reverseStart = await s.reverseStartLsn();
+    if (elapsed() > plan.fenceBudgetMs) return await abort(`fence took longer than its budget of ${plan.fenceBudgetMs} ms; unfenced, will retry`);
+    step = 'before the switch';
+    await hooks.faultPoint(CUTOVER_FAULT_POINTS.beforeSwitch);
+  } catch (e: any) {
+    const why = `${step} failed inside the frozen window: ${e?.message ?? String(e)}`.slice(0, 400);
+    let r: CutoverResult;
+    try {
+      r = await abort(`${why}; unfrozen, will retry`);
+    } catch {
+      // Could not even unfreeze (e.g. the directory is down): the next attempt takes over the freeze.
+      throw e;
+    }
+    return r;
+  }
+  await s.switchOwner(fenceLsn, reverseStart);
+  await hooks.faultPoint(CUTOVER_FAULT_POINTS.afterSwitch);
+  const pauseMs = mark('switched');
+  await s.finishOldOwner();
+  // A resumed cutover reports the whole pause since the freeze, not just this attempt's share.
+  const total = resumed ? await s.measuredPauseMs() : null;
+  return { ok: true, newEpoch, pauseMs: total ?? pauseMs, fenceLsn, alreadyDone: false, steps };
+}
+
+const TIMED_OUT = Symbol('timed out');
+
+/** The promise's value, or TIMED_OUT after ms (the promise keeps running; its result is dropped). */
+async function withinMs<T>(p: Promise<T>, ms: number): Promise<T | typeof TIMED_OUT> {
+  p.catch(() => {}); // a dropped, late failure must not become an unhandled rejection
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<typeof TIMED_OUT>((resolve) => (timer = setTimeout(() => resolve(TIMED_OUT), ms)));
+  try {
+    return await Promise.race([p, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}

@@ -1,0 +1,57 @@
+// The directory's move records (shardctl.moves) and the audit entries that describe a move.
+// Operator identities and the directory's own clock live here, so the reported write pause
+// includes any time a unit stayed frozen while a worker was dead.
+import type { Queryable } from './db';
+
+export interface MoveEvent {
+  moveId: string;
+  unit: string;
+  source: string;
+  target: string;
+  workflowId: string;
+  action: string;
+  actor: string;
+  status: string;
+  reason?: string;
+  detail?: Record<string, unknown>;
+}
+
+/**
+ * Upserts the move record and appends one audit entry `move.<action>`. `idem` (derived from the
+ * activity execution) makes a redelivered event a no-op instead of a duplicate audit row.
+ */
+export async function recordMoveEvent(db: Queryable, e: MoveEvent, idem: string | null): Promise<void> {
+  await db.query(
+    `insert into shardctl.moves(move_id, unit, source, target, workflow_id, status, started_by, detail)
+     values ($1, $2, $3, $4, $5, $6, $7, $8)
+     on conflict (move_id) do update set status = excluded.status, updated_at = now(),
+       detail = shardctl.moves.detail || excluded.detail`,
+    [e.moveId, e.unit, e.source, e.target, e.workflowId, e.status, e.actor, JSON.stringify(e.detail ?? {})],
+  );
+  await db.query(
+    `insert into shardctl.audit(actor, action, unit, detail, reason, idem) values ($1, $2, $3, $4, $5, $6)
+     on conflict (idem) where idem is not null do nothing`,
+    [e.actor, `move.${e.action}`, e.unit, JSON.stringify({ moveId: e.moveId, ...(e.detail ?? {}) }), e.reason ?? null, idem],
+  );
+}
+
+/**
+ * The write pause as the directory saw it: from the last freeze to the switch of this move, both
+ * stamped by the directory's clock. Unlike a timer in one attempt, it includes any time the unit
+ * stayed frozen because a worker died mid-cutover.
+ */
+export async function measuredPauseMs(db: Queryable, unit: string, moveId: string, switchAction: string): Promise<number | null> {
+  const r = await db.query(
+    `select round(extract(epoch from (max(at) filter (where action = $3) - max(at) filter (where action = 'freeze'))) * 1000)::bigint as ms
+       from shardctl.audit where unit = $1 and detail->>'moveId' = $2 and action in ('freeze', $3)`,
+    [unit, moveId, switchAction],
+  );
+  const ms = r.rows[0]?.ms;
+  return ms === null || ms === undefined ? null : Number(ms);
+}
+
+/** The detail of this move's switch audit entry (the switch's own record), if it switched. */
+export async function switchDetail(db: Queryable, unit: string, moveId: string, switchAction: string): Promise<Record<string, unknown> | undefined> {
+  const r = await db.query(`select detail from shardctl.audit where unit = $1 and action = $2 and detail->>'moveId' = $3 order by id desc limit 1`, [unit, switchAction, moveId]);
+  return r.rows[0]?.detail ?? undefined;
+}

@@ -1,0 +1,48 @@
+// The one way to start a move (CLI, tests, benches): the workflow id derived from the unit, the
+// input built from config defaults plus the caller's choices, and the search attributes set at
+// start so the Web UI lists the move before its first workflow task runs. Node-only (client).
+import { WorkflowExecutionAlreadyStartedError, type Client, type WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
+import { TypedSearchAttributes } from '@temporalio/common';
+import type { Config } from '../config';
+import { moveWorkflowId } from '../ids';
+import { ShardctlError } from '../errors';
+import type { MoveInput } from '../../workflows/messages';
+import { SA } from '../../workflows/search-attributes';
+
+export const MOVE_WORKFLOW_TYPE = 'moveTenantWorkflow';
+
+/** A move's input: config's limits as defaults, overridden by what the caller chose. */
+export function moveInputFor(config: Config, req: { tenant: string; target: string; requestedBy: string } & Partial<Omit<MoveInput, 'tenant' | 'target' | 'requestedBy'>>): MoveInput {
+  return {
+    moveId: '',
+    unit: req.tenant,
+    soakSeconds: config.limits.soakSeconds,
+    approveCutover: 'auto',
+    lagThresholdMs: config.limits.lagThresholdMs,
+    fenceBudgetMs: config.limits.fenceBudgetMs,
+    rowsPerSecond: config.limits.rowsPerSecond,
+    ...req,
+  };
+}
+
+/** Starts the move workflow; a second move of the same unit is refused, naming the running one. */
+export async function startMove(client: Client, taskQueue: string, input: MoveInput): Promise<WorkflowHandleWithFirstExecutionRunId> {
+  const workflowId = moveWorkflowId(input.unit);
+  try {
+    return await client.workflow.start(MOVE_WORKFLOW_TYPE, {
+      taskQueue,
+      workflowId,
+      args: [input],
+      typedSearchAttributes: new TypedSearchAttributes([
+        { key: SA.unit, value: input.unit },
+        { key: SA.target, value: input.target },
+        { key: SA.phase, value: 'plan' },
+      ]),
+    });
+  } catch (e) {
+    if (e instanceof WorkflowExecutionAlreadyStartedError) {
+      throw new ShardctlError('AlreadyExists', `a move of ${input.tenant} is already running: workflow ${workflowId}; see \`shardctl move status ${input.tenant}\``);
+    }
+    throw e;
+  }
+}

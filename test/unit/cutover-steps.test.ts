@@ -1,0 +1,166 @@
+// The cutover sequence (lib/cutover/steps.ts) over scripted steps and over its dry-run twin:
+// the order of the verbs, the point of no return, and every way an attempt aborts before it.
+import { describe, it, expect } from 'vitest';
+import { runCutover, type CutoverPlan, type CutoverSteps, type Standing, type UnfreezeOutcome } from '../../lib/cutover/steps';
+import { dryRunCutoverSteps, POINT_OF_NO_RETURN_MARK } from '../../lib/cutover/dry-run';
+
+const plan: CutoverPlan = { unit: 'acme', moveId: 'acme.e3', owner: 'shard-a', next: 'shard-b', epoch: 3, direction: 'forward', fenceBudgetMs: 2000, actor: 'test' };
+
+/** Steps that record each call and answer as scripted; `clock` advances by what each step "takes". */
+function scripted(o: { standing?: Standing; freezeOk?: boolean; fenceOk?: boolean; applyOk?: boolean; diff?: string[]; unfreeze?: UnfreezeOutcome; stepMs?: number; throwIn?: string; unfreezeThrows?: boolean; compareNever?: boolean } = {}) {
+  const calls: string[] = [];
+  let now = 1000;
+  const took = () => (now += o.stepMs ?? 10);
+  const call = <T>(name: string, answer: T, advance = false): T => {
+    calls.push(name);
+    if (o.throwIn === name) throw new Error(`${name} exploded`);
+    if (advance) took();
+    return answer;
+  };
+  const steps: CutoverSteps = {
+    standing: async () => call('standing', o.standing ?? { kind: 'open' }),
+    preSyncBlobs: async () => call('preSyncBlobs', undefined),
+    freeze: async () => call('freeze', o.freezeOk === false ? { ok: false, reason: 'lost the race' } : { ok: true }, true),
+    raiseFence: async () => call('raiseFence', o.fenceOk === false ? { ok: false, reason: 'writers held the lock' } : { ok: true }, true),
+    applyToFencePoint: async () => call('applyToFencePoint', o.applyOk === false ? { ok: false, reason: 'did not reach' } : { ok: true, fenceLsn: '0/10' }, true),
+    compare: async (onBlobs) => {
+      if (o.compareNever) {
+        calls.push('compare');
+        return new Promise<string[]>(() => {});
+      }
+      onBlobs();
+      return call('compare', o.diff ?? [], true);
+    },
+    reverseStartLsn: async () => call('reverseStartLsn', '0/20'),
+    switchOwner: async () => call('switchOwner', undefined),
+    finishOldOwner: async () => call('finishOldOwner', undefined),
+    unfreeze: async () => {
+      if (o.unfreezeThrows) throw new Error('directory down');
+      return call('unfreeze', o.unfreeze ?? 'unfrozen');
+    },
+    measuredPauseMs: async () => call('measuredPauseMs', 777),
+  };
+  return { steps, calls, hooks: { faultPoint: async (n: string) => {
+        calls.push(`fault:${n}`);
+      }, now: () => now } };
+}
+
+describe('runCutover', () => {
+  it('runs freeze, fence, apply, compare, reverse start, then the switch, then finishes the old owner', async () => {
+    const s = scripted();
+    const r = await runCutover(s.steps, plan, s.hooks);
+    expect(r).toMatchObject({ ok: true, newEpoch: 4, fenceLsn: '0/10', alreadyDone: false });
+    expect(s.calls).toEqual([
+      'standing', 'preSyncBlobs', 'freeze', 'raiseFence', 'fault:after-fence-raised', 'applyToFencePoint', 'compare', 'reverseStartLsn',
+      'fault:before-switch', 'switchOwner', 'fault:after-switch-before-directory-notify', 'finishOldOwner',
+    ]);
+  });
+
+  it.each([
+    ['the fence lock budget is exceeded', { fenceOk: false }, 'writers held the lock'],
+    ['the final apply does not reach the fence point', { applyOk: false }, 'did not reach'],
+    ['the fingerprints differ', { diff: ['public.t: 3 rows on source vs 2 on target'] }, 'target differs from source at the fence'],
+    ['the attempt overruns its budget', { stepMs: 800 }, 'longer than its budget'],
+  ])('unfreezes and never switches when %s', async (_name, o, reason) => {
+    const s = scripted(o);
+    const r = await runCutover(s.steps, plan, s.hooks);
+    expect(r.ok).toBe(false);
+    if (!r.ok) expect(r.reason).toContain(reason);
+    expect(s.calls).toContain('unfreeze');
+    expect(s.calls).not.toContain('switchOwner');
+    expect(s.calls).not.toContain('finishOldOwner');
+  });
+
+  it('reports fail-closed when the directory changed under an aborting attempt', async () => {
+    const s = scripted({ diff: ['x'], unfreeze: 'lost' });
+    const r = await runCutover(s.steps, plan, s.hooks);
+    expect(r.ok).toBe(false);
+    if (!r.ok) expect(r.reason).toContain('left frozen, fail closed');
+  });
+
+  it('answers done when a concurrent delivery switched while this one aborted', async () => {
+    const s = scripted({ applyOk: false, unfreeze: 'switched' });
+    expect(await runCutover(s.steps, plan, s.hooks)).toMatchObject({ ok: true, alreadyDone: true, newEpoch: 4 });
+    expect(s.calls).not.toContain('switchOwner');
+  });
+
+  it('a failed freeze changes nothing: no fence, no unfreeze', async () => {
+    const s = scripted({ freezeOk: false });
+    const r = await runCutover(s.steps, plan, s.hooks);
+    expect(r).toMatchObject({ ok: false, reason: 'lost the race' });
+    expect(s.calls).toEqual(['standing', 'preSyncBlobs', 'freeze']);
+  });
+
+  it('a redelivery after the switch only finishes the old owner and reports the directory-measured pause', async () => {
+    const s = scripted({ standing: { kind: 'switched' } });
+    expect(await runCutover(s.steps, plan, s.hooks)).toMatchObject({ ok: true, alreadyDone: true, pauseMs: 777 });
+    expect(s.calls).toEqual(['standing', 'finishOldOwner', 'measuredPauseMs']);
+  });
+
+  it('a redelivery that finds its own freeze skips the blob pre-sync, takes the freeze over, and reports the whole pause', async () => {
+    const s = scripted({ standing: { kind: 'frozen-by-this-move', token: 'old' } });
+    const r = await runCutover(s.steps, plan, s.hooks);
+    expect(r).toMatchObject({ ok: true, pauseMs: 777, alreadyDone: false });
+    expect(s.calls.indexOf('freeze')).toBeLessThan(s.calls.indexOf('raiseFence'));
+    expect(s.calls).not.toContain('preSyncBlobs');
+    expect(s.calls.indexOf('raiseFence')).toBeLessThan(s.calls.indexOf('switchOwner'));
+  });
+
+  it("refuses a unit that is someone else's, touching nothing", async () => {
+    const s = scripted({ standing: { kind: 'foreign', reason: 'moving under move other.e1' } });
+    expect(await runCutover(s.steps, plan, s.hooks)).toMatchObject({ ok: false, reason: 'moving under move other.e1' });
+    expect(s.calls).toEqual(['standing']);
+  });
+
+  it.each(['raiseFence', 'applyToFencePoint', 'compare', 'reverseStartLsn', 'fault:before-switch'])(
+    'an exception in %s inside the frozen window unfreezes and returns a reason, never switches',
+    async (where) => {
+      const s = scripted(where.startsWith('fault:') ? {} : { throwIn: where });
+      if (where.startsWith('fault:')) {
+        s.hooks.faultPoint = async (n: string) => {
+          s.calls.push(`fault:${n}`);
+          if (`fault:${n}` === where) throw new Error('injected');
+        };
+      }
+      const r = await runCutover(s.steps, plan, s.hooks);
+      expect(r.ok).toBe(false);
+      if (!r.ok) expect(r.reason).toMatch(/failed inside the frozen window: .*; unfrozen, will retry/);
+      expect(s.calls).toContain('unfreeze');
+      expect(s.calls).not.toContain('switchOwner');
+    },
+  );
+
+  it('rethrows the error when it cannot even unfreeze, so the next attempt takes the freeze over', async () => {
+    const s = scripted({ throwIn: 'applyToFencePoint', unfreezeThrows: true });
+    await expect(runCutover(s.steps, plan, s.hooks)).rejects.toThrow('applyToFencePoint exploded');
+    expect(s.calls).not.toContain('switchOwner');
+  });
+
+  it('a comparison that outlives the fence budget is abandoned: unfreeze, no switch', async () => {
+    const s = scripted({ compareNever: true });
+    const r = await runCutover(s.steps, { ...plan, fenceBudgetMs: 100 }, s.hooks);
+    expect(r.ok).toBe(false);
+    if (!r.ok) expect(r.reason).toContain('comparison did not finish within the fence budget');
+    expect(s.calls).toContain('unfreeze');
+    expect(s.calls).not.toContain('switchOwner');
+  });
+
+  it('the reverse direction does not measure a reverse start and names its own fault point', async () => {
+    const s = scripted();
+    await runCutover(s.steps, { ...plan, direction: 'reverse' }, s.hooks);
+    expect(s.calls).not.toContain('reverseStartLsn');
+    expect(s.calls).toContain('fault:mid-rollback');
+  });
+});
+
+describe('the dry-run twin', () => {
+  it('says, in the live order, what the cutover would do, with one marked point of no return', async () => {
+    const dry = dryRunCutoverSteps(plan, { tables: ['public.accounts'] });
+    const r = await runCutover(dry.steps, plan, { faultPoint: async () => {}, now: () => 0 });
+    expect(r.ok).toBe(true);
+    const order = ['check the directory', 'copy the blob delta', 'freeze:', 'raise the fence', 'apply slot', 'compare:', 'measure where reverse', POINT_OF_NO_RETURN_MARK, 'finish the old owner'];
+    expect(dry.log.map((l) => order.findIndex((o) => l.startsWith(o)))).toEqual(order.map((_, i) => i));
+    expect(dry.log.filter((l) => l.includes(POINT_OF_NO_RETURN_MARK))).toHaveLength(1);
+    expect(dry.log.join('\n')).toContain('epoch 4');
+  });
+});

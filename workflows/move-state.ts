@@ -1,0 +1,75 @@
+// The move workflow's state and its transitions (Temporal's safe-message-handlers shape): what
+// survives continue-as-new (`Carried`), the status the query returns, and the only ways they
+// change — `enter` (through the pure transition table) and `block` — each re-publishing the
+// search attributes the Web UI filters on. Deterministic: workflow APIs only.
+import { upsertSearchAttributes, ApplicationFailure } from '@temporalio/workflow';
+import * as M from './messages';
+import { Phase, canTransition } from './phases';
+import { SA } from './search-attributes';
+
+/** Everything that must survive continue-as-new. */
+export interface Carried {
+  status: M.MoveStatus;
+  cancelRequested: boolean;
+  rollbackRequested: boolean;
+  retireNowRequested: boolean;
+  approved: boolean;
+  soakEndsAtMs: number | null;
+  /** Cutover attempts aborted since the last success or operator approval (absent in older runs). */
+  cutoverAbortsInRow?: number;
+}
+
+function initialStatus(input: M.MoveInput): M.MoveStatus {
+  return {
+    moveId: input.moveId, unit: input.unit, tenant: input.tenant, source: '', target: input.target, phase: 'plan', epoch: 0,
+    paused: false, awaitingApproval: false, blockedReason: '', lastError: '', tables: [], blobs: { copied: 0, total: 0, bytes: 0 },
+    lagBytes: 0, lagSeconds: 0, etaSeconds: null, cutoverPauseMs: null, cutoverAttempts: 0, soakEndsAt: null, phaseTimes: {},
+    operators: { startedBy: input.requestedBy }, validation: { ok: null, mismatches: [] },
+  };
+}
+
+export class MoveState {
+  readonly carried: Carried;
+  readonly st: M.MoveStatus;
+
+  constructor(input: M.MoveInput) {
+    this.carried = (input.resume as Carried | undefined) ?? {
+      status: initialStatus(input), cancelRequested: false, rollbackRequested: false, retireNowRequested: false, approved: false, soakEndsAtMs: null,
+    };
+    this.st = this.carried.status;
+  }
+
+  publish(): void {
+    const st = this.st;
+    upsertSearchAttributes([
+      { key: SA.unit, value: st.unit },
+      { key: SA.source, value: st.source || 'unknown' },
+      { key: SA.target, value: st.target },
+      { key: SA.phase, value: st.phase },
+      { key: SA.blockedReason, value: st.blockedReason ? st.blockedReason.slice(0, 200) : null },
+    ]);
+  }
+
+  /** Moves to phase `p` if the transition table allows it; an illegal transition is a bug and fails the workflow. */
+  enter(p: Phase): void {
+    const st = this.st;
+    if (p !== st.phase && !canTransition(st.phase, p)) throw ApplicationFailure.nonRetryable(`illegal transition ${st.phase} -> ${p}`, 'IllegalTransition');
+    st.phase = p;
+    st.phaseTimes[p] = new Date().toISOString();
+    this.publish();
+  }
+
+  /** Sets (or with '' clears) the reason the move is stuck, visible as ShardctlBlockedReason. */
+  block(reason: string): void {
+    if (this.st.blockedReason !== reason) {
+      this.st.blockedReason = reason;
+      this.publish();
+    }
+  }
+
+  /** The move reference every activity takes. */
+  ref() {
+    const st = this.st;
+    return { moveId: st.moveId, unit: st.unit, source: st.source, target: st.target };
+  }
+}
