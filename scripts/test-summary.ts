@@ -1,8 +1,9 @@
 // The one line `npm test` ends with ("N passed, N failed, N skipped") and the reasons behind
-// every failure that is not a failed test. Pure: it judges parsed reports, it reads no files
-// (the CLI at the bottom does). Anything short of a complete, clean run counts as a failure:
+// every failure that is not a failed test. `summarize` is pure: it judges parsed reports (the
+// CLI at the bottom reads the files). Anything short of a complete, clean run counts as a failure:
 // a step that exited non-zero, a run that wrote no report, `success: false`, unhandled errors,
 // a file that failed to load, a run that was interrupted.
+import fs from 'node:fs';
 
 /** The parts of vitest's JSON report this judges (vitest 3 `--reporter=json`). */
 export interface VitestJsonReport {
@@ -85,8 +86,6 @@ export function summaryLine(s: Summary): string {
 
 /** CLI: `tsx scripts/test-summary.ts name=exit[:json[:runEnd]] ...`; prints problems, then the line. */
 function main(argv: string[]): number {
-  // eslint-disable-next-line @typescript-eslint/no-var-requires
-  const fs = require('node:fs') as typeof import('node:fs');
   const readJson = (f: string | undefined) => {
     if (!f || !fs.existsSync(f)) return null;
     try {
