@@ -1,7 +1,7 @@
 // `npm run demo` against the real stack, shortened (SHARDCTL_DEMO_DURATION / _SOAK) and on a
 // task queue of its own: whichever way it ends, no process it started survives it, and its
 // live progress never shows more rows copied than the total.
-import { describe, it, expect, beforeAll, afterEach } from 'vitest';
+import { describe, it, expect, beforeAll, afterAll, afterEach } from 'vitest';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -11,12 +11,18 @@ import { uniq } from '../helpers/stack';
 import { MARK_VAR, markedProcesses, newMark, killMarked, spawnCollecting, MarkedProcess } from '../helpers/procs';
 
 const ROOT = projectRoot();
+let bundleDir: string;
 let bundle: string;
 const marks: string[] = [];
 
 beforeAll(async () => {
   // One webpack build for every demo worker of this file instead of one per start.
-  bundle = await buildWorkflowBundle(path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'shardctl-demo-test-')), 'workflows.js'));
+  bundleDir = fs.mkdtempSync(path.join(os.tmpdir(), 'shardctl-demo-test-'));
+  bundle = await buildWorkflowBundle(path.join(bundleDir, 'workflows.js'));
+});
+
+afterAll(() => {
+  if (bundleDir) fs.rmSync(bundleDir, { recursive: true, force: true });
 });
 
 afterEach(async () => {
