@@ -16,9 +16,12 @@ export interface MarkedProcess {
   cmdline: string;
 }
 
-/** Live (not zombie) processes whose environment carries `mark`. */
-export function markedProcesses(mark: string): MarkedProcess[] {
-  const needle = Buffer.from(`\0${MARK_VAR}=${mark}\0`);
+/** The whole test run's mark (test/global-setup.ts): what a test forgot to stop is found at the end. */
+export const RUN_MARK_VAR = 'SHARDCTL_TEST_RUN';
+
+/** Live (not zombie) processes whose environment carries `mark` (in `varName`). */
+export function markedProcesses(mark: string, varName = MARK_VAR): MarkedProcess[] {
+  const needle = Buffer.from(`\0${varName}=${mark}\0`);
   const out: MarkedProcess[] = [];
   for (const e of fs.readdirSync('/proc')) {
     if (!/^\d+$/.test(e)) continue;
@@ -73,10 +76,11 @@ export function spawnCollecting(cmd: string, args: string[], opts: SpawnOptions)
   };
 }
 
-/** SIGTERM then SIGKILL: for a test's own leftovers after a failure. */
-export async function killMarked(mark: string): Promise<void> {
+/** SIGTERM then SIGKILL the marked processes `which` keeps: for a test's own leftovers. Returns what it found. */
+export async function killMarked(mark: string, varName = MARK_VAR, which: (p: MarkedProcess) => boolean = () => true): Promise<MarkedProcess[]> {
+  const found = markedProcesses(mark, varName).filter(which);
   for (const sig of ['SIGTERM', 'SIGKILL'] as const) {
-    for (const p of markedProcesses(mark)) {
+    for (const p of markedProcesses(mark, varName).filter(which)) {
       try {
         process.kill(p.pid, sig);
       } catch {
@@ -84,6 +88,7 @@ export async function killMarked(mark: string): Promise<void> {
       }
     }
     const deadline = Date.now() + 10_000;
-    while (markedProcesses(mark).length && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+    while (markedProcesses(mark, varName).filter(which).length && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
   }
+  return found;
 }
