@@ -4,6 +4,7 @@
 import { describe, it, expect, beforeAll, afterAll, afterEach, vi } from 'vitest';
 import { Pool } from 'pg';
 import { testConfig, uniq, shardPool, directoryPool, closePools } from '../helpers/stack';
+import { shardByName } from '../../lib/config';
 import { migrateDirectory } from '../../lib/directory/schema';
 import { setUnitFence } from '../../lib/shard/fence';
 import { Router, RouterOptions } from '../../lib/router';
@@ -71,6 +72,11 @@ const insertAccount = (t: string, name = 'acct') => async (tx: import('pg').Pool
 
 const grantAll = { tenants: '*' as const };
 
+/** The port a shard's server listens on, from the stack's config (never a hard-coded default). */
+function portOf(shard: string): string {
+  return new URL(shardByName(testConfig(), shard).dsn).port;
+}
+
 describe('router: stale routes', () => {
   it('refuses a stale cached route before any row changes, refreshes and writes on the new owner', async () => {
     const t = await newTenant('rt-stale');
@@ -103,7 +109,7 @@ describe('router: stale routes', () => {
       if (shardsSeen.length === 1) await switchOwner(t, 'shard-a', 'shard-b', 1); // after the start check passed
       await tx.query('insert into public.accounts(tenant_id, name) values ($1, $2)', [t, `try-${shardsSeen.length}`]);
     });
-    expect(shardsSeen).toEqual(['15433', '15434']);
+    expect(shardsSeen).toEqual([portOf('shard-a'), portOf('shard-b')]);
     expect(await accounts('shard-a', t)).toBe(0);
     expect((await shards['shard-b'].query('select name from public.accounts where tenant_id = $1', [t])).rows).toEqual([{ name: 'try-2' }]);
   });
@@ -123,7 +129,7 @@ describe('router: stale routes', () => {
       },
       { isolation: 'repeatable read' },
     );
-    expect(ports).toEqual(['15433', '15434']);
+    expect(ports).toEqual([portOf('shard-a'), portOf('shard-b')]);
     expect(router.metrics().serializationRetries).toBe(1);
     expect(router.metrics().staleRetries).toBe(1);
     expect(await accounts('shard-a', t)).toBe(0);
