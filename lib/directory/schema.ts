@@ -70,6 +70,15 @@ alter table shardctl.audit add column idem text;
 create unique index audit_idem on shardctl.audit (idem) where idem is not null;
 `,
   },
+  {
+    version: 3,
+    name: 'functions pin search_path',
+    // Every shardctl function runs with a fixed search_path, whatever the caller's (see
+    // PINNED_SEARCH_PATH in lib/shard/schema.ts).
+    sql: `
+alter function shardctl.audit_append_only() set search_path = pg_catalog, pg_temp;
+`,
+  },
 ];
 
 export async function migrateDirectory(pool: Pool): Promise<number[]> {
