@@ -44,6 +44,10 @@ export function dryRunCutoverSteps(plan: CutoverPlan, opts: { standing?: Standin
       onBlobsSynced();
       return [];
     },
+    async advanceSequences() {
+      say(`advance sequences: every sequence feeding a moved table on ${next} goes past ${unit}'s largest value there (never backwards)`);
+      return { ok: true };
+    },
     async markReverseStart() {
       say(`record where reverse replication (${next} -> ${owner}) starts: ${next}'s WAL position now`);
     },

@@ -1,5 +1,5 @@
 // The cutover as a sequence of named verbs (Vitess's traffic switcher, Ghostferry's Run()):
-//   freeze → raiseFence → applyToFencePoint → compare → switchOwner → finishOldOwner
+//   freeze → raiseFence → applyToFencePoint → compare → advanceSequences → switchOwner → finishOldOwner
 // `runCutover` is the one sequence; `CutoverSteps` has a live implementation (live.ts) and a
 // dry-run twin (dry-run.ts) that only reports what it would do, so `move plan` and the real
 // move cannot drift apart. `switchOwner` is the point of no return: before it, any failure
@@ -45,6 +45,12 @@ export interface CutoverSteps {
   applyToFencePoint(budgetMs: number): Promise<{ ok: true; fenceLsn: string } | { ok: false; reason: string }>;
   /** The final blob delta and the per-table fingerprints; returns the differences (empty = equal). */
   compare(onBlobsSynced: () => void): Promise<string[]>;
+  /**
+   * The next owner's sequences that feed the moved tables go past every value the unit holds
+   * there (never backwards), so its first insert after the switch cannot hit a duplicate key.
+   * Both directions: a rollback advances the old owner's sequences the same way.
+   */
+  advanceSequences(): Promise<StepAnswer>;
   /** Forward only: records where reverse replication (next → owner) starts. */
   markReverseStart(): Promise<void>;
   /** POINT OF NO RETURN: the next owner accepts epoch + 1 and the directory moves to it. Throws if lost. */
@@ -114,6 +120,10 @@ export async function runCutover(s: CutoverSteps, plan: CutoverPlan, hooks: Cuto
   const diff = await s.compare(() => mark('blobs'));
   mark('compared');
   if (diff.length) return abort(`target differs from source at the fence: ${diff.join('; ')}`, diff);
+
+  const seq = await s.advanceSequences();
+  mark('sequences');
+  if (!seq.ok) return abort(seq.reason);
 
   if (plan.direction === 'forward') await s.markReverseStart();
   if (elapsed() > plan.fenceBudgetMs) return abort(`fence took longer than its budget of ${plan.fenceBudgetMs} ms; unfenced, will retry`);
