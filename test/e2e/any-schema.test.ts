@@ -470,6 +470,22 @@ describe('sequence-backed ids follow the tenant', () => {
   });
 });
 
+describe('a key unique across tenants', () => {
+  it('refuses at plan, naming the first global id the target already holds for another unit, and changes nothing', { timeout: 180_000 }, async () => {
+    const w = await world('Xg', (S) => `
+      create schema ${S};
+      create table ${S}."Docs" (tenant_id text not null, id bigint not null, v text, primary key (tenant_id, id), unique (id));`);
+    const S = w.world.S;
+    const tenant = await H.newTenant('shard-a', 'xg');
+    const resident = await H.newTenant('shard-b', 'xgr');
+    await asTenant(w.world.pool('shard-a'), tenant, 1, (c) => c.query(`insert into ${S}."Docs" select $1, g, 'v' from generate_series(1, 40) g`, [tenant]));
+    await asTenant(w.world.pool('shard-b'), resident, 1, (c) => c.query(`insert into ${S}."Docs" values ($1, 27, 'theirs'), ($1, 33, 'theirs')`, [resident]));
+    const final = await expectRefusedAtPlan(w, tenant, ['Docs']);
+    expect(final.lastError).toContain(`target shard-b already holds ${w.world.schema}.Docs key (id)=(27) for unit ${resident}`);
+    expect(final.lastError).toContain('unique index "Docs_id_key" does not contain tenant_id');
+  });
+});
+
 describe('a permanent failure before the switch', () => {
   it('a TRUNCATE on the source stops the move, which undoes itself and ends failed with the reason', { timeout: 200_000 }, async () => {
     const w = await world('Xt', (S) => `
