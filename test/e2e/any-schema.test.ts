@@ -470,6 +470,34 @@ describe('sequence-backed ids follow the tenant', () => {
   });
 });
 
+describe('sequence-backed ids follow the tenant back on rollback', () => {
+  it('after a rollback the tenant inserts without explicit ids on its old owner, past the ids it drew on the new one', { timeout: 240_000 }, async () => {
+    const w = await world('Xr', (S) => `
+      create schema ${S};
+      create table ${S}.orders (tenant_id text not null, id bigserial, note text, primary key (tenant_id, id));`);
+    const S = w.world.S;
+    const tenant = await H.newTenant('shard-a', 'xr');
+    await asTenant(w.world.pool('shard-a'), tenant, 1, (c) => c.query(`insert into ${S}.orders (tenant_id, note) select $1, 'n' || g from generate_series(1, 30) g`, [tenant]));
+    const h = await start(w, tenant, { soakSeconds: 600 });
+    await reach(h, 'soak', 150_000);
+    const router = await Router.create(w.world.config);
+    try {
+      // On the new owner: ids 31..40, which reverse replication carries back to shard-a as explicit ids.
+      await router.withTenant(tenant, { tenants: [tenant] }, 'write', (tx) =>
+        tx.query(`insert into ${S}.orders (tenant_id, note) select $1, 'soak' || g from generate_series(1, 10) g`, [tenant]));
+      await h.executeUpdate(M.rollbackUpdate, { args: [op] });
+      await reach(h, 'rolled-back', 150_000);
+      expect(await H.placement(tenant)).toMatchObject({ shard: 'shard-a', state: 'active' });
+      await router.withTenant(tenant, { tenants: [tenant] }, 'write', (tx) =>
+        tx.query(`insert into ${S}.orders (tenant_id, note) values ($1, 'after the rollback')`, [tenant]));
+    } finally {
+      await router.close();
+    }
+    const r = await w.world.pool('shard-a').query(`select count(*)::int as n, max(id)::int as m from ${S}.orders where tenant_id = $1`, [tenant]);
+    expect(r.rows[0]).toEqual({ n: 41, m: 41 });
+  });
+});
+
 describe('a key unique across tenants', () => {
   it('refuses at plan, naming the first global id the target already holds for another unit, and changes nothing', { timeout: 180_000 }, async () => {
     const w = await world('Xg', (S) => `
