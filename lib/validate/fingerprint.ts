@@ -7,7 +7,6 @@
 import type { Pool } from 'pg';
 import type { TenantTable } from '../shard/tables';
 import { quoteIdent } from '../shard/tables';
-import { inTransaction } from '../pg';
 import { STABLE_TEXT_SETTINGS_SQL } from '../copy/sql';
 import { compareUtf8 } from './keys';
 
@@ -30,11 +29,19 @@ export function fingerprintSql(t: TenantTable, tenantColumn: string): string {
 }
 
 export async function fingerprintTable(pool: Pool, t: TenantTable, tenantColumn: string, unit: string): Promise<TableFingerprint> {
-  const r = await inTransaction(pool, async (c) => {
-    await c.query('set transaction read only');
-    await c.query(STABLE_TEXT_SETTINGS_SQL);
-    return c.query(fingerprintSql(t, tenantColumn), [unit]);
-  });
+  // This runs inside the write pause: the transaction and its settings go in one round trip.
+  const c = await pool.connect();
+  let r;
+  try {
+    await c.query(`begin transaction read only; ${STABLE_TEXT_SETTINGS_SQL}`);
+    r = await c.query(fingerprintSql(t, tenantColumn), [unit]);
+    await c.query('commit');
+  } catch (e) {
+    await c.query('rollback').catch(() => {});
+    throw e;
+  } finally {
+    c.release();
+  }
   return { table: `${t.schema}.${t.name}`, rows: Number(r.rows[0].n), md5: r.rows[0].h };
 }
 
