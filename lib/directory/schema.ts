@@ -71,7 +71,8 @@ create unique index audit_idem on shardctl.audit (idem) where idem is not null;
 `,
   },
   {
-    version: 3,
+    // After main's 4 (freeze tokens), so the merge keeps the versions in order.
+    version: 5,
     name: 'functions pin search_path',
     // Every shardctl function runs with a fixed search_path, whatever the caller's (see
     // PINNED_SEARCH_PATH in lib/shard/schema.ts).
