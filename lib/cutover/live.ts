@@ -10,6 +10,7 @@ import { freezeSource, unfreeze, acceptEpoch, disown } from '../shard/fence';
 import { applyChangesUntil, currentWalLsn } from '../cdc';
 import { fingerprintUnit, fingerprintDiff } from '../validate/fingerprint';
 import { replicationNames } from '../ids';
+import { advanceSequencesForUnit } from '../shard/sequences';
 import type { CutoverPlan, CutoverSteps, Standing, UnfreezeOutcome } from './steps';
 
 export interface LiveCutoverEnv {
@@ -111,6 +112,18 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
         fingerprintUnit(env.nextPool, tables, env.tenantColumn, unit),
       ]);
       return fingerprintDiff(a, b);
+    },
+
+    async advanceSequences() {
+      // Under the fence the unit cannot write on either side, and the next owner holds every row
+      // it will hold at the switch: its max per sequence-fed column is final.
+      try {
+        const advanced = await advanceSequencesForUnit(env.nextPool, await env.tables(), env.tenantColumn, unit);
+        env.beat({ step: 'sequences', advanced: advanced.filter((a) => a.nextAfter !== a.nextBefore).length });
+        return { ok: true };
+      } catch (e: any) {
+        return { ok: false, reason: `could not advance ${next}'s sequences past ${unit}'s values: ${e?.message ?? e}` };
+      }
     },
 
     async reverseStartLsn() {

@@ -1,5 +1,5 @@
 // The cutover as a sequence of named verbs (Vitess's traffic switcher, Ghostferry's Run()):
-//   freeze → raiseFence → applyToFencePoint → compare → switchOwner → finishOldOwner
+//   freeze → raiseFence → applyToFencePoint → compare → advanceSequences → switchOwner → finishOldOwner
 // `runCutover` is the one sequence; `CutoverSteps` has a live implementation (live.ts) and a
 // dry-run twin (dry-run.ts) that only reports what it would do, so `move plan` and the real
 // move cannot drift apart. `switchOwner` is the point of no return: before it, any failure
@@ -49,6 +49,12 @@ export interface CutoverSteps {
   applyToFencePoint(budgetMs: number): Promise<{ ok: true; fenceLsn: string } | { ok: false; reason: string }>;
   /** The final blob delta and the per-table fingerprints; returns the differences (empty = equal). */
   compare(onBlobsSynced: () => void): Promise<string[]>;
+  /**
+   * The next owner's sequences that feed the moved tables go past every value the unit holds
+   * there (never backwards), so its first insert after the switch cannot hit a duplicate key.
+   * Both directions: a rollback advances the old owner's sequences the same way.
+   */
+  advanceSequences(): Promise<StepAnswer>;
   /** Forward only: where reverse replication (next → owner) will start, the next owner's WAL position now. */
   reverseStartLsn(): Promise<string>;
   /**
@@ -132,6 +138,11 @@ export async function runCutover(s: CutoverSteps, plan: CutoverPlan, hooks: Cuto
     mark('compared');
     if (diff === TIMED_OUT) return await abort(`comparison did not finish within the fence budget of ${plan.fenceBudgetMs} ms`);
     if (diff.length) return await abort(`target differs from source at the fence: ${diff.join('; ')}`, diff);
+
+    step = 'advance sequences';
+    const seq = await s.advanceSequences();
+    mark('sequences');
+    if (!seq.ok) return await abort(seq.reason);
 
     step = 'measure the reverse start';
     if (plan.direction === 'forward') reverseStart = await s.reverseStartLsn();
