@@ -96,7 +96,7 @@ export async function runCutover(s: CutoverSteps, plan: CutoverPlan, hooks: Cuto
     return { ok: true, newEpoch, pauseMs: (await s.measuredPauseMs()) ?? 0, fenceLsn: '', alreadyDone: true };
   }
   if (standing.kind === 'foreign') return { ok: false, reason: standing.reason, pauseMs: 0, mismatches: [] };
-  const resumed = standing.kind === 'frozen-by-this-move';
+  let resumed = standing.kind === 'frozen-by-this-move';
   if (!resumed) await s.preSyncBlobs();
 
   const t0 = hooks.now();
@@ -107,12 +107,28 @@ export async function runCutover(s: CutoverSteps, plan: CutoverPlan, hooks: Cuto
   const mark = (name: string) => (steps[name] = elapsed());
   const abort = async (reason: string, mismatches: string[] = []): Promise<CutoverResult> => {
     const u = await s.unfreeze(reason);
-    // A concurrent delivery switched meanwhile: that is the answer.
-    if (u === 'switched') return { ok: true, newEpoch, pauseMs: elapsed(), fenceLsn: '', alreadyDone: true };
+    // A concurrent delivery switched meanwhile: that is the answer, once the old owner is
+    // finished (that delivery may have died before finishing it).
+    if (u === 'switched') {
+      await s.finishOldOwner();
+      return { ok: true, newEpoch, pauseMs: elapsed(), fenceLsn: '', alreadyDone: true };
+    }
     return { ok: false, reason: u === 'lost' ? `${reason}; and the directory changed under the move (left frozen, fail closed)` : reason, pauseMs: elapsed(), mismatches };
   };
 
-  const f = await s.freeze(standing);
+  // A lost freeze compare-and-set re-reads where the unit stands (another delivery of this
+  // move may have frozen or switched it meanwhile) instead of walking away from it.
+  let f = await s.freeze(standing);
+  for (let i = 0; !f.ok && i < 3; i++) {
+    const now = await s.standing();
+    if (now.kind === 'switched') {
+      await s.finishOldOwner();
+      return { ok: true, newEpoch, pauseMs: (await s.measuredPauseMs()) ?? 0, fenceLsn: '', alreadyDone: true };
+    }
+    if (now.kind === 'foreign') return { ok: false, reason: now.reason, pauseMs: 0, mismatches: [] };
+    resumed ||= now.kind === 'frozen-by-this-move';
+    f = await s.freeze(now);
+  }
   if (!f.ok) return { ok: false, reason: f.reason, pauseMs: 0, mismatches: [] };
 
   // From here to the switch the unit is frozen: every way out, an answer or an exception,

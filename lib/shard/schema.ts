@@ -42,6 +42,9 @@ create table if not exists shardctl.fence (
   frozen boolean not null default false,
   updated_at timestamptz not null default now()
 );
+-- The cutover attempt whose freeze this is: only that attempt (or the one that took it over)
+-- may lower it, so a paused attempt can never reopen another attempt's freeze.
+alter table shardctl.fence add column if not exists freeze_token text;
 
 create table if not exists shardctl.move_progress (
   move_id text not null,

@@ -8,36 +8,41 @@
 // memoisation; a violation comes back as the shortest trace of steps that reaches it.
 // Pure: no I/O, no server.
 
-/** Which protocol to explore. `live` is what lib/cutover/live.ts does today. */
+/** Which protocol to explore. `LIVE` is what lib/cutover/live.ts does today. */
 export interface ProtocolVariant {
   /** The switch's directory CAS requires this attempt's freeze token (live: yes). */
   switchChecksToken: boolean;
   /** unfreeze: directory CAS first, then the guarded fence (live: yes); false lowers the fence first. */
   unfreezeDirectoryFirst: boolean;
   /**
-   * Not in the live code: the fence row also carries the freeze token, raiseFence writes this
-   * attempt's token there and the fence's unfreeze is guarded on it too (a candidate fix).
+   * The fence row also carries the freeze token, raiseFence writes this
+   * attempt's token there and the fence's unfreeze is guarded on it too (live since the model found the bug).
    */
   fenceCarriesToken: boolean;
   /**
-   * Not in the live code: a lost freeze CAS re-reads the standing instead of declining, so a
+   * A lost freeze CAS re-reads the standing instead of declining, so a
    * delivery whose standing went stale (the other attempt froze, or switched, meanwhile) takes
-   * that freeze over or finishes the switch (a candidate fix).
+   * that freeze over or finishes the switch (live).
    */
   lostFreezeRereadsStanding: boolean;
   /**
-   * Not in the live code: when unfreeze finds the unit switched (by the other attempt, which may
-   * have died before finishing), it finishes the old owner before answering ok (a candidate fix).
+   * When unfreeze finds the unit switched (by the other attempt, which may
+   * have died before finishing), it finishes the old owner before answering ok (live).
    */
   abortSwitchedFinishes: boolean;
   /**
-   * Not in the live code: a lost switch CAS that finds the owner active again (the other attempt
-   * unfroze after this one's late raise) lowers the fence it raised, before throwing (a candidate fix).
+   * A lost switch CAS that finds the owner active again (the other attempt
+   * unfroze after this one's late raise) lowers the fence it raised, before throwing (live).
    */
   lostSwitchUnfreezes: boolean;
 }
 
-export const LIVE: ProtocolVariant = {
+/**
+ * What lib/cutover/live.ts did before this model found its bugs (a paused attempt's late fence
+ * unfreeze reopened another attempt's freeze and lost an acknowledged write); kept as the
+ * checker's first real catch.
+ */
+export const BEFORE_FIX: ProtocolVariant = {
   switchChecksToken: true,
   unfreezeDirectoryFirst: true,
   fenceCarriesToken: false,
@@ -45,14 +50,16 @@ export const LIVE: ProtocolVariant = {
   abortSwitchedFinishes: false,
   lostSwitchUnfreezes: false,
 };
-/** LIVE plus the candidate fixes: the variant that holds every invariant. */
-export const CANDIDATE_FIX: ProtocolVariant = {
-  ...LIVE,
+/** What lib/cutover/live.ts does now: the fixes below are all in the live code. */
+export const LIVE: ProtocolVariant = {
+  ...BEFORE_FIX,
   fenceCarriesToken: true,
   lostFreezeRereadsStanding: true,
   abortSwitchedFinishes: true,
   lostSwitchUnfreezes: true,
 };
+/** The fixes as first proposed by the model (now LIVE). */
+export const CANDIDATE_FIX: ProtocolVariant = LIVE;
 /** Deliberately broken: the switch CAS checks the move but not the freeze token. */
 export const BROKEN_SWITCH_IGNORES_TOKEN: ProtocolVariant = { ...CANDIDATE_FIX, switchChecksToken: false };
 /** Deliberately broken: unfreeze lowers the fence before the directory CAS. */

@@ -8,7 +8,7 @@ import {
   formatViolation,
   INVARIANTS,
   LIVE,
-  CANDIDATE_FIX,
+  BEFORE_FIX,
   BROKEN_UNFREEZE_FENCE_FIRST,
   type ModelBounds,
   type ExploreResult,
@@ -31,10 +31,10 @@ const violated = (r: ExploreResult) => r.violations.map((v) => v.invariant);
 const traceOf = (r: ExploreResult, inv: string) => r.violations.find((v) => v.invariant === inv)?.trace ?? [];
 
 describe('cutover protocol model', () => {
-  it("live protocol: a late fence unfreeze by a paused attempt reopens the other attempt's freeze, and an acknowledged write is lost", () => {
-    const r = run('live (lib/cutover/live.ts)', LIVE);
+  it("the protocol before the fix: a late fence unfreeze by a paused attempt reopens the other attempt's freeze, and an acknowledged write is lost", () => {
+    const r = run('before the fix', BEFORE_FIX);
     expect(r.states).toBeGreaterThan(1000);
-    // Pinned: when lib/cutover/live.ts changes, update the model and this list together.
+    // Pinned: the bugs the model found in the cutover before the tokened fence (now fixed in LIVE).
     // (epochs-only-increase and ok-answer-is-true hold.)
     expect(violated(r)).toEqual(['single-authority', 'no-lost-write', 'switch-saw-every-write', 'no-stale-write', 'fail-open', 'old-owner-finished']);
     expect(INVARIANTS).toContain('epochs-only-increase');
@@ -48,12 +48,12 @@ describe('cutover protocol model', () => {
     expect(at(/^B: switch CAS wins/)).toBeGreaterThan(at(/writes w0 on source/));
   });
 
-  it('candidate fixes (token on the fence, re-read after a lost freeze, finish when unfreeze finds it switched, unfreeze after a lost switch) hold every invariant, over a space that is not vacuous', () => {
+  it('the live protocol (token on the fence, re-read after a lost freeze, finish when unfreeze finds it switched, unfreeze after a lost switch) holds every invariant, over a space that is not vacuous', () => {
     const popcount = (m: number) => m.toString(2).replace(/0/g, '').length;
     // Reachable: B takes over A's freeze and switches, with acknowledged writes on both shards.
     const r = run(
-      'candidate fix',
-      CANDIDATE_FIX,
+      'live (lib/cutover/live.ts)',
+      LIVE,
       (s) => s.dir.switchedBy === 2 && s.attempts[1].takeover === 1 && s.sourceAcks !== 0 && s.writes > popcount(s.sourceAcks),
     );
     expect(r.violations.map(formatViolation)).toEqual([]);

@@ -86,11 +86,17 @@ describe('runCutover', () => {
     expect(s.calls).not.toContain('switchOwner');
   });
 
-  it('a failed freeze changes nothing: no fence, no unfreeze', async () => {
+  it('a failed freeze re-reads where the unit stands, then declines, changing nothing: no fence, no unfreeze', async () => {
     const s = scripted({ freezeOk: false });
     const r = await runCutover(s.steps, plan, s.hooks);
     expect(r).toMatchObject({ ok: false, reason: 'lost the race' });
-    expect(s.calls).toEqual(['standing', 'preSyncBlobs', 'freeze']);
+    expect(s.calls).toEqual(['standing', 'preSyncBlobs', 'freeze', 'standing', 'freeze', 'standing', 'freeze', 'standing', 'freeze']);
+  });
+
+  it('an unfreeze that finds the unit switched by another delivery finishes the old owner before answering done', async () => {
+    const s = scripted({ applyOk: false, unfreeze: 'switched' });
+    expect(await runCutover(s.steps, plan, s.hooks)).toMatchObject({ ok: true, alreadyDone: true });
+    expect(s.calls.slice(-2)).toEqual(['unfreeze', 'finishOldOwner']);
   });
 
   it('a redelivery after the switch only finishes the old owner and reports the directory-measured pause', async () => {
