@@ -13,7 +13,7 @@ export default defineConfig({
     poolOptions: { forks: { maxForks: 2, minForks: 1 } },
     teardownTimeout: 60_000,
     projects: [
-      { test: { ...common, name: 'unit', include: ['test/unit/**/*.test.ts'], testTimeout: 20_000 } },
+      { test: { ...common, name: 'unit', include: ['test/unit/**/*.test.ts'], testTimeout: 60_000 } },
       {
         test: {
           ...common,

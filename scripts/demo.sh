@@ -1,20 +1,56 @@
 #!/usr/bin/env bash
 # `npm run demo`: set-up, the stack, a worker, demo tenants, then a real tenant move under live
 # traffic with visible progress, ending with `loadgen verify`. Safe to run again: it moves the
-# demo tenant on to the next shard each time.
+# demo tenant on to the next shard each time. It leaves nothing running: the worker and the
+# load generator each run in a process group of their own, and every way out of this script
+# (done, failed, Ctrl-C, SIGTERM, hang-up) stops those groups, not just a shell around them.
+# SHARDCTL_DEMO_DURATION (load, default 60s) and SHARDCTL_DEMO_SOAK (default 10s) shorten it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/ensure-deps.sh
 sc() { node cli/shardctl.js "$@"; }
 
+STARTED=()   # process-group ids of what this script started in the background
+# start_bg LOG CMD...: job control on for this one job, so CMD leads a new process group.
+start_bg() {
+  local log=$1
+  shift
+  set -m
+  "$@" > "$log" 2>&1 &
+  set +m
+  STARTED+=("$!")
+}
+# stop_bg: SIGTERM each group, SIGKILL whatever is still there after 15 s (the watchdog runs in
+# a group of its own too, so stopping it stops its sleep as well).
+stop_bg() {
+  [ ${#STARTED[@]} -gt 0 ] || return 0
+  local g
+  for g in "${STARTED[@]}"; do kill -TERM -- "-$g" 2>/dev/null || true; done
+  set -m
+  (sleep 15; for g in "${STARTED[@]}"; do kill -KILL -- "-$g" 2>/dev/null || true; done) > /dev/null 2>&1 &
+  set +m
+  local watchdog=$!
+  for g in "${STARTED[@]}"; do wait "$g" 2>/dev/null || true; done
+  kill -TERM -- "-$watchdog" 2>/dev/null || true
+  wait "$watchdog" 2>/dev/null || true
+  # A leader gone may leave members of its group behind.
+  for g in "${STARTED[@]}"; do kill -KILL -- "-$g" 2>/dev/null || true; done
+  STARTED=()
+}
+cleanup() {
+  set +e
+  stop_bg
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
+
 sc dev up
 sc shards prepare --demo-schema
 mkdir -p .dev/logs .dev/demo
-sc worker > .dev/logs/worker-demo.log 2>&1 &
-WORKER=$!
-LOADGEN=
-cleanup() { [ -n "$LOADGEN" ] && kill "$LOADGEN" 2>/dev/null || true; kill "$WORKER" 2>/dev/null || true; wait 2>/dev/null || true; }
-trap cleanup EXIT
+start_bg .dev/logs/worker-demo.log node cli/shardctl.js worker
+echo "== worker pid $! (log .dev/logs/worker-demo.log)"
 
 T=acme
 B=globex
@@ -29,15 +65,16 @@ case "$FROM" in shard-a) TO=shard-b ;; shard-b) TO=shard-c ;; *) TO=shard-a ;; e
 echo "== moving $T from $FROM to $TO while loadgen writes to $T and $B"
 
 LOG=.dev/demo/loadgen-$(date +%s).jsonl
-sc loadgen --tenants $T,$B --rate 40 --duration 60s --log "$LOG" > .dev/logs/loadgen-demo.log 2>&1 &
+start_bg .dev/logs/loadgen-demo.log node cli/shardctl.js loadgen --tenants $T,$B --rate 40 --duration "${SHARDCTL_DEMO_DURATION:-60s}" --log "$LOG"
 LOADGEN=$!
+echo "== loadgen pid $LOADGEN (log .dev/logs/loadgen-demo.log)"
 sleep 2
-sc move start --tenant $T --to $TO --soak 10s --actor demo
+sc move start --tenant $T --to $TO --soak "${SHARDCTL_DEMO_SOAK:-10s}" --actor demo
 sc move wait $T --phase done --timeout 5m || { sc move status $T; exit 1; }
 sc move status $T
+echo "== waiting for loadgen to finish"
 wait "$LOADGEN" || true
-LOADGEN=
-cat .dev/logs/loadgen-demo.log | tail -8
+tail -8 .dev/logs/loadgen-demo.log
 echo "== verifying every acknowledged write"
 sc loadgen verify --log "$LOG"
 sc tenant show $T

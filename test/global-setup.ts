@@ -1,9 +1,12 @@
 // Brings the real stack up once per test run (idempotent) and, if this run started it, stops
-// it at the end so CI leaves nothing running. Tests read endpoints from .dev/config.json.
+// it at the end so CI leaves nothing running; stops any shardctl process the tests left behind.
+// Tests read endpoints from .dev/config.json.
 import * as stack from '../lib/dev/stack';
 import { projectRoot } from '../lib/config';
+import { killMarked, newMark, RUN_MARK_VAR } from './helpers/procs';
 
 let startedHere = false;
+const runMark = newMark('run');
 
 export async function setup() {
   require('../lib/quiet-warnings.js');
@@ -14,9 +17,15 @@ export async function setup() {
   const after = await stack.status(s);
   const bad = after.filter((p) => !p.healthy);
   if (bad.length) throw new Error(`dev stack unhealthy: ${bad.map((b) => `${b.part} (${b.detail})`).join(', ')}`);
+  // Set after the stack is up, so only what the tests start inherits it (forks, and their children).
+  process.env[RUN_MARK_VAR] = runMark;
 }
 
 export async function teardown() {
+  // Any shardctl process a test started and did not stop (a worker, a loadgen, a CLI call) would
+  // keep polling or writing after the run: stop it, and say so.
+  const left = await killMarked(runMark, RUN_MARK_VAR, (p) => /shardctl\.js/.test(p.cmdline) && p.pid !== process.pid);
+  for (const p of left) process.stderr.write(`test run left ${p.cmdline} (pid ${p.pid}) running; stopped it\n`);
   if (startedHere && process.env.SHARDCTL_KEEP_STACK !== '1') {
     await stack.down(stack.stackAt(projectRoot()));
   }

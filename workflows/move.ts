@@ -12,6 +12,7 @@ import * as M from './messages';
 import { Phase, refuseVerb, pastPointOfNoReturn } from './phases';
 import { MoveState } from './move-state';
 import { PERMANENT_ERROR_TYPES, isPermanentErrorType } from '../lib/errors';
+import { copyEtaSeconds, copyProgress } from '../lib/move-progress';
 
 const retry: RetryPolicy = { initialInterval: '500ms', backoffCoefficient: 2, maximumInterval: '10s', maximumAttempts: 4, nonRetryableErrorTypes: [...PERMANENT_ERROR_TYPES] };
 // Every activity heartbeats each second while it runs: a killed worker is noticed in seconds.
@@ -138,10 +139,8 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
         const r = await step(`copy ${t.table}`, () => long.copyTable({ ...ref(), table: t.table, batchRows: input.copyBatchRows ?? 5000, rowsPerSecond }));
         t.rowsCopied = r.rowsCopied;
         t.done = true;
-        const copied = st.tables.reduce((n, x) => n + x.rowsCopied, 0);
-        const total = st.tables.reduce((n, x) => n + x.rowsEstimated, 0);
-        const rate = copied / Math.max(1, (Date.now() - t0) / 1000);
-        st.etaSeconds = rate > 0 ? Math.round((total - copied) / rate) : null;
+        // Rows written during the copy raise the total (lib/move-progress): the ETA never goes negative.
+        st.etaSeconds = copyEtaSeconds(copyProgress(st.tables), (Date.now() - t0) / 1000);
       }
       const b = await step('copy blobs', () => long.copyBlobs({ ...ref(), direction: 'forward' }));
       st.blobs = { copied: b.copied, total: b.total, bytes: b.bytes };

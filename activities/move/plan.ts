@@ -9,6 +9,7 @@ import { shardLoad } from '../../lib/directory/shards';
 import { movabilityProblems, countUnitRows, TenantTable } from '../../lib/shard/tables';
 import { fenceStatus } from '../../lib/shard/prepare';
 import { hasMoveProgress } from '../../lib/cdc/progress';
+import { globalUniqueKeys, firstKeyCollision, collisionReason } from '../../lib/shard/unique-keys';
 import { runCutover } from '../../lib/cutover/steps';
 import { dryRunCutoverSteps } from '../../lib/cutover/dry-run';
 import { moveIdFor } from '../../lib/ids';
@@ -105,6 +106,11 @@ export function createPlanActivities(deps: Deps) {
             if (!resumed) {
               const left = await countUnitRows(tp, t, col, unit);
               if (left > 0) reasons.push(`target ${target} already holds ${left} rows of ${unit} in ${tableKey(t)} (left over from an earlier move?); remove them first`);
+            }
+            // A key unique across tenants must not already be taken on the target by another unit.
+            for (const key of await globalUniqueKeys(tp, t, col)) {
+              const hit = await firstKeyCollision(deps.shardPool(p.shard), tp, t, key, col, unit);
+              if (hit) reasons.push(collisionReason(target, t, hit, col, unit));
             }
           }
         }

@@ -1,7 +1,9 @@
-// `shardctl dev up|down|status|env|reset`: the local stack (see lib/dev/stack.ts).
+// `shardctl dev up|down|status|env|reset`: the local stack (see lib/dev/stack.ts) and the
+// workers running against it (lib/dev/workers.ts).
 import { Command } from 'commander';
 import * as stack from '../../lib/dev/stack';
 import { projectRoot } from '../../lib/config';
+import type { RunningWorker } from '../../lib/dev/workers';
 
 export function registerDev(program: Command) {
   const dev = program.command('dev').description('the local dev stack: postgres ×4, temporal dev server + UI, S3 (moto)');
@@ -18,13 +20,16 @@ export function registerDev(program: Command) {
     console.log(`\nready in ${((Date.now() - t0) / 1000).toFixed(1)}s — Temporal Web UI: ${env.temporal.uiUrl}`);
     if (parts.some((x) => !x.healthy)) process.exitCode = 1;
   });
-  dev.command('status').description('health of each part').option('--json').action(async (o) => {
-    const parts = await stack.status(s());
-    if (o.json) console.log(JSON.stringify(parts, null, 2));
-    else printStatus(parts);
+  dev.command('status').description('health of each part, and the workers running against the stack').option('--json').action(async (o) => {
+    const st = s();
+    const parts = await stack.status(st);
+    // Workers are listed, not judged: a running one is no failure of the stack.
+    const workers = (await stack.workers(st)).map(workerLine);
+    if (o.json) console.log(JSON.stringify([...parts, ...workers], null, 2));
+    else printStatus([...parts, ...workers]);
     if (parts.some((x) => !x.healthy)) process.exitCode = 1;
   });
-  dev.command('down').description('stop every part').action(async () => {
+  dev.command('down').description("stop every part, and this checkout's workers").action(async () => {
     await stack.down(s(), log);
   });
   dev.command('reset').description('stop everything and wipe .dev/ (keeps downloaded tools)').action(async () => {
@@ -35,7 +40,13 @@ export function registerDev(program: Command) {
   });
 }
 
+/** A worker as a line of `dev status` (in --json: the same entry, plus pid, taskQueues, source, cwd). */
+function workerLine(w: RunningWorker): stack.PartStatus & RunningWorker {
+  const where = w.source === 'checkout' ? 'this checkout; `dev down` stops it' : `not this checkout's${w.cwd ? `: runs in ${w.cwd}` : ''}; stop it there`;
+  return { part: `worker ${w.pid ?? w.identity}`, healthy: true, detail: `polling ${w.taskQueues.join(', ')} (${w.identity}, ${where})`, ...w };
+}
+
 function printStatus(parts: stack.PartStatus[]) {
   const w = Math.max(...parts.map((x) => x.part.length));
-  for (const x of parts) console.log(`${x.part.padEnd(w)}  ${x.healthy ? 'healthy' : 'DOWN   '}  ${x.detail}`);
+  for (const x of parts) console.log(`${x.part.padEnd(w)}  ${x.part.startsWith('worker ') ? 'running' : x.healthy ? 'healthy' : 'DOWN   '}  ${x.detail}`);
 }

@@ -14,6 +14,7 @@ import { temporalClient } from '../../lib/temporal-client';
 import * as M from '../../workflows/messages';
 import { isPhase, isTerminal, phaseReached } from '../../workflows/phases';
 import { SA } from '../../workflows/search-attributes';
+import { copyProgress, formatCopyProgress, formatTableProgress, withCopyProgress } from '../../lib/move-progress';
 
 const actorDefault = () => process.env.SHARDCTL_ACTOR || process.env.USER || os.userInfo().username || 'cli';
 
@@ -59,7 +60,7 @@ function printStatus(s: M.MoveStatus) {
     `move ${s.moveId} of ${s.tenant}: ${s.source || '?'} -> ${s.target}, phase ${s.phase}${s.paused ? ' (paused)' : ''}, epoch ${s.epoch}`,
   ];
   if (s.blockedReason) lines.push(`  blocked: ${s.blockedReason}`);
-  for (const t of s.tables) lines.push(`  ${t.table.padEnd(28)} ${String(t.rowsCopied).padStart(8)} / ${t.rowsEstimated} rows${t.done ? ' ✓' : ''}`);
+  for (const t of s.tables) lines.push(`  ${t.table.padEnd(28)} ${formatTableProgress(t)}`);
   lines.push(`  blobs ${s.blobs.copied} copied of ${s.blobs.total} (${s.blobs.bytes} bytes)`);
   lines.push(`  lag ${s.lagBytes} bytes (${s.lagSeconds}s)${s.etaSeconds !== null ? `, copy ETA ${s.etaSeconds}s` : ''}`);
   if (s.cutoverPauseMs !== null) {
@@ -125,7 +126,7 @@ export function register(program: Command) {
     .option('--json', 'machine-readable')
     .action(async (tenant, o) => {
       const s = await moveStatus(cfg(), tenant);
-      if (o.json) console.log(JSON.stringify(s, null, 2));
+      if (o.json) console.log(JSON.stringify(withCopyProgress(s), null, 2));
       else printStatus(s);
     });
 
@@ -141,9 +142,7 @@ export function register(program: Command) {
       for (;;) {
         const s = await moveStatus(config, tenant);
         // One line whenever something an operator cares about changed: live progress.
-        const copied = s.tables.reduce((n, x) => n + x.rowsCopied, 0);
-        const total = s.tables.reduce((n, x) => n + x.rowsEstimated, 0);
-        const line = `${s.phase}${s.paused ? ' (paused)' : ''} rows ${copied}/${total} blobs ${s.blobs.copied}/${s.blobs.total} lag ${s.lagSeconds}s` +
+        const line = `${s.phase}${s.paused ? ' (paused)' : ''} ${formatCopyProgress(copyProgress(s.tables))} blobs ${s.blobs.copied}/${s.blobs.total} lag ${s.lagSeconds}s` +
           `${s.cutoverPauseMs !== null ? ` pause ${s.cutoverPauseMs}ms` : ''}${s.blockedReason ? ` blocked: ${s.blockedReason}` : ''}`;
         if (line !== last) {
           process.stderr.write(`${new Date().toISOString().slice(11, 23)} ${tenant}: ${line}\n`);

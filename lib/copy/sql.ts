@@ -16,7 +16,7 @@ export type Key = string[];
 export const STABLE_TEXT_SETTINGS_SQL =
   `select set_config('datestyle', 'ISO, MDY', true), set_config('intervalstyle', 'postgres', true),` +
   ` set_config('timezone', 'UTC', true), set_config('extra_float_digits', '3', true),` +
-  ` set_config('bytea_output', 'hex', true)`;
+  ` set_config('bytea_output', 'hex', true), set_config('lc_monetary', 'C', true)`;
 
 /** The data-plane role: ordinary triggers (the fence) and FK checks do not fire. */
 export const REPLICA_ROLE_SQL = `select set_config('session_replication_role', 'replica', true)`;

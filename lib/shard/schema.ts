@@ -24,6 +24,13 @@ export const SHARD_SCHEMA_VERSION = 1;
 
 export const FENCE_LOCK_CLASS = 421;
 
+/**
+ * Every shardctl function runs with this search_path, whatever the caller's: a role with CREATE
+ * on some schema early in its own path could otherwise shadow `current_setting`, `hashtext` or
+ * an operator and pass the fence under a stale epoch. Calls are schema-qualified as well.
+ */
+export const PINNED_SEARCH_PATH = 'set search_path = pg_catalog, pg_temp';
+
 export function shardSchemaSql(): string {
   return `
 create schema if not exists shardctl;
@@ -35,6 +42,9 @@ create table if not exists shardctl.fence (
   frozen boolean not null default false,
   updated_at timestamptz not null default now()
 );
+-- The cutover attempt whose freeze this is: only that attempt (or the one that took it over)
+-- may lower it, so a paused attempt can never reopen another attempt's freeze.
+alter table shardctl.fence add column if not exists freeze_token text;
 
 create table if not exists shardctl.move_progress (
   move_id text not null,
@@ -53,7 +63,7 @@ create table if not exists shardctl.settings (
 -- Refuses (raises) unless this transaction may write rows of unit p_row_unit at its epoch.
 -- The fence triggers inline the same check (writeCheckPlpgsql); this is for other callers.
 create or replace function shardctl.assert_writable(p_row_unit text) returns void
-language plpgsql volatile as $fn$
+language plpgsql volatile ${PINNED_SEARCH_PATH} as $fn$
 declare
 ${WRITE_CHECK_DECLARE}
 begin
@@ -63,10 +73,10 @@ $fn$;
 
 -- Reads check ownership too, so a stale router never serves a moved tenant's old copy.
 create or replace function shardctl.assert_readable(p_unit text, p_epoch bigint) returns void
-language plpgsql volatile as $fn$
+language plpgsql volatile ${PINNED_SEARCH_PATH} as $fn$
 declare f record;
 begin
-  select epoch, owned into f from shardctl.fence where unit = p_unit;
+  select epoch, owned into f from shardctl.fence where unit operator(pg_catalog.=) p_unit;
   if not found or not f.owned or f.epoch <> p_epoch then
     raise exception 'shardctl: stale route for unit % at epoch %', p_unit, p_epoch using errcode = 'SC421';
   end if;
@@ -85,7 +95,7 @@ export function fenceTriggerFunctionSql(column: string): { name: string; sql: st
   // first, exactly as two calls of assert_writable would.
   const sql = `
 create or replace function ${name}() returns trigger
-language plpgsql volatile as $fn$
+language plpgsql volatile ${PINNED_SEARCH_PATH} as $fn$
 declare
   v_row_unit text;
 ${WRITE_CHECK_DECLARE}
@@ -108,8 +118,8 @@ $fn$;`;
   return { name, sql };
 }
 
-const WRITE_CHECK_DECLARE = `  v_unit text := current_setting('shardctl.unit', true);
-  v_epoch_txt text := current_setting('shardctl.epoch', true);
+const WRITE_CHECK_DECLARE = `  v_unit text := pg_catalog.current_setting('shardctl.unit', true);
+  v_epoch_txt text := pg_catalog.current_setting('shardctl.epoch', true);
   v_epoch bigint;
   v_locked boolean;
   f record;`;
@@ -134,8 +144,8 @@ function writeCheckPlpgsql(rowUnit: string): string {
         using errcode = 'SC403';
     end if;
     v_epoch := v_epoch_txt::bigint;
-    v_locked := pg_advisory_xact_lock_shared(${FENCE_LOCK_CLASS}, hashtext(v_unit)) is null;
-    if current_setting('transaction_isolation') = 'read committed' then
+    v_locked := pg_catalog.pg_advisory_xact_lock_shared(${FENCE_LOCK_CLASS}, pg_catalog.hashtext(v_unit)) is null;
+    if pg_catalog.current_setting('transaction_isolation') = 'read committed' then
       select epoch, owned, frozen into f from shardctl.fence where unit = v_unit;
     else
       -- Fails with 40001 if the fence row changed after this transaction's snapshot.

@@ -5,6 +5,7 @@
 // The trigger fires only in replica sessions (WHEN clause), so ordinary writes pay nothing.
 import type { Pool, PoolClient } from 'pg';
 import type { TenantTable } from './tables';
+import { PINNED_SEARCH_PATH } from './schema';
 
 export const WRITE_AUDIT_TRIGGER = 'shardctl_write_audit';
 
@@ -25,16 +26,16 @@ create table if not exists shardctl.unowned_writes (
   username text
 );
 create index if not exists unowned_writes_unit on shardctl.unowned_writes (unit, at);
-create or replace function ${fn}() returns trigger language plpgsql volatile as $fn$
+create or replace function ${fn}() returns trigger language plpgsql volatile ${PINNED_SEARCH_PATH} as $fn$
 declare v_unit text;
 begin
-  if current_setting('application_name') like 'shardctl%' then
+  if pg_catalog.current_setting('application_name') like 'shardctl%' then
     return null;
   end if;
   v_unit := case when tg_op = 'DELETE' then old.${col}::text else new.${col}::text end;
   if not exists (select 1 from shardctl.fence where unit = v_unit and owned) then
     insert into shardctl.unowned_writes(unit, table_name, op, application_name, username)
-    values (v_unit, tg_table_schema || '.' || tg_table_name, tg_op, current_setting('application_name'), current_user);
+    values (v_unit, tg_table_schema || '.' || tg_table_name, tg_op, pg_catalog.current_setting('application_name'), current_user);
   end if;
   return null;
 end
@@ -56,7 +57,7 @@ export async function installWriteAudit(c: PoolClient, t: TenantTable, fn: strin
   if (await hasAuditTrigger(c, t, fn)) return false;
   await c.query(
     `create or replace trigger ${WRITE_AUDIT_TRIGGER} after insert or update or delete on ${t.qualified}
-       for each row when (current_setting('session_replication_role') = 'replica') execute function ${fn}()`,
+       for each row when (pg_catalog.current_setting('session_replication_role') operator(pg_catalog.=) 'replica') execute function ${fn}()`,
   );
   await c.query(`alter table ${t.qualified} enable always trigger ${WRITE_AUDIT_TRIGGER}`);
   return true;

@@ -1,9 +1,14 @@
 // A per-table fingerprint of one unit's rows (count + md5 over the rows' text in primary-key
 // order), computed in the database. Used inside the cutover window, where a full row-by-row
 // comparison would stretch the write pause; the full comparison runs before the fence.
+// Independent of each server's settings and physical column order: the row text is built from
+// the columns named explicitly, in byte order of their names (the same list on both sides
+// whichever catalog it came from), inside a read-only transaction under pinned output settings.
 import type { Pool } from 'pg';
 import type { TenantTable } from '../shard/tables';
 import { quoteIdent } from '../shard/tables';
+import { STABLE_TEXT_SETTINGS_SQL } from '../copy/sql';
+import { compareUtf8 } from './keys';
 
 export interface TableFingerprint {
   table: string;
@@ -11,15 +16,32 @@ export interface TableFingerprint {
   md5: string;
 }
 
-export async function fingerprintTable(pool: Pool, t: TenantTable, tenantColumn: string, unit: string): Promise<TableFingerprint> {
+/** The fingerprint query ($1 = unit): every column by name, in name order, never `x.*`. */
+export function fingerprintSql(t: TenantTable, tenantColumn: string): string {
   // COLLATE "C" so text keys sort identically on both servers whatever their default collation.
-  // (x.*) is the whole row even when the table has a column named x.
   const order = t.primaryKey.map((c) => `x.${quoteIdent(c)}::text collate "C"`).join(', ');
-  const r = await pool.query(
-    `select count(*)::bigint as n, coalesce(md5(string_agg((x.*)::text, E'\\n' order by ${order})), '') as h
-       from ${t.qualified} x where x.${quoteIdent(tenantColumn)} = $1`,
-    [unit],
+  const columns = t.columns.map((c) => c.name).sort(compareUtf8);
+  const row = `row(${columns.map((c) => `x.${quoteIdent(c)}`).join(', ')})::text`;
+  return (
+    `select count(*)::bigint as n, coalesce(md5(string_agg(${row}, E'\\n' order by ${order})), '') as h` +
+    ` from ${t.qualified} x where x.${quoteIdent(tenantColumn)} = $1`
   );
+}
+
+export async function fingerprintTable(pool: Pool, t: TenantTable, tenantColumn: string, unit: string): Promise<TableFingerprint> {
+  // This runs inside the write pause: the transaction and its settings go in one round trip.
+  const c = await pool.connect();
+  let r;
+  try {
+    await c.query(`begin transaction read only; ${STABLE_TEXT_SETTINGS_SQL}`);
+    r = await c.query(fingerprintSql(t, tenantColumn), [unit]);
+    await c.query('commit');
+  } catch (e) {
+    await c.query('rollback').catch(() => {});
+    throw e;
+  } finally {
+    c.release();
+  }
   return { table: `${t.schema}.${t.name}`, rows: Number(r.rows[0].n), md5: r.rows[0].h };
 }
 

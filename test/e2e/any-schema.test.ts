@@ -15,6 +15,7 @@ import { quoteIdent, listTenantTables } from '../../lib/shard/tables';
 import { fingerprintTable, fingerprintDiff } from '../../lib/validate/fingerprint';
 import * as M from '../../workflows/messages';
 import { isTerminal, pastPointOfNoReturn, phaseReached } from '../../workflows/phases';
+import { Router } from '../../lib/router/router';
 
 const op = { actor: 'any-schema-test' };
 let t: Awaited<ReturnType<typeof H.temporal>>;
@@ -432,6 +433,84 @@ describe('names and key shapes of any schema', () => {
     const a = await fingerprintTable(w.world.pool('shard-a'), table, 'tenant_id', unit);
     const b = await fingerprintTable(w.world.pool('shard-b'), table, 'tenant_id', unit);
     expect(fingerprintDiff([a], [b])).toEqual([`${w.world.schema}.points: same row count (1) but contents differ`]);
+  });
+});
+
+describe('sequence-backed ids follow the tenant', () => {
+  it('after a move the tenant inserts through the router without explicit ids on its new owner (bigserial and identity)', { timeout: 200_000 }, async () => {
+    const w = await world('Xs', (S) => `
+      create schema ${S};
+      create table ${S}.orders (tenant_id text not null, id bigserial, note text, primary key (tenant_id, id));
+      create table ${S}.events (tenant_id text not null, id bigint generated always as identity, what text, primary key (tenant_id, id));`);
+    const S = w.world.S;
+    const tenant = await H.newTenant('shard-a', 'xs');
+    // The tenant's ids come from shard-a's sequences; shard-b's stay at their start, behind them.
+    await asTenant(w.world.pool('shard-a'), tenant, 1, async (c) => {
+      await c.query(`insert into ${S}.orders (tenant_id, note) select $1, 'n' || g from generate_series(1, 30) g`, [tenant]);
+      await c.query(`insert into ${S}.events (tenant_id, what) select $1, 'e' || g from generate_series(1, 30) g`, [tenant]);
+    });
+    const behind = await w.world.pool('shard-b').query(`select (select last_value from ${S}.orders_id_seq) as o, (select last_value from ${S}.events_id_seq) as e`);
+    expect(behind.rows[0]).toEqual({ o: '1', e: '1' });
+    const done = await runToEnd(await start(w, tenant, { soakSeconds: 1 }));
+    expect(done.phase).toBe('done');
+    expect((await H.placement(tenant))?.shard).toBe('shard-b');
+    const router = await Router.create(w.world.config);
+    try {
+      await router.withTenant(tenant, { tenants: [tenant] }, 'write', async (tx) => {
+        await tx.query(`insert into ${S}.orders (tenant_id, note) values ($1, 'after the move')`, [tenant]);
+        await tx.query(`insert into ${S}.events (tenant_id, what) values ($1, 'after the move')`, [tenant]);
+      });
+    } finally {
+      await router.close();
+    }
+    for (const table of ['orders', 'events']) {
+      const r = await w.world.pool('shard-b').query(`select count(*)::int as n, max(id)::int as m from ${S}.${table} where tenant_id = $1`, [tenant]);
+      expect({ table, ...r.rows[0] }).toEqual({ table, n: 31, m: 31 });
+    }
+  });
+});
+
+describe('sequence-backed ids follow the tenant back on rollback', () => {
+  it('after a rollback the tenant inserts without explicit ids on its old owner, past the ids it drew on the new one', { timeout: 240_000 }, async () => {
+    const w = await world('Xr', (S) => `
+      create schema ${S};
+      create table ${S}.orders (tenant_id text not null, id bigserial, note text, primary key (tenant_id, id));`);
+    const S = w.world.S;
+    const tenant = await H.newTenant('shard-a', 'xr');
+    await asTenant(w.world.pool('shard-a'), tenant, 1, (c) => c.query(`insert into ${S}.orders (tenant_id, note) select $1, 'n' || g from generate_series(1, 30) g`, [tenant]));
+    const h = await start(w, tenant, { soakSeconds: 600 });
+    await reach(h, 'soak', 150_000);
+    const router = await Router.create(w.world.config);
+    try {
+      // On the new owner: ids 31..40, which reverse replication carries back to shard-a as explicit ids.
+      await router.withTenant(tenant, { tenants: [tenant] }, 'write', (tx) =>
+        tx.query(`insert into ${S}.orders (tenant_id, note) select $1, 'soak' || g from generate_series(1, 10) g`, [tenant]));
+      await h.executeUpdate(M.rollbackUpdate, { args: [op] });
+      await reach(h, 'rolled-back', 150_000);
+      expect(await H.placement(tenant)).toMatchObject({ shard: 'shard-a', state: 'active' });
+      await router.withTenant(tenant, { tenants: [tenant] }, 'write', (tx) =>
+        tx.query(`insert into ${S}.orders (tenant_id, note) values ($1, 'after the rollback')`, [tenant]));
+    } finally {
+      await router.close();
+    }
+    const r = await w.world.pool('shard-a').query(`select count(*)::int as n, max(id)::int as m from ${S}.orders where tenant_id = $1`, [tenant]);
+    expect(r.rows[0]).toEqual({ n: 41, m: 41 });
+  });
+});
+
+describe('a key unique across tenants', () => {
+  it('refuses at plan, naming the first global id the target already holds for another unit, and changes nothing', { timeout: 180_000 }, async () => {
+    const w = await world('Xg', (S) => `
+      create schema ${S};
+      create table ${S}."Docs" (tenant_id text not null, id bigint not null, v text, primary key (tenant_id, id), unique (id));`);
+    const S = w.world.S;
+    const tenant = await H.newTenant('shard-a', 'xg');
+    const resident = await H.newTenant('shard-b', 'xgr');
+    await asTenant(w.world.pool('shard-a'), tenant, 1, (c) => c.query(`insert into ${S}."Docs" select $1, g, 'v' from generate_series(1, 40) g`, [tenant]));
+    await asTenant(w.world.pool('shard-b'), resident, 1, (c) => c.query(`insert into ${S}."Docs" values ($1, 27, 'theirs'), ($1, 33, 'theirs')`, [resident]));
+    const final = await expectRefusedAtPlan(w, tenant, ['Docs']);
+    expect(final.lastError).toContain(`target shard-b already holds ${w.world.schema}.Docs key (id)=(27) for unit ${resident}`);
+    expect(final.lastError).toContain('unique index "Docs_id_key" does not contain tenant_id');
   });
 });
 

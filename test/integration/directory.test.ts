@@ -126,6 +126,16 @@ describe('directory schema and shards inventory', () => {
     expect(again).toEqual({ migrated: [], shardsAdded: [] });
   });
 
+  it('every directory function in schema shardctl pins its search_path', async () => {
+    await migrateDirectory(directory);
+    const r = await directory.query(
+      `select p.oid::regprocedure::text as fn, coalesce(p.proconfig, '{}') as config
+         from pg_proc p join pg_namespace n on n.oid = p.pronamespace where n.nspname = 'shardctl' order by 1`,
+    );
+    expect(r.rows.length).toBeGreaterThan(0);
+    expect(r.rows.filter((x) => !x.config.some((s: string) => s.startsWith('search_path='))).map((x) => x.fn)).toEqual([]);
+  });
+
   it('registers config shards missing from the directory as open with capacity 1000, and never touches existing rows', async () => {
     const extra = uniq('zt');
     const cfg: Config = { ...config, shards: [...config.shards, { ...config.shards[0], name: extra }] };

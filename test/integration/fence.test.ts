@@ -359,3 +359,41 @@ describe('who may bypass or change the fence', () => {
     expect((await pool.query('select frozen from shardctl.fence where unit = $1', [unit])).rows[0].frozen).toBe(true);
   });
 });
+
+describe('the fence cannot be shadowed through the caller search_path', () => {
+  it('every function in schema shardctl pins its search_path', async () => {
+    const r = await pool.query(
+      `select p.oid::regprocedure::text as fn, coalesce(p.proconfig, '{}') as config
+         from pg_proc p join pg_namespace n on n.oid = p.pronamespace where n.nspname = 'shardctl' order by 1`,
+    );
+    expect(r.rows.length).toBeGreaterThanOrEqual(4);
+    for (const row of r.rows) expect({ fn: row.fn, pinned: row.config.some((s: string) => s.startsWith('search_path=')) }).toEqual({ fn: row.fn, pinned: true });
+  });
+
+  it('refuses a stale epoch even when the writer shadows current_setting and hashtext in its search_path', async () => {
+    const unit = await newUnit({ epoch: 2 });
+    const evil = uniq('shadow').replace(/-/g, '_');
+    // current_setting claims the shard's own epoch whatever the session set; hashtext moves the
+    // fence lock to a key nobody else takes.
+    await pool.query(`create schema ${evil};
+      create function ${evil}.current_setting(name text, missing_ok boolean) returns text language sql as $$
+        select case when name = 'shardctl.epoch'
+          then (select f.epoch::text from shardctl.fence f where f.unit = pg_catalog.current_setting('shardctl.unit', true))
+          else pg_catalog.current_setting(name, missing_ok) end $$;
+      create function ${evil}.hashtext(text) returns int language sql as $$ select 7 $$;`);
+    try {
+      const code = await outcome(
+        inTx({ unit, epoch: 1 }, async (c) => {
+          await c.query(`set local search_path = ${evil}, pg_catalog, public`);
+          // The shadow is live in this session: proof the test would let a stale write through.
+          expect((await c.query(`select current_setting('shardctl.epoch', true) as e`)).rows[0].e).toBe('2');
+          await insertAccounts(c, unit, ['shadowed']);
+        }),
+      );
+      expect(code).toBe(SQLSTATE.staleRoute);
+      expect(await accountNames(unit)).toEqual([]);
+    } finally {
+      await pool.query(`drop schema ${evil} cascade`);
+    }
+  });
+});

@@ -120,6 +120,32 @@ describe('prepareShard', () => {
     ]);
   });
 
+  it('upgrades shardctl functions installed without a pinned search_path', async () => {
+    const OURS = ['assert_writable', 'assert_readable', 'fence_check_tenant_id', 'audit_unowned_write_tenant_id'];
+    await prepareShard(pool, testConfig(), { demoSchema: true });
+    const unpinned = async () =>
+      (
+        await pool.query(
+          `select p.oid::regprocedure::text as fn from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+            where n.nspname = 'shardctl' and p.proname = any($1) and not exists (select 1 from unnest(coalesce(p.proconfig, '{}')) s where s like 'search_path=%')`,
+          [OURS],
+        )
+      ).rows.map((r) => r.fn);
+    // What an older shardctl left behind: the same functions, running with the caller's path.
+    const all = (
+      await pool.query(
+        `select p.oid::regprocedure::text as fn from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+          where n.nspname = 'shardctl' and p.proname = any($1)`,
+        [OURS],
+      )
+    ).rows;
+    expect(all).toHaveLength(4);
+    for (const { fn } of all) await pool.query(`alter function ${fn} reset search_path`);
+    expect((await unpinned()).length).toBe(all.length);
+    await prepareShard(pool, testConfig(), { demoSchema: true });
+    expect(await unpinned()).toEqual([]);
+  });
+
   it('changes nothing when it fails', async () => {
     const { schema, config } = await ownSchema();
     await createTenantTable(schema, 'a');

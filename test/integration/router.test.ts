@@ -4,6 +4,7 @@
 import { describe, it, expect, beforeAll, afterAll, afterEach, vi } from 'vitest';
 import { Pool } from 'pg';
 import { testConfig, uniq, shardPool, directoryPool, closePools } from '../helpers/stack';
+import { shardByName } from '../../lib/config';
 import { migrateDirectory } from '../../lib/directory/schema';
 import { setUnitFence } from '../../lib/shard/fence';
 import { Router, RouterOptions } from '../../lib/router';
@@ -64,14 +65,17 @@ async function accounts(shard: ShardName, t: string): Promise<number> {
   return Number((await shards[shard].query('select count(*) from public.accounts where tenant_id = $1', [t])).rows[0].count);
 }
 
-/** The port a shard's server listens on (from the config: the dev stack's ports are configurable). */
-const portOf = (shard: string) => new URL(testConfig().shards.find((x) => x.name === shard)!.dsn).port;
 const insertAccount = (t: string, name = 'acct') => async (tx: import('pg').PoolClient) => {
   await tx.query('insert into public.accounts(tenant_id, name) values ($1, $2)', [t, name]);
   return 'ok';
 };
 
 const grantAll = { tenants: '*' as const };
+
+/** The port a shard's server listens on, from the stack's config (never a hard-coded default). */
+function portOf(shard: string): string {
+  return new URL(shardByName(testConfig(), shard).dsn).port;
+}
 
 describe('router: stale routes', () => {
   it('refuses a stale cached route before any row changes, refreshes and writes on the new owner', async () => {

@@ -7,7 +7,7 @@ import { dryRunCutoverSteps, POINT_OF_NO_RETURN_MARK } from '../../lib/cutover/d
 const plan: CutoverPlan = { unit: 'acme', moveId: 'acme.e3', owner: 'shard-a', next: 'shard-b', epoch: 3, direction: 'forward', fenceBudgetMs: 2000, actor: 'test' };
 
 /** Steps that record each call and answer as scripted; `clock` advances by what each step "takes". */
-function scripted(o: { standing?: Standing; freezeOk?: boolean; fenceOk?: boolean; applyOk?: boolean; diff?: string[]; unfreeze?: UnfreezeOutcome; stepMs?: number; throwIn?: string; unfreezeThrows?: boolean; compareNever?: boolean } = {}) {
+function scripted(o: { standing?: Standing; freezeOk?: boolean; fenceOk?: boolean; applyOk?: boolean; diff?: string[]; unfreeze?: UnfreezeOutcome; stepMs?: number; throwIn?: string; unfreezeThrows?: boolean; compareNever?: boolean; sequencesOk?: boolean } = {}) {
   const calls: string[] = [];
   let now = 1000;
   const took = () => (now += o.stepMs ?? 10);
@@ -31,6 +31,7 @@ function scripted(o: { standing?: Standing; freezeOk?: boolean; fenceOk?: boolea
       onBlobs();
       return call('compare', o.diff ?? [], true);
     },
+    advanceSequences: async () => call('advanceSequences', o.sequencesOk === false ? { ok: false, reason: 'setval refused' } : { ok: true }, true),
     reverseStartLsn: async () => call('reverseStartLsn', '0/20'),
     switchOwner: async () => call('switchOwner', undefined),
     finishOldOwner: async () => call('finishOldOwner', undefined),
@@ -46,12 +47,12 @@ function scripted(o: { standing?: Standing; freezeOk?: boolean; fenceOk?: boolea
 }
 
 describe('runCutover', () => {
-  it('runs freeze, fence, apply, compare, reverse start, then the switch, then finishes the old owner', async () => {
+  it('runs freeze, fence, apply, compare, sequences, reverse start, then the switch, then finishes the old owner', async () => {
     const s = scripted();
     const r = await runCutover(s.steps, plan, s.hooks);
     expect(r).toMatchObject({ ok: true, newEpoch: 4, fenceLsn: '0/10', alreadyDone: false });
     expect(s.calls).toEqual([
-      'standing', 'preSyncBlobs', 'freeze', 'raiseFence', 'fault:after-fence-raised', 'applyToFencePoint', 'compare', 'reverseStartLsn',
+      'standing', 'preSyncBlobs', 'freeze', 'raiseFence', 'fault:after-fence-raised', 'applyToFencePoint', 'compare', 'advanceSequences', 'reverseStartLsn',
       'fault:before-switch', 'switchOwner', 'fault:after-switch-before-directory-notify', 'finishOldOwner',
     ]);
   });
@@ -61,6 +62,7 @@ describe('runCutover', () => {
     ['the final apply does not reach the fence point', { applyOk: false }, 'did not reach'],
     ['the fingerprints differ', { diff: ['public.t: 3 rows on source vs 2 on target'] }, 'target differs from source at the fence'],
     ['the attempt overruns its budget', { stepMs: 800 }, 'longer than its budget'],
+    ['the sequences cannot be advanced', { sequencesOk: false }, 'setval refused'],
   ])('unfreezes and never switches when %s', async (_name, o, reason) => {
     const s = scripted(o);
     const r = await runCutover(s.steps, plan, s.hooks);
@@ -84,11 +86,17 @@ describe('runCutover', () => {
     expect(s.calls).not.toContain('switchOwner');
   });
 
-  it('a failed freeze changes nothing: no fence, no unfreeze', async () => {
+  it('a failed freeze re-reads where the unit stands, then declines, changing nothing: no fence, no unfreeze', async () => {
     const s = scripted({ freezeOk: false });
     const r = await runCutover(s.steps, plan, s.hooks);
     expect(r).toMatchObject({ ok: false, reason: 'lost the race' });
-    expect(s.calls).toEqual(['standing', 'preSyncBlobs', 'freeze']);
+    expect(s.calls).toEqual(['standing', 'preSyncBlobs', 'freeze', 'standing', 'freeze', 'standing', 'freeze', 'standing', 'freeze']);
+  });
+
+  it('an unfreeze that finds the unit switched by another delivery finishes the old owner before answering done', async () => {
+    const s = scripted({ applyOk: false, unfreeze: 'switched' });
+    expect(await runCutover(s.steps, plan, s.hooks)).toMatchObject({ ok: true, alreadyDone: true });
+    expect(s.calls.slice(-2)).toEqual(['unfreeze', 'finishOldOwner']);
   });
 
   it('a redelivery after the switch only finishes the old owner and reports the directory-measured pause', async () => {
@@ -149,6 +157,7 @@ describe('runCutover', () => {
     const s = scripted();
     await runCutover(s.steps, { ...plan, direction: 'reverse' }, s.hooks);
     expect(s.calls).not.toContain('reverseStartLsn');
+    expect(s.calls).toContain('advanceSequences');
     expect(s.calls).toContain('fault:mid-rollback');
   });
 });
@@ -158,7 +167,7 @@ describe('the dry-run twin', () => {
     const dry = dryRunCutoverSteps(plan, { tables: ['public.accounts'] });
     const r = await runCutover(dry.steps, plan, { faultPoint: async () => {}, now: () => 0 });
     expect(r.ok).toBe(true);
-    const order = ['check the directory', 'copy the blob delta', 'freeze:', 'raise the fence', 'apply slot', 'compare:', 'measure where reverse', POINT_OF_NO_RETURN_MARK, 'finish the old owner'];
+    const order = ['check the directory', 'copy the blob delta', 'freeze:', 'raise the fence', 'apply slot', 'compare:', 'advance sequences', 'measure where reverse', POINT_OF_NO_RETURN_MARK, 'finish the old owner'];
     expect(dry.log.map((l) => order.findIndex((o) => l.startsWith(o)))).toEqual(order.map((_, i) => i));
     expect(dry.log.filter((l) => l.includes(POINT_OF_NO_RETURN_MARK))).toHaveLength(1);
     expect(dry.log.join('\n')).toContain('epoch 4');

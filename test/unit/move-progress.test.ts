@@ -1,0 +1,72 @@
+import { describe, it, expect } from 'vitest';
+import { copyEtaSeconds, copyProgress, formatCopyProgress, formatTableProgress, withCopyProgress, tableTotal } from '../../lib/move-progress';
+
+// The case of issue 17: 2024 rows counted at plan time, 2027 copied because the tenant kept
+// inserting while the copy ran.
+const grown = { rowsCopied: 2027, rowsEstimated: 2024, done: true };
+
+describe('copy progress', () => {
+  it('never shows more rows copied than the total, when the source grew during the copy', () => {
+    const p = copyProgress([grown]);
+    expect(p).toEqual({ rowsCopied: 2027, rowsTotal: 2027, rowsEstimated: 2024, rowsAddedDuringCopy: 3, percent: 100, done: true });
+    expect(formatCopyProgress(p)).toBe('2027/2027 rows 100% (+3 written during the copy)');
+    expect(formatTableProgress(grown)).toBe('    2027 / 2027 rows ✓ (+3 written during the copy)');
+  });
+
+  it('reaches 100 % when the source shrank during the copy (a finished table counts what it copied)', () => {
+    const p = copyProgress([{ rowsCopied: 1990, rowsEstimated: 2000, done: true }]);
+    expect(p.rowsTotal).toBe(1990);
+    expect(p.percent).toBe(100);
+    expect(p.rowsAddedDuringCopy).toBe(0);
+    expect(formatCopyProgress(p)).toBe('1990/1990 rows 100%');
+  });
+
+  it('counts an unfinished table at its start-time estimate, raised to what it already copied', () => {
+    expect(tableTotal({ rowsCopied: 0, rowsEstimated: 500, done: false })).toBe(500);
+    expect(tableTotal({ rowsCopied: 650, rowsEstimated: 500, done: false })).toBe(650);
+    const p = copyProgress([grown, { rowsCopied: 0, rowsEstimated: 1000, done: false }]);
+    expect(p.rowsTotal).toBe(3027);
+    expect(p.percent).toBe(66);
+    expect(p.done).toBe(false);
+  });
+
+  it('shows 100 % only when every table is done, even when the rest rounds up to it', () => {
+    const p = copyProgress([{ rowsCopied: 999_999, rowsEstimated: 999_999, done: true }, { rowsCopied: 0, rowsEstimated: 1, done: false }]);
+    expect(p.percent).toBe(99);
+    expect(copyProgress([{ rowsCopied: 0, rowsEstimated: 0, done: false }]).percent).toBe(0);
+    expect(copyProgress([{ rowsCopied: 0, rowsEstimated: 0, done: true }]).percent).toBe(100);
+  });
+
+  it('keeps copied ≤ total and percent within 0..100 for any mix of grown, shrunk and pending tables', () => {
+    let seed = 17;
+    const rnd = (n: number) => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) % n);
+    for (let i = 0; i < 2000; i++) {
+      const tables = Array.from({ length: 1 + rnd(4) }, () => {
+        const est = rnd(3000);
+        const done = rnd(2) === 0;
+        return { rowsEstimated: est, rowsCopied: done ? Math.max(0, est + rnd(200) - 100) : 0, done };
+      });
+      const p = copyProgress(tables);
+      expect(p.rowsCopied).toBeLessThanOrEqual(p.rowsTotal);
+      expect(p.percent).toBeGreaterThanOrEqual(0);
+      expect(p.percent).toBeLessThanOrEqual(100);
+      expect(p.percent === 100).toBe(p.done);
+      expect(copyEtaSeconds(p, 10) ?? 0).toBeGreaterThanOrEqual(0);
+    }
+  });
+
+  it('estimates the time left from the rate so far, and never a negative ETA', () => {
+    const half = copyProgress([{ rowsCopied: 1000, rowsEstimated: 1000, done: true }, { rowsCopied: 0, rowsEstimated: 1000, done: false }]);
+    expect(copyEtaSeconds(half, 10)).toBe(10);
+    expect(copyEtaSeconds(copyProgress([{ rowsCopied: 0, rowsEstimated: 10, done: false }]), 5)).toBeNull();
+    // The old arithmetic (estimated − copied) said −3 rows left here.
+    expect(copyEtaSeconds(copyProgress([grown, { rowsCopied: 0, rowsEstimated: 0, done: false }]), 4)).toBe(0);
+  });
+
+  it('gives --json the same numbers as the text: rowsTotal per table and a copy summary', () => {
+    const s = withCopyProgress({ phase: 'catchup', tables: [{ table: 'public.orders', ...grown }] });
+    expect(s.phase).toBe('catchup');
+    expect(s.tables[0]).toEqual({ table: 'public.orders', rowsCopied: 2027, rowsEstimated: 2024, done: true, rowsTotal: 2027 });
+    expect(s.copy).toEqual(copyProgress([grown]));
+  });
+});
