@@ -153,6 +153,15 @@ export const MUTATIONS: Mutation[] = [
     testName: 'refuses a compare-and-set with a stale epoch and changes nothing',
   },
   {
+    id: 'sequence-advance',
+    guarantee: 'after a move the next write on the new owner succeeds: sequences move past the unit\'s values (§5.9)',
+    file: 'lib/shard/sequences.ts',
+    from: 'then pg_catalog.setval($1::regclass, ($2::numeric + 1)::bigint, false)::text end as set_to',
+    to: 'then null::text end as set_to',
+    testFile: 'test/integration/sequences.test.ts',
+    testName: 'advances each sequence past the unit values, so the next draw is max + 1',
+  },
+  {
     id: 'verify-lost-row',
     guarantee: 'verify names an acknowledged row lost on the owner (§5.2 evidence)',
     file: 'lib/loadgen/verify.ts',
