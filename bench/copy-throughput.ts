@@ -45,7 +45,10 @@ async function main() {
     const list = cols.map(quoteIdent).join(', ');
     const insert =
       `insert into ${SCHEMA}.docs_naive (${list}) values (${cols.map((_, i) => `$${i + 1}`).join(', ')})` +
-      ` on conflict (tenant_id, id) do update set ${cols.filter((c) => c !== 'tenant_id' && c !== 'id').map((c) => `${quoteIdent(c)} = excluded.${quoteIdent(c)}`).join(', ')}`;
+      ` on conflict (tenant_id, id) do update set ${cols
+        .filter((c) => c !== 'tenant_id' && c !== 'id')
+        .map((c) => `${quoteIdent(c)} = excluded.${quoteIdent(c)}`)
+        .join(', ')}`;
     const tgt = await target.connect();
     const t1 = process.hrtime.bigint();
     let last: string | null = null;
@@ -73,7 +76,9 @@ async function main() {
     const copyRate = res.rowsCopied / copySec;
     const naiveRate = naiveRows / naiveSec;
     console.log(`rows=${ROWS} batchRows=${BATCH} format=${res.format}`);
-    console.log(`COPY batches : ${res.rowsCopied} rows in ${copySec.toFixed(2)} s = ${Math.round(copyRate)} rows/s (${res.batches} batches; target has ${counts.rows[0].a})`);
+    console.log(
+      `COPY batches : ${res.rowsCopied} rows in ${copySec.toFixed(2)} s = ${Math.round(copyRate)} rows/s (${res.batches} batches; target has ${counts.rows[0].a})`,
+    );
     console.log(`row-by-row   : ${naiveRows} rows in ${naiveSec.toFixed(2)} s = ${Math.round(naiveRate)} rows/s (target has ${counts.rows[0].b})`);
     console.log(`ratio        : COPY is ${(copyRate / naiveRate).toFixed(1)}x the row-by-row baseline`);
     await target.query(`delete from shardctl.move_progress where move_id = $1`, [moveId]).catch(() => {});

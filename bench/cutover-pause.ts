@@ -60,11 +60,16 @@ async function main() {
   }
   // Baseline: acknowledged write latencies while no move was running.
   const acks = readLog(logFile).filter((r: any) => r.status === 'ack');
-  const outside = acks.filter((r: any) => !windows.some(([a, b]) => Date.parse(r.ts) >= a && Date.parse(r.ts) <= b)).map((r: any) => r.latencyMs as number).sort((a, b) => a - b);
+  const outside = acks
+    .filter((r: any) => !windows.some(([a, b]) => Date.parse(r.ts) >= a && Date.parse(r.ts) <= b))
+    .map((r: any) => r.latencyMs as number)
+    .sort((a, b) => a - b);
   const q = (xs: number[], f: number) => xs[Math.min(xs.length - 1, Math.floor(f * xs.length))];
   const sorted = [...pauses].sort((a, b) => a - b);
   const p99 = q(outside, 0.99);
-  console.log(`\ncutover pause over ${moves} moves: median ${q(sorted, 0.5)} ms, max ${sorted[sorted.length - 1]} ms (budget ${config.limits.fenceBudgetMs} ms)`);
+  console.log(
+    `\ncutover pause over ${moves} moves: median ${q(sorted, 0.5)} ms, max ${sorted[sorted.length - 1]} ms (budget ${config.limits.fenceBudgetMs} ms)`,
+  );
   console.log(`baseline (same run): p99 of ${outside.length} ordinary writes ${p99} ms, median ${q(outside, 0.5)} ms`);
   console.log(`ratio: median pause / baseline p99 write = ${(q(sorted, 0.5) / Math.max(1, p99)).toFixed(1)}x`);
   await router.close();

@@ -21,12 +21,26 @@ interface Scenario {
 }
 
 const SCENARIOS: Scenario[] = [
-  { name: '1 row/tx, own tenant each, RC, sync commit on', rowsPerStatement: 1, sharedTenant: false, isolation: 'read committed', syncCommit: true, rowsFactor: 1 / 3 },
+  {
+    name: '1 row/tx, own tenant each, RC, sync commit on',
+    rowsPerStatement: 1,
+    sharedTenant: false,
+    isolation: 'read committed',
+    syncCommit: true,
+    rowsFactor: 1 / 3,
+  },
   { name: '1 row/tx, own tenant each, RC', rowsPerStatement: 1, sharedTenant: false, isolation: 'read committed', syncCommit: false },
   { name: '1 row/tx, one shared tenant, RC', rowsPerStatement: 1, sharedTenant: true, isolation: 'read committed', syncCommit: false },
   { name: '1 row/tx, own tenant each, RR', rowsPerStatement: 1, sharedTenant: false, isolation: 'repeatable read', syncCommit: false },
   { name: '1 row/tx, one shared tenant, RR', rowsPerStatement: 1, sharedTenant: true, isolation: 'repeatable read', syncCommit: false },
-  { name: '100 rows/statement, own tenant each, RC', rowsPerStatement: 100, sharedTenant: false, isolation: 'read committed', syncCommit: false, rowsFactor: 5 },
+  {
+    name: '100 rows/statement, own tenant each, RC',
+    rowsPerStatement: 100,
+    sharedTenant: false,
+    isolation: 'read committed',
+    syncCommit: false,
+    rowsFactor: 5,
+  },
 ];
 
 function arg(name: string, dflt: string): string {
@@ -56,11 +70,13 @@ async function main() {
     await prepareShard(pool, benchConfig);
     for (const unit of tenants) await setUnitFence(pool, { unit, epoch: 1, owned: true, frozen: false });
 
-    const clients = await Promise.all(tenants.map(async () => {
-      const c = new Client({ connectionString: shard.dsn });
-      await c.connect();
-      return c;
-    }));
+    const clients = await Promise.all(
+      tenants.map(async () => {
+        const c = new Client({ connectionString: shard.dsn });
+        await c.connect();
+        return c;
+      }),
+    );
     console.log(`shard ${shard.name}, ${writers} writers, ${rounds} interleaved rounds per table (best round shown)\n`);
     console.log(`${'scenario'.padEnd(44)} ${'plain rows/s'.padStart(13)} ${'fenced rows/s'.padStart(14)}  fenced/plain`);
     for (const sc of SCENARIOS.filter((s) => !only || s.name.includes(only))) {
@@ -75,7 +91,9 @@ async function main() {
           best[table] = Math.max(best[table], (perWriter * writers) / secs);
         }
       }
-      console.log(`${sc.name.padEnd(44)} ${best.plain.toFixed(0).padStart(13)} ${best.fenced.toFixed(0).padStart(14)}  ${(best.fenced / best.plain).toFixed(3)}`);
+      console.log(
+        `${sc.name.padEnd(44)} ${best.plain.toFixed(0).padStart(13)} ${best.fenced.toFixed(0).padStart(14)}  ${(best.fenced / best.plain).toFixed(3)}`,
+      );
     }
     await Promise.all(clients.map((c) => c.end()));
   } finally {

@@ -52,13 +52,25 @@ export const configSchema = z.object({
   limits: z
     .object({
       copyBatchRows: z.number().int().positive().default(5000),
-      applyMaxTxBytes: z.number().int().positive().default(64 * 1024 * 1024),
+      applyMaxTxBytes: z
+        .number()
+        .int()
+        .positive()
+        .default(64 * 1024 * 1024),
       lagThresholdMs: z.number().int().positive().default(1000),
       fenceBudgetMs: z.number().int().positive().default(2000),
-      soakSeconds: z.number().int().nonnegative().default(72 * 3600),
+      soakSeconds: z
+        .number()
+        .int()
+        .nonnegative()
+        .default(72 * 3600),
       headroomFraction: z.number().min(0).max(0.9).default(0.1),
       rowsPerSecond: z.number().int().nonnegative().default(0),
-      slotRetentionWarnBytes: z.number().int().positive().default(512 * 1024 * 1024),
+      slotRetentionWarnBytes: z
+        .number()
+        .int()
+        .positive()
+        .default(512 * 1024 * 1024),
       routerRetryBudget: z.number().int().positive().default(5),
       routerDeadlineMs: z.number().int().positive().default(5000),
       routerSnapshotTtlMs: z.number().int().positive().default(2000),

@@ -31,7 +31,10 @@ export function moveWorkflowId(unit: string): string {
  * never shares an id, slot or publication with the old one's late attempts.
  */
 export function moveIdFor(unit: string, epoch: number, runId: string): string {
-  const run = runId.toLowerCase().replace(/[^a-z0-9]/g, '').slice(0, 8);
+  const run = runId
+    .toLowerCase()
+    .replace(/[^a-z0-9]/g, '')
+    .slice(0, 8);
   if (!run) throw invalidInput('a move id needs the run that plans it');
   return `${unit}.e${epoch}.${run}`;
 }
@@ -48,7 +51,10 @@ export function replicationNames(moveId: string, direction: 'forward' | 'reverse
 }
 
 function readable(moveId: string): string {
-  return moveId.toLowerCase().replace(/[^a-z0-9_]/g, '_').slice(0, 28);
+  return moveId
+    .toLowerCase()
+    .replace(/[^a-z0-9_]/g, '_')
+    .slice(0, 28);
 }
 
 /** A LIKE pattern for every slot and publication of moves whose id starts with `moveIdPrefix` (tools, tests). */

@@ -84,7 +84,18 @@ async function seedWith(opts: SeedOptions, tenant: string, plan: ReturnType<type
   const batch = opts.batchRows ?? 250;
   const t0 = Date.now();
   const sum: SeedSummary = {
-    tenant, shard: '', accounts: 0, documents: 0, events: 0, jobs: 0, blobs: 0, largeBodies: 0, blobKeys: [], bytes: 0, transactions: 0, elapsedMs: 0,
+    tenant,
+    shard: '',
+    accounts: 0,
+    documents: 0,
+    events: 0,
+    jobs: 0,
+    blobs: 0,
+    largeBodies: 0,
+    blobKeys: [],
+    bytes: 0,
+    transactions: 0,
+    elapsedMs: 0,
   };
   const grant = { tenants: [tenant] };
   const write = async (fn: (tx: PoolClient, shard: string) => Promise<void>) => {
@@ -104,10 +115,12 @@ async function seedWith(opts: SeedOptions, tenant: string, plan: ReturnType<type
     const names = ids.map(() => `${pick(FIRST)} ${pick(LAST)}`);
     const balances = ids.map(() => (Math.random() * 10_000).toFixed(2));
     await write(async (tx) => {
-      await tx.query(
-        `insert into public.accounts (tenant_id, id, name, balance) select $1, * from unnest($2::uuid[], $3::text[], $4::numeric[])`,
-        [tenant, ids, names, balances],
-      );
+      await tx.query(`insert into public.accounts (tenant_id, id, name, balance) select $1, * from unnest($2::uuid[], $3::text[], $4::numeric[])`, [
+        tenant,
+        ids,
+        names,
+        balances,
+      ]);
     });
     accountIds.push(...ids);
     sum.accounts += n;
@@ -120,7 +133,10 @@ async function seedWith(opts: SeedOptions, tenant: string, plan: ReturnType<type
       const large = idx % 4 === 0;
       const body = large ? incompressibleText(bodyBytes) : `Notes ${idx}: ${randomBytes(16).toString('hex')} `.repeat(5);
       const id = randomUUID();
-      const blob = idx < opts.blobs ? { key: `${tenantBlobPrefix(tenant)}docs/${randomUUID()}`, content: randomBytes(1024 + Math.floor(Math.random() * 31 * 1024)) } : null;
+      const blob =
+        idx < opts.blobs
+          ? { key: `${tenantBlobPrefix(tenant)}docs/${randomUUID()}`, content: randomBytes(1024 + Math.floor(Math.random() * 31 * 1024)) }
+          : null;
       return { id, account: pick(accountIds), title: `Document ${idx + 1}`, body, large, blob };
     });
     await write(async (tx, shard) => {
@@ -153,7 +169,13 @@ async function seedWith(opts: SeedOptions, tenant: string, plan: ReturnType<type
     const n = Math.min(batch, plan.events - i);
     const kinds = Array.from({ length: n }, () => pick(EVENT_KINDS));
     const payloads = kinds.map((kind, j) =>
-      JSON.stringify({ kind, seq: i + j, account: pick(accountIds), ip: `10.${(i + j) % 256}.${j % 256}.7`, meta: { ua: 'seed/1.0', tags: [kind.split('.')[0]] } }),
+      JSON.stringify({
+        kind,
+        seq: i + j,
+        account: pick(accountIds),
+        ip: `10.${(i + j) % 256}.${j % 256}.7`,
+        meta: { ua: 'seed/1.0', tags: [kind.split('.')[0]] },
+      }),
     );
     const ats = kinds.map(() => new Date(Date.now() - Math.floor(Math.random() * 30 * 86_400_000)).toISOString());
     await write(async (tx) => {

@@ -85,7 +85,11 @@ export async function createTenant(deps: TenantDeps, input: CreateTenantInput): 
   let shard: string;
   if (asked) {
     const info = shards.find((s) => s.name === asked);
-    if (!info) throw new ShardctlError('NotFound', `shard "${asked}" is in the config but not in the directory: run \`shardctl tenant list\` (or ensureDirectory) to register it`);
+    if (!info)
+      throw new ShardctlError(
+        'NotFound',
+        `shard "${asked}" is in the config but not in the directory: run \`shardctl tenant list\` (or ensureDirectory) to register it`,
+      );
     if (info.status !== 'open') throw new ShardctlError('PreconditionFailed', `shard ${asked} is ${info.status}: new tenants go to open shards only`);
     shard = asked;
   } else {
@@ -97,7 +101,11 @@ export async function createTenant(deps: TenantDeps, input: CreateTenantInput): 
 
   try {
     await deps.afterFence?.({ tenant, shard });
-    const res = await insertPlacement(directory, { unit: tenant, kind: 'tenant', shard, expectedLoad }, { actor, action: 'tenant.create', reason: input.reason, detail: { shard, expectedLoad } });
+    const res = await insertPlacement(
+      directory,
+      { unit: tenant, kind: 'tenant', shard, expectedLoad },
+      { actor, action: 'tenant.create', reason: input.reason, detail: { shard, expectedLoad } },
+    );
     if (res.ok) return res.placement;
     // A concurrent creator won (necessarily on another shard: the fence CAS serialises one shard).
     if (res.current.shard !== shard) await removeFirstFence(shardPool, tenant);
@@ -147,7 +155,8 @@ async function undoAfterFailedInsert(deps: TenantDeps, shardPool: Pool, shard: s
   } catch {
     const msg = `${(err as any)?.message ?? err}; the fence for ${tenant} on ${shard} was left in place because the directory could not be checked: remove it if the tenant is not in the directory`;
     if (err instanceof ShardctlError) throw new ShardctlError(err.type, msg, err.details, err.retriable);
-    if (isConnectionError(err)) throw new ShardctlError('DirectoryUnavailable', `placement directory unreachable at ${dsnHost(deps.config.directory.dsn)}: ${msg}`, undefined, true);
+    if (isConnectionError(err))
+      throw new ShardctlError('DirectoryUnavailable', `placement directory unreachable at ${dsnHost(deps.config.directory.dsn)}: ${msg}`, undefined, true);
     throw err;
   }
   if (now && now.shard === shard && now.epoch === 1) return now;

@@ -18,7 +18,12 @@ const BACKUP_DIR = path.join(ROOT, '.dev', 'mutate-backup');
 const RESULTS = path.join(ROOT, 'test-results');
 
 type Outcome = 'KILLED' | 'SURVIVED' | 'BASELINE FAILED' | 'NOT RUN';
-interface Row { m: Mutation; outcome: Outcome; detail: string; seconds: number }
+interface Row {
+  m: Mutation;
+  outcome: Outcome;
+  detail: string;
+  seconds: number;
+}
 
 const escapeRegex = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 
@@ -41,7 +46,10 @@ function runTest(m: Mutation, label: string): { passed: number; failed: number; 
   fs.mkdirSync(path.dirname(json), { recursive: true });
   fs.rmSync(json, { force: true });
   const r = spawnSync('npx', ['vitest', 'run', m.testFile, '-t', escapeRegex(m.testName), '--reporter=dot', '--reporter=json', `--outputFile.json=${json}`], {
-    cwd: ROOT, encoding: 'utf8', env: { ...process.env, SHARDCTL_KEEP_STACK: '1' }, timeout: 600_000,
+    cwd: ROOT,
+    encoding: 'utf8',
+    env: { ...process.env, SHARDCTL_KEEP_STACK: '1' },
+    timeout: 600_000,
   });
   fs.writeFileSync(json.replace(/\.json$/, '.log'), `${r.stdout ?? ''}\n${r.stderr ?? ''}`);
   if (!fs.existsSync(json)) return null;

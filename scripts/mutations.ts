@@ -53,7 +53,7 @@ export const MUTATIONS: Mutation[] = [
   },
   {
     id: 'delete-copy-directory-owner',
-    guarantee: "deleteCopy never deletes the copy the directory names as owner (§5.2, §5.6)",
+    guarantee: 'deleteCopy never deletes the copy the directory names as owner (§5.2, §5.6)',
     file: 'activities/move/lifecycle.ts',
     from: 'if (!p || p.shard === side || fence?.owned) {',
     to: 'if (!p || fence?.owned) {',
@@ -127,7 +127,7 @@ export const MUTATIONS: Mutation[] = [
   },
   {
     id: 'lost-switch-takes-back',
-    guarantee: 'a switch that loses the directory compare-and-set takes the next owner\'s acceptance back (§5.1)',
+    guarantee: "a switch that loses the directory compare-and-set takes the next owner's acceptance back (§5.1)",
     file: 'lib/cutover/live.ts',
     from: 'await disown(env.nextPool, unit, newEpoch);',
     to: 'void newEpoch;',
@@ -154,7 +154,7 @@ export const MUTATIONS: Mutation[] = [
   },
   {
     id: 'sequence-advance',
-    guarantee: 'after a move the next write on the new owner succeeds: sequences move past the unit\'s values (§5.9)',
+    guarantee: "after a move the next write on the new owner succeeds: sequences move past the unit's values (§5.9)",
     file: 'lib/shard/sequences.ts',
     from: 'then pg_catalog.setval($1::regclass, ($2::numeric + 1)::bigint, false)::text end as set_to',
     to: 'then null::text end as set_to',

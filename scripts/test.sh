@@ -27,6 +27,11 @@ run_vitest() {
 echo "typecheck: tsc --noEmit" >&2
 npx tsc --noEmit -p .
 steps+=("typecheck=$?")
+echo "lint: eslint, prettier --check" >&2
+npx eslint .
+steps+=("lint=$?")
+npx prettier --check . > /dev/null || { echo "format: these files are not formatted (npm run format):" >&2; npx prettier --list-different . >&2; false; }
+steps+=("format=$?")
 
 if [ $# -gt 0 ]; then
   run_vitest selected "$@"

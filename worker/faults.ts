@@ -5,7 +5,12 @@
 import fs from 'node:fs';
 
 export function faultHookFromEnv(env: NodeJS.ProcessEnv = process.env): ((name: string) => Promise<void>) | undefined {
-  const armed = new Set((env.SHARDCTL_FAULT_POINT ?? '').split(',').map((s) => s.trim()).filter(Boolean));
+  const armed = new Set(
+    (env.SHARDCTL_FAULT_POINT ?? '')
+      .split(',')
+      .map((s) => s.trim())
+      .filter(Boolean),
+  );
   if (armed.size === 0) return undefined;
   const log = env.SHARDCTL_FAULT_LOG;
   const stop = env.SHARDCTL_FAULT_ACTION === 'stop';

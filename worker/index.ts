@@ -36,9 +36,10 @@ export async function startWorker(config: Config, opts: { taskQueue?: string; de
   // A prebuilt bundle (SHARDCTL_WORKFLOW_BUNDLE) skips the per-start webpack build; the crash
   // suite starts dozens of workers.
   const bundlePath = process.env.SHARDCTL_WORKFLOW_BUNDLE;
-  const workflowSource = bundlePath && fs.existsSync(bundlePath)
-    ? { workflowBundle: { codePath: bundlePath } }
-    : { workflowsPath: path.join(__dirname, '..', 'workflows', 'index.ts') };
+  const workflowSource =
+    bundlePath && fs.existsSync(bundlePath)
+      ? { workflowBundle: { codePath: bundlePath } }
+      : { workflowsPath: path.join(__dirname, '..', 'workflows', 'index.ts') };
   const worker = await Worker.create({
     connection,
     namespace: config.temporal.namespace,

@@ -21,10 +21,28 @@ export interface Carried {
 
 function initialStatus(input: M.MoveInput): M.MoveStatus {
   return {
-    moveId: input.moveId, unit: input.unit, tenant: input.tenant, source: '', target: input.target, phase: 'plan', epoch: 0,
-    paused: false, awaitingApproval: false, blockedReason: '', lastError: '', tables: [], blobs: { copied: 0, total: 0, bytes: 0 },
-    lagBytes: 0, lagSeconds: 0, etaSeconds: null, cutoverPauseMs: null, cutoverAttempts: 0, soakEndsAt: null, phaseTimes: {},
-    operators: { startedBy: input.requestedBy }, validation: { ok: null, mismatches: [] },
+    moveId: input.moveId,
+    unit: input.unit,
+    tenant: input.tenant,
+    source: '',
+    target: input.target,
+    phase: 'plan',
+    epoch: 0,
+    paused: false,
+    awaitingApproval: false,
+    blockedReason: '',
+    lastError: '',
+    tables: [],
+    blobs: { copied: 0, total: 0, bytes: 0 },
+    lagBytes: 0,
+    lagSeconds: 0,
+    etaSeconds: null,
+    cutoverPauseMs: null,
+    cutoverAttempts: 0,
+    soakEndsAt: null,
+    phaseTimes: {},
+    operators: { startedBy: input.requestedBy },
+    validation: { ok: null, mismatches: [] },
   };
 }
 
@@ -34,7 +52,12 @@ export class MoveState {
 
   constructor(input: M.MoveInput) {
     this.carried = (input.resume as Carried | undefined) ?? {
-      status: initialStatus(input), cancelRequested: false, rollbackRequested: false, retireNowRequested: false, approved: false, soakEndsAtMs: null,
+      status: initialStatus(input),
+      cancelRequested: false,
+      rollbackRequested: false,
+      retireNowRequested: false,
+      approved: false,
+      soakEndsAtMs: null,
     };
     this.st = this.carried.status;
   }

@@ -3,8 +3,17 @@
 // idempotent activity resuming from a checkpoint stored next to the data. Before the switch a
 // cancel undoes everything; after it the move only goes forward or rolls back by a second switch.
 import {
-  proxyActivities, setHandler, condition, sleep, workflowInfo, continueAsNew,
-  CancellationScope, isCancellation, ActivityFailure, patched, allHandlersFinished,
+  proxyActivities,
+  setHandler,
+  condition,
+  sleep,
+  workflowInfo,
+  continueAsNew,
+  CancellationScope,
+  isCancellation,
+  ActivityFailure,
+  patched,
+  allHandlersFinished,
 } from '@temporalio/workflow';
 import type { RetryPolicy } from '@temporalio/common';
 import type { Activities } from '../activities';
@@ -14,7 +23,13 @@ import { MoveState } from './move-state';
 import { PERMANENT_ERROR_TYPES, isPermanentErrorType } from '../lib/errors';
 import { copyEtaSeconds, copyProgress } from '../lib/move-progress';
 
-const retry: RetryPolicy = { initialInterval: '500ms', backoffCoefficient: 2, maximumInterval: '10s', maximumAttempts: 4, nonRetryableErrorTypes: [...PERMANENT_ERROR_TYPES] };
+const retry: RetryPolicy = {
+  initialInterval: '500ms',
+  backoffCoefficient: 2,
+  maximumInterval: '10s',
+  maximumAttempts: 4,
+  nonRetryableErrorTypes: [...PERMANENT_ERROR_TYPES],
+};
 // Every activity heartbeats each second while it runs: a killed worker is noticed in seconds.
 const quick = proxyActivities<Activities>({ startToCloseTimeout: '5 minutes', heartbeatTimeout: '10 seconds', retry });
 const long = proxyActivities<Activities>({ startToCloseTimeout: '2 hours', heartbeatTimeout: '10 seconds', retry });
@@ -42,33 +57,90 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
     if (why) throw new Error(why);
   };
   setHandler(M.statusQuery, () => st);
-  setHandler(M.pauseUpdate, (op) => { st.paused = true; void record('pause', op.actor, op.reason); return 'paused'; }, { validator: guard('pause') });
-  setHandler(M.resumeUpdate, (op) => { st.paused = false; void record('resume', op.actor, op.reason); return 'resumed'; }, { validator: guard('resume') });
-  setHandler(M.cancelUpdate, (op) => {
-    carried.cancelRequested = true;
-    st.operators.cancelledBy = op.actor;
-    // During the fence the cutover finishes (or aborts) first; it is never interrupted mid-way.
-    if (st.phase !== 'fence') preSwitch?.cancel();
-    return 'cancelling';
-  }, { validator: guard('cancel') });
-  setHandler(M.approveUpdate, (op) => { carried.approved = true; st.operators.approvedBy = op.actor; return 'approved'; }, { validator: guard('approve') });
-  setHandler(M.rollbackUpdate, (op) => { carried.rollbackRequested = true; st.operators.rolledBackBy = op.actor; soakScope?.cancel(); return 'rolling back'; }, { validator: guard('rollback') });
-  setHandler(M.retireNowUpdate, (op) => { carried.retireNowRequested = true; st.operators.retiredBy = op.actor; soakScope?.cancel(); return 'retiring'; }, { validator: guard('retire-now') });
-  setHandler(M.extendSoakUpdate, (op) => {
-    carried.soakEndsAtMs = (carried.soakEndsAtMs ?? Date.now()) + op.seconds * 1000;
-    st.soakEndsAt = new Date(carried.soakEndsAtMs).toISOString();
-    return `soak ends at ${st.soakEndsAt}`;
-  }, {
-    validator: (op) => {
-      guard('extend-soak')(op);
-      if (!Number.isInteger(op.seconds) || op.seconds <= 0 || op.seconds > 30 * 86400) throw new Error('seconds must be a positive integer up to 30 days');
+  setHandler(
+    M.pauseUpdate,
+    (op) => {
+      st.paused = true;
+      void record('pause', op.actor, op.reason);
+      return 'paused';
     },
-  });
-  setHandler(M.throttleUpdate, (op) => { rowsPerSecond = op.rowsPerSecond; return `throttle ${op.rowsPerSecond} rows/s`; }, {
-    validator: (op) => {
-      if (!Number.isInteger(op.rowsPerSecond) || op.rowsPerSecond < 0) throw new Error('rowsPerSecond must be a non-negative integer (0 = unlimited)');
+    { validator: guard('pause') },
+  );
+  setHandler(
+    M.resumeUpdate,
+    (op) => {
+      st.paused = false;
+      void record('resume', op.actor, op.reason);
+      return 'resumed';
     },
-  });
+    { validator: guard('resume') },
+  );
+  setHandler(
+    M.cancelUpdate,
+    (op) => {
+      carried.cancelRequested = true;
+      st.operators.cancelledBy = op.actor;
+      // During the fence the cutover finishes (or aborts) first; it is never interrupted mid-way.
+      if (st.phase !== 'fence') preSwitch?.cancel();
+      return 'cancelling';
+    },
+    { validator: guard('cancel') },
+  );
+  setHandler(
+    M.approveUpdate,
+    (op) => {
+      carried.approved = true;
+      st.operators.approvedBy = op.actor;
+      return 'approved';
+    },
+    { validator: guard('approve') },
+  );
+  setHandler(
+    M.rollbackUpdate,
+    (op) => {
+      carried.rollbackRequested = true;
+      st.operators.rolledBackBy = op.actor;
+      soakScope?.cancel();
+      return 'rolling back';
+    },
+    { validator: guard('rollback') },
+  );
+  setHandler(
+    M.retireNowUpdate,
+    (op) => {
+      carried.retireNowRequested = true;
+      st.operators.retiredBy = op.actor;
+      soakScope?.cancel();
+      return 'retiring';
+    },
+    { validator: guard('retire-now') },
+  );
+  setHandler(
+    M.extendSoakUpdate,
+    (op) => {
+      carried.soakEndsAtMs = (carried.soakEndsAtMs ?? Date.now()) + op.seconds * 1000;
+      st.soakEndsAt = new Date(carried.soakEndsAtMs).toISOString();
+      return `soak ends at ${st.soakEndsAt}`;
+    },
+    {
+      validator: (op) => {
+        guard('extend-soak')(op);
+        if (!Number.isInteger(op.seconds) || op.seconds <= 0 || op.seconds > 30 * 86400) throw new Error('seconds must be a positive integer up to 30 days');
+      },
+    },
+  );
+  setHandler(
+    M.throttleUpdate,
+    (op) => {
+      rowsPerSecond = op.rowsPerSecond;
+      return `throttle ${op.rowsPerSecond} rows/s`;
+    },
+    {
+      validator: (op) => {
+        if (!Number.isInteger(op.rowsPerSecond) || op.rowsPerSecond < 0) throw new Error('rowsPerSecond must be a non-negative integer (0 = unlimited)');
+      },
+    },
+  );
 
   /** Runs a step; on a transient failure shows the reason (search attribute) and retries with backoff. */
   async function step<T>(name: string, fn: () => Promise<T>): Promise<T> {
@@ -195,7 +267,12 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
           // Every attempt froze the tenant: stop hurting it on a timer and wait for the operator.
           carried.approved = false;
           st.awaitingApproval = true;
-          block(`fence: ${carried.cutoverAbortsInRow} cutover attempts aborted in a row (last: ${r.reason}); the tenant is not frozen — fix the cause, then \`shardctl move approve\` to try again, or cancel`.slice(0, 500));
+          block(
+            `fence: ${carried.cutoverAbortsInRow} cutover attempts aborted in a row (last: ${r.reason}); the tenant is not frozen — fix the cause, then \`shardctl move approve\` to try again, or cancel`.slice(
+              0,
+              500,
+            ),
+          );
           await condition(() => carried.approved || carried.cancelRequested);
           st.awaitingApproval = false;
           block('');
@@ -266,7 +343,12 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
     } catch (err) {
       const cause: any = err instanceof ActivityFailure ? err.cause : err;
       if (isCancellation(err) || !isPermanentErrorType(cause?.type)) throw err;
-      block(`${name} stopped: ${cause?.message ?? String(err)} — fix the cause, then \`shardctl move resume\`${st.phase === 'soak' ? ' (or retire / rollback)' : ''}`.slice(0, 500));
+      block(
+        `${name} stopped: ${cause?.message ?? String(err)} — fix the cause, then \`shardctl move resume\`${st.phase === 'soak' ? ' (or retire / rollback)' : ''}`.slice(
+          0,
+          500,
+        ),
+      );
       st.paused = true;
       await condition(() => !st.paused || canLeave());
       st.paused = false;
@@ -283,7 +365,11 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
       soakScope = new CancellationScope();
       try {
         await soakScope.run(async () => {
-          const r = await holdOnPermanent('reverse replication', () => long.catchUp({ ...ref(), direction: 'reverse', mode: 'continuous', maxDurationMs: Math.max(1000, Math.min(60_000, remaining)) }), leaveSoak);
+          const r = await holdOnPermanent(
+            'reverse replication',
+            () => long.catchUp({ ...ref(), direction: 'reverse', mode: 'continuous', maxDurationMs: Math.max(1000, Math.min(60_000, remaining)) }),
+            leaveSoak,
+          );
           // The reverse slot holds WAL on the new owner until applied: say so before its disk fills.
           if (r?.retentionWarning) block(`soak: ${r.retentionWarning}`);
           else if (r && st.blockedReason.startsWith('soak: ')) block('');
@@ -299,7 +385,15 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
       enter('rolling-back');
       for (;;) {
         const r = await CancellationScope.nonCancellable(() =>
-          step('rollback cutover', () => cut.cutover({ ...ref(), direction: 'reverse', epoch: st.epoch, fenceBudgetMs: input.fenceBudgetMs, actor: st.operators.rolledBackBy ?? input.requestedBy })),
+          step('rollback cutover', () =>
+            cut.cutover({
+              ...ref(),
+              direction: 'reverse',
+              epoch: st.epoch,
+              fenceBudgetMs: input.fenceBudgetMs,
+              actor: st.operators.rolledBackBy ?? input.requestedBy,
+            }),
+          ),
         );
         if (r.ok) {
           st.epoch = r.newEpoch;

@@ -68,7 +68,11 @@ export function phaseReached(current: Phase, wanted: Phase): boolean {
 }
 
 /** Why an operator verb is not possible in this phase, or undefined when it is. */
-export function refuseVerb(verb: 'cancel' | 'approve' | 'rollback' | 'retire-now' | 'extend-soak' | 'pause' | 'resume', phase: Phase, opts: { paused: boolean; awaitingApproval: boolean }): string | undefined {
+export function refuseVerb(
+  verb: 'cancel' | 'approve' | 'rollback' | 'retire-now' | 'extend-soak' | 'pause' | 'resume',
+  phase: Phase,
+  opts: { paused: boolean; awaitingApproval: boolean },
+): string | undefined {
   if (isTerminal(phase)) return `the move is ${phase}; nothing to ${verb}`;
   switch (verb) {
     case 'cancel':

@@ -61,7 +61,11 @@ export async function typed<T>(fn: () => Promise<T>): Promise<T> {
 export function parse<S extends z.ZodTypeAny>(schema: S, input: unknown): z.infer<S> {
   const r = schema.safeParse(input);
   if (!r.success) {
-    throw ApplicationFailure.create({ type: 'InvalidInput', nonRetryable: true, message: r.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ') });
+    throw ApplicationFailure.create({
+      type: 'InvalidInput',
+      nonRetryable: true,
+      message: r.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; '),
+    });
   }
   return r.data;
 }
@@ -79,7 +83,7 @@ export function activityRunId(): string | undefined {
 export function activityKey(): string | null {
   try {
     const i = Context.current().info;
-    return `${i.workflowExecution?.workflowId ?? "-"}/${i.workflowExecution?.runId ?? "-"}/${i.activityId}`;
+    return `${i.workflowExecution?.workflowId ?? '-'}/${i.workflowExecution?.runId ?? '-'}/${i.activityId}`;
   } catch {
     return null;
   }

@@ -27,7 +27,16 @@ export function createCutoverActivities(deps: Deps) {
       const ref = parse(cutoverInput, input);
       return typed(async () => {
         const { from: owner, to: next } = ends(ref, ref.direction);
-        const plan: CutoverPlan = { unit: ref.unit, moveId: ref.moveId, owner, next, epoch: ref.epoch, direction: ref.direction, fenceBudgetMs: ref.fenceBudgetMs, actor: ref.actor };
+        const plan: CutoverPlan = {
+          unit: ref.unit,
+          moveId: ref.moveId,
+          owner,
+          next,
+          epoch: ref.epoch,
+          direction: ref.direction,
+          fenceBudgetMs: ref.fenceBudgetMs,
+          actor: ref.actor,
+        };
         const steps = liveCutoverSteps(plan, {
           directory: deps.directoryPool(),
           ownerPool: deps.shardPool(owner),

@@ -106,7 +106,9 @@ export function createDataActivities(deps: Deps) {
      * One catch-up round. In 'now' mode its duration is the replication lag in time: how long it
      * took to apply everything the sender had written when the round started.
      */
-    async catchUp(input: z.input<typeof catchUpInput>): Promise<{ appliedLsn: string; lagBytes: number; caughtUp: boolean; transactionsApplied: number; durationMs: number; retentionWarning: string }> {
+    async catchUp(
+      input: z.input<typeof catchUpInput>,
+    ): Promise<{ appliedLsn: string; lagBytes: number; caughtUp: boolean; transactionsApplied: number; durationMs: number; retentionWarning: string }> {
       const ref = parse(catchUpInput, input);
       return typed(async () => {
         const { from, to } = ends(ref, ref.direction);
@@ -141,7 +143,14 @@ export function createDataActivities(deps: Deps) {
         const retained = await slotLagBytes(deps.shardPool(from), names.slot).catch(() => 0);
         const limit = deps.config.limits.slotRetentionWarnBytes;
         const retentionWarning = retained > limit ? `slot ${names.slot} on ${from} retains ${retained} bytes of WAL (> ${limit})` : '';
-        return { appliedLsn: r.appliedLsn, lagBytes: r.lagBytes, caughtUp, transactionsApplied: r.transactionsApplied, durationMs: Date.now() - t0, retentionWarning };
+        return {
+          appliedLsn: r.appliedLsn,
+          lagBytes: r.lagBytes,
+          caughtUp,
+          transactionsApplied: r.transactionsApplied,
+          durationMs: Date.now() - t0,
+          retentionWarning,
+        };
       });
     },
 
@@ -160,14 +169,21 @@ export function createDataActivities(deps: Deps) {
         const tables = await tenantTables(deps, from);
         const names = replicationNames(ref.moveId, ref.direction);
         const fromShard = shardByName(deps.config, from);
-        const check = () => validateTenant({ source: deps.shardPool(from), target: deps.shardPool(to), tables, tenantColumn: col, unit: ref.unit, maxReport: 500 });
+        const check = () =>
+          validateTenant({ source: deps.shardPool(from), target: deps.shardPool(to), tables, tenantColumn: col, unit: ref.unit, maxReport: 500 });
         let report = await check();
         let rounds = 1;
         while (!report.ok && rounds < 5) {
           beat({ round: rounds });
           await applyChangesUntil({
-            sourceDsn: fromShard.dsn, target: deps.shardPool(to), ...names, moveId: ref.moveId, stream: ref.direction,
-            untilLsn: await currentWalLsn(deps.shardPool(from)), maxDurationMs: 15_000, maxTxBytes: deps.config.limits.applyMaxTxBytes,
+            sourceDsn: fromShard.dsn,
+            target: deps.shardPool(to),
+            ...names,
+            moveId: ref.moveId,
+            stream: ref.direction,
+            untilLsn: await currentWalLsn(deps.shardPool(from)),
+            maxDurationMs: 15_000,
+            maxTxBytes: deps.config.limits.applyMaxTxBytes,
           });
           report = persistentMismatches(report, await check());
           rounds++;
@@ -186,7 +202,10 @@ export function createDataActivities(deps: Deps) {
           return new Map<string, string>([
             ...d.missing.map((k): [string, string] => [`m|${k}`, `blob ${k}: missing on ${to}`]),
             ...d.extra.map((k): [string, string] => [`x|${k}`, `blob ${k}: extra on ${to}`]),
-            ...d.different.map((x): [string, string] => [`d|${x.key}|${x.srcSha}|${x.dstSha}`, `blob ${x.key}: size ${x.srcSize} vs ${x.dstSize}, sha256 ${x.srcSha.slice(0, 12)} vs ${x.dstSha.slice(0, 12)}`]),
+            ...d.different.map((x): [string, string] => [
+              `d|${x.key}|${x.srcSha}|${x.dstSha}`,
+              `blob ${x.key}: size ${x.srcSize} vs ${x.dstSize}, sha256 ${x.srcSha.slice(0, 12)} vs ${x.dstSha.slice(0, 12)}`,
+            ]),
           ]);
         };
         let blobs = await blobDiff();

@@ -46,7 +46,10 @@ export function createLifecycleActivities(deps: Deps) {
     const p = await getPlacement(deps.directoryPool(), ref.unit);
     const fence = await getUnitFence(deps.shardPool(side), ref.unit);
     if (!p || p.shard === side || fence?.owned) {
-      throw new ShardctlError('PreconditionFailed', `refusing to delete ${ref.unit} on ${side}: it is the owner (directory ${p?.shard ?? 'missing'}, fence owned=${fence?.owned})`);
+      throw new ShardctlError(
+        'PreconditionFailed',
+        `refusing to delete ${ref.unit} on ${side}: it is the owner (directory ${p?.shard ?? 'missing'}, fence owned=${fence?.owned})`,
+      );
     }
     const pool = deps.shardPool(side);
     const tables = await tenantTables(deps, side);
@@ -126,16 +129,25 @@ export function createLifecycleActivities(deps: Deps) {
       return typed(async () => {
         const p = await getPlacement(deps.directoryPool(), ref.unit);
         if (!p || p.shard !== ref.target || p.epoch !== ref.epoch || p.state !== 'active') {
-          throw new ShardctlError('PreconditionFailed', `refusing to retire: directory shows ${p ? `${p.shard} epoch ${p.epoch} ${p.state}` : 'no placement'}, expected ${ref.target} epoch ${ref.epoch} active`);
+          throw new ShardctlError(
+            'PreconditionFailed',
+            `refusing to retire: directory shows ${p ? `${p.shard} epoch ${p.epoch} ${p.state}` : 'no placement'}, expected ${ref.target} epoch ${ref.epoch} active`,
+          );
         }
         const f = await getUnitFence(deps.shardPool(ref.source), ref.unit);
         if (!f || f.owned || f.epoch > ref.epoch) {
-          throw new ShardctlError('PreconditionFailed', `refusing to retire: the source fence is ${JSON.stringify(f)}; it must refuse the unit at epoch ${ref.epoch}`);
+          throw new ShardctlError(
+            'PreconditionFailed',
+            `refusing to retire: the source fence is ${JSON.stringify(f)}; it must refuse the unit at epoch ${ref.epoch}`,
+          );
         }
         // Writes that bypassed the fence on the source since it stopped owning the unit.
         const written = await unownedWritesSinceDisown(deps.shardPool(ref.source), ref.unit);
         if (written.count > 0) {
-          throw new ShardctlError('PreconditionFailed', `refusing to retire: ${written.count} writes reached the source copy of ${ref.unit} outside shardctl after the switch (e.g. by ${written.example || 'unknown'}); reconcile them, clear shardctl.unowned_writes for the unit on ${ref.source}, then retire again — or roll back`);
+          throw new ShardctlError(
+            'PreconditionFailed',
+            `refusing to retire: ${written.count} writes reached the source copy of ${ref.unit} outside shardctl after the switch (e.g. by ${written.example || 'unknown'}); reconcile them, clear shardctl.unowned_writes for the unit on ${ref.source}, then retire again — or roll back`,
+          );
         }
         // Stop reverse replication first: nothing may write the source copy while it is deleted.
         // Dropping the slot stops the stream; evicting the apply session rolls back whatever a

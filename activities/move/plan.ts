@@ -92,7 +92,8 @@ export function createPlanActivities(deps: Deps) {
         reasons.push(...schemaDiff(src, dst));
         const [fs, fd] = await Promise.all([fenced(p.shard), fenced(target)]);
         for (const t of src) {
-          if (!fs.has(tableKey(t))) reasons.push(`table ${tableKey(t)} on ${p.shard} has no enabled fence trigger; run \`shardctl shards prepare --shard ${p.shard}\``);
+          if (!fs.has(tableKey(t)))
+            reasons.push(`table ${tableKey(t)} on ${p.shard} has no enabled fence trigger; run \`shardctl shards prepare --shard ${p.shard}\``);
           if (dst.some((d) => tableKey(d) === tableKey(t)) && !fd.has(tableKey(t))) {
             reasons.push(`table ${tableKey(t)} on ${target} has no enabled fence trigger; run \`shardctl shards prepare --shard ${target}\``);
           }
@@ -105,7 +106,8 @@ export function createPlanActivities(deps: Deps) {
             tables.push({ table: tableKey(t), rowsEstimated: await countUnitRows(deps.shardPool(p.shard), t, col, unit) });
             if (!resumed) {
               const left = await countUnitRows(tp, t, col, unit);
-              if (left > 0) reasons.push(`target ${target} already holds ${left} rows of ${unit} in ${tableKey(t)} (left over from an earlier move?); remove them first`);
+              if (left > 0)
+                reasons.push(`target ${target} already holds ${left} rows of ${unit} in ${tableKey(t)} (left over from an earlier move?); remove them first`);
             }
             // A key unique across tenants must not already be taken on the target by another unit.
             for (const key of await globalUniqueKeys(tp, t, col)) {
@@ -115,7 +117,16 @@ export function createPlanActivities(deps: Deps) {
           }
         }
         if (reasons.length) return { ok: false, reasons, ...base, tables };
-        const plan = { unit, moveId: base.moveId, owner: p.shard, next: target, epoch: p.epoch, direction: 'forward' as const, fenceBudgetMs: fenceBudgetMs ?? deps.config.limits.fenceBudgetMs, actor: 'plan' };
+        const plan = {
+          unit,
+          moveId: base.moveId,
+          owner: p.shard,
+          next: target,
+          epoch: p.epoch,
+          direction: 'forward' as const,
+          fenceBudgetMs: fenceBudgetMs ?? deps.config.limits.fenceBudgetMs,
+          actor: 'plan',
+        };
         const dry = dryRunCutoverSteps(plan, { tables: tables.map((t) => t.table) });
         await runCutover(dry.steps, plan, { faultPoint: async () => {}, now: Date.now });
         return { ok: true, reasons, ...base, tables, cutoverSteps: dry.log };

@@ -10,34 +10,51 @@ export function registerDev(program: Command) {
   const s = () => stack.stackAt(projectRoot());
   const log = (m: string) => process.stderr.write(`dev: ${m}\n`);
 
-  dev.command('up').description('start every part (idempotent)').action(async () => {
-    const t0 = Date.now();
-    const st = s();
-    await stack.up(st, log);
-    const parts = await stack.status(st);
-    printStatus(parts);
-    const env = stack.stackEnv(st);
-    console.log(`\nready in ${((Date.now() - t0) / 1000).toFixed(1)}s — Temporal Web UI: ${env.temporal.uiUrl}`);
-    if (parts.some((x) => !x.healthy)) process.exitCode = 1;
-  });
-  dev.command('status').description('health of each part, and the workers running against the stack').option('--json').action(async (o) => {
-    const st = s();
-    const parts = await stack.status(st);
-    // Workers are listed, not judged: a running one is no failure of the stack.
-    const workers = (await stack.workers(st)).map(workerLine);
-    if (o.json) console.log(JSON.stringify([...parts, ...workers], null, 2));
-    else printStatus([...parts, ...workers]);
-    if (parts.some((x) => !x.healthy)) process.exitCode = 1;
-  });
-  dev.command('down').description("stop every part, and this checkout's workers").action(async () => {
-    await stack.down(s(), log);
-  });
-  dev.command('reset').description('stop everything and wipe .dev/ (keeps downloaded tools)').action(async () => {
-    await stack.reset(s(), log);
-  });
-  dev.command('env').description('print the endpoints').option('--json', 'as JSON (the default)').action(() => {
-    console.log(JSON.stringify(stack.stackEnv(s()), null, 2));
-  });
+  dev
+    .command('up')
+    .description('start every part (idempotent)')
+    .action(async () => {
+      const t0 = Date.now();
+      const st = s();
+      await stack.up(st, log);
+      const parts = await stack.status(st);
+      printStatus(parts);
+      const env = stack.stackEnv(st);
+      console.log(`\nready in ${((Date.now() - t0) / 1000).toFixed(1)}s — Temporal Web UI: ${env.temporal.uiUrl}`);
+      if (parts.some((x) => !x.healthy)) process.exitCode = 1;
+    });
+  dev
+    .command('status')
+    .description('health of each part, and the workers running against the stack')
+    .option('--json')
+    .action(async (o) => {
+      const st = s();
+      const parts = await stack.status(st);
+      // Workers are listed, not judged: a running one is no failure of the stack.
+      const workers = (await stack.workers(st)).map(workerLine);
+      if (o.json) console.log(JSON.stringify([...parts, ...workers], null, 2));
+      else printStatus([...parts, ...workers]);
+      if (parts.some((x) => !x.healthy)) process.exitCode = 1;
+    });
+  dev
+    .command('down')
+    .description("stop every part, and this checkout's workers")
+    .action(async () => {
+      await stack.down(s(), log);
+    });
+  dev
+    .command('reset')
+    .description('stop everything and wipe .dev/ (keeps downloaded tools)')
+    .action(async () => {
+      await stack.reset(s(), log);
+    });
+  dev
+    .command('env')
+    .description('print the endpoints')
+    .option('--json', 'as JSON (the default)')
+    .action(() => {
+      console.log(JSON.stringify(stack.stackEnv(s()), null, 2));
+    });
 }
 
 /** A worker as a line of `dev status` (in --json: the same entry, plus pid, taskQueues, source, cwd). */

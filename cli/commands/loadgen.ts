@@ -48,11 +48,16 @@ export function register(program: Command) {
       const o = cmd.optsWithGlobals() as LoadgenCliOptions;
       if (!o.tenants) throw invalidInput('--tenants is required');
       if (!o.rate || !o.duration || !o.log) throw invalidInput('--rate, --duration and --log are required');
-      const tenants = o.tenants.split(',').map((t) => t.trim()).filter(Boolean).map(validateTenantId);
+      const tenants = o.tenants
+        .split(',')
+        .map((t) => t.trim())
+        .filter(Boolean)
+        .map(validateTenantId);
       const rate = positive(o.rate, '--rate', false);
       const durationMs = parseDurationMs(o.duration, '--duration');
       if (durationMs <= 0) throw invalidInput('--duration must be positive');
-      if (o.seed !== undefined && !/^\d{1,9}$/.test(o.seed)) throw invalidInput(`--seed must be a non-negative integer, got ${JSON.stringify(o.seed.slice(0, 40))}`);
+      if (o.seed !== undefined && !/^\d{1,9}$/.test(o.seed))
+        throw invalidInput(`--seed must be a non-negative integer, got ${JSON.stringify(o.seed.slice(0, 40))}`);
       const readFraction = Number(o.readFraction);
       if (!(readFraction >= 0 && readFraction <= 1)) throw invalidInput('--read-fraction must be between 0 and 1');
       const config = loadConfig({ file: o.config });
@@ -64,9 +69,18 @@ export function register(program: Command) {
       process.once('SIGTERM', onSignal);
       try {
         const h = startLoadgen({
-          config, router, s3For: deps.s3For, tenants, rate, durationMs, logFile: o.log,
-          concurrency: positive(o.concurrency, '--concurrency'), seed: o.seed !== undefined ? Number(o.seed) : undefined,
-          readFraction, intents: !!o.intents, signal: stop.signal,
+          config,
+          router,
+          s3For: deps.s3For,
+          tenants,
+          rate,
+          durationMs,
+          logFile: o.log,
+          concurrency: positive(o.concurrency, '--concurrency'),
+          seed: o.seed !== undefined ? Number(o.seed) : undefined,
+          readFraction,
+          intents: !!o.intents,
+          signal: stop.signal,
         });
         const stats = await h.done;
         if (o.json) console.log(JSON.stringify(stats));
@@ -83,7 +97,9 @@ export function register(program: Command) {
     });
 
   lg.command('verify')
-    .description("check a loadgen log (--log FILE on the loadgen command) against each tenant's current owner: acked writes present with their value, refused writes absent, acked blobs in the owner's bucket; exits 1 when not")
+    .description(
+      "check a loadgen log (--log FILE on the loadgen command) against each tenant's current owner: acked writes present with their value, refused writes absent, acked blobs in the owner's bucket; exits 1 when not",
+    )
     .action(async (_o: unknown, cmd: Command) => {
       const o = cmd.optsWithGlobals() as LoadgenCliOptions;
       if (!o.log) throw invalidInput('--log is required: shardctl loadgen verify --log FILE');
@@ -97,7 +113,11 @@ export function register(program: Command) {
 export function formatVerifyReport(r: VerifyReport): string {
   const lines = [
     `${r.ok ? 'OK' : 'FAILED'}: ${r.checked} keys checked from ${r.records} records of ${r.logFile}; ${r.blobsChecked} blobs checked`,
-    `  owners: ${Object.entries(r.owners).map(([t, p]) => `${t}@${p.shard} (epoch ${p.epoch}, ${p.state})`).join(', ') || 'none'}`,
+    `  owners: ${
+      Object.entries(r.owners)
+        .map(([t, p]) => `${t}@${p.shard} (epoch ${p.epoch}, ${p.state})`)
+        .join(', ') || 'none'
+    }`,
     `  unknown outcomes: ${r.unknownOutcomes} (${r.ambiguousKeys} keys accepted in either state)`,
   ];
   const show = (title: string, xs: unknown[]) => {

@@ -56,21 +56,27 @@ function printPlan(tenant: string, to: string, p: PlanResult) {
 }
 
 function printStatus(s: M.MoveStatus) {
-  const lines = [
-    `move ${s.moveId} of ${s.tenant}: ${s.source || '?'} -> ${s.target}, phase ${s.phase}${s.paused ? ' (paused)' : ''}, epoch ${s.epoch}`,
-  ];
+  const lines = [`move ${s.moveId} of ${s.tenant}: ${s.source || '?'} -> ${s.target}, phase ${s.phase}${s.paused ? ' (paused)' : ''}, epoch ${s.epoch}`];
   if (s.blockedReason) lines.push(`  blocked: ${s.blockedReason}`);
   for (const t of s.tables) lines.push(`  ${t.table.padEnd(28)} ${formatTableProgress(t)}`);
   lines.push(`  blobs ${s.blobs.copied} copied of ${s.blobs.total} (${s.blobs.bytes} bytes)`);
   lines.push(`  lag ${s.lagBytes} bytes (${s.lagSeconds}s)${s.etaSeconds !== null ? `, copy ETA ${s.etaSeconds}s` : ''}`);
   if (s.cutoverPauseMs !== null) {
-    const steps = s.cutoverSteps ? ` — ${Object.entries(s.cutoverSteps).map(([k, v]) => `${k} +${v}`).join(', ')} ms` : '';
+    const steps = s.cutoverSteps
+      ? ` — ${Object.entries(s.cutoverSteps)
+          .map(([k, v]) => `${k} +${v}`)
+          .join(', ')} ms`
+      : '';
     lines.push(`  cutover write pause ${s.cutoverPauseMs} ms (attempts ${s.cutoverAttempts})${steps}`);
   }
   if (s.soakEndsAt) lines.push(`  soak ends ${s.soakEndsAt}`);
   if (s.validation.ok === false) lines.push(...s.validation.mismatches.map((m) => `  mismatch: ${m}`));
   if (s.lastError) lines.push(`  last error: ${s.lastError}`);
-  lines.push(`  operators: ${Object.entries(s.operators).map(([k, v]) => `${k}=${v}`).join(' ')}`);
+  lines.push(
+    `  operators: ${Object.entries(s.operators)
+      .map(([k, v]) => `${k}=${v}`)
+      .join(' ')}`,
+  );
   console.log(lines.join('\n'));
 }
 
@@ -90,7 +96,8 @@ export function register(program: Command) {
       const config = cfg();
       const tenant = validateTenantId(o.tenant);
       shardByName(config, o.to);
-      if (o.approveCutover !== 'auto' && o.approveCutover !== 'manual') throw invalidInput(`--approve-cutover must be auto or manual, got ${JSON.stringify(o.approveCutover)}`);
+      if (o.approveCutover !== 'auto' && o.approveCutover !== 'manual')
+        throw invalidInput(`--approve-cutover must be auto or manual, got ${JSON.stringify(o.approveCutover)}`);
       const soakSeconds = o.soak ? Math.round(parseDurationMs(o.soak, '--soak') / 1000) : config.limits.soakSeconds;
       const input = moveInputFor(config, { tenant, target: o.to, soakSeconds, approveCutover: o.approveCutover, requestedBy: o.actor || actorDefault() });
       await withClient(config, async (client) => {
@@ -142,15 +149,21 @@ export function register(program: Command) {
       for (;;) {
         const s = await moveStatus(config, tenant);
         // One line whenever something an operator cares about changed: live progress.
-        const line = `${s.phase}${s.paused ? ' (paused)' : ''} ${formatCopyProgress(copyProgress(s.tables))} blobs ${s.blobs.copied}/${s.blobs.total} lag ${s.lagSeconds}s` +
+        const line =
+          `${s.phase}${s.paused ? ' (paused)' : ''} ${formatCopyProgress(copyProgress(s.tables))} blobs ${s.blobs.copied}/${s.blobs.total} lag ${s.lagSeconds}s` +
           `${s.cutoverPauseMs !== null ? ` pause ${s.cutoverPauseMs}ms` : ''}${s.blockedReason ? ` blocked: ${s.blockedReason}` : ''}`;
         if (line !== last) {
           process.stderr.write(`${new Date().toISOString().slice(11, 23)} ${tenant}: ${line}\n`);
           last = line;
         }
         if (phaseReached(s.phase, o.phase)) return;
-        if (isTerminal(s.phase)) throw new ShardctlError('PreconditionFailed', `move ended in ${s.phase} before reaching ${o.phase}${s.lastError ? `: ${s.lastError}` : ''}`);
-        if (Date.now() > deadline) throw new ShardctlError('PreconditionFailed', `timed out waiting for ${o.phase}; move is in ${s.phase}${s.blockedReason ? ` (blocked: ${s.blockedReason})` : ''}`);
+        if (isTerminal(s.phase))
+          throw new ShardctlError('PreconditionFailed', `move ended in ${s.phase} before reaching ${o.phase}${s.lastError ? `: ${s.lastError}` : ''}`);
+        if (Date.now() > deadline)
+          throw new ShardctlError(
+            'PreconditionFailed',
+            `timed out waiting for ${o.phase}; move is in ${s.phase}${s.blockedReason ? ` (blocked: ${s.blockedReason})` : ''}`,
+          );
         await new Promise((r) => setTimeout(r, 500));
       }
     });
@@ -168,7 +181,9 @@ export function register(program: Command) {
       await withClient(cfg(), async (client) => {
         for await (const w of client.workflow.list({ query: q.join(' AND ') })) {
           const a = w.typedSearchAttributes;
-          console.log(`${w.workflowId}\t${w.status.name}\t${a.get(SA.phase) ?? ''}\t${a.get(SA.source) ?? ''}->${a.get(SA.target) ?? ''}\t${a.get(SA.blockedReason) ?? ''}`);
+          console.log(
+            `${w.workflowId}\t${w.status.name}\t${a.get(SA.phase) ?? ''}\t${a.get(SA.source) ?? ''}->${a.get(SA.target) ?? ''}\t${a.get(SA.blockedReason) ?? ''}`,
+          );
         }
       });
     });
@@ -198,7 +213,13 @@ export function register(program: Command) {
   verb('retire', M.retireNowUpdate, 'end soak now and delete the source copy (irreversible)');
   verb('pause', M.pauseUpdate, 'pause copy / catch-up');
   verb('resume', M.resumeUpdate, 'resume (or re-validate after a mismatch)');
-  verb('extend-soak', M.extendSoakUpdate, 'keep the way back longer', (c) => c.requiredOption('--by <duration>', 'extra soak time'), (o) => ({
-    seconds: Math.round(parseDurationMs(o.by, '--by') / 1000),
-  }));
+  verb(
+    'extend-soak',
+    M.extendSoakUpdate,
+    'keep the way back longer',
+    (c) => c.requiredOption('--by <duration>', 'extra soak time'),
+    (o) => ({
+      seconds: Math.round(parseDurationMs(o.by, '--by') / 1000),
+    }),
+  );
 }

@@ -17,7 +17,7 @@ export function register(program: Command) {
     .command('seed <tenant>')
     .description('write realistic demo rows (accounts, documents with TOASTed bodies and blobs, events, queued jobs) for a tenant through the router')
     .option('--rows <n>', 'approximate total rows: 10% accounts, 30% documents, 45% events, 15% jobs', '1000')
-    .option('--blobs <m>', 'documents that get a blob in the owning shard\'s bucket', '0')
+    .option('--blobs <m>', "documents that get a blob in the owning shard's bucket", '0')
     .option('--body-bytes <n>', 'size of the large (TOASTed) document bodies', '24000')
     .option('--json', 'print the summary as JSON')
     .action(async (tenant: string, o: { rows: string; blobs: string; bodyBytes: string; json?: boolean }) => {

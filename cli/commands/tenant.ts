@@ -24,7 +24,10 @@ function parseLoad(v: string | undefined): number | undefined {
 
 function printTenant(v: ReturnType<typeof tenantView>, json: boolean) {
   if (json) console.log(JSON.stringify(v));
-  else console.log(`${v.tenant}  ${v.shard}  epoch ${v.epoch}  ${v.state}${v.moveId ? ` (move ${v.moveId})` : ''}  load ${v.expectedLoad}  updated ${v.updatedAt}`);
+  else
+    console.log(
+      `${v.tenant}  ${v.shard}  epoch ${v.epoch}  ${v.state}${v.moveId ? ` (move ${v.moveId})` : ''}  load ${v.expectedLoad}  updated ${v.updatedAt}`,
+    );
 }
 
 export function register(program: Command) {

@@ -21,15 +21,18 @@ export async function deleteKeys(s3: S3Client, bucket: string, keys: readonly st
   let deleted = 0;
   for (let i = 0; i < keys.length; i += batchSize) {
     const batch = keys.slice(i, i + batchSize);
-    const r = await s3.send(
-      new DeleteObjectsCommand({ Bucket: bucket, Delete: { Objects: batch.map((Key) => ({ Key })), Quiet: true } }),
-    );
+    const r = await s3.send(new DeleteObjectsCommand({ Bucket: bucket, Delete: { Objects: batch.map((Key) => ({ Key })), Quiet: true } }));
     if (r.Errors?.length) {
       const first = r.Errors.slice(0, 5).map((e) => `${e.Key}: ${e.Code} ${e.Message ?? ''}`.trim());
-      throw new ShardctlError('Conflict', `DeleteObjects on ${bucket} failed for ${r.Errors.length} of ${batch.length} keys (${first.join('; ')})`, {
-        bucket,
-        failed: r.Errors.length,
-      }, true);
+      throw new ShardctlError(
+        'Conflict',
+        `DeleteObjects on ${bucket} failed for ${r.Errors.length} of ${batch.length} keys (${first.join('; ')})`,
+        {
+          bucket,
+          failed: r.Errors.length,
+        },
+        true,
+      );
     }
     deleted += batch.length;
   }
@@ -49,5 +52,10 @@ export async function deleteBlobPrefix(s3: S3Client, bucket: string, prefix: str
     if (keys.length === 0) return { deleted };
     deleted += await deleteKeys(s3, bucket, keys, batchSize);
   }
-  throw new ShardctlError('Conflict', `objects keep appearing under ${bucket}/${prefix} while deleting it: is the tenant still being written?`, { bucket, prefix, deleted }, true);
+  throw new ShardctlError(
+    'Conflict',
+    `objects keep appearing under ${bucket}/${prefix} while deleting it: is the tenant still being written?`,
+    { bucket, prefix, deleted },
+    true,
+  );
 }

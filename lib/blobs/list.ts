@@ -22,9 +22,7 @@ export async function listBlobs(s3: S3Client, bucket: string, prefix: string, op
   const out: BlobEntry[] = [];
   let token: string | undefined;
   do {
-    const page = await s3.send(
-      new ListObjectsV2Command({ Bucket: bucket, Prefix: prefix, ContinuationToken: token, MaxKeys: opts.pageSize }),
-    );
+    const page = await s3.send(new ListObjectsV2Command({ Bucket: bucket, Prefix: prefix, ContinuationToken: token, MaxKeys: opts.pageSize }));
     for (const o of page.Contents ?? []) {
       // Defensive: a server that ignored Prefix must never widen what we copy or delete.
       if (o.Key === undefined || !o.Key.startsWith(prefix)) continue;

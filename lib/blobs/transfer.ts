@@ -169,7 +169,15 @@ export async function serverCopyObject(src: BucketRef, dst: BucketRef, entry: Bl
       const end = Math.min(start + partSize, entry.size) - 1;
       const PartNumber = parts.length + 1;
       const r = await dst.s3.send(
-        new UploadPartCopyCommand({ Bucket: dst.bucket, Key: entry.key, UploadId, PartNumber, CopySource, CopySourceIfMatch, CopySourceRange: `bytes=${start}-${end}` }),
+        new UploadPartCopyCommand({
+          Bucket: dst.bucket,
+          Key: entry.key,
+          UploadId,
+          PartNumber,
+          CopySource,
+          CopySourceIfMatch,
+          CopySourceRange: `bytes=${start}-${end}`,
+        }),
       );
       parts.push({ ETag: r.CopyPartResult?.ETag, PartNumber });
     }

@@ -241,14 +241,17 @@ export class ChangeApplier {
     const b = this.batch;
     if (!b) return;
     this.batch = null;
-    await withContext(`applying ${b.rows.length} upserts on ${b.plan.display} (source transaction at ${this.tx?.finalLsn ?? 'a committed group'})`, async () => {
-      if (b.rows.length === 1) {
-        await this.exec(upsertSql(b.plan, b.plan.writable), b.rows[0]);
-      } else {
-        const columns = b.plan.writable.map((_, i) => b.rows.map((r) => r[i]));
-        await this.exec(upsertManySql(b.plan, b.plan.writable), columns);
-      }
-    });
+    await withContext(
+      `applying ${b.rows.length} upserts on ${b.plan.display} (source transaction at ${this.tx?.finalLsn ?? 'a committed group'})`,
+      async () => {
+        if (b.rows.length === 1) {
+          await this.exec(upsertSql(b.plan, b.plan.writable), b.rows[0]);
+        } else {
+          const columns = b.plan.writable.map((_, i) => b.rows.map((r) => r[i]));
+          await this.exec(upsertManySql(b.plan, b.plan.writable), columns);
+        }
+      },
+    );
   }
 
   private async applyDelete(plan: RelationPlan, old: Datum[]): Promise<void> {
@@ -289,9 +292,7 @@ export class ChangeApplier {
     }
     // Some TOAST values are absent: we can only change the row in place, never create it.
     const set = settable(present).filter((c) => !c.isPk);
-    const r = set.length
-      ? await this.exec(updateSql(plan, set), [...values(plan, set, row, 'update'), ...key])
-      : await this.exec(existsSql(plan), key);
+    const r = set.length ? await this.exec(updateSql(plan, set), [...values(plan, set, row, 'update'), ...key]) : await this.exec(existsSql(plan), key);
     if (r.rowCount! > 0) this.tx!.rows++;
     else this.tx!.incomplete++;
   }
@@ -301,10 +302,17 @@ function values(plan: RelationPlan, cols: BoundColumn[], tuple: Datum[], what: s
   return cols.map((c) => {
     const v = tuple[c.src];
     if (v === UNCHANGED_TOAST) {
-      throw new ShardctlError('PreconditionFailed', `${what} of ${plan.display} lacks the value of ${c.name} (unchanged TOAST)`, { table: plan.display, column: c.name });
+      throw new ShardctlError('PreconditionFailed', `${what} of ${plan.display} lacks the value of ${c.name} (unchanged TOAST)`, {
+        table: plan.display,
+        column: c.name,
+      });
     }
     if (v === null && c.isPk) {
-      throw new ShardctlError('PreconditionFailed', `${what} of ${plan.display} carries no value for key column ${c.name}: the source's replica identity must be the primary key (or FULL)`, { table: plan.display, column: c.name });
+      throw new ShardctlError(
+        'PreconditionFailed',
+        `${what} of ${plan.display} carries no value for key column ${c.name}: the source's replica identity must be the primary key (or FULL)`,
+        { table: plan.display, column: c.name },
+      );
     }
     return v ?? null;
   });

@@ -37,7 +37,12 @@ export async function acquireApplyLock(client: ClientBase, key: string, timeoutM
     for (const h of holders.rows) {
       if (h.application_name !== tag) {
         // A hash collision with another move's key: never terminate someone else's session.
-        throw new ShardctlError('Conflict', `apply lock for ${key} is held by an unrelated session (pid ${h.pid}, ${h.application_name})`, { pid: h.pid }, true);
+        throw new ShardctlError(
+          'Conflict',
+          `apply lock for ${key} is held by an unrelated session (pid ${h.pid}, ${h.application_name})`,
+          { pid: h.pid },
+          true,
+        );
       }
       await client.query('select pg_terminate_backend($1)', [h.pid]);
     }

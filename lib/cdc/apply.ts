@@ -106,7 +106,11 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
     const stored = await readAppliedLsn(target, opts.moveId, opts.stream);
     const slot = await slotStatus(source, opts.slot);
     if (!slot) {
-      throw new ShardctlError('PreconditionFailed', `replication slot ${opts.slot} does not exist on the source: create it (ensurePublicationAndSlot) before copying`, { slot: opts.slot });
+      throw new ShardctlError(
+        'PreconditionFailed',
+        `replication slot ${opts.slot} does not exist on the source: create it (ensurePublicationAndSlot) before copying`,
+        { slot: opts.slot },
+      );
     }
     // We hold the apply lock, so a walsender on our slot belongs to a dead apply session (a zombie).
     if (slot.activePid !== null) await releaseSlot(source, opts.slot);
@@ -124,7 +128,13 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
     const report = async (force = false) => {
       if (!opts.onProgress || (!force && Date.now() - lastProgressAt < PROGRESS_INTERVAL_MS)) return;
       lastProgressAt = Date.now();
-      await opts.onProgress({ appliedLsn: position(), transactionsApplied: a.stats.transactionsApplied, rowsApplied: a.stats.rowsApplied, caughtUp: caughtUpSince !== null, bytesReceived: stream?.bytesReceived ?? 0 });
+      await opts.onProgress({
+        appliedLsn: position(),
+        transactionsApplied: a.stats.transactionsApplied,
+        rowsApplied: a.stats.rowsApplied,
+        caughtUp: caughtUpSince !== null,
+        bytesReceived: stream?.bytesReceived ?? 0,
+      });
     };
 
     if (opts.untilLsn && a.applied && compareLsn(a.applied, opts.untilLsn) >= 0) {
@@ -257,7 +267,15 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
     const appliedLsn = position();
     const lagBytes = await walBytesSince(source, appliedLsn);
     await report(true);
-    return { ...a.stats, appliedLsn, caughtUp: stopReason === 'until' || caughtUpSince !== null, lagBytes, stopReason, bytesReceived: stream?.bytesReceived ?? 0, backpressurePauses: stream?.pauses ?? 0 };
+    return {
+      ...a.stats,
+      appliedLsn,
+      caughtUp: stopReason === 'until' || caughtUpSince !== null,
+      lagBytes,
+      stopReason,
+      bytesReceived: stream?.bytesReceived ?? 0,
+      backpressurePauses: stream?.pauses ?? 0,
+    };
   } catch (e) {
     // Nothing uncommitted may go back to the pool; what was not committed is redelivered next time.
     if (applier?.targetTransactionOpen || applier?.inTransaction) await applier.rollback().catch(() => (targetBroken = true));

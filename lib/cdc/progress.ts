@@ -5,25 +5,31 @@ import type { ClientBase, Pool } from 'pg';
 import { ShardctlError } from '../errors';
 
 export async function readAppliedLsn(client: ClientBase, moveId: string, stream: string): Promise<string | null> {
-  const r = await client.query<{ lsn: string | null }>('select lsn::text as lsn from shardctl.move_progress where move_id = $1 and stream = $2', [moveId, stream]);
+  const r = await client.query<{ lsn: string | null }>('select lsn::text as lsn from shardctl.move_progress where move_id = $1 and stream = $2', [
+    moveId,
+    stream,
+  ]);
   return r.rows[0]?.lsn ?? null;
 }
 
 /** Must run inside the apply transaction. `source` says what vouches for the position. */
 export async function writeAppliedLsn(client: ClientBase, moveId: string, stream: string, lsn: string, source: 'commit' | 'keepalive'): Promise<void> {
-  const r = await client.query(
-    {
-      name: 'shardctl_cdc_write_progress',
-      text: `insert into shardctl.move_progress as p (move_id, stream, lsn, detail, updated_at)
+  const r = await client.query({
+    name: 'shardctl_cdc_write_progress',
+    text: `insert into shardctl.move_progress as p (move_id, stream, lsn, detail, updated_at)
              values ($1, $2, $3::pg_lsn, jsonb_build_object('kind', 'cdc-apply', 'by', $4::text), now())
              on conflict (move_id, stream) do update
                set lsn = excluded.lsn, detail = p.detail || excluded.detail, updated_at = now()
              where p.lsn is null or p.lsn <= excluded.lsn`,
-      values: [moveId, stream, lsn, source],
-    },
-  );
+    values: [moveId, stream, lsn, source],
+  });
   if (r.rowCount !== 1) {
-    throw new ShardctlError('Conflict', `applied LSN of move ${moveId} stream ${stream} is already past ${lsn}: another apply session advanced it`, { moveId, stream, lsn }, true);
+    throw new ShardctlError(
+      'Conflict',
+      `applied LSN of move ${moveId} stream ${stream} is already past ${lsn}: another apply session advanced it`,
+      { moveId, stream, lsn },
+      true,
+    );
   }
 }
 

@@ -51,7 +51,10 @@ export interface RelationPlan {
 export function bindRelation(rel: SourceRelationShape, target: TargetTable): RelationPlan {
   const display = `${rel.schema}.${rel.name}`;
   if (target.primaryKey.length === 0) {
-    throw new ShardctlError('PreconditionFailed', `table ${display} has no primary key on the target: changes are applied by key (hint: ALTER TABLE ${display} ADD PRIMARY KEY (...))`);
+    throw new ShardctlError(
+      'PreconditionFailed',
+      `table ${display} has no primary key on the target: changes are applied by key (hint: ALTER TABLE ${display} ADD PRIMARY KEY (...))`,
+    );
   }
   const byName = new Map(target.columns.map((c) => [c.name, c]));
   const srcIndex = new Map(rel.columns.map((c, i) => [c.name, i]));
@@ -61,7 +64,10 @@ export function bindRelation(rel: SourceRelationShape, target: TargetTable): Rel
   rel.columns.forEach((c, i) => {
     const t = byName.get(c.name);
     if (!t) {
-      throw new ShardctlError('PreconditionFailed', `column ${c.name} of ${display} exists on the source but not on the target: the schemas differ`, { table: display, column: c.name });
+      throw new ShardctlError('PreconditionFailed', `column ${c.name} of ${display} exists on the source but not on the target: the schemas differ`, {
+        table: display,
+        column: c.name,
+      });
     }
     if (t.generated) return; // the target computes it from the columns we write
     if (t.identityAlways) overriding = true;
@@ -70,7 +76,10 @@ export function bindRelation(rel: SourceRelationShape, target: TargetTable): Rel
   const pk = target.primaryKey.map((name) => {
     const i = srcIndex.get(name);
     if (i === undefined) {
-      throw new ShardctlError('PreconditionFailed', `primary key column ${name} of ${display} is not published by the source`, { table: display, column: name });
+      throw new ShardctlError('PreconditionFailed', `primary key column ${name} of ${display} is not published by the source`, {
+        table: display,
+        column: name,
+      });
     }
     const t = byName.get(name)!;
     return { src: i, name, type: t.type, isPk: true, identityAlways: t.identityAlways };

@@ -10,8 +10,7 @@ import { formatLsn, parseLsn } from './lsn';
 import { PgoutputDecoder, PgoutputMessage } from './pgoutput';
 
 export type StreamItem =
-  | { kind: 'message'; walStart: string; msg: PgoutputMessage; bytes: number }
-  | { kind: 'keepalive'; walEnd: string; replyRequested: boolean };
+  { kind: 'message'; walStart: string; msg: PgoutputMessage; bytes: number } | { kind: 'keepalive'; walEnd: string; replyRequested: boolean };
 
 type Parsed = { ok: true; msg: PgoutputMessage; bytes: number } | { ok: false; error: Error };
 

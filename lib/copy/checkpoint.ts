@@ -36,28 +36,24 @@ export function parseCheckpoint(detail: any): CopyCheckpoint {
  * and each batch continues from whatever the other committed.
  */
 export async function lockCheckpoint(tx: PoolClient, moveId: string, stream: string): Promise<CopyCheckpoint> {
-  await tx.query(
-    `insert into shardctl.move_progress (move_id, stream, detail) values ($1, $2, $3) on conflict do nothing`,
-    [moveId, stream, JSON.stringify(EMPTY_CHECKPOINT)],
-  );
+  await tx.query(`insert into shardctl.move_progress (move_id, stream, detail) values ($1, $2, $3) on conflict do nothing`, [
+    moveId,
+    stream,
+    JSON.stringify(EMPTY_CHECKPOINT),
+  ]);
   const r = await tx.query(`select detail from shardctl.move_progress where move_id = $1 and stream = $2 for update`, [moveId, stream]);
   return parseCheckpoint(r.rows[0].detail);
 }
 
 export async function writeCheckpoint(tx: PoolClient, moveId: string, stream: string, cp: CopyCheckpoint): Promise<void> {
-  await tx.query(`update shardctl.move_progress set detail = $3, updated_at = now() where move_id = $1 and stream = $2`, [
-    moveId,
-    stream,
-    JSON.stringify(cp),
-  ]);
+  await tx.query(`update shardctl.move_progress set detail = $3, updated_at = now() where move_id = $1 and stream = $2`, [moveId, stream, JSON.stringify(cp)]);
 }
 
 /** Every table's copy checkpoint of a move, as the target has committed them. */
 export async function copyProgress(target: Pool | PoolClient, moveId: string): Promise<TableCopyProgress[]> {
-  const r = await target.query(
-    `select stream, detail, updated_at from shardctl.move_progress where move_id = $1 and stream like 'copy:%' order by stream`,
-    [moveId],
-  );
+  const r = await target.query(`select stream, detail, updated_at from shardctl.move_progress where move_id = $1 and stream like 'copy:%' order by stream`, [
+    moveId,
+  ]);
   return r.rows.map((row) => ({ table: String(row.stream).slice('copy:'.length), updatedAt: row.updated_at, ...parseCheckpoint(row.detail) }));
 }
 

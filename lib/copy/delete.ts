@@ -21,9 +21,7 @@ export interface DeleteTenantRowsInput {
   onBatch?: (p: { table: string; rowsDeleted: number }) => Promise<void> | void;
 }
 
-export async function deleteTenantRows(
-  input: DeleteTenantRowsInput,
-): Promise<{ tables: { table: string; rowsDeleted: number }[]; rowsDeleted: number }> {
+export async function deleteTenantRows(input: DeleteTenantRowsInput): Promise<{ tables: { table: string; rowsDeleted: number }[]; rowsDeleted: number }> {
   const { pool, tables, tenantColumn, unit, batchRows, signal } = input;
   validateTenantId(unit);
   if (!Number.isInteger(batchRows) || batchRows < 1) throw invalidInput(`batchRows must be a positive integer, got ${batchRows}`);

@@ -57,9 +57,7 @@ const list = (cols: string[]) => cols.map(quoteIdent).join(', ');
  */
 export function batchEndQuery(table: TenantTable, tenantColumn: string, hasLowerBound: boolean, batchRows: number) {
   const pk = table.primaryKey;
-  const bound = hasLowerBound
-    ? ` and (${list(pk)}) > (${pk.map((c, i) => `$${i + 2}::${columnType(table, c)}`).join(', ')})`
-    : '';
+  const bound = hasLowerBound ? ` and (${list(pk)}) > (${pk.map((c, i) => `$${i + 2}::${columnType(table, c)}`).join(', ')})` : '';
   const inner =
     `select ${list(pk)} from ${table.qualified}` +
     ` where ${quoteIdent(tenantColumn)} = $1::${columnType(table, tenantColumn)}${bound}` +
@@ -72,14 +70,7 @@ export function batchEndQuery(table: TenantTable, tenantColumn: string, hasLower
 }
 
 /** Source: COPY of one batch, (lastKey, endKey] of the unit, every non-generated column. */
-export function copyOutSql(
-  table: TenantTable,
-  tenantColumn: string,
-  unit: string,
-  lastKey: Key | null,
-  endKey: Key,
-  format: 'binary' | 'text',
-): string {
+export function copyOutSql(table: TenantTable, tenantColumn: string, unit: string, lastKey: Key | null, endKey: Key, format: 'binary' | 'text'): string {
   const pk = table.primaryKey;
   const tuple = (k: Key) => `(${k.map((v, i) => typedLiteral(v, columnType(table, pk[i]))).join(', ')})`;
   const where = [
@@ -87,10 +78,7 @@ export function copyOutSql(
     ...(lastKey ? [`(${list(pk)}) > ${tuple(lastKey)}`] : []),
     `(${list(pk)}) <= ${tuple(endKey)}`,
   ].join(' and ');
-  return (
-    `copy (select ${list(copiedColumns(table))} from ${table.qualified} where ${where} order by ${list(pk)})` +
-    ` to stdout (format ${format})`
-  );
+  return `copy (select ${list(copiedColumns(table))} from ${table.qualified} where ${where} order by ${list(pk)}) to stdout (format ${format})`;
 }
 
 export const STAGE_TABLE = 'shardctl_copy_stage';
@@ -108,9 +96,7 @@ export function copyInSql(table: TenantTable, format: 'binary' | 'text'): string
 export function upsertFromStageSql(table: TenantTable): string {
   const cols = copiedColumns(table);
   const nonKey = cols.filter((c) => !table.primaryKey.includes(c));
-  const action = nonKey.length
-    ? `do update set ${nonKey.map((c) => `${quoteIdent(c)} = excluded.${quoteIdent(c)}`).join(', ')}`
-    : 'do nothing';
+  const action = nonKey.length ? `do update set ${nonKey.map((c) => `${quoteIdent(c)} = excluded.${quoteIdent(c)}`).join(', ')}` : 'do nothing';
   return (
     `insert into ${table.qualified} (${list(cols)}) overriding system value` +
     ` select ${list(cols)} from ${STAGE_TABLE} on conflict (${list(table.primaryKey)}) ${action}`

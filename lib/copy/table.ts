@@ -117,13 +117,7 @@ export async function copyTenantTable(input: CopyTableInput): Promise<CopyTableR
 
 type BatchStep = { kind: 'done'; checkpoint: CopyCheckpoint } | { kind: 'copied'; rows: number; checkpoint: CopyCheckpoint };
 
-async function copyOneBatch(
-  src: PoolClient,
-  tgt: PoolClient,
-  input: CopyTableInput,
-  stream: string,
-  format: 'binary' | 'text',
-): Promise<BatchStep> {
+async function copyOneBatch(src: PoolClient, tgt: PoolClient, input: CopyTableInput, stream: string, format: 'binary' | 'text'): Promise<BatchStep> {
   const { table, tenantColumn, unit, moveId, batchRows } = input;
   await tgt.query('begin');
   let srcOpen = false;

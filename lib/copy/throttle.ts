@@ -35,12 +35,7 @@ export async function activeSourceBackends(source: PoolClient): Promise<number> 
 }
 
 /** Waits while the source is busier than `maxActive`; returns the time spent waiting. */
-export async function waitForSourceCapacity(
-  source: PoolClient,
-  maxActive: number,
-  signal?: AbortSignal,
-  onWait?: (reason: string) => void,
-): Promise<number> {
+export async function waitForSourceCapacity(source: PoolClient, maxActive: number, signal?: AbortSignal, onWait?: (reason: string) => void): Promise<number> {
   if (!(maxActive > 0)) return 0;
   const t0 = Date.now();
   let delay = 200;

@@ -27,8 +27,12 @@ export function dryRunCutoverSteps(plan: CutoverPlan, opts: { standing?: Standin
       say(`copy the blob delta of ${unit} from ${owner} to ${next} before the freeze (writes continue)`);
     },
     async freeze(standing) {
-      if (standing.kind === 'frozen-by-this-move') say(`freeze: take over the earlier attempt's freeze of ${unit} with a new freeze token (the earlier attempt can no longer unfreeze or switch)`);
-      else say(`freeze: directory compare-and-set ${unit} (${owner}, epoch ${epoch}, active) -> (${owner}, moving, move ${moveId}, a new freeze token); routers wait from here`);
+      if (standing.kind === 'frozen-by-this-move')
+        say(`freeze: take over the earlier attempt's freeze of ${unit} with a new freeze token (the earlier attempt can no longer unfreeze or switch)`);
+      else
+        say(
+          `freeze: directory compare-and-set ${unit} (${owner}, epoch ${epoch}, active) -> (${owner}, moving, move ${moveId}, a new freeze token); routers wait from here`,
+        );
       return { ok: true };
     },
     async raiseFence(lockBudgetMs) {
@@ -54,7 +58,9 @@ export function dryRunCutoverSteps(plan: CutoverPlan, opts: { standing?: Standin
       return '<reverse start>';
     },
     async switchOwner() {
-      say(`${POINT_OF_NO_RETURN_MARK}: ${next} accepts ${unit} at epoch ${epoch + 1}; directory compare-and-set (${owner}, epoch ${epoch}, moving, this freeze token) -> (${next}, epoch ${epoch + 1}, active), recording the reverse start with it`);
+      say(
+        `${POINT_OF_NO_RETURN_MARK}: ${next} accepts ${unit} at epoch ${epoch + 1}; directory compare-and-set (${owner}, epoch ${epoch}, moving, this freeze token) -> (${next}, epoch ${epoch + 1}, active), recording the reverse start with it`,
+      );
     },
     async finishOldOwner() {
       say(`finish the old owner: ${owner} refuses ${unit} at epoch ${epoch + 1} and below (kept read-only as the way back)`);

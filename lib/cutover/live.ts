@@ -56,7 +56,10 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
         return { kind: 'open' };
       }
       if (p.shard === owner && p.epoch === epoch && p.moveId === moveId) return { kind: 'frozen-by-this-move', token: p.freezeToken };
-      return { kind: 'foreign', reason: `directory changed under the move: ${p.unit} is ${p.state} on ${p.shard} at epoch ${p.epoch} (move ${p.moveId ?? '-'})` };
+      return {
+        kind: 'foreign',
+        reason: `directory changed under the move: ${p.unit} is ${p.state} on ${p.shard} at epoch ${p.epoch} (move ${p.moveId ?? '-'})`,
+      };
     },
 
     async preSyncBlobs() {

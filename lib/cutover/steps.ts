@@ -113,7 +113,12 @@ export async function runCutover(s: CutoverSteps, plan: CutoverPlan, hooks: Cuto
       await s.finishOldOwner();
       return { ok: true, newEpoch, pauseMs: elapsed(), fenceLsn: '', alreadyDone: true };
     }
-    return { ok: false, reason: u === 'lost' ? `${reason}; and the directory changed under the move (left frozen, fail closed)` : reason, pauseMs: elapsed(), mismatches };
+    return {
+      ok: false,
+      reason: u === 'lost' ? `${reason}; and the directory changed under the move (left frozen, fail closed)` : reason,
+      pauseMs: elapsed(),
+      mismatches,
+    };
   };
 
   // A lost freeze compare-and-set re-reads where the unit stands (another delivery of this
@@ -150,7 +155,10 @@ export async function runCutover(s: CutoverSteps, plan: CutoverPlan, hooks: Cuto
 
     step = 'compare';
     // Bounded by what is left of the budget: a slow comparison must not hold the tenant frozen.
-    const diff = await withinMs(s.compare(() => mark('blobs')), Math.max(1, left()));
+    const diff = await withinMs(
+      s.compare(() => mark('blobs')),
+      Math.max(1, left()),
+    );
     mark('compared');
     if (diff === TIMED_OUT) return await abort(`comparison did not finish within the fence budget of ${plan.fenceBudgetMs} ms`);
     if (diff.length) return await abort(`target differs from source at the fence: ${diff.join('; ')}`, diff);

@@ -90,7 +90,19 @@ async function upPostgres(s: PgStack, home: PgHome, name: T.PgServerName, bin: s
     const pw = path.join(base, 'pwfile');
     fs.writeFileSync(pw, T.PG_PASSWORD + '\n');
     chownToPgUser(base);
-    const [c, a] = asPgUser(path.join(bin, 'initdb'), ['-D', data, '-U', T.PG_USER, '--pwfile', pw, '--auth-host=scram-sha-256', '--auth-local=trust', '-E', 'UTF8', '--no-locale']);
+    const [c, a] = asPgUser(path.join(bin, 'initdb'), [
+      '-D',
+      data,
+      '-U',
+      T.PG_USER,
+      '--pwfile',
+      pw,
+      '--auth-host=scram-sha-256',
+      '--auth-local=trust',
+      '-E',
+      'UTF8',
+      '--no-locale',
+    ]);
     const r = run(c, a);
     fs.rmSync(pw, { force: true });
     if (r.code !== 0) throw new StackError(`initdb for ${name} failed:\n${(r.stderr || r.stdout).trim().slice(-1500)}`);
@@ -115,7 +127,9 @@ async function upPostgres(s: PgStack, home: PgHome, name: T.PgServerName, bin: s
     prepareLogFile(s, home, name, logFile);
     const r = run(...asPgUser(path.join(bin, 'pg_ctl'), ['start', '-w', '-t', '60', '-D', data, '-l', logFile]));
     if (r.code !== 0) {
-      throw new StackError(`postgres ${name} failed to start. Last lines of ${logFile}:\n${tail(logFile)}\nhint: \`shardctl dev reset\` wipes .dev/ if the data directory is damaged`);
+      throw new StackError(
+        `postgres ${name} failed to start. Last lines of ${logFile}:\n${tail(logFile)}\nhint: \`shardctl dev reset\` wipes .dev/ if the data directory is damaged`,
+      );
     }
   }
   for (let i = 0; i < 100 && !(await pgHealthy(s, name)); i++) await sleep(100);

@@ -159,12 +159,33 @@ async function upTemporal(s: Stack, log: (m: string) => void) {
     }
     const bin = ensureTemporal(s, log);
     fs.mkdirSync(p(s, 'temporal'), { recursive: true });
-    for (const [what, port, env] of [['HTTP API', s.ports.temporalHttp, 'SHARDCTL_DEV_TEMPORAL_HTTP_PORT'], ['metrics', s.ports.temporalMetrics, 'SHARDCTL_DEV_TEMPORAL_METRICS_PORT'], ['Web UI', s.ports.temporalUi, 'SHARDCTL_DEV_UI_PORT']] as const) {
+    for (const [what, port, env] of [
+      ['HTTP API', s.ports.temporalHttp, 'SHARDCTL_DEV_TEMPORAL_HTTP_PORT'],
+      ['metrics', s.ports.temporalMetrics, 'SHARDCTL_DEV_TEMPORAL_METRICS_PORT'],
+      ['Web UI', s.ports.temporalUi, 'SHARDCTL_DEV_UI_PORT'],
+    ] as const) {
       if (await portOpen(port)) throw new StackError(`port ${port} (Temporal ${what}) is taken by another process; set ${env}`);
     }
-    const args = ['server', 'start-dev', '--ip', '127.0.0.1', '--port', String(s.ports.temporal), '--ui-port', String(s.ports.temporalUi),
-      '--http-port', String(s.ports.temporalHttp), '--metrics-port', String(s.ports.temporalMetrics),
-      '--db-filename', p(s, 'temporal', 'temporal.db'), '--namespace', T.TEMPORAL_NAMESPACE, '--log-level', 'warn'];
+    const args = [
+      'server',
+      'start-dev',
+      '--ip',
+      '127.0.0.1',
+      '--port',
+      String(s.ports.temporal),
+      '--ui-port',
+      String(s.ports.temporalUi),
+      '--http-port',
+      String(s.ports.temporalHttp),
+      '--metrics-port',
+      String(s.ports.temporalMetrics),
+      '--db-filename',
+      p(s, 'temporal', 'temporal.db'),
+      '--namespace',
+      T.TEMPORAL_NAMESPACE,
+      '--log-level',
+      'warn',
+    ];
     for (const [k, t] of Object.entries(T.SEARCH_ATTRIBUTES)) args.push('--search-attribute', `${k}=${t}`);
     log(`starting temporal dev server on ${s.ports.temporal} (UI ${s.ports.temporalUi})`);
     fs.writeFileSync(pidFile, String(spawnDaemon(bin, args, logFile, process.env)));
@@ -175,7 +196,9 @@ async function upTemporal(s: Stack, log: (m: string) => void) {
     if (!pidAlive(readPid(pidFile))) break;
     await sleep(300);
   }
-  throw new StackError(`temporal dev server did not become healthy. Last lines of ${logFile}:\n${tail(logFile)}\nhint: check the ports, or \`shardctl dev reset\``);
+  throw new StackError(
+    `temporal dev server did not become healthy. Last lines of ${logFile}:\n${tail(logFile)}\nhint: check the ports, or \`shardctl dev reset\``,
+  );
 }
 
 // ---------------------------------------------------------------- s3 (moto)
@@ -237,11 +260,25 @@ export function stackConfig(s: Stack): Config {
     },
     directory: { dsn: pgDsn(s, 'directory') },
     shards: T.SHARD_NAMES.map((n) => ({ name: n, dsn: pgDsn(s, n), bucket: T.bucketFor(n) })),
-    s3: { endpoint: `http://127.0.0.1:${s.ports.s3}`, region: T.S3_REGION, accessKeyId: T.S3_ACCESS_KEY, secretAccessKey: T.S3_SECRET_KEY, forcePathStyle: true },
+    s3: {
+      endpoint: `http://127.0.0.1:${s.ports.s3}`,
+      region: T.S3_REGION,
+      accessKeyId: T.S3_ACCESS_KEY,
+      secretAccessKey: T.S3_SECRET_KEY,
+      forcePathStyle: true,
+    },
     tenant: { column: 'tenant_id', schemas: ['public'], allowUnfencedWrites: false },
     limits: {
-      copyBatchRows: 5000, applyMaxTxBytes: 64 * 1024 * 1024, lagThresholdMs: 1000, fenceBudgetMs: 2000, soakSeconds: 72 * 3600,
-      headroomFraction: 0.1, rowsPerSecond: 0, slotRetentionWarnBytes: 512 * 1024 * 1024, routerRetryBudget: 5, routerDeadlineMs: 5000,
+      copyBatchRows: 5000,
+      applyMaxTxBytes: 64 * 1024 * 1024,
+      lagThresholdMs: 1000,
+      fenceBudgetMs: 2000,
+      soakSeconds: 72 * 3600,
+      headroomFraction: 0.1,
+      rowsPerSecond: 0,
+      slotRetentionWarnBytes: 512 * 1024 * 1024,
+      routerRetryBudget: 5,
+      routerDeadlineMs: 5000,
       routerSnapshotTtlMs: 2000,
     },
   };
@@ -289,7 +326,11 @@ export async function status(s: Stack): Promise<PartStatus[]> {
   const out: PartStatus[] = [];
   const checks = T.PG_SERVERS.map(async (n) => {
     const wal = await pgHealthy(s, n, T.PG_DATABASE);
-    return { part: `postgres ${n}`, healthy: wal === 'logical', detail: wal ? `127.0.0.1:${s.ports.pg[n]} wal_level=${wal}` : `down (127.0.0.1:${s.ports.pg[n]})` };
+    return {
+      part: `postgres ${n}`,
+      healthy: wal === 'logical',
+      detail: wal ? `127.0.0.1:${s.ports.pg[n]} wal_level=${wal}` : `down (127.0.0.1:${s.ports.pg[n]})`,
+    };
   });
   out.push(...(await Promise.all(checks)));
   const t = await temporalHealthy(s);

@@ -111,7 +111,14 @@ export class PlacementListener {
 export async function listenPlacements(
   dsn: string,
   onChange: (n: PlacementNotification) => void,
-  opts: { onReconnect?: () => void; retryInitial?: boolean; minBackoffMs?: number; maxBackoffMs?: number; connectionTimeoutMillis?: number; applicationName?: string } = {},
+  opts: {
+    onReconnect?: () => void;
+    retryInitial?: boolean;
+    minBackoffMs?: number;
+    maxBackoffMs?: number;
+    connectionTimeoutMillis?: number;
+    applicationName?: string;
+  } = {},
 ): Promise<{ close(): Promise<void> }> {
   let connects = 0;
   let firstError: Error | undefined;
@@ -128,7 +135,12 @@ export async function listenPlacements(
         if (connects === 0) firstError ??= err;
       },
     },
-    { connectTimeoutMs: opts.connectionTimeoutMillis ?? 5000, minReconnectDelayMs: opts.minBackoffMs, maxReconnectDelayMs: opts.maxBackoffMs, applicationName: opts.applicationName ?? 'shardctl-placement-listener' },
+    {
+      connectTimeoutMs: opts.connectionTimeoutMillis ?? 5000,
+      minReconnectDelayMs: opts.minBackoffMs,
+      maxReconnectDelayMs: opts.maxBackoffMs,
+      applicationName: opts.applicationName ?? 'shardctl-placement-listener',
+    },
   );
   await l.start();
   if (!l.listening && !opts.retryInitial) {

@@ -52,6 +52,10 @@ export async function measuredPauseMs(db: Queryable, unit: string, moveId: strin
 
 /** The detail of this move's switch audit entry (the switch's own record), if it switched. */
 export async function switchDetail(db: Queryable, unit: string, moveId: string, switchAction: string): Promise<Record<string, unknown> | undefined> {
-  const r = await db.query(`select detail from shardctl.audit where unit = $1 and action = $2 and detail->>'moveId' = $3 order by id desc limit 1`, [unit, switchAction, moveId]);
+  const r = await db.query(`select detail from shardctl.audit where unit = $1 and action = $2 and detail->>'moveId' = $3 order by id desc limit 1`, [
+    unit,
+    switchAction,
+    moveId,
+  ]);
   return r.rows[0]?.detail ?? undefined;
 }

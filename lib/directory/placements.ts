@@ -41,13 +41,9 @@ export interface AuditEntry {
   detail?: Record<string, unknown>;
 }
 
-export type CasResult =
-  | { ok: true; placement: Placement; generation: number }
-  | { ok: false; type: 'conflict'; current: Placement | undefined };
+export type CasResult = { ok: true; placement: Placement; generation: number } | { ok: false; type: 'conflict'; current: Placement | undefined };
 
-export type InsertResult =
-  | { ok: true; placement: Placement; generation: number }
-  | { ok: false; type: 'exists'; current: Placement };
+export type InsertResult = { ok: true; placement: Placement; generation: number } | { ok: false; type: 'exists'; current: Placement };
 
 const COLUMNS = 'unit, kind, shard, epoch, state, move_id, freeze_token, expected_load, updated_at';
 
@@ -148,8 +144,17 @@ export async function compareAndSetPlacement(
             and ($10::boolean is false or freeze_token is not distinct from $11)
           returning ${COLUMNS}`,
         [
-          unit, expect.shard, expect.epoch, expect.state, next.shard, next.state, next.moveId,
-          expect.moveId !== undefined, expect.moveId ?? null, expect.freezeToken !== undefined, expect.freezeToken ?? null,
+          unit,
+          expect.shard,
+          expect.epoch,
+          expect.state,
+          next.shard,
+          next.state,
+          next.moveId,
+          expect.moveId !== undefined,
+          expect.moveId ?? null,
+          expect.freezeToken !== undefined,
+          expect.freezeToken ?? null,
           // A freeze token lives only while the unit is moving.
           next.state === 'moving' ? (next.freezeToken ?? null) : null,
         ],
@@ -176,7 +181,8 @@ export async function insertPlacement(
   audit: AuditEntry,
 ): Promise<InsertResult> {
   checkAudit(audit);
-  if (!Number.isSafeInteger(unit.expectedLoad) || unit.expectedLoad < 0) throw invalidInput(`expected load must be a non-negative integer, got ${unit.expectedLoad}`);
+  if (!Number.isSafeInteger(unit.expectedLoad) || unit.expectedLoad < 0)
+    throw invalidInput(`expected load must be a non-negative integer, got ${unit.expectedLoad}`);
   try {
     return await inDirectoryTransaction(pool, async (c) => {
       const r = await c.query(

@@ -101,7 +101,9 @@ export async function claimJobs(router: Router, tenant: string, grant: Grant, op
             set state = 'running', locked_by = $3, attempts = j.attempts + 1, updated_at = now()
            from picked p
           where j.tenant_id = p.tenant_id and j.id = p.id
-         returning ${JOB_COLUMNS.split(', ').map((c) => `j.${c}`).join(', ')}`,
+         returning ${JOB_COLUMNS.split(', ')
+           .map((c) => `j.${c}`)
+           .join(', ')}`,
         [tenant, opts.limit, workerId],
       );
       return r.rows.map(toJob);
@@ -110,14 +112,7 @@ export async function claimJobs(router: Router, tenant: string, grant: Grant, op
   );
 }
 
-async function transition(
-  router: Router,
-  tenant: string,
-  grant: Grant,
-  opts: TenantCallOptions,
-  sql: string,
-  params: unknown[],
-): Promise<boolean> {
+async function transition(router: Router, tenant: string, grant: Grant, opts: TenantCallOptions, sql: string, params: unknown[]): Promise<boolean> {
   return router.withTenant(tenant, grant, 'write', async (tx: PoolClient) => (await tx.query(sql, params)).rowCount === 1, opts);
 }
 

@@ -59,11 +59,19 @@ async function unitTables(config: Config, pool: Pool): Promise<TenantTable[]> {
 }
 
 /** Reads the baseline of `tenant` on its current owner. Take it while nothing writes the tenant. */
-export async function snapshotUnit(o: { config: Config; tenant: string; directory: Pool; shardPool: (s: string) => Pool; s3For: (s: string) => S3Client }): Promise<UnitBaseline> {
+export async function snapshotUnit(o: {
+  config: Config;
+  tenant: string;
+  directory: Pool;
+  shardPool: (s: string) => Pool;
+  s3For: (s: string) => S3Client;
+}): Promise<UnitBaseline> {
   const owner = (await currentPlacements(o.directory, [o.tenant])).get(o.tenant)!;
   const pool = o.shardPool(owner.shard);
   const tables = await unitTables(o.config, pool);
-  const fps = await Promise.all(tables.map(async (t) => ({ table: qualified(t), ...(await fingerprintExcept(pool, t, o.config.tenant.column, o.tenant, [])) })));
+  const fps = await Promise.all(
+    tables.map(async (t) => ({ table: qualified(t), ...(await fingerprintExcept(pool, t, o.config.tenant.column, o.tenant, [])) })),
+  );
   const blobs = await manifestOf(o.s3For(owner.shard), shardByName(o.config, owner.shard).bucket, tenantBlobPrefix(o.tenant));
   return { tenant: o.tenant, shard: owner.shard, tables: fps, blobs: blobs.map((b) => ({ key: b.key, sha256: b.sha256 })), acked: {} };
 }
@@ -104,8 +112,12 @@ export async function checkUnit(o: {
     if (rest.rows !== want.rows) note(`${name}: ${rest.rows} rows outside loadgen's keys on ${shard}, the baseline had ${want.rows}`);
     else if (rest.md5 !== want.md5) note(`${name}: the ${want.rows} baseline rows differ in content on ${shard}`);
     if (acked.length) {
-      const r = await o.pool.query(`select count(*)::int as n from ${t.qualified} where ${quoteIdent(col)} = $1 and id::text = any($2::text[])`, [tenant, acked]);
-      if (r.rows[0].n !== new Set(acked).size) note(`${name}: ${new Set(acked).size - r.rows[0].n} of ${new Set(acked).size} acknowledged writes made outside loadgen are missing on ${shard}`);
+      const r = await o.pool.query(`select count(*)::int as n from ${t.qualified} where ${quoteIdent(col)} = $1 and id::text = any($2::text[])`, [
+        tenant,
+        acked,
+      ]);
+      if (r.rows[0].n !== new Set(acked).size)
+        note(`${name}: ${new Set(acked).size - r.rows[0].n} of ${new Set(acked).size} acknowledged writes made outside loadgen are missing on ${shard}`);
     }
     const all = await o.pool.query(`select count(*)::int as n from ${t.qualified} where ${quoteIdent(col)} = $1`, [tenant]);
     ownerRows[name] = all.rows[0].n;

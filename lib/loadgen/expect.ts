@@ -132,5 +132,11 @@ export function foldLog(records: LogRecord[]): LogExpectations {
     if (k.pending) settleUnknown(k, k.pending);
     delete k.pending;
   }
-  return { keys: [...byKey.values()], blobs: blobs.filter((b) => !deletedObjects.has(b.blobKey)), blobsDeleted: deletedObjects.size, unknownOutcomes, records: records.length };
+  return {
+    keys: [...byKey.values()],
+    blobs: blobs.filter((b) => !deletedObjects.has(b.blobKey)),
+    blobsDeleted: deletedObjects.size,
+    unknownOutcomes,
+    records: records.length,
+  };
 }

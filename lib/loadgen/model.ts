@@ -13,7 +13,9 @@ export function sha256Hex(data: string | Buffer): string {
 
 /** Random base64 text of exactly `chars` characters: pglz cannot compress it, so it is TOASTed out of line. */
 export function incompressibleText(chars: number): string {
-  return randomBytes(Math.ceil((chars * 3) / 4) + 3).toString('base64').slice(0, chars);
+  return randomBytes(Math.ceil((chars * 3) / 4) + 3)
+    .toString('base64')
+    .slice(0, chars);
 }
 
 export function accountName(key: string): string {
@@ -63,23 +65,42 @@ export async function applyWrite(tx: PoolClient, tenant: string, w: WriteSpec): 
     case 'documents':
       if (w.op === 'insert') {
         r = await tx.query('insert into public.documents (tenant_id, id, title, body, version) values ($1, $2, $3, $4, $5)', [
-          tenant, w.key, documentTitle(w.key, w.version), w.body ?? null, w.version,
+          tenant,
+          w.key,
+          documentTitle(w.key, w.version),
+          w.body ?? null,
+          w.version,
         ]);
       } else if (w.body === undefined) {
         r = await tx.query('update public.documents set version = $3, title = $4, updated_at = now() where tenant_id = $1 and id = $2', [
-          tenant, w.key, w.version, documentTitle(w.key, w.version),
+          tenant,
+          w.key,
+          w.version,
+          documentTitle(w.key, w.version),
         ]);
       } else {
         r = await tx.query('update public.documents set version = $3, title = $4, body = $5, updated_at = now() where tenant_id = $1 and id = $2', [
-          tenant, w.key, w.version, documentTitle(w.key, w.version), w.body,
+          tenant,
+          w.key,
+          w.version,
+          documentTitle(w.key, w.version),
+          w.body,
         ]);
       }
       break;
     case 'events':
       r =
         w.op === 'insert'
-          ? await tx.query(`insert into public.events (tenant_id, id, kind, payload) values ($1, $2, 'loadgen.event', $3::jsonb)`, [tenant, w.key, JSON.stringify(eventPayload(w.key, w.version))])
-          : await tx.query('update public.events set payload = $3::jsonb where tenant_id = $1 and id = $2', [tenant, w.key, JSON.stringify(eventPayload(w.key, w.version))]);
+          ? await tx.query(`insert into public.events (tenant_id, id, kind, payload) values ($1, $2, 'loadgen.event', $3::jsonb)`, [
+              tenant,
+              w.key,
+              JSON.stringify(eventPayload(w.key, w.version)),
+            ])
+          : await tx.query('update public.events set payload = $3::jsonb where tenant_id = $1 and id = $2', [
+              tenant,
+              w.key,
+              JSON.stringify(eventPayload(w.key, w.version)),
+            ]);
       break;
   }
   expectOneRow(r.rowCount, what);
@@ -162,6 +183,11 @@ function sameJson(a: unknown, b: unknown): boolean {
 
 function sortKeys(v: any): any {
   if (Array.isArray(v)) return v.map(sortKeys);
-  if (v && typeof v === 'object') return Object.fromEntries(Object.keys(v).sort().map((k) => [k, sortKeys(v[k])]));
+  if (v && typeof v === 'object')
+    return Object.fromEntries(
+      Object.keys(v)
+        .sort()
+        .map((k) => [k, sortKeys(v[k])]),
+    );
   return v;
 }

@@ -122,7 +122,13 @@ export class SlotPlanner {
     if (table !== 'documents') return { kind: 'write', tenant, table, key, op: 'insert', version: 1, after: { present: true, value: 1 } };
     const body = this.body();
     return {
-      kind: 'write', tenant, table, key, op: 'insert', version: 1, body,
+      kind: 'write',
+      tenant,
+      table,
+      key,
+      op: 'insert',
+      version: 1,
+      body,
       after: { present: true, value: 1, bodySha: body === null ? null : sha256Hex(body), blobKey: null },
     };
   }

@@ -58,7 +58,6 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
   return delay(Math.max(0, ms), undefined, { signal }).catch(() => {});
 }
 
-
 export function startLoadgen(opts: LoadgenOptions): LoadgenHandle {
   if (!opts.tenants.length) throw invalidInput('loadgen needs at least one tenant');
   opts.tenants.forEach(validateTenantId);
@@ -70,9 +69,21 @@ export function startLoadgen(opts: LoadgenOptions): LoadgenHandle {
   const log = new LogWriter(opts.logFile);
   const byOp = { insert: zeroOutcomes(), update: zeroOutcomes(), delete: zeroOutcomes(), blob_put: zeroOutcomes(), blob_delete: zeroOutcomes() };
   const stats: LoadgenStats = {
-    run: log.run, logFile: opts.logFile, tenants: opts.tenants, rate: opts.rate, durationMs: opts.durationMs, elapsedMs: 0,
-    ops: 0, reads: { ok: 0, failed: 0 }, readMismatches: 0, readMismatchSamples: [], writes: zeroOutcomes(), byOp,
-    errorsByType: {}, latency: { read: new LatencyRecorder().summary(), write: new LatencyRecorder().summary() }, stopped: 'duration',
+    run: log.run,
+    logFile: opts.logFile,
+    tenants: opts.tenants,
+    rate: opts.rate,
+    durationMs: opts.durationMs,
+    elapsedMs: 0,
+    ops: 0,
+    reads: { ok: 0, failed: 0 },
+    readMismatches: 0,
+    readMismatchSamples: [],
+    writes: zeroOutcomes(),
+    byOp,
+    errorsByType: {},
+    latency: { read: new LatencyRecorder().summary(), write: new LatencyRecorder().summary() },
+    stopped: 'duration',
   };
   const lat = { read: new LatencyRecorder(), write: new LatencyRecorder() };
   const stopper = new AbortController();
@@ -94,7 +105,10 @@ export function startLoadgen(opts: LoadgenOptions): LoadgenHandle {
 
   async function runWrite(slot: number, planner: SlotPlanner, w: PlannedWrite) {
     const base = {
-      tenant: w.tenant, table: w.table, key: w.key, op: w.op,
+      tenant: w.tenant,
+      table: w.table,
+      key: w.key,
+      op: w.op,
       value: w.op === 'delete' || w.op === 'blob_delete' ? null : w.op === 'blob_put' ? w.blob!.sha256 : w.version!,
       ...(w.table === 'documents' && (w.op === 'insert' || w.op === 'update') ? { bodySha: w.after.bodySha ?? null } : {}),
       ...(w.blob ? { blobKey: w.blob.blobKey, ...(w.blob.replaces ? { replaces: w.blob.replaces } : {}) } : {}),
@@ -106,29 +120,42 @@ export function startLoadgen(opts: LoadgenOptions): LoadgenHandle {
     let shard: string | undefined;
     const t0 = performance.now();
     try {
-      await router.withTenant(w.tenant, grant, 'write', async (tx, route) => {
-        commitSent = false;
-        shard = shardOfTransaction(opts.config, tx, route);
-        if (w.blob) {
-          // The object goes into the bucket of the shard this transaction runs on, before the
-          // row naming it can commit there: an acked blob_key never points at a missing object.
-          await clients.s3For(shard).send(new PutObjectCommand({ Bucket: shardByName(opts.config, shard).bucket, Key: w.blob.blobKey, Body: w.blob.content }));
-          await setDocumentBlob(tx, w.tenant, w.key, w.blob.blobKey);
-        } else if (w.blobDelete) {
-          await setDocumentBlob(tx, w.tenant, w.key, null);
-        } else {
-          await applyWrite(tx, w.tenant, { table: w.table, op: w.op as 'insert' | 'update' | 'delete', key: w.key, version: w.version ?? 0, body: w.body });
-        }
-        commitSent = true;
-      }, routerOpts);
+      await router.withTenant(
+        w.tenant,
+        grant,
+        'write',
+        async (tx, route) => {
+          commitSent = false;
+          shard = shardOfTransaction(opts.config, tx, route);
+          if (w.blob) {
+            // The object goes into the bucket of the shard this transaction runs on, before the
+            // row naming it can commit there: an acked blob_key never points at a missing object.
+            await clients
+              .s3For(shard)
+              .send(new PutObjectCommand({ Bucket: shardByName(opts.config, shard).bucket, Key: w.blob.blobKey, Body: w.blob.content }));
+            await setDocumentBlob(tx, w.tenant, w.key, w.blob.blobKey);
+          } else if (w.blobDelete) {
+            await setDocumentBlob(tx, w.tenant, w.key, null);
+          } else {
+            await applyWrite(tx, w.tenant, { table: w.table, op: w.op as 'insert' | 'update' | 'delete', key: w.key, version: w.version ?? 0, body: w.body });
+          }
+          commitSent = true;
+        },
+        routerOpts,
+      );
       const latencyMs = Math.round((performance.now() - t0) * 10) / 10;
       lat.write.add(latencyMs);
       // A blob delete counts once the row no longer names the object; the object itself goes
       // only then (a refused delete must leave it), from the bucket the row committed next to.
       let objectDeleted: boolean | undefined;
       if (w.blobDelete && shard) {
-        objectDeleted = await clients.s3For(shard).send(new DeleteObjectCommand({ Bucket: shardByName(opts.config, shard).bucket, Key: w.blobDelete.blobKey }))
-          .then(() => true, () => false);
+        objectDeleted = await clients
+          .s3For(shard)
+          .send(new DeleteObjectCommand({ Bucket: shardByName(opts.config, shard).bucket, Key: w.blobDelete.blobKey }))
+          .then(
+            () => true,
+            () => false,
+          );
       }
       log.append({ ...base, status: 'ack', latencyMs, shard, ...(objectDeleted !== undefined ? { objectDeleted } : {}) });
       planner.settle(w, 'ack');
@@ -157,7 +184,13 @@ export function startLoadgen(opts: LoadgenOptions): LoadgenHandle {
       if (!got || diffRow(r.table, r.expected, got).length) {
         stats.readMismatches++;
         if (stats.readMismatchSamples.length < 20) {
-          stats.readMismatchSamples.push({ tenant: r.tenant, table: r.table, key: r.key, expected: r.expected, actual: got ? observedState(r.table, got) : 'absent' });
+          stats.readMismatchSamples.push({
+            tenant: r.tenant,
+            table: r.table,
+            key: r.key,
+            expected: r.expected,
+            actual: got ? observedState(r.table, got) : 'absent',
+          });
         }
       }
     } catch (e) {
@@ -173,7 +206,9 @@ export function startLoadgen(opts: LoadgenOptions): LoadgenHandle {
   let ticket = 0;
   async function slotLoop(slot: number) {
     const planner = new SlotPlanner(slot, opts.tenants, seed, {
-      readFraction: opts.readFraction ?? 0.3, bodyBytes: opts.bodyBytes ?? 24_000, maxLiveKeys: 40,
+      readFraction: opts.readFraction ?? 0.3,
+      bodyBytes: opts.bodyBytes ?? 24_000,
+      maxLiveKeys: 40,
     });
     for (;;) {
       const due = started + ticket++ * intervalMs;

@@ -94,7 +94,9 @@ export interface LoadgenStats {
 export function formatStats(s: LoadgenStats, hist?: { read: Array<[number, number]>; write: Array<[number, number]> }): string {
   const lines: string[] = [];
   const rate = s.elapsedMs > 0 ? ((s.ops * 1000) / s.elapsedMs).toFixed(1) : '0';
-  lines.push(`loadgen run ${s.run}: ${s.ops} ops in ${(s.elapsedMs / 1000).toFixed(1)}s (${rate}/s, target ${s.rate}/s) on ${s.tenants.join(', ')}${s.stopped === 'aborted' ? ' — stopped early' : ''}`);
+  lines.push(
+    `loadgen run ${s.run}: ${s.ops} ops in ${(s.elapsedMs / 1000).toFixed(1)}s (${rate}/s, target ${s.rate}/s) on ${s.tenants.join(', ')}${s.stopped === 'aborted' ? ' — stopped early' : ''}`,
+  );
   lines.push(`  writes: ${s.writes.ack} ack, ${s.writes.refused} refused, ${s.writes.unknown} unknown`);
   for (const [op, c] of Object.entries(s.byOp)) {
     if (c.ack + c.refused + c.unknown) lines.push(`    ${op.padEnd(8)} ${c.ack} ack, ${c.refused} refused, ${c.unknown} unknown`);

@@ -91,9 +91,22 @@ export async function verifyRecords(records: LogRecord[], opts: VerifyOptions): 
     for (const b of baselines) if (!tenants.includes(b.tenant)) tenants.push(b.tenant);
     const owners = tenants.length ? await currentPlacements(own.directory(), tenants) : new Map<string, Placement>();
     const report: VerifyReport = {
-      ok: false, logFile: opts.logFile, records: exp.records, checked: 0, owners: Object.fromEntries(owners),
-      missing: [], wrongValue: [], presentButRefused: [], presentButDeleted: [], unknownOutcomes: exp.unknownOutcomes,
-      ambiguousKeys: 0, blobsChecked: 0, blobMissing: [], blobsDeleted: exp.blobsDeleted, unit: [], ownerRows: {},
+      ok: false,
+      logFile: opts.logFile,
+      records: exp.records,
+      checked: 0,
+      owners: Object.fromEntries(owners),
+      missing: [],
+      wrongValue: [],
+      presentButRefused: [],
+      presentButDeleted: [],
+      unknownOutcomes: exp.unknownOutcomes,
+      ambiguousKeys: 0,
+      blobsChecked: 0,
+      blobMissing: [],
+      blobsDeleted: exp.blobsDeleted,
+      unit: [],
+      ownerRows: {},
     };
     const groups = new Map<string, KeyExpectation[]>();
     for (const k of exp.keys) {
@@ -106,7 +119,12 @@ export async function verifyRecords(records: LogRecord[], opts: VerifyOptions): 
       const shard = owners.get(tenant)!.shard;
       for (let i = 0; i < keys.length; i += 1000) {
         const batch = keys.slice(i, i + 1000);
-        const rows = await readRows(own.shardPool(shard), tenant, table, batch.map((k) => k.key));
+        const rows = await readRows(
+          own.shardPool(shard),
+          tenant,
+          table,
+          batch.map((k) => k.key),
+        );
         for (const k of batch) {
           report.checked++;
           judgeKey(report, k, shard, rows.get(k.key));
@@ -120,7 +138,15 @@ export async function verifyRecords(records: LogRecord[], opts: VerifyOptions): 
       try {
         const h = await hashObject(own.s3For(shard), bucket, b.blobKey);
         if (h.sha256 !== b.sha256) {
-          report.blobMissing.push({ tenant: b.tenant, key: b.key, blobKey: b.blobKey, bucket, expectedSha256: b.sha256, actualSha256: h.sha256, reason: 'sha256 mismatch' });
+          report.blobMissing.push({
+            tenant: b.tenant,
+            key: b.key,
+            blobKey: b.blobKey,
+            bucket,
+            expectedSha256: b.sha256,
+            actualSha256: h.sha256,
+            reason: 'sha256 mismatch',
+          });
         }
       } catch (e) {
         if (!isNotFound(e)) throw e;
@@ -134,7 +160,13 @@ export async function verifyRecords(records: LogRecord[], opts: VerifyOptions): 
       report.unit.push(...r.findings);
       report.ownerRows[b.tenant] = r.ownerRows;
     }
-    report.ok = !report.missing.length && !report.wrongValue.length && !report.presentButRefused.length && !report.presentButDeleted.length && !report.blobMissing.length && !report.unit.length;
+    report.ok =
+      !report.missing.length &&
+      !report.wrongValue.length &&
+      !report.presentButRefused.length &&
+      !report.presentButDeleted.length &&
+      !report.blobMissing.length &&
+      !report.unit.length;
     return report;
   } finally {
     await own.close();
@@ -163,7 +195,12 @@ function judgeKey(report: VerifyReport, k: KeyExpectation, shard: string, row: O
   );
   const refusedOnly = k.acks === 0 && k.unknown === 0 && k.refused.length > 0;
   if (refusedOnly || shown.length) {
-    report.presentButRefused.push({ ...base, expected, actual, refused: (shown.length ? shown : k.refused).map((r) => ({ seq: r.seq, run: r.run, op: r.op })) });
+    report.presentButRefused.push({
+      ...base,
+      expected,
+      actual,
+      refused: (shown.length ? shown : k.refused).map((r) => ({ seq: r.seq, run: r.run, op: r.op })),
+    });
     return;
   }
   if (!present.length) {

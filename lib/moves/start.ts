@@ -12,7 +12,10 @@ import { SA } from '../../workflows/search-attributes';
 export const MOVE_WORKFLOW_TYPE = 'moveTenantWorkflow';
 
 /** A move's input: config's limits as defaults, overridden by what the caller chose. */
-export function moveInputFor(config: Config, req: { tenant: string; target: string; requestedBy: string } & Partial<Omit<MoveInput, 'tenant' | 'target' | 'requestedBy'>>): MoveInput {
+export function moveInputFor(
+  config: Config,
+  req: { tenant: string; target: string; requestedBy: string } & Partial<Omit<MoveInput, 'tenant' | 'target' | 'requestedBy'>>,
+): MoveInput {
   return {
     moveId: '',
     unit: req.tenant,
@@ -41,7 +44,10 @@ export async function startMove(client: Client, taskQueue: string, input: MoveIn
     });
   } catch (e) {
     if (e instanceof WorkflowExecutionAlreadyStartedError) {
-      throw new ShardctlError('AlreadyExists', `a move of ${input.tenant} is already running: workflow ${workflowId}; see \`shardctl move status ${input.tenant}\``);
+      throw new ShardctlError(
+        'AlreadyExists',
+        `a move of ${input.tenant} is already running: workflow ${workflowId}; see \`shardctl move status ${input.tenant}\``,
+      );
     }
     throw e;
   }

@@ -23,7 +23,12 @@ export class DirectoryReader {
     opts: { connectTimeoutMs: number; queryTimeoutMs: number },
   ) {
     // Hardened: an idle client dying (directory restart) must not crash the process; the next query fails.
-    this.pool = openPool(dsn, { max: 2, connectionTimeoutMillis: opts.connectTimeoutMs, queryTimeoutMs: opts.queryTimeoutMs, applicationName: 'shardctl-router' });
+    this.pool = openPool(dsn, {
+      max: 2,
+      connectionTimeoutMillis: opts.connectTimeoutMs,
+      queryTimeoutMs: opts.queryTimeoutMs,
+      applicationName: 'shardctl-router',
+    });
   }
 
   /** Every placement and the generation, from one consistent (repeatable read) snapshot. */

@@ -70,7 +70,6 @@ export type TenantFn<T> = (tx: PoolClient) => Promise<T>;
 
 const ISOLATIONS: ReadonlySet<string> = new Set(['read committed', 'repeatable read', 'serializable']);
 
-
 export class Router {
   private readonly cache = new PlacementCache();
   private readonly pools = new Map<string, Pool>();
@@ -270,10 +269,11 @@ export class Router {
       await client.query(mode === 'read' ? `begin${iso} read only` : `begin${iso}`);
       // Unit and epoch first, in the same statement as the ownership check: nothing of fn's runs
       // on a shard that does not own the unit at our epoch, and no write goes without the epoch.
-      await client.query(
-        `select set_config('shardctl.unit', $1, true), set_config('shardctl.epoch', $2, true), shardctl.assert_readable($1, $3)`,
-        [p.unit, String(p.epoch), p.epoch],
-      );
+      await client.query(`select set_config('shardctl.unit', $1, true), set_config('shardctl.epoch', $2, true), shardctl.assert_readable($1, $3)`, [
+        p.unit,
+        String(p.epoch),
+        p.epoch,
+      ]);
       const result = await fn(tx.client);
       const done = await client.query('commit');
       if (done.command === 'ROLLBACK') throw this.abortedAtCommit(p.unit, tx.firstError());

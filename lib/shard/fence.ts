@@ -39,9 +39,7 @@ export async function setUnitFence(
     const current = await getUnitFence(c, next.unit);
     const e = opts.expect;
     const mismatch =
-      (e === 'absent'
-        ? current !== undefined
-        : e !== undefined && (!current || Object.entries(e).some(([k, v]) => (current as any)[k] !== v))) ||
+      (e === 'absent' ? current !== undefined : e !== undefined && (!current || Object.entries(e).some(([k, v]) => (current as any)[k] !== v))) ||
       // Only the attempt that froze it (or took its freeze over) may lower a tokened freeze.
       (opts.expectTokenIn !== undefined && current?.freezeToken !== undefined && !opts.expectTokenIn.includes(current.freezeToken));
     // Nothing written: the transaction commits empty.

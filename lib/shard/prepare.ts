@@ -30,11 +30,7 @@ export interface ShardPrepareResult extends PrepareResult {
   error?: string;
 }
 
-export async function prepareShard(
-  pool: Pool,
-  config: Config,
-  opts: { demoSchema?: boolean; lockTimeoutMs?: number } = {},
-): Promise<PrepareResult> {
+export async function prepareShard(pool: Pool, config: Config, opts: { demoSchema?: boolean; lockTimeoutMs?: number } = {}): Promise<PrepareResult> {
   const c = await pool.connect();
   try {
     await c.query('begin');
@@ -77,7 +73,12 @@ export async function prepareShard(
   } catch (err: any) {
     await c.query('rollback').catch(() => {});
     if (err?.code === '55P03') {
-      throw new ShardctlError('Conflict', `prepare gave up waiting for a table lock (a long transaction holds a tenant table): ${err.message}; retry`, undefined, true);
+      throw new ShardctlError(
+        'Conflict',
+        `prepare gave up waiting for a table lock (a long transaction holds a tenant table): ${err.message}; retry`,
+        undefined,
+        true,
+      );
     }
     throw err;
   } finally {

@@ -66,10 +66,7 @@ export interface SequenceAdvance extends FeedingSequence {
  */
 export async function advanceSequencePast(db: Db, s: FeedingSequence, tenantColumn: string, unit: string): Promise<SequenceAdvance> {
   // Index-backed when the column follows the tenant column in a key (the usual (tenant_id, id)).
-  const m = await db.query(
-    `select pg_catalog.max(x.${quoteIdent(s.column)})::text as m from ${s.table} x where x.${quoteIdent(tenantColumn)} = $1`,
-    [unit],
-  );
+  const m = await db.query(`select pg_catalog.max(x.${quoteIdent(s.column)})::text as m from ${s.table} x where x.${quoteIdent(tenantColumn)} = $1`, [unit]);
   const unitMax: string | null = m.rows[0].m;
   const r = await db.query(
     `select (case when q.is_called then q.last_value + p.seqincrement else q.last_value end)::text as next_before,

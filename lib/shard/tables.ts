@@ -36,10 +36,7 @@ export async function countUnitRows(db: Pool | PoolClient, t: TenantTable, colum
   return Number(r.rows[0].n);
 }
 
-export async function listTenantTables(
-  db: Pool | PoolClient,
-  opts: { column: string; schemas: string[]; tables?: string[] },
-): Promise<TenantTable[]> {
+export async function listTenantTables(db: Pool | PoolClient, opts: { column: string; schemas: string[]; tables?: string[] }): Promise<TenantTable[]> {
   const rels = await db.query(
     `select c.oid, n.nspname as schema, c.relname as name, c.relreplident as ri
        from pg_class c join pg_namespace n on n.oid = c.relnamespace
@@ -137,7 +134,9 @@ export function movabilityProblems(t: TenantTable, tenantColumn: string): string
     out.push(`${t.qualified} has REPLICA IDENTITY NOTHING; updates and deletes cannot be replicated (ALTER TABLE ${t.qualified} REPLICA IDENTITY DEFAULT)`);
   }
   if (t.replicaIdentity === 'index') {
-    out.push(`${t.qualified} uses REPLICA IDENTITY USING INDEX; use DEFAULT (primary key led by ${tenantColumn}) or FULL so the row filter on ${tenantColumn} works`);
+    out.push(
+      `${t.qualified} uses REPLICA IDENTITY USING INDEX; use DEFAULT (primary key led by ${tenantColumn}) or FULL so the row filter on ${tenantColumn} works`,
+    );
   }
   return out;
 }

@@ -58,9 +58,7 @@ export async function firstKeyCollision(
 ): Promise<KeyCollision | null> {
   const cols = key.columns;
   const notNull = cols.map((c) => `x.${quoteIdent(c)} is not null`).join(' and ');
-  const readSql =
-    `select ${cols.map((c) => `x.${quoteIdent(c)}::text`).join(', ')} from ${t.qualified} x` +
-    ` where x.${quoteIdent(tenantColumn)} = $1 and ${notNull}`;
+  const readSql = `select ${cols.map((c) => `x.${quoteIdent(c)}::text`).join(', ')} from ${t.qualified} x where x.${quoteIdent(tenantColumn)} = $1 and ${notNull}`;
   const aliases = cols.map((_, i) => `k${i}`);
   // Multi-argument unnest is FROM-clause syntax: it cannot be schema-qualified.
   const lookupSql =

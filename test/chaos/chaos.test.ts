@@ -14,8 +14,24 @@ import { prng } from '../../lib/loadgen/plan';
 
 const SEED = Number(process.env.CHAOS_SEED ?? Date.now() % 1_000_000);
 const ITERATIONS = Number(process.env.CHAOS_ITERATIONS ?? 5);
-const POINTS = ['after-slot-created', 'mid-copy', 'after-copy', 'mid-catch-up', 'after-validate', 'after-fence-raised', 'before-switch', 'after-switch-before-directory-notify', 'mid-soak', 'mid-retire'];
-const PAIRS: [string, string][] = [['shard-a', 'shard-b'], ['shard-b', 'shard-c'], ['shard-c', 'shard-a'], ['shard-b', 'shard-a']];
+const POINTS = [
+  'after-slot-created',
+  'mid-copy',
+  'after-copy',
+  'mid-catch-up',
+  'after-validate',
+  'after-fence-raised',
+  'before-switch',
+  'after-switch-before-directory-notify',
+  'mid-soak',
+  'mid-retire',
+];
+const PAIRS: [string, string][] = [
+  ['shard-a', 'shard-b'],
+  ['shard-b', 'shard-c'],
+  ['shard-c', 'shard-a'],
+  ['shard-b', 'shard-a'],
+];
 
 const rand = prng(SEED);
 const pick = <T>(xs: T[]) => xs[Math.floor(rand() * xs.length)];
@@ -71,11 +87,15 @@ describe(`chaos (seed ${SEED})`, () => {
       try {
         w1 = C.spawnWorker(tq, byTime ? {} : { faultPoint: point, faultLog });
         await w1.ready;
-        const h = await H.startMove(t.client, tq, H.moveInput(tenant, target, {
-          soakSeconds: path_ === 'rollback' ? 600 : 2,
-          approveCutover: path_ === 'cancel' ? 'manual' : 'auto',
-          copyBatchRows: 20 + Math.floor(rand() * 100),
-        }));
+        const h = await H.startMove(
+          t.client,
+          tq,
+          H.moveInput(tenant, target, {
+            soakSeconds: path_ === 'rollback' ? 600 : 2,
+            approveCutover: path_ === 'cancel' ? 'manual' : 'auto',
+            copyBatchRows: 20 + Math.floor(rand() * 100),
+          }),
+        );
         // Whenever the first worker dies (at its fault point or by the timed kill), a fresh one
         // takes over the same task queue.
         const takeover = w1.exited.then(async () => {
@@ -103,20 +123,61 @@ describe(`chaos (seed ${SEED})`, () => {
         await traffic.stop();
         const owner = path_ === 'complete' ? target : source;
         const epoch = path_ === 'complete' ? 2 : path_ === 'rollback' ? 3 : 1;
-        const counts = await C.assertInvariants({ tenant, bystanders: [bystander, bystanderOnTarget], source, target, status, expectOwner: owner, expectEpoch: epoch, traffic, baselines });
+        const counts = await C.assertInvariants({
+          tenant,
+          bystanders: [bystander, bystanderOnTarget],
+          source,
+          target,
+          status,
+          expectOwner: owner,
+          expectEpoch: epoch,
+          traffic,
+          baselines,
+        });
         expect(counts.acked).toBeGreaterThan(0);
         // Only a real kill counts: SIGKILL, and for an armed point its hit in the fault log. A
         // worker that died any other way crashed; one that lived never reached its point.
         const died = w1.proc.exitCode !== null || w1.proc.signalCode !== null;
         if (died) expect(w1.proc.signalCode, `first worker died by ${w1.proc.signalCode ?? `exit ${w1.proc.exitCode}`}; log ${w1.log}`).toBe('SIGKILL');
-        const hit = !byTime && fs.readFileSync(faultLog, 'utf8').split('\n').some((l) => l && JSON.parse(l).point === point);
+        const hit =
+          !byTime &&
+          fs
+            .readFileSync(faultLog, 'utf8')
+            .split('\n')
+            .some((l) => l && JSON.parse(l).point === point);
         if (died && !byTime) expect(hit, `killed without a hit of ${point} in ${faultLog}`).toBe(true);
         const how = !died ? 'none' : byTime ? 'byTime' : 'atPoint';
         kills[how]++;
-        const outcome = died ? status.phase : `${status.phase} (no kill: ${byTime ? 'the move ended before the timed kill' : `${point} is not on the ${path_} path`})`;
-        rows.push({ faultPoint: label, killed: died, outcome, pauseMs: status.cutoverPauseMs, writesAcked: counts.acked, writesRefused: counts.refused, unknown: counts.unknown, reads: counts.reads, verified: 'whole unit', seconds: Math.round((Date.now() - t0) / 1000) });
+        const outcome = died
+          ? status.phase
+          : `${status.phase} (no kill: ${byTime ? 'the move ended before the timed kill' : `${point} is not on the ${path_} path`})`;
+        rows.push({
+          faultPoint: label,
+          killed: died,
+          outcome,
+          pauseMs: status.cutoverPauseMs,
+          writesAcked: counts.acked,
+          writesRefused: counts.refused,
+          unknown: counts.unknown,
+          reads: counts.reads,
+          verified: 'whole unit',
+          seconds: Math.round((Date.now() - t0) / 1000),
+        });
       } catch (e) {
-        rows.push({ faultPoint: label, killed: w1?.proc.signalCode === 'SIGKILL', outcome: `FAILED: ${String((e as Error).message).split('\n')[0].slice(0, 120)}`, pauseMs: null, writesAcked: 0, writesRefused: 0, unknown: null, reads: null, verified: '-', seconds: Math.round((Date.now() - t0) / 1000) });
+        rows.push({
+          faultPoint: label,
+          killed: w1?.proc.signalCode === 'SIGKILL',
+          outcome: `FAILED: ${String((e as Error).message)
+            .split('\n')[0]
+            .slice(0, 120)}`,
+          pauseMs: null,
+          writesAcked: 0,
+          writesRefused: 0,
+          unknown: null,
+          reads: null,
+          verified: '-',
+          seconds: Math.round((Date.now() - t0) / 1000),
+        });
         throw e;
       } finally {
         await traffic.stop();

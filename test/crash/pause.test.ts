@@ -82,12 +82,28 @@ describe('pause nemesis: SIGSTOP a worker inside the cutover, let another take o
         const after = await auditCount(tenant);
         await traffic.stop();
         expect(after - changes).toBe(0);
-        const switches = await directoryPool().query(`select detail->>'freezeToken' as token from shardctl.audit where unit = $1 and action = 'switch'`, [tenant]);
+        const switches = await directoryPool().query(`select detail->>'freezeToken' as token from shardctl.audit where unit = $1 and action = 'switch'`, [
+          tenant,
+        ]);
         expect(switches.rowCount).toBe(1);
-        const counts = await C.assertInvariants({ tenant, bystanders: [bystander], source: 'shard-a', target: 'shard-b', status, expectOwner: 'shard-b', expectEpoch: 2, traffic, baselines });
+        const counts = await C.assertInvariants({
+          tenant,
+          bystanders: [bystander],
+          source: 'shard-a',
+          target: 'shard-b',
+          status,
+          expectOwner: 'shard-b',
+          expectEpoch: 2,
+          traffic,
+          baselines,
+        });
         rows.push(`| ${point} | ${status.phase} | ${status.cutoverPauseMs ?? '-'} | ${counts.acked} | ${counts.refused} | whole unit | ${after - changes} |`);
       } catch (e) {
-        rows.push(`| ${point} | FAILED: ${String((e as Error).message).split('\n')[0].slice(0, 120)} | - | - | - | - | - |`);
+        rows.push(
+          `| ${point} | FAILED: ${String((e as Error).message)
+            .split('\n')[0]
+            .slice(0, 120)} | - | - | - | - | - |`,
+        );
         throw e;
       } finally {
         w1?.proc.kill('SIGCONT');

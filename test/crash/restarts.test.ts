@@ -48,7 +48,11 @@ async function burst(tenant: string, n: number): Promise<string[]> {
   try {
     for (let i = 0; i < n; i += 50) {
       const r = await router.withTenant(tenant, { tenants: [tenant] }, 'write', (tx) =>
-        tx.query(`insert into public.events(tenant_id, kind, payload) select $1, 'burst', jsonb_build_object('i', g) from generate_series($2::int, $2::int + 49) g returning id::text`, [tenant, i]));
+        tx.query(
+          `insert into public.events(tenant_id, kind, payload) select $1, 'burst', jsonb_build_object('i', g) from generate_series($2::int, $2::int + 49) g returning id::text`,
+          [tenant, i],
+        ),
+      );
       ids.push(...r.rows.map((x: { id: string }) => x.id));
     }
   } finally {
@@ -133,9 +137,16 @@ async function midApply(target: string, tenant: string, total: number): Promise<
   }
 }
 
-interface CaseContext { h: C.Handle; tenant: string; baseline: UnitBaseline }
+interface CaseContext {
+  h: C.Handle;
+  tenant: string;
+  baseline: UnitBaseline;
+}
 
-async function runCase(name: string, o: { source: string; target: string; bystanderClean: boolean; trigger: (c: CaseContext) => Promise<void>; after?: (c: CaseContext) => Promise<void> }) {
+async function runCase(
+  name: string,
+  o: { source: string; target: string; bystanderClean: boolean; trigger: (c: CaseContext) => Promise<void>; after?: (c: CaseContext) => Promise<void> },
+) {
   const t0 = Date.now();
   const tenant = await H.newTenant(o.source, 'r');
   const bystander = await H.newTenant(o.source, 'rb');
@@ -144,7 +155,11 @@ async function runCase(name: string, o: { source: string; target: string; bystan
   const baselines = [await C.baselineOf(tenant), await C.baselineOf(bystander)];
   const traffic = await C.startTraffic(`${name}-${tenant}`, [tenant, bystander], 30);
   try {
-    const h = await H.startMove(t.client, tq, H.moveInput(tenant, o.target, { soakSeconds: 3, copyBatchRows: 40, rowsPerSecond: 150, approveCutover: 'manual' }));
+    const h = await H.startMove(
+      t.client,
+      tq,
+      H.moveInput(tenant, o.target, { soakSeconds: 3, copyBatchRows: 40, rowsPerSecond: 150, approveCutover: 'manual' }),
+    );
     const ctx = { h, tenant, baseline: baselines[0] };
     await o.trigger(ctx);
     const status = await H.waitPhase(h, 'done', 240_000);
@@ -152,9 +167,33 @@ async function runCase(name: string, o: { source: string; target: string; bystan
     await traffic.stop();
     const counts = await assertAfter(tenant, bystander, o, status, traffic, baselines);
     await o.after?.(ctx);
-    rows.push({ faultPoint: name, killed: false, outcome: status.phase, pauseMs: status.cutoverPauseMs, writesAcked: counts.acked, writesRefused: counts.refused, unknown: counts.unknown, reads: counts.reads, verified: 'whole unit', seconds: Math.round((Date.now() - t0) / 1000) });
+    rows.push({
+      faultPoint: name,
+      killed: false,
+      outcome: status.phase,
+      pauseMs: status.cutoverPauseMs,
+      writesAcked: counts.acked,
+      writesRefused: counts.refused,
+      unknown: counts.unknown,
+      reads: counts.reads,
+      verified: 'whole unit',
+      seconds: Math.round((Date.now() - t0) / 1000),
+    });
   } catch (e) {
-    rows.push({ faultPoint: name, killed: false, outcome: `FAILED: ${String((e as Error).message).split('\n')[0].slice(0, 120)}`, pauseMs: null, writesAcked: 0, writesRefused: 0, unknown: null, reads: null, verified: '-', seconds: Math.round((Date.now() - t0) / 1000) });
+    rows.push({
+      faultPoint: name,
+      killed: false,
+      outcome: `FAILED: ${String((e as Error).message)
+        .split('\n')[0]
+        .slice(0, 120)}`,
+      pauseMs: null,
+      writesAcked: 0,
+      writesRefused: 0,
+      unknown: null,
+      reads: null,
+      verified: '-',
+      seconds: Math.round((Date.now() - t0) / 1000),
+    });
     throw e;
   } finally {
     await traffic.stop();
@@ -166,16 +205,40 @@ async function runCase(name: string, o: { source: string; target: string; bystan
 // about 350 when the restarted server is the source; see the report).
 const RESTART_BOUNDS = { maxUnknown: 3, maxFailedReads: 40 };
 
-async function assertAfter(tenant: string, bystander: string, o: { source: string; target: string; bystanderClean: boolean }, status: M.MoveStatus, traffic: C.Traffic, baselines: UnitBaseline[]) {
+async function assertAfter(
+  tenant: string,
+  bystander: string,
+  o: { source: string; target: string; bystanderClean: boolean },
+  status: M.MoveStatus,
+  traffic: C.Traffic,
+  baselines: UnitBaseline[],
+) {
   if (o.bystanderClean) {
-    return C.assertInvariants({ tenant, bystanders: [bystander], source: o.source, target: o.target, status, expectOwner: o.target, expectEpoch: 2, traffic, baselines, ...RESTART_BOUNDS });
+    return C.assertInvariants({
+      tenant,
+      bystanders: [bystander],
+      source: o.source,
+      target: o.target,
+      status,
+      expectOwner: o.target,
+      expectEpoch: 2,
+      traffic,
+      baselines,
+      ...RESTART_BOUNDS,
+    });
   }
   // The bystander shares the restarted server: its writes may fail during the restart (and are
   // logged refused/unknown), so only the loss and ownership invariants are asserted for it.
   const { verifyLog, readLog } = await import('../../lib/loadgen');
   const report = await verifyLog({ logFile: traffic.logFile, config: testConfig(), baselines });
-  expect({ missing: report.missing, wrong: report.wrongValue, refused: report.presentButRefused, deleted: report.presentButDeleted, blobs: report.blobMissing, unit: report.unit })
-    .toEqual({ missing: [], wrong: [], refused: [], deleted: [], blobs: [], unit: [] });
+  expect({
+    missing: report.missing,
+    wrong: report.wrongValue,
+    refused: report.presentButRefused,
+    deleted: report.presentButDeleted,
+    blobs: report.blobMissing,
+    unit: report.unit,
+  }).toEqual({ missing: [], wrong: [], refused: [], deleted: [], blobs: [], unit: [] });
   C.assertTraffic(traffic, report.unknownOutcomes, RESTART_BOUNDS);
   expect(await H.placement(tenant)).toMatchObject({ shard: o.target, epoch: 2, state: 'active' });
   expect(await H.tryWrite(o.source, tenant, 1)).toBe('SC421');
@@ -183,7 +246,12 @@ async function assertAfter(tenant: string, bystander: string, o: { source: strin
   expect(await H.replicationLeftovers(status.moveId)).toEqual([]);
   expect(await C.leftoversOn(o.source, tenant, [status.moveId])).toEqual([]);
   const mine = readLog(traffic.logFile).filter((r) => r.tenant === tenant);
-  return { acked: mine.filter((r) => r.status === 'ack').length, refused: mine.filter((r) => r.status === 'refused').length, unknown: report.unknownOutcomes, reads: C.readsOf(traffic) };
+  return {
+    acked: mine.filter((r) => r.status === 'ack').length,
+    refused: mine.filter((r) => r.status === 'refused').length,
+    unknown: report.unknownOutcomes,
+    reads: C.readsOf(traffic),
+  };
 }
 
 const approve = (h: C.Handle) => h.executeUpdate(M.approveUpdate, { args: [{ actor: 'crash-suite' }] });
@@ -192,7 +260,9 @@ const SEEDED = 600;
 describe('server restarts mid-move', () => {
   it('source Postgres restarted mid-copy: the copy is retried from its checkpoint and loses nothing', { timeout: 300_000 }, async () => {
     await runCase('restart source mid-copy', {
-      source: 'shard-a', target: 'shard-b', bystanderClean: false,
+      source: 'shard-a',
+      target: 'shard-b',
+      bystanderClean: false,
       trigger: async ({ h, tenant }) => {
         await H.waitFor(h, (s) => s.phase === 'copy', 60_000);
         await midCopy('shard-b', tenant, SEEDED);
@@ -206,12 +276,14 @@ describe('server restarts mid-move', () => {
     });
   });
 
-  it('source Postgres restarted mid-catch-up: the stream resumes from the target\'s progress, each change applied once', { timeout: 300_000 }, async () => {
+  it("source Postgres restarted mid-catch-up: the stream resumes from the target's progress, each change applied once", { timeout: 300_000 }, async () => {
     let apps: Awaited<ReturnType<typeof countApplications>> | undefined;
     let ids: string[] = [];
     try {
       await runCase('restart source mid-catch-up', {
-        source: 'shard-b', target: 'shard-c', bystanderClean: false,
+        source: 'shard-b',
+        target: 'shard-c',
+        bystanderClean: false,
         trigger: async ({ h, tenant, baseline }) => {
           apps = await countApplications('shard-c', tenant);
           await H.waitFor(h, (s) => s.awaitingApproval, 180_000);
@@ -238,7 +310,9 @@ describe('server restarts mid-move', () => {
     let ids: string[] = [];
     try {
       await runCase('restart target mid-apply', {
-        source: 'shard-c', target: 'shard-a', bystanderClean: true,
+        source: 'shard-c',
+        target: 'shard-a',
+        bystanderClean: true,
         trigger: async ({ h, tenant, baseline }) => {
           apps = await countApplications('shard-a', tenant);
           await H.waitFor(h, (s) => s.awaitingApproval, 180_000);
@@ -263,7 +337,9 @@ describe('server restarts mid-move', () => {
 
   it('Temporal dev server restarted mid-copy: the workflow survives (SQLite) and completes', { timeout: 300_000 }, async () => {
     await runCase('restart temporal mid-copy', {
-      source: 'shard-a', target: 'shard-c', bystanderClean: true,
+      source: 'shard-a',
+      target: 'shard-c',
+      bystanderClean: true,
       trigger: async ({ h, tenant }) => {
         await H.waitFor(h, (s) => s.phase === 'copy', 60_000);
         await midCopy('shard-c', tenant, SEEDED);

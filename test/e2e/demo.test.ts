@@ -80,8 +80,14 @@ describe('npm run demo', () => {
     const { demo, mark } = startDemo({ durationS: 300, ownGroup: true });
     await demo.waitFor('== waiting for loadgen to finish', 240_000);
     const running = markedProcesses(mark).map((p) => p.cmdline);
-    expect(running.filter((c) => WORKER.test(c)), 'worker running before Ctrl-C').toHaveLength(1);
-    expect(running.filter((c) => LOADGEN.test(c)), 'loadgen running before Ctrl-C').toHaveLength(1);
+    expect(
+      running.filter((c) => WORKER.test(c)),
+      'worker running before Ctrl-C',
+    ).toHaveLength(1);
+    expect(
+      running.filter((c) => LOADGEN.test(c)),
+      'loadgen running before Ctrl-C',
+    ).toHaveLength(1);
     process.kill(-demo.proc.pid!, 'SIGINT');
     const { code } = await demo.exited;
     expect(code).toBe(130);

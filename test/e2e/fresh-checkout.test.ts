@@ -55,8 +55,11 @@ function copyCheckout(to: string) {
 function cli(args: string[], opts: { cwd?: string; extraEnv?: NodeJS.ProcessEnv } = {}): Promise<{ code: number; out: string }> {
   const cwd = opts.cwd ?? clone;
   return new Promise((resolve) =>
-    execFile(process.execPath, [path.join(cwd, 'cli', 'shardctl.js'), ...args], { cwd, env: { ...env, ...opts.extraEnv }, timeout: 180_000 }, (err, stdout, stderr) =>
-      resolve({ code: err ? ((err as any).code ?? 1) : 0, out: `${stdout}${stderr}` }),
+    execFile(
+      process.execPath,
+      [path.join(cwd, 'cli', 'shardctl.js'), ...args],
+      { cwd, env: { ...env, ...opts.extraEnv }, timeout: 180_000 },
+      (err, stdout, stderr) => resolve({ code: err ? ((err as any).code ?? 1) : 0, out: `${stdout}${stderr}` }),
     ),
   );
 }
@@ -141,7 +144,12 @@ describe('a fresh checkout in a folder only its owner can enter', () => {
       if (entries.some((e) => e.pid === other.proc.pid) && entries.some((e) => e.pid === mine.proc.pid)) break;
       await new Promise((r) => setTimeout(r, 500));
     }
-    expect(entries.find((e) => e.pid === mine.proc.pid)).toMatchObject({ part: `worker ${mine.proc.pid}`, healthy: true, source: 'checkout', taskQueues: ['fresh-queue'] });
+    expect(entries.find((e) => e.pid === mine.proc.pid)).toMatchObject({
+      part: `worker ${mine.proc.pid}`,
+      healthy: true,
+      source: 'checkout',
+      taskQueues: ['fresh-queue'],
+    });
     expect(entries.find((e) => e.pid === other.proc.pid)).toMatchObject({ source: 'poller', taskQueues: ['shardctl-moves'], cwd: fs.realpathSync(ROOT) });
   }, 180_000);
 

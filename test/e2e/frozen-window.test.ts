@@ -44,32 +44,36 @@ async function auditOf(tenant: string, action: string): Promise<Array<{ reason: 
 }
 
 describe('the frozen window', () => {
-  it('an error thrown after the fence is raised, and one just before the switch, each unfreeze at once; the move then completes', { timeout: 180_000 }, async () => {
-    const tenant = await H.newTenant('shard-a', 'fz');
-    await H.seed(tenant, 200, 2);
-    armed.set('after-fence-raised', 1);
-    armed.set('before-switch', 1);
-    const h = await H.startMove(t.client, tq, H.moveInput(tenant, 'shard-b', { soakSeconds: 1 }));
-    const done = await H.waitPhase(h, 'done', 150_000);
-    expect(hits).toEqual(['after-fence-raised', 'before-switch']);
-    expect(done.cutoverAttempts).toBe(3);
-    // Each failed attempt unfroze through the directory with the step that failed as the reason,
-    // under its own freeze token, and each freeze had a token of its own.
-    const unfreezes = await auditOf(tenant, 'unfreeze');
-    expect(unfreezes.map((u) => u.reason)).toEqual([
-      expect.stringMatching(/^raise the fence failed inside the frozen window: injected failure at after-fence-raised; unfrozen/),
-      expect.stringMatching(/^before the switch failed inside the frozen window: injected failure at before-switch; unfrozen/),
-    ]);
-    const freezes = await auditOf(tenant, 'freeze');
-    const tokens = freezes.map((f) => f.detail.freezeToken);
-    expect(new Set(tokens).size).toBe(3);
-    expect(unfreezes.map((u) => u.detail.freezeToken)).toEqual(tokens.slice(0, 2));
-    const [sw] = await auditOf(tenant, 'switch');
-    expect(sw.detail.freezeToken).toBe(tokens[2]);
-    expect(await H.placement(tenant)).toMatchObject({ shard: 'shard-b', epoch: 2, state: 'active', moveId: null });
-    expect(await H.tryWrite('shard-b', tenant, 2)).toBe('ok');
-    expect(await H.tryWrite('shard-a', tenant, 1)).toBe('SC421');
-  });
+  it(
+    'an error thrown after the fence is raised, and one just before the switch, each unfreeze at once; the move then completes',
+    { timeout: 180_000 },
+    async () => {
+      const tenant = await H.newTenant('shard-a', 'fz');
+      await H.seed(tenant, 200, 2);
+      armed.set('after-fence-raised', 1);
+      armed.set('before-switch', 1);
+      const h = await H.startMove(t.client, tq, H.moveInput(tenant, 'shard-b', { soakSeconds: 1 }));
+      const done = await H.waitPhase(h, 'done', 150_000);
+      expect(hits).toEqual(['after-fence-raised', 'before-switch']);
+      expect(done.cutoverAttempts).toBe(3);
+      // Each failed attempt unfroze through the directory with the step that failed as the reason,
+      // under its own freeze token, and each freeze had a token of its own.
+      const unfreezes = await auditOf(tenant, 'unfreeze');
+      expect(unfreezes.map((u) => u.reason)).toEqual([
+        expect.stringMatching(/^raise the fence failed inside the frozen window: injected failure at after-fence-raised; unfrozen/),
+        expect.stringMatching(/^before the switch failed inside the frozen window: injected failure at before-switch; unfrozen/),
+      ]);
+      const freezes = await auditOf(tenant, 'freeze');
+      const tokens = freezes.map((f) => f.detail.freezeToken);
+      expect(new Set(tokens).size).toBe(3);
+      expect(unfreezes.map((u) => u.detail.freezeToken)).toEqual(tokens.slice(0, 2));
+      const [sw] = await auditOf(tenant, 'switch');
+      expect(sw.detail.freezeToken).toBe(tokens[2]);
+      expect(await H.placement(tenant)).toMatchObject({ shard: 'shard-b', epoch: 2, state: 'active', moveId: null });
+      expect(await H.tryWrite('shard-b', tenant, 2)).toBe('ok');
+      expect(await H.tryWrite('shard-a', tenant, 1)).toBe('SC421');
+    },
+  );
 
   it('after 3 aborted cutovers in a row the move stops freezing the tenant and waits for approve; approve retries', { timeout: 180_000 }, async () => {
     const tenant = await H.newTenant('shard-a', 'fa');

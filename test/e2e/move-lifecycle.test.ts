@@ -72,7 +72,12 @@ describe('move lifecycle', () => {
     try {
       await c.query('begin');
       await c.query('set local session_replication_role = replica');
-      id = (await c.query(`update public.accounts set name = 'CORRUPTED' where tenant_id = $1 and id = (select min(id::text)::uuid from public.accounts where tenant_id = $1) returning id`, [tenant])).rows[0].id;
+      id = (
+        await c.query(
+          `update public.accounts set name = 'CORRUPTED' where tenant_id = $1 and id = (select min(id::text)::uuid from public.accounts where tenant_id = $1) returning id`,
+          [tenant],
+        )
+      ).rows[0].id;
       await c.query('commit');
     } finally {
       c.release();
@@ -105,16 +110,31 @@ describe('move lifecycle', () => {
     await H.seed(tenant, 200, 2);
     const h = await H.startMove(t.client, tq, H.moveInput(tenant, 'shard-b', { soakSeconds: 600 }));
     await H.waitPhase(h, 'soak', 120_000);
-    await expect(h.executeUpdate(M.cancelUpdate, { args: [op] })).rejects.toMatchObject({ cause: { message: expect.stringMatching(/past the switch.*use rollback/) } });
+    await expect(h.executeUpdate(M.cancelUpdate, { args: [op] })).rejects.toMatchObject({
+      cause: { message: expect.stringMatching(/past the switch.*use rollback/) },
+    });
     const router = await Router.create(config);
     const ids: string[] = [];
     try {
       for (let i = 0; i < 20; i++) {
-        ids.push(await router.withTenant(tenant, { tenants: [tenant] }, 'write', async (tx) =>
-          (await tx.query(`insert into public.events(tenant_id, kind, payload) values ($1, 'after-switch', $2) returning id`, [tenant, JSON.stringify({ i })])).rows[0].id));
+        ids.push(
+          await router.withTenant(
+            tenant,
+            { tenants: [tenant] },
+            'write',
+            async (tx) =>
+              (
+                await tx.query(`insert into public.events(tenant_id, kind, payload) values ($1, 'after-switch', $2) returning id`, [
+                  tenant,
+                  JSON.stringify({ i }),
+                ])
+              ).rows[0].id,
+          ),
+        );
       }
       await router.withTenant(tenant, { tenants: [tenant] }, 'write', (tx) =>
-        tx.query(`update public.accounts set balance = 4242.42 where tenant_id = $1`, [tenant]));
+        tx.query(`update public.accounts set balance = 4242.42 where tenant_id = $1`, [tenant]),
+      );
     } finally {
       await router.close();
     }
@@ -139,14 +159,17 @@ describe('move lifecycle', () => {
     const tenant = await H.newTenant('shard-a', 'tx');
     await H.seed(tenant, 100, 0);
     const big = await shardPool('shard-a').query(
-      `select id, md5(body) as h, length(body) as n from public.documents where tenant_id = $1 order by length(body) desc limit 1`, [tenant]);
+      `select id, md5(body) as h, length(body) as n from public.documents where tenant_id = $1 order by length(body) desc limit 1`,
+      [tenant],
+    );
     expect(big.rows[0].n).toBeGreaterThan(20_000);
     const h = await H.startMove(t.client, tq, H.moveInput(tenant, 'shard-b', { approveCutover: 'manual', soakSeconds: 600 }));
     await H.waitFor(h, (x) => x.awaitingApproval, 120_000);
     const router = await Router.create(config);
     try {
       await router.withTenant(tenant, { tenants: [tenant] }, 'write', (tx) =>
-        tx.query(`update public.documents set title = 'renamed', version = version + 1 where tenant_id = $1 and id = $2`, [tenant, big.rows[0].id]));
+        tx.query(`update public.documents set title = 'renamed', version = version + 1 where tenant_id = $1 and id = $2`, [tenant, big.rows[0].id]),
+      );
     } finally {
       await router.close();
     }
@@ -251,7 +274,8 @@ describe('move lifecycle', () => {
 
   it('refuses a second move of the same tenant and bad input, from the CLI', { timeout: 60_000 }, async () => {
     const tenant = await H.newTenant('shard-a', 'cl');
-    const cli = (...args: string[]) => spawnSync('node', ['cli/shardctl.js', ...args], { encoding: 'utf8', env: { ...process.env, SHARDCTL_TASK_QUEUE: uniq('idle') } });
+    const cli = (...args: string[]) =>
+      spawnSync('node', ['cli/shardctl.js', ...args], { encoding: 'utf8', env: { ...process.env, SHARDCTL_TASK_QUEUE: uniq('idle') } });
     const bad = [
       ['move', 'start', '--tenant', "x'; drop table accounts;--", '--to', 'shard-b'],
       ['move', 'start', '--tenant', tenant, '--to', 'shard-z'],

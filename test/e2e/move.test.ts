@@ -39,7 +39,16 @@ describe('tenant move, end to end', () => {
     const deps = createDeps(config);
     const logFile = path.join('test-results', `${tenant}.jsonl`);
     fs.mkdirSync('test-results', { recursive: true });
-    const lg = startLoadgen({ config, router, s3For: (s) => deps.s3For(s), tenants: [tenant, bystander, bystanderOnTarget], rate: 60, durationMs: 120_000, logFile, concurrency: 4 });
+    const lg = startLoadgen({
+      config,
+      router,
+      s3For: (s) => deps.s3For(s),
+      tenants: [tenant, bystander, bystanderOnTarget],
+      rate: 60,
+      durationMs: 120_000,
+      logFile,
+      concurrency: 4,
+    });
     try {
       await new Promise((r) => setTimeout(r, 1500));
       const h = await H.startMove(t.client, tq, H.moveInput(tenant, 'shard-b', { soakSeconds: 3 }));
@@ -63,8 +72,13 @@ describe('tenant move, end to end', () => {
     }
     // The whole of each unit: every seeded and written row and object on its owner, nothing else.
     const report = await verifyLog({ logFile, config, baselines });
-    expect({ missing: report.missing, wrong: report.wrongValue, refused: report.presentButRefused, blobs: report.blobMissing, unit: report.unit })
-      .toEqual({ missing: [], wrong: [], refused: [], blobs: [], unit: [] });
+    expect({ missing: report.missing, wrong: report.wrongValue, refused: report.presentButRefused, blobs: report.blobMissing, unit: report.unit }).toEqual({
+      missing: [],
+      wrong: [],
+      refused: [],
+      blobs: [],
+      unit: [],
+    });
     expect(report.ok).toBe(true);
 
     const p = await H.placement(tenant);
@@ -106,7 +120,13 @@ describe('tenant move, end to end', () => {
     const finishedAt: number[] = [];
     const stop = new AbortController();
     const worker = runJobWorker({
-      router, tenants: [tenant], grant: { tenants: [tenant] }, workerId: 'e2e-jobs', pollMs: 50, batch: 3, signal: stop.signal,
+      router,
+      tenants: [tenant],
+      grant: { tenants: [tenant] },
+      workerId: 'e2e-jobs',
+      pollMs: 50,
+      batch: 3,
+      signal: stop.signal,
       call: { deadlineMs: 3000 },
       handler: async (job) => {
         handled.set(job.id, (handled.get(job.id) ?? 0) + 1);
@@ -120,7 +140,10 @@ describe('tenant move, end to end', () => {
       // Let the worker drain what is due on the new owner.
       const deadline = Date.now() + 60_000;
       for (;;) {
-        const left = await shardPool('shard-b').query(`select count(*)::int as n from public.jobs where tenant_id = $1 and state <> 'done' and run_at <= now()`, [tenant]);
+        const left = await shardPool('shard-b').query(
+          `select count(*)::int as n from public.jobs where tenant_id = $1 and state <> 'done' and run_at <= now()`,
+          [tenant],
+        );
         if (left.rows[0].n === 0 || Date.now() > deadline) break;
         await new Promise((r) => setTimeout(r, 250));
       }

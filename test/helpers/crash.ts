@@ -52,10 +52,21 @@ export function spawnWorker(taskQueue: string, opts: { faultPoint?: string; faul
   const log = path.join(ARTIFACTS, 'crash', `worker-${taskQueue}-${Date.now()}.log`);
   fs.mkdirSync(path.dirname(log), { recursive: true });
   const out = fs.openSync(log, 'a');
-  const env: NodeJS.ProcessEnv = { ...process.env, SHARDCTL_WORKFLOW_BUNDLE: BUNDLE, SHARDCTL_FAULT_POINT: opts.faultPoint ?? '', SHARDCTL_FAULT_LOG: opts.faultLog ?? '' };
-  const proc = spawn(process.execPath, [path.join(ROOT, 'cli', 'shardctl.js'), 'worker', '--task-queue', taskQueue], { cwd: ROOT, env, stdio: ['ignore', out, out] });
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    SHARDCTL_WORKFLOW_BUNDLE: BUNDLE,
+    SHARDCTL_FAULT_POINT: opts.faultPoint ?? '',
+    SHARDCTL_FAULT_LOG: opts.faultLog ?? '',
+  };
+  const proc = spawn(process.execPath, [path.join(ROOT, 'cli', 'shardctl.js'), 'worker', '--task-queue', taskQueue], {
+    cwd: ROOT,
+    env,
+    stdio: ['ignore', out, out],
+  });
   fs.closeSync(out);
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => proc.once('exit', (code, signal) => resolve({ code, signal })));
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    proc.once('exit', (code, signal) => resolve({ code, signal })),
+  );
   const ready = (async () => {
     const deadline = Date.now() + 60_000;
     while (Date.now() < deadline) {
@@ -179,10 +190,20 @@ export async function assertInvariants(o: {
 }): Promise<{ acked: number; refused: number; unknown: number; reads: string }> {
   const config = testConfig();
   const report = await verifyLog({ logFile: o.traffic.logFile, config, baselines: o.baselines });
-  expect({ missing: report.missing, wrong: report.wrongValue, refused: report.presentButRefused, deleted: report.presentButDeleted, blobs: report.blobMissing, unit: report.unit })
-    .toEqual({ missing: [], wrong: [], refused: [], deleted: [], blobs: [], unit: [] });
+  expect({
+    missing: report.missing,
+    wrong: report.wrongValue,
+    refused: report.presentButRefused,
+    deleted: report.presentButDeleted,
+    blobs: report.blobMissing,
+    unit: report.unit,
+  }).toEqual({ missing: [], wrong: [], refused: [], deleted: [], blobs: [], unit: [] });
   expect(report.ok).toBe(true);
-  for (const t of [o.tenant, ...o.bystanders]) expect(o.baselines.map((b) => b.tenant), `baseline of ${t}`).toContain(t);
+  for (const t of [o.tenant, ...o.bystanders])
+    expect(
+      o.baselines.map((b) => b.tenant),
+      `baseline of ${t}`,
+    ).toContain(t);
   assertTraffic(o.traffic, report.unknownOutcomes, { maxUnknown: o.maxUnknown ?? 2, maxFailedReads: o.maxFailedReads ?? 0 });
   // Exactly one owner, epoch raised by exactly the number of switches.
   const p = await H.placement(o.tenant);
@@ -217,8 +238,12 @@ export async function assertInvariants(o: {
 }
 
 export function writeReport(rows: CaseRow[], file = path.join(ARTIFACTS, 'crash-report.md')) {
-  const head = '| fault point | worker killed | outcome | cutover pause ms | writes acked (moving tenant) | refused | unknown (all tenants) | reads (all consistent) | verify | seconds |\n|---|---|---|---|---|---|---|---|---|---|';
-  const body = rows.map((r) => `| ${r.faultPoint} | ${r.killed ? 'SIGKILL' : 'no kill'} | ${r.outcome} | ${r.pauseMs ?? '-'} | ${r.writesAcked} | ${r.writesRefused} | ${r.unknown ?? '-'} | ${r.reads ?? '-'} | ${r.verified} | ${r.seconds} |`);
+  const head =
+    '| fault point | worker killed | outcome | cutover pause ms | writes acked (moving tenant) | refused | unknown (all tenants) | reads (all consistent) | verify | seconds |\n|---|---|---|---|---|---|---|---|---|---|';
+  const body = rows.map(
+    (r) =>
+      `| ${r.faultPoint} | ${r.killed ? 'SIGKILL' : 'no kill'} | ${r.outcome} | ${r.pauseMs ?? '-'} | ${r.writesAcked} | ${r.writesRefused} | ${r.unknown ?? '-'} | ${r.reads ?? '-'} | ${r.verified} | ${r.seconds} |`,
+  );
   const text = `${head}\n${body.join('\n')}\n`;
   fs.mkdirSync(path.dirname(file), { recursive: true });
   fs.writeFileSync(file, text);
@@ -226,10 +251,16 @@ export function writeReport(rows: CaseRow[], file = path.join(ARTIFACTS, 'crash-
 }
 
 export async function waitKilled(w: ChildWorker, faultLog: string, point: string, timeoutMs = 120_000): Promise<void> {
-  const t = new Promise<never>((_, rej) => setTimeout(() => rej(new Error(`worker was not killed at ${point} within ${timeoutMs} ms; log ${w.log}`)), timeoutMs).unref());
+  const t = new Promise<never>((_, rej) =>
+    setTimeout(() => rej(new Error(`worker was not killed at ${point} within ${timeoutMs} ms; log ${w.log}`)), timeoutMs).unref(),
+  );
   const r = await Promise.race([w.exited, t]);
   expect(r.signal).toBe('SIGKILL');
-  const hits = fs.readFileSync(faultLog, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+  const hits = fs
+    .readFileSync(faultLog, 'utf8')
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l));
   expect(hits.map((h) => h.point)).toContain(point);
 }
 

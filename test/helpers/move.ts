@@ -72,8 +72,17 @@ export async function seed(tenant: string, rows: number, blobs: number) {
 
 export function moveInput(tenant: string, target: string, o: Partial<M.MoveInput> = {}): M.MoveInput {
   return {
-    moveId: '', unit: tenant, tenant, target, soakSeconds: 2, approveCutover: 'auto', requestedBy: 'test',
-    lagThresholdMs: 1000, fenceBudgetMs: 5000, rowsPerSecond: 0, ...o,
+    moveId: '',
+    unit: tenant,
+    tenant,
+    target,
+    soakSeconds: 2,
+    approveCutover: 'auto',
+    requestedBy: 'test',
+    lagThresholdMs: 1000,
+    fenceBudgetMs: 5000,
+    rowsPerSecond: 0,
+    ...o,
   };
 }
 
@@ -107,11 +116,15 @@ export async function waitFor(handle: WorkflowHandle, pred: (s: M.MoveStatus) =>
 }
 
 export async function waitPhase(handle: WorkflowHandle, phase: Phase, timeoutMs = 90_000): Promise<M.MoveStatus> {
-  return waitFor(handle, (s) => {
-    if (phaseReached(s.phase, phase)) return true;
-    if (isTerminal(s.phase)) throw new Error(`move ended in ${s.phase} before ${phase}: ${s.lastError}`);
-    return false;
-  }, timeoutMs);
+  return waitFor(
+    handle,
+    (s) => {
+      if (phaseReached(s.phase, phase)) return true;
+      if (isTerminal(s.phase)) throw new Error(`move ended in ${s.phase} before ${phase}: ${s.lastError}`);
+      return false;
+    },
+    timeoutMs,
+  );
 }
 
 /** Slots and publications left on any shard by every move whose id starts with `moveIdPrefix` (invariant 5). */

@@ -47,7 +47,13 @@ export async function createSchemaWorld(prefix: string, ddl: (S: string, shard: 
   for (const s of SHARDS) prepared[s] = await prepareShard(pool(s), config);
   const worker = await startWorker(config, { taskQueue });
   return {
-    schema, S, config, taskQueue, worker, prepared, pool,
+    schema,
+    S,
+    config,
+    taskQueue,
+    worker,
+    prepared,
+    pool,
     async destroy(moveIds: string[]) {
       await worker.shutdown().catch(() => {});
       for (const s of SHARDS) {
@@ -60,7 +66,9 @@ export async function createSchemaWorld(prefix: string, ddl: (S: string, shard: 
           );
           for (const r of names.rows) await dropPublicationAndSlot(pool(s), { slot: r.n, publication: r.n }).catch(() => {});
         }
-        await pool(s).query(`drop schema if exists ${S} cascade`).catch(() => {});
+        await pool(s)
+          .query(`drop schema if exists ${S} cascade`)
+          .catch(() => {});
       }
     },
   };
@@ -151,7 +159,8 @@ export function snapshotDiff(a: RowSnapshot, b: RowSnapshot, label = ['source', 
       continue;
     }
     va.forEach((v, i) => {
-      if (v !== vb[i]) out.push(`row ${k} column ${a.columns[i]}: ${label[0]} ${JSON.stringify(v)?.slice(0, 200)} vs ${label[1]} ${JSON.stringify(vb[i])?.slice(0, 200)}`);
+      if (v !== vb[i])
+        out.push(`row ${k} column ${a.columns[i]}: ${label[0]} ${JSON.stringify(v)?.slice(0, 200)} vs ${label[1]} ${JSON.stringify(vb[i])?.slice(0, 200)}`);
     });
   }
   for (const k of b.rows.keys()) if (!a.rows.has(k)) out.push(`row ${k}: extra on ${label[1]}`);

@@ -70,8 +70,16 @@ const grantOf = (tenant: string) => ({ tenants: [tenant] });
 async function liveWrites(tenant: string, label: string, n: number): Promise<string[]> {
   const ids: string[] = [];
   for (let i = 0; i < n; i++) {
-    ids.push(await router.withTenant(tenant, grantOf(tenant), 'write', async (tx) =>
-      (await tx.query(`insert into public.events(tenant_id, kind, payload) values ($1, $2, $3) returning id`, [tenant, label, JSON.stringify({ i })])).rows[0].id));
+    ids.push(
+      await router.withTenant(
+        tenant,
+        grantOf(tenant),
+        'write',
+        async (tx) =>
+          (await tx.query(`insert into public.events(tenant_id, kind, payload) values ($1, $2, $3) returning id`, [tenant, label, JSON.stringify({ i })]))
+            .rows[0].id,
+      ),
+    );
   }
   await router.withTenant(tenant, grantOf(tenant), 'write', async (tx) => {
     await tx.query(`update public.accounts set balance = balance + 1, name = name || '+' where tenant_id = $1`, [tenant]);
@@ -100,7 +108,10 @@ async function manifestRows(shard: string, moveId: string): Promise<number> {
 
 /** How many times the directory recorded each placement change for the unit. */
 async function auditActions(tenant: string, actions: string[]): Promise<Record<string, number>> {
-  const r = await directoryPool().query('select action, count(*)::int as n from shardctl.audit where unit = $1 and action = any($2) group by action', [tenant, actions]);
+  const r = await directoryPool().query('select action, count(*)::int as n from shardctl.audit where unit = $1 and action = any($2) group by action', [
+    tenant,
+    actions,
+  ]);
   return Object.fromEntries(actions.map((a) => [a, r.rows.find((x) => x.action === a)?.n ?? 0]));
 }
 
@@ -208,7 +219,10 @@ describe('activities delivered twice', () => {
     // setup reverse: one slot and publication on the target.
     await twice(() => act.setupReplication({ ...ref, direction: 'reverse' }));
     await atOnce(() => act.setupReplication({ ...ref, direction: 'reverse' }));
-    expect((await H.replicationLeftovers(ref.moveId)).filter((x) => x.startsWith(target)).sort()).toEqual([`${target} publication ${rev.publication}`, `${target} slot ${rev.slot}`]);
+    expect((await H.replicationLeftovers(ref.moveId)).filter((x) => x.startsWith(target)).sort()).toEqual([
+      `${target} publication ${rev.publication}`,
+      `${target} slot ${rev.slot}`,
+    ]);
     await liveWrites(tenant, 'twice-prefence', 3);
     await act.catchUp({ ...ref, direction: 'forward', maxDurationMs: 20_000, mode: 'now' });
 
@@ -297,7 +311,13 @@ describe('activities delivered twice', () => {
     // that attempt's token. (A thrown error no longer stands in for a death: the cutover now
     // unfreezes on any error, so the state a dead worker leaves is set up as it would leave it.)
     const token = 'dead-attempt';
-    const cas = await compareAndSetPlacement(directoryPool(), tenant, { shard: 'shard-a', epoch: 1, state: 'active' }, { shard: 'shard-a', state: 'moving', moveId: ref.moveId, freezeToken: token }, { actor: 'twice-test', action: 'freeze', detail: { moveId: ref.moveId, freezeToken: token } });
+    const cas = await compareAndSetPlacement(
+      directoryPool(),
+      tenant,
+      { shard: 'shard-a', epoch: 1, state: 'active' },
+      { shard: 'shard-a', state: 'moving', moveId: ref.moveId, freezeToken: token },
+      { actor: 'twice-test', action: 'freeze', detail: { moveId: ref.moveId, freezeToken: token } },
+    );
     expect(cas.ok).toBe(true);
     await freezeSource(shardPool('shard-a'), tenant, 1, { token });
     expect(await H.placement(tenant)).toMatchObject({ shard: 'shard-a', epoch: 1, state: 'moving', moveId: ref.moveId });
@@ -373,7 +393,17 @@ describe('activities delivered twice', () => {
 
   it('recordMoveEvent delivered twice keeps one move record', { timeout: 60_000 }, async () => {
     const tenant = await H.newTenant('shard-a', 'tr');
-    const e = { moveId: `${tenant}.e1`, unit: tenant, source: 'shard-a', target: 'shard-b', workflowId: `move-${tenant}`, action: 'start', actor: 'twice-test', status: 'plan', detail: { epoch: 1 } };
+    const e = {
+      moveId: `${tenant}.e1`,
+      unit: tenant,
+      source: 'shard-a',
+      target: 'shard-b',
+      workflowId: `move-${tenant}`,
+      action: 'start',
+      actor: 'twice-test',
+      status: 'plan',
+      detail: { epoch: 1 },
+    };
     await twice(() => act.recordMoveEvent(e));
     const moves = await directoryPool().query('select status, started_by, detail from shardctl.moves where move_id = $1', [e.moveId]);
     expect(moves.rows).toEqual([{ status: 'plan', started_by: 'twice-test', detail: { epoch: 1 } }]);

@@ -131,7 +131,10 @@ beforeAll(() => {
 
 afterAll(async () => {
   for (const p of cleanupPrefixes) {
-    for (const [s3, bucket] of [[s3a, bucketA], [s3b, bucketB]] as const) {
+    for (const [s3, bucket] of [
+      [s3a, bucketA],
+      [s3b, bucketB],
+    ] as const) {
       // Tricky neighbour prefixes are valid tenant prefixes too (`<id>x`), so the guard allows them.
       await deleteBlobPrefix(s3, bucket, p).catch(() => {});
     }
@@ -154,7 +157,14 @@ describe('S3 client settings of activities/deps.ts against the S3 server', () =>
     expect(head.ETag?.replace(/"/g, '')).toBe(md5(body)); // the server hashed exactly our bytes: no aws-chunked framing
 
     // A stream body with a known length (how the blob copier uploads).
-    await s3a.send(new PutObjectCommand({ Bucket: bucketA, Key: `${t.prefix}stream`, Body: Readable.from([body.subarray(0, 1000), body.subarray(1000)]), ContentLength: body.length }));
+    await s3a.send(
+      new PutObjectCommand({
+        Bucket: bucketA,
+        Key: `${t.prefix}stream`,
+        Body: Readable.from([body.subarray(0, 1000), body.subarray(1000)]),
+        ContentLength: body.length,
+      }),
+    );
     expect((await get(s3a, bucketA, `${t.prefix}stream`)).equals(body)).toBe(true);
 
     await put(s3a, bucketA, `${t.prefix}empty`, Buffer.alloc(0));
@@ -173,7 +183,17 @@ describe('S3 client settings of activities/deps.ts against the S3 server', () =>
     const p1 = await s3a.send(new UploadPartCommand({ Bucket: bucketA, Key: key, UploadId, PartNumber: 1, Body: big.subarray(0, 5 * MIB) }));
     const p2 = await s3a.send(new UploadPartCommand({ Bucket: bucketA, Key: key, UploadId, PartNumber: 2, Body: big.subarray(5 * MIB) }));
     const done = await s3a.send(
-      new CompleteMultipartUploadCommand({ Bucket: bucketA, Key: key, UploadId, MultipartUpload: { Parts: [{ ETag: p1.ETag, PartNumber: 1 }, { ETag: p2.ETag, PartNumber: 2 }] } }),
+      new CompleteMultipartUploadCommand({
+        Bucket: bucketA,
+        Key: key,
+        UploadId,
+        MultipartUpload: {
+          Parts: [
+            { ETag: p1.ETag, PartNumber: 1 },
+            { ETag: p2.ETag, PartNumber: 2 },
+          ],
+        },
+      }),
     );
     expect(done.ETag).toMatch(/-2"?$/);
     expect((await get(s3a, bucketA, key)).equals(big)).toBe(true);
@@ -256,7 +276,11 @@ describe('copyBlobPrefix', () => {
       const third = await copyBlobPrefix({ src, dst, prefix: t.prefix, sameEndpoint });
       expect(third).toMatchObject({ copied: 4, skipped: objects.size - 4, deleted: 1 });
       await expectDestinationEquals(t.prefix, objects, third.manifest);
-      expect(compareBlobManifests(await manifestOf(s3a, bucketA, t.prefix), await manifestOf(s3b, bucketB, t.prefix))).toEqual({ missing: [], extra: [], different: [] });
+      expect(compareBlobManifests(await manifestOf(s3a, bucketA, t.prefix), await manifestOf(s3b, bucketB, t.prefix))).toEqual({
+        missing: [],
+        extra: [],
+        different: [],
+      });
       await expectNeighboursUntouched(neighbours);
     });
   }
@@ -339,7 +363,19 @@ describe('deleteBlobPrefix', () => {
     const t = newTenant('guard');
     const key = `${t.prefix}precious`;
     await put(s3a, bucketA, key, Buffer.from('keep'));
-    const bad = ['', '/', 'tenants', 'tenants/', `tenants/${t.id}`, `tenants/${t.id}/precious`, `tenants/${t.id}/sub/`, `/tenants/${t.id}/`, 'tenants/../', 'tenants/ABC/', `tenants/${t.id}//`];
+    const bad = [
+      '',
+      '/',
+      'tenants',
+      'tenants/',
+      `tenants/${t.id}`,
+      `tenants/${t.id}/precious`,
+      `tenants/${t.id}/sub/`,
+      `/tenants/${t.id}/`,
+      'tenants/../',
+      'tenants/ABC/',
+      `tenants/${t.id}//`,
+    ];
     for (const prefix of bad) {
       await expect(deleteBlobPrefix(s3a, bucketA, prefix)).rejects.toMatchObject({ type: 'InvalidInput' });
     }
@@ -401,6 +437,8 @@ describe('blob manifest on the target shard', () => {
     const victim = `${t.prefix}f3`;
     await put(s3b, bucketB, victim, Buffer.from('tampered'));
     const diff = compareBlobManifests(recorded, await manifestOf(s3b, bucketB, t.prefix));
-    expect(diff.different).toEqual([{ key: victim, srcSize: objects.get(victim)!.length, dstSize: 8, srcSha: sha256(objects.get(victim)!), dstSha: sha256(Buffer.from('tampered')) }]);
+    expect(diff.different).toEqual([
+      { key: victim, srcSize: objects.get(victim)!.length, dstSize: 8, srcSha: sha256(objects.get(victim)!), dstSha: sha256(Buffer.from('tampered')) },
+    ]);
   });
 });

@@ -159,16 +159,19 @@ describe('applyChangesUntil', () => {
   it('converges an initial insert stream and stops at the watermark', async () => {
     const n = 5000;
     for (let b = 0; b < 10; b++) {
-      await source.query(
-        `insert into ${Q('items')} select $1, g, 'item ' || g, g % 7 from generate_series($2::int, $3::int) g`,
-        [tenant, b * (n / 10) + 1, (b + 1) * (n / 10)],
-      );
+      await source.query(`insert into ${Q('items')} select $1, g, 'item ' || g, g % 7 from generate_series($2::int, $3::int) g`, [
+        tenant,
+        b * (n / 10) + 1,
+        (b + 1) * (n / 10),
+      ]);
     }
     const w = await currentWalLsn(source);
     const t0 = Date.now();
     const r = await applyChangesUntil(applyOpts({ untilLsn: w, idleStopMs: undefined }));
     const ms = Date.now() - t0;
-    console.log(`cdc apply: ${r.rowsApplied} rows in ${r.transactionsApplied} txns, ${ms} ms (${Math.round((r.rowsApplied / ms) * 1000)} rows/s), ${r.bytesReceived} bytes received`);
+    console.log(
+      `cdc apply: ${r.rowsApplied} rows in ${r.transactionsApplied} txns, ${ms} ms (${Math.round((r.rowsApplied / ms) * 1000)} rows/s), ${r.bytesReceived} bytes received`,
+    );
     expect(r.stopReason).toBe('until');
     expect(compareLsn(r.appliedLsn, w)).toBeGreaterThanOrEqual(0);
     expect(r.transactionsApplied).toBe(10);
@@ -257,7 +260,9 @@ describe('applyChangesUntil', () => {
     expect(r.rowsSkippedIncomplete).toBe(1);
     expect(await rows(target, `select id from ${Q('docs')} where tenant_id = $1 order by id`, [tenant])).toEqual([{ id: 1 }]);
     // Put the row back the way the copy would, so later comparisons start equal again.
-    await target.query(`insert into ${Q('docs')} select * from (values ($1, 2, 7, (select big from ${Q('docs')} where tenant_id = $1 and id = 1))) v`, [tenant]);
+    await target.query(`insert into ${Q('docs')} select * from (values ($1, 2, 7, (select big from ${Q('docs')} where tenant_id = $1 and id = 1))) v`, [
+      tenant,
+    ]);
   });
 
   it("does not apply other tenants' changes (row filter)", async () => {
@@ -294,7 +299,10 @@ describe('applyChangesUntil', () => {
         ($1, 3, null, null, null, null, null, null, null, null, null)`,
       [tenant, '{"big": 123456789012345678901234567890, "f": 1.50, "s": "q\\"uote", "u": "ünï", "nested": [1, {"a": null}]}'],
     );
-    await source.query(`update ${Q('typed')} set n = 'NaN', arr = '{{1,2},{3,4}}', ts = '2000-01-01 00:00:00.000001+00', "MixedCase" = 'changed' where tenant_id = $1 and id = 2`, [tenant]);
+    await source.query(
+      `update ${Q('typed')} set n = 'NaN', arr = '{{1,2},{3,4}}', ts = '2000-01-01 00:00:00.000001+00', "MixedCase" = 'changed' where tenant_id = $1 and id = 2`,
+      [tenant],
+    );
     await applyChangesUntil(applyOpts());
     const q = `select id, n::text, j::text, arr::text, encode(b, 'hex') as b, (ts at time zone 'UTC')::text as ts, mood::text, d::text, nul, "MixedCase", g
                  from ${Q('typed')} where tenant_id = $1 order by id`;
@@ -319,7 +327,15 @@ describe('applyChangesUntil', () => {
     };
     // 1: stop with the abort signal.
     const ac = new AbortController();
-    const r1 = await applyChangesUntil(applyOpts({ idleStopMs: undefined, signal: ac.signal, onProgress: (p) => { if (p.transactionsApplied >= 40) ac.abort(); } }));
+    const r1 = await applyChangesUntil(
+      applyOpts({
+        idleStopMs: undefined,
+        signal: ac.signal,
+        onProgress: (p) => {
+          if (p.transactionsApplied >= 40) ac.abort();
+        },
+      }),
+    );
     expect(r1.stopReason).toBe('aborted');
     expect(written).toBeLessThan(total);
     expect(compareLsn(await slotConfirmed(main.slot), await progress())).toBeLessThanOrEqual(0);

@@ -183,9 +183,7 @@ describe('copyTenant', () => {
     const moveId = newMoveId();
     const ac = new AbortController();
     const base = { source, target, table: tables[0], tenantColumn: TENANT_COL, unit: tenant, moveId, batchRows: 20 };
-    await expect(copyTenantTable({ ...base, signal: ac.signal, onBatch: () => ac.abort(new Error('cancelled by test')) })).rejects.toThrow(
-      'cancelled by test',
-    );
+    await expect(copyTenantTable({ ...base, signal: ac.signal, onBatch: () => ac.abort(new Error('cancelled by test')) })).rejects.toThrow('cancelled by test');
     expect((await copyProgress(target, moveId))[0]).toMatchObject({ rowsCopied: 20, done: false });
     expect(await countRows(target, 'parents', tenant)).toBe(20);
     const done = await copyTenantTable(base);

@@ -38,9 +38,18 @@ function env(): LiveCutoverEnv {
 }
 
 describe('cutover: a switch that loses the directory compare-and-set', () => {
-  it('takes back the next owner\'s acceptance and fails, leaving the unit with the attempt that took the freeze over', async () => {
+  it("takes back the next owner's acceptance and fails, leaving the unit with the attempt that took the freeze over", async () => {
     const tenant = await H.newTenant(OWNER, 'ls');
-    const plan: CutoverPlan = { unit: tenant, moveId: `${tenant}.e1`, owner: OWNER, next: NEXT, epoch: 1, direction: 'forward', fenceBudgetMs: 5000, actor: 'lost-switch-test' };
+    const plan: CutoverPlan = {
+      unit: tenant,
+      moveId: `${tenant}.e1`,
+      owner: OWNER,
+      next: NEXT,
+      epoch: 1,
+      direction: 'forward',
+      fenceBudgetMs: 5000,
+      actor: 'lost-switch-test',
+    };
     const early = liveCutoverSteps(plan, env());
     expect(await early.standing()).toEqual({ kind: 'open' });
     expect(await early.freeze({ kind: 'open' })).toEqual({ ok: true });

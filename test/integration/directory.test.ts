@@ -64,7 +64,8 @@ async function footprint(ids: string[]) {
   const units = Number((await directory.query('select count(*) from shardctl.units where unit = any($1)', [ids])).rows[0].count);
   const audit = Number((await directory.query('select count(*) from shardctl.audit where unit = any($1)', [ids])).rows[0].count);
   let fences = 0;
-  for (const s of config.shards) fences += Number((await shardPool(s.name).query('select count(*) from shardctl.fence where unit = any($1)', [ids])).rows[0].count);
+  for (const s of config.shards)
+    fences += Number((await shardPool(s.name).query('select count(*) from shardctl.fence where unit = any($1)', [ids])).rows[0].count);
   return { units, audit, fences };
 }
 
@@ -111,7 +112,10 @@ beforeAll(async () => {
 afterAll(async () => {
   if (directory && created.length) {
     await directory.query('delete from shardctl.units where unit = any($1)', [created]).catch(() => {});
-    for (const s of config.shards) await shardPool(s.name).query('delete from shardctl.fence where unit = any($1)', [created]).catch(() => {});
+    for (const s of config.shards)
+      await shardPool(s.name)
+        .query('delete from shardctl.fence where unit = any($1)', [created])
+        .catch(() => {});
   }
   await Promise.all([directory, ...shardPools.values(), ...extraPools].filter(Boolean).map((p) => p.end().catch(() => {})));
 });
@@ -217,7 +221,13 @@ describe('compare-and-set on placements', () => {
       await locker.query('begin');
       await locker.query('lock table shardctl.generation in share mode');
       const g0 = await getGeneration(locker);
-      const r = await compareAndSetPlacement(casPool, t, { shard: 'shard-a', epoch: 0 + 7, state: 'active' }, { shard: 'shard-b', state: 'active', moveId: null }, { actor: 'test', action: 'move.switch' });
+      const r = await compareAndSetPlacement(
+        casPool,
+        t,
+        { shard: 'shard-a', epoch: 0 + 7, state: 'active' },
+        { shard: 'shard-b', state: 'active', moveId: null },
+        { actor: 'test', action: 'move.switch' },
+      );
       expect(r).toEqual({ ok: false, type: 'conflict', current: start });
       expect(await getGeneration(locker)).toBe(g0);
       await locker.query('commit');
@@ -235,21 +245,51 @@ describe('compare-and-set on placements', () => {
     expect(p0).toMatchObject({ shard: 'shard-a', epoch: 1, state: 'active', moveId: null });
     const audit = { actor: 'test', action: 'move.step' };
 
-    const fenced = await compareAndSetPlacement(directory, t, { shard: 'shard-a', epoch: 1, state: 'active' }, { shard: 'shard-a', state: 'moving', moveId: 'm1' }, audit);
+    const fenced = await compareAndSetPlacement(
+      directory,
+      t,
+      { shard: 'shard-a', epoch: 1, state: 'active' },
+      { shard: 'shard-a', state: 'moving', moveId: 'm1' },
+      audit,
+    );
     if (!fenced.ok) throw new Error('fence CAS lost');
     expect(fenced.placement).toMatchObject({ shard: 'shard-a', epoch: 1, state: 'moving', moveId: 'm1' });
 
-    const switched = await compareAndSetPlacement(directory, t, { shard: 'shard-a', epoch: 1, state: 'moving', moveId: 'm1' }, { shard: 'shard-b', state: 'active', moveId: null }, audit);
+    const switched = await compareAndSetPlacement(
+      directory,
+      t,
+      { shard: 'shard-a', epoch: 1, state: 'moving', moveId: 'm1' },
+      { shard: 'shard-b', state: 'active', moveId: null },
+      audit,
+    );
     if (!switched.ok) throw new Error('switch CAS lost');
     expect(switched.placement).toMatchObject({ shard: 'shard-b', epoch: 2, state: 'active', moveId: null });
     expect(switched.generation).toBeGreaterThan(fenced.generation);
 
-    const moving = await compareAndSetPlacement(directory, t, { shard: 'shard-b', epoch: 2, state: 'active' }, { shard: 'shard-b', state: 'moving', moveId: 'm2' }, audit);
+    const moving = await compareAndSetPlacement(
+      directory,
+      t,
+      { shard: 'shard-b', epoch: 2, state: 'active' },
+      { shard: 'shard-b', state: 'moving', moveId: 'm2' },
+      audit,
+    );
     if (!moving.ok) throw new Error('second fence CAS lost');
     // a CAS guarded on the wrong owning move loses
-    const wrongMove = await compareAndSetPlacement(directory, t, { shard: 'shard-b', epoch: 2, state: 'moving', moveId: 'm1' }, { shard: 'shard-b', state: 'active', moveId: null }, audit);
+    const wrongMove = await compareAndSetPlacement(
+      directory,
+      t,
+      { shard: 'shard-b', epoch: 2, state: 'moving', moveId: 'm1' },
+      { shard: 'shard-b', state: 'active', moveId: null },
+      audit,
+    );
     expect(wrongMove.ok).toBe(false);
-    const aborted = await compareAndSetPlacement(directory, t, { shard: 'shard-b', epoch: 2, state: 'moving', moveId: 'm2' }, { shard: 'shard-b', state: 'active', moveId: null }, audit);
+    const aborted = await compareAndSetPlacement(
+      directory,
+      t,
+      { shard: 'shard-b', epoch: 2, state: 'moving', moveId: 'm2' },
+      { shard: 'shard-b', state: 'active', moveId: null },
+      audit,
+    );
     if (!aborted.ok) throw new Error('abort CAS lost');
     expect(aborted.placement).toMatchObject({ shard: 'shard-b', epoch: 2, state: 'active', moveId: null });
     expect(aborted.generation).toBeGreaterThan(moving.generation);
@@ -258,7 +298,15 @@ describe('compare-and-set on placements', () => {
   it('rejects an inconsistent next state (moving without a move id) before touching anything', async () => {
     const t = tid();
     const p = await createTenant(deps(), { tenant: t, shard: 'shard-a', actor: 'test' });
-    const e = await caught(compareAndSetPlacement(directory, t, { shard: 'shard-a', epoch: 1, state: 'active' }, { shard: 'shard-a', state: 'moving', moveId: null }, { actor: 'test', action: 'x' }));
+    const e = await caught(
+      compareAndSetPlacement(
+        directory,
+        t,
+        { shard: 'shard-a', epoch: 1, state: 'active' },
+        { shard: 'shard-a', state: 'moving', moveId: null },
+        { actor: 'test', action: 'x' },
+      ),
+    );
     expect(e.type).toBe('InvalidInput');
     expect(await getPlacement(directory, t)).toEqual(p);
   });
@@ -275,7 +323,13 @@ describe('compare-and-set on placements', () => {
       minBackoffMs: 50,
     });
     try {
-      const r = await compareAndSetPlacement(directory, t, { shard: 'shard-a', epoch: 1, state: 'active' }, { shard: 'shard-a', state: 'moving', moveId: 'm1' }, { actor: 'test', action: 'move.fence' });
+      const r = await compareAndSetPlacement(
+        directory,
+        t,
+        { shard: 'shard-a', epoch: 1, state: 'active' },
+        { shard: 'shard-a', state: 'moving', moveId: 'm1' },
+        { actor: 'test', action: 'move.fence' },
+      );
       if (!r.ok) throw new Error('CAS lost');
       const n = await waitFor(() => seen[0]);
       expect(n).toEqual({ unit: t, shard: 'shard-a', epoch: 1, state: 'moving', generation: r.generation });
@@ -284,7 +338,13 @@ describe('compare-and-set on placements', () => {
       const killed = await directory.query('select pg_terminate_backend(pid) as ok from pg_stat_activity where application_name = $1', [appName]);
       expect(killed.rows.map((x) => x.ok)).toEqual([true]);
       await waitFor(() => (reconnects > 0 ? true : undefined));
-      const r2 = await compareAndSetPlacement(directory, t, { shard: 'shard-a', epoch: 1, state: 'moving' }, { shard: 'shard-c', state: 'active', moveId: null }, { actor: 'test', action: 'move.switch' });
+      const r2 = await compareAndSetPlacement(
+        directory,
+        t,
+        { shard: 'shard-a', epoch: 1, state: 'moving' },
+        { shard: 'shard-c', state: 'active', moveId: null },
+        { actor: 'test', action: 'move.switch' },
+      );
       if (!r2.ok) throw new Error('CAS lost');
       const n2 = await waitFor(() => seen[1]);
       expect(n2).toEqual({ unit: t, shard: 'shard-c', epoch: 2, state: 'active', generation: r2.generation });
@@ -314,7 +374,12 @@ describe('compare-and-set on placements', () => {
     expect(rows).toHaveLength(2);
     expect(rows[0]).toMatchObject({ actor: 'alice', action: 'tenant.create', reason: 'onboarding' });
     expect(rows[1]).toMatchObject({ actor: 'bob', action: 'move.fence', reason: 'rebalance' });
-    expect(rows[1].detail).toMatchObject({ ticket: 'OPS-1', generation: r.generation, from: { shard: 'shard-a', epoch: 1, state: 'active' }, to: { shard: 'shard-a', epoch: 1, state: 'moving', moveId: 'm1' } });
+    expect(rows[1].detail).toMatchObject({
+      ticket: 'OPS-1',
+      generation: r.generation,
+      from: { shard: 'shard-a', epoch: 1, state: 'active' },
+      to: { shard: 'shard-a', epoch: 1, state: 'moving', moveId: 'm1' },
+    });
 
     await expect(directory.query(`update shardctl.audit set reason = 'tampered' where unit = $1`, [t])).rejects.toThrow(/append-only/);
     await expect(directory.query('delete from shardctl.audit where unit = $1', [t])).rejects.toThrow(/append-only/);

@@ -130,7 +130,9 @@ describe('fence check on tenant-table writes', () => {
     const unit = await newUnit({ epoch: 2 });
     await inTx({ unit, epoch: 2 }, (c) => insertAccounts(c, unit, ['a']));
     expect(await outcome(inTx({ unit, epoch: 1 }, (c) => insertAccounts(c, unit, ['b', 'c', 'd'])))).toBe(SQLSTATE.staleRoute);
-    expect(await outcome(inTx({ unit, epoch: 1 }, (c) => c.query(`update public.accounts set name = 'z' where tenant_id = $1`, [unit])))).toBe(SQLSTATE.staleRoute);
+    expect(await outcome(inTx({ unit, epoch: 1 }, (c) => c.query(`update public.accounts set name = 'z' where tenant_id = $1`, [unit])))).toBe(
+      SQLSTATE.staleRoute,
+    );
     expect(await outcome(inTx({ unit, epoch: 1 }, (c) => c.query('delete from public.accounts where tenant_id = $1', [unit])))).toBe(SQLSTATE.staleRoute);
     // An epoch the shard has not accepted (ahead of it) is not this shard's either.
     expect(await outcome(inTx({ unit, epoch: 3 }, (c) => insertAccounts(c, unit, ['e'])))).toBe(SQLSTATE.staleRoute);
@@ -141,9 +143,7 @@ describe('fence check on tenant-table writes', () => {
     const unit = await newUnit();
     const other = await newUnit();
     const code = await outcome(
-      inTx({ unit, epoch: 1 }, (c) =>
-        c.query(`insert into public.accounts(tenant_id, name) values ($1, 'a'), ($1, 'b'), ($2, 'c')`, [unit, other]),
-      ),
+      inTx({ unit, epoch: 1 }, (c) => c.query(`insert into public.accounts(tenant_id, name) values ($1, 'a'), ($1, 'b'), ($2, 'c')`, [unit, other])),
     );
     expect(code).toBe(SQLSTATE.wrongUnit);
     expect(await accountNames(unit)).toEqual([]);
@@ -341,10 +341,7 @@ describe('who may bypass or change the fence', () => {
     // What a writer needs for the fence check to run as it (reading the fence), and no more.
     await pool.query(`grant usage on schema shardctl to ${role}; grant select on shardctl.fence, shardctl.settings to ${role}`);
     try {
-      for (const sql of [
-        `update shardctl.fence set frozen = false where unit = '${unit}'`,
-        `set local session_replication_role = replica`,
-      ]) {
+      for (const sql of [`update shardctl.fence set frozen = false where unit = '${unit}'`, `set local session_replication_role = replica`]) {
         const code = await outcome(
           inTx({}, async (c) => {
             await c.query(`set local role ${role}`);
@@ -367,7 +364,8 @@ describe('the fence cannot be shadowed through the caller search_path', () => {
          from pg_proc p join pg_namespace n on n.oid = p.pronamespace where n.nspname = 'shardctl' order by 1`,
     );
     expect(r.rows.length).toBeGreaterThanOrEqual(4);
-    for (const row of r.rows) expect({ fn: row.fn, pinned: row.config.some((s: string) => s.startsWith('search_path=')) }).toEqual({ fn: row.fn, pinned: true });
+    for (const row of r.rows)
+      expect({ fn: row.fn, pinned: row.config.some((s: string) => s.startsWith('search_path=')) }).toEqual({ fn: row.fn, pinned: true });
   });
 
   it('refuses a stale epoch even when the writer shadows current_setting and hashtext in its search_path', async () => {

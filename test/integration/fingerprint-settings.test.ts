@@ -13,13 +13,7 @@ import { fingerprintTable, fingerprintDiff, validateTenant } from '../../lib/val
 const SCHEMA = `fp_${randomBytes(4).toString('hex')}`;
 const S = quoteIdent(SCHEMA);
 /** Session defaults of the target's connections, as ALTER ROLE/DATABASE ... SET would give them. */
-const SKEWED = [
-  'TimeZone=Pacific/Chatham',
-  'DateStyle=SQL,DMY',
-  'IntervalStyle=sql_standard',
-  'extra_float_digits=-3',
-  'bytea_output=escape',
-];
+const SKEWED = ['TimeZone=Pacific/Chatham', 'DateStyle=SQL,DMY', 'IntervalStyle=sql_standard', 'extra_float_digits=-3', 'bytea_output=escape'];
 
 let source: Pool;
 let target: Pool;

@@ -85,7 +85,10 @@ describe('job worker', () => {
     const router = await newRouter();
     await enqueueMany(router, t, 3);
     await freeze(t, true);
-    await expect(claimJobs(router, t, { tenants: [t] }, { workerId: 'w1', limit: 10, deadlineMs: 200 })).rejects.toMatchObject({ type: 'Frozen', retriable: true });
+    await expect(claimJobs(router, t, { tenants: [t] }, { workerId: 'w1', limit: 10, deadlineMs: 200 })).rejects.toMatchObject({
+      type: 'Frozen',
+      retriable: true,
+    });
     for (const r of await jobRows(t)) expect(r).toMatchObject({ state: 'queued', attempts: 0, locked_by: null });
   });
 
@@ -121,7 +124,17 @@ describe('job worker', () => {
     const handler = async (job: Job) => {
       handled.push(job.id);
     };
-    const common = { router, tenants: [t], grant, pollMs: 20, handler, signal: ac.signal, batch: 2, call: { deadlineMs: 100 }, onError: (e: unknown) => refusals.push(e) };
+    const common = {
+      router,
+      tenants: [t],
+      grant,
+      pollMs: 20,
+      handler,
+      signal: ac.signal,
+      batch: 2,
+      call: { deadlineMs: 100 },
+      onError: (e: unknown) => refusals.push(e),
+    };
     const workers = [runJobWorker({ ...common, workerId: 'loop-1' }), runJobWorker({ ...common, workerId: 'loop-2' })];
     try {
       await vi.waitFor(() => expect(refusals.length).toBeGreaterThanOrEqual(2), { timeout: 5000 });

@@ -136,7 +136,18 @@ describe('loadgen and verify', () => {
     const tenant = await newTenant('lg-blobs', 'shard-b');
     const logFile = logPath('blobs');
     // Documents only take blob ops on keys they hold; a long enough run makes many of each.
-    const stats = await runLoadgen({ config, router, s3For: deps.s3For, tenants: [tenant], rate: 150, durationMs: 4000, logFile, concurrency: 2, seed: 12, readFraction: 0.1 });
+    const stats = await runLoadgen({
+      config,
+      router,
+      s3For: deps.s3For,
+      tenants: [tenant],
+      rate: 150,
+      durationMs: 4000,
+      logFile,
+      concurrency: 2,
+      seed: 12,
+      readFraction: 0.1,
+    });
     expect(stats.writes).toMatchObject({ refused: 0, unknown: 0 });
     const records = readLog(logFile);
     const overwrites = records.filter((r) => r.op === 'blob_put' && r.replaces);
@@ -145,7 +156,11 @@ describe('loadgen and verify', () => {
     expect(deletes.length).toBeGreaterThan(0);
     expect(deletes.every((r) => r.status === 'ack' && r.objectDeleted === true)).toBe(true);
     const s3 = deps.s3For('shard-b');
-    const exists = (Key: string) => s3.send(new HeadObjectCommand({ Bucket: bucketOf('shard-b'), Key })).then(() => true, () => false);
+    const exists = (Key: string) =>
+      s3.send(new HeadObjectCommand({ Bucket: bucketOf('shard-b'), Key })).then(
+        () => true,
+        () => false,
+      );
     for (const d of deletes) expect(await exists(d.blobKey!), d.blobKey).toBe(false);
     // A replaced object stays unless it was deleted later (the row never names it again).
     const deleted = new Set(deletes.map((d) => d.blobKey));
@@ -155,7 +170,9 @@ describe('loadgen and verify', () => {
     expect(report.blobsDeleted).toBe(deletes.length);
     expect(report.blobsChecked).toBe(stats.byOp.blob_put.ack - deletes.length);
     // The row of a deleted object names none: put one back in the row and verify says so.
-    const victim = deletes.find((d) => !records.some((r) => r.key === d.key && r.seq > d.seq && r.status === 'ack' && (r.op === 'blob_put' || r.op === 'delete')));
+    const victim = deletes.find(
+      (d) => !records.some((r) => r.key === d.key && r.seq > d.seq && r.status === 'ack' && (r.op === 'blob_put' || r.op === 'delete')),
+    );
     expect(victim, 'a deleted object whose document kept no object').toBeDefined();
     await asReplica('shard-b', async (c) => {
       await c.query('update public.documents set blob_key = $3 where tenant_id = $1 and id = $2', [tenant, victim!.key, victim!.blobKey]);
@@ -173,17 +190,25 @@ describe('loadgen and verify', () => {
     const logFile = logPath('unit');
     await runLoadgen({ config, router, s3For: deps.s3For, tenants: [tenant], rate: 80, durationMs: 2000, logFile, concurrency: 2, seed: 13 });
     // An acknowledged write outside loadgen: declared, it must exist; undeclared, it is a stray row.
-    const extra = await router.withTenant(tenant, { tenants: [tenant] }, 'write', async (tx) =>
-      (await tx.query(`insert into public.events(tenant_id, kind) values ($1, 'outside') returning id::text`, [tenant])).rows[0].id as string);
+    const extra = await router.withTenant(
+      tenant,
+      { tenants: [tenant] },
+      'write',
+      async (tx) => (await tx.query(`insert into public.events(tenant_id, kind) values ($1, 'outside') returning id::text`, [tenant])).rows[0].id as string,
+    );
     const strayBefore = await verifyLog({ logFile, config, baselines: [baseline] });
-    expect(strayBefore.unit.map((f) => f.what)).toEqual([expect.stringMatching(/^public\.events: \d+ rows outside loadgen's keys on shard-c, the baseline had \d+$/)]);
+    expect(strayBefore.unit.map((f) => f.what)).toEqual([
+      expect.stringMatching(/^public\.events: \d+ rows outside loadgen's keys on shard-c, the baseline had \d+$/),
+    ]);
     addAcked(baseline, 'public.events', [extra]);
     const honest = await verifyLog({ logFile, config, baselines: [baseline] });
     expect(honest.unit).toEqual([]);
     expect(honest.ok).toBe(true);
     expect(honest.ownerRows[tenant]['public.jobs']).toBe(baseline.tables.find((t) => t.table === 'public.jobs')!.rows);
 
-    const seededAccount = (await pool('shard-c').query(`select id::text from public.accounts where tenant_id = $1 and name not like 'loadgen %' limit 1`, [tenant])).rows[0].id;
+    const seededAccount = (
+      await pool('shard-c').query(`select id::text from public.accounts where tenant_id = $1 and name not like 'loadgen %' limit 1`, [tenant])
+    ).rows[0].id;
     const seededJob = (await pool('shard-c').query(`select id::text from public.jobs where tenant_id = $1 limit 1`, [tenant])).rows[0].id;
     await asReplica('shard-c', async (c) => {
       await c.query(`update public.accounts set name = 'tampered' where tenant_id = $1 and id = $2`, [tenant, seededAccount]);
@@ -197,13 +222,15 @@ describe('loadgen and verify', () => {
     expect(r.ok).toBe(false);
     const whats = r.unit.map((f) => f.what);
     expect(whats).toHaveLength(5);
-    expect(whats).toEqual(expect.arrayContaining([
-      `1 objects in ${bucketOf('shard-c')} neither seeded nor written by loadgen, e.g. tenants/${tenant}/docs/unexplained`,
-      `baseline object ${baseline.blobs[0].key} is missing from ${bucketOf('shard-c')}`,
-      expect.stringMatching(/^public\.accounts: the \d+ baseline rows differ in content on shard-c$/),
-      `public.events: 1 of 1 acknowledged writes made outside loadgen are missing on shard-c`,
-      expect.stringMatching(/^public\.jobs: \d+ rows outside loadgen's keys on shard-c, the baseline had \d+$/),
-    ]));
+    expect(whats).toEqual(
+      expect.arrayContaining([
+        `1 objects in ${bucketOf('shard-c')} neither seeded nor written by loadgen, e.g. tenants/${tenant}/docs/unexplained`,
+        `baseline object ${baseline.blobs[0].key} is missing from ${bucketOf('shard-c')}`,
+        expect.stringMatching(/^public\.accounts: the \d+ baseline rows differ in content on shard-c$/),
+        `public.events: 1 of 1 acknowledged writes made outside loadgen are missing on shard-c`,
+        expect.stringMatching(/^public\.jobs: \d+ rows outside loadgen's keys on shard-c, the baseline had \d+$/),
+      ]),
+    );
   });
 
   it('reports a lost acked row, a changed value, a nulled body, a refused insert that appears, a resurrected row and a missing blob, each by key', async () => {
@@ -214,7 +241,17 @@ describe('loadgen and verify', () => {
     const fence = (await getUnitFence(pool('shard-b'), tenant))!;
     await setUnitFence(pool('shard-b'), { ...fence, frozen: true });
     const refusedRun = await runLoadgen({
-      config, router, s3For: deps.s3For, tenants: [tenant], rate: 40, durationMs: 600, logFile, concurrency: 2, seed: 3, deadlineMs: 150, readFraction: 0,
+      config,
+      router,
+      s3For: deps.s3For,
+      tenants: [tenant],
+      rate: 40,
+      durationMs: 600,
+      logFile,
+      concurrency: 2,
+      seed: 3,
+      deadlineMs: 150,
+      readFraction: 0,
     });
     await setUnitFence(pool('shard-b'), { ...fence, frozen: false });
     expect(refusedRun.writes.ack).toBe(0);
@@ -248,7 +285,10 @@ describe('loadgen and verify', () => {
     expect(r.missing.map((f) => [f.table, f.key])).toEqual([['accounts', account.key]]);
     expect(r.missing[0]).toMatchObject({ actual: 'absent', shard: 'shard-b', expected: account.states });
     expect(r.wrongValue.map((f) => [f.table, f.key, f.columns]).sort()).toEqual(
-      [['documents', doc.key, ['body']], ['events', event.key, ['payload.v']]].sort(),
+      [
+        ['documents', doc.key, ['body']],
+        ['events', event.key, ['payload.v']],
+      ].sort(),
     );
     expect(r.presentButRefused.map((f) => [f.table, f.key])).toEqual([['accounts', refusedInsert.key]]);
     expect(r.presentButRefused[0].refused!.length).toBeGreaterThan(0);
@@ -292,16 +332,32 @@ describe('loadgen and verify', () => {
       async withTenant(t, grant, mode, fn, opts) {
         const i = mode === 'write' ? ++n : 0;
         const lost = () => Object.assign(new Error('Connection terminated unexpectedly'), { lostAt: i });
-        const out = await router.withTenant(t, grant, mode, async (tx) => {
-          const r = await fn(tx);
-          if (i % 8 === 4) throw lost();
-          return r;
-        }, opts);
+        const out = await router.withTenant(
+          t,
+          grant,
+          mode,
+          async (tx) => {
+            const r = await fn(tx);
+            if (i % 8 === 4) throw lost();
+            return r;
+          },
+          opts,
+        );
         if (i % 8 === 0 && i > 0) throw lost();
         return out;
       },
     };
-    const stats = await runLoadgen({ config, router: lossy, s3For: deps.s3For, tenants: [tenant], rate: 80, durationMs: 2000, logFile, concurrency: 2, seed: 6 });
+    const stats = await runLoadgen({
+      config,
+      router: lossy,
+      s3For: deps.s3For,
+      tenants: [tenant],
+      rate: 80,
+      durationMs: 2000,
+      logFile,
+      concurrency: 2,
+      seed: 6,
+    });
     expect(stats.writes.unknown).toBeGreaterThan(4);
     expect(stats.writes.refused).toBe(0);
     const records = readLog(logFile);

@@ -162,7 +162,7 @@ describe('prepareShard', () => {
     expect(await fenceTriggers(schema)).toEqual([{ table: 'a', enabled: 'O' }]);
   });
 
-  it('turns allowUnfencedWrites into the shard\'s behaviour: an epoch-less write passes under true, is refused again under false', async () => {
+  it("turns allowUnfencedWrites into the shard's behaviour: an epoch-less write passes under true, is refused again under false", async () => {
     // A database of its own on the shard's server: the setting is shard-wide, and other tests
     // on this shard rely on epoch-less writes being refused.
     const db = uniq('prepdb').replace(/-/g, '_');
@@ -174,8 +174,15 @@ describe('prepareShard', () => {
     try {
       await own.query(`create table public.t (tenant_id text not null, id bigint not null, primary key (tenant_id, id))`);
       const base = testConfig();
-      const withAllow = (allowUnfencedWrites: boolean): Config => ({ ...base, tenant: { ...base.tenant, schemas: ['public'], tables: undefined, allowUnfencedWrites } });
-      const write = (id: number) => own.query(`insert into public.t values ('t1', $1)`, [id]).then(() => 'ok', (e) => e.code);
+      const withAllow = (allowUnfencedWrites: boolean): Config => ({
+        ...base,
+        tenant: { ...base.tenant, schemas: ['public'], tables: undefined, allowUnfencedWrites },
+      });
+      const write = (id: number) =>
+        own.query(`insert into public.t values ('t1', $1)`, [id]).then(
+          () => 'ok',
+          (e) => e.code,
+        );
       await prepareShard(own, withAllow(true));
       expect(await write(1)).toBe('ok');
       await prepareShard(own, withAllow(false));

@@ -65,7 +65,11 @@ async function fence(shard: string, next: FenceState) {
 }
 
 /** Moves the directory row by compare-and-set, as the cutover does (the epoch rises with the shard). */
-async function directory(tenant: string, from: { shard: string; epoch: number; state: PlacementState }, to: { shard: string; state: PlacementState; moveId: string | null }) {
+async function directory(
+  tenant: string,
+  from: { shard: string; epoch: number; state: PlacementState },
+  to: { shard: string; state: PlacementState; moveId: string | null },
+) {
   const r = await compareAndSetPlacement(directoryPool(), tenant, from, to, { actor: 'retire-guards-test', action: 'test-setup' });
   expect(r.ok, JSON.stringify(r)).toBe(true);
 }

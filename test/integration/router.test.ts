@@ -65,10 +65,12 @@ async function accounts(shard: ShardName, t: string): Promise<number> {
   return Number((await shards[shard].query('select count(*) from public.accounts where tenant_id = $1', [t])).rows[0].count);
 }
 
-const insertAccount = (t: string, name = 'acct') => async (tx: import('pg').PoolClient) => {
-  await tx.query('insert into public.accounts(tenant_id, name) values ($1, $2)', [t, name]);
-  return 'ok';
-};
+const insertAccount =
+  (t: string, name = 'acct') =>
+  async (tx: import('pg').PoolClient) => {
+    await tx.query('insert into public.accounts(tenant_id, name) values ($1, $2)', [t, name]);
+    return 'ok';
+  };
 
 const grantAll = { tenants: '*' as const };
 
@@ -141,7 +143,12 @@ describe('router: stale routes', () => {
     const router = await newRouter();
     await router.withTenant(t, grantAll, 'write', insertAccount(t, 'old-copy'));
     await switchOwner(t, 'shard-a', 'shard-b', 1);
-    const names = await router.withTenant(t, grantAll, 'read', async (tx) => (await tx.query('select name from public.accounts where tenant_id = $1', [t])).rows);
+    const names = await router.withTenant(
+      t,
+      grantAll,
+      'read',
+      async (tx) => (await tx.query('select name from public.accounts where tenant_id = $1', [t])).rows,
+    );
     expect(names).toEqual([]); // shard-b holds no copy in this test: the old copy was not served
   });
 
@@ -152,10 +159,16 @@ describe('router: stale routes', () => {
     const before = router.metrics().transactions;
     let calls = 0;
     const err = await router
-      .withTenant(t, grantAll, 'write', async (tx) => {
-        calls++;
-        return insertAccount(t)(tx);
-      }, { retryBudget: 4 })
+      .withTenant(
+        t,
+        grantAll,
+        'write',
+        async (tx) => {
+          calls++;
+          return insertAccount(t)(tx);
+        },
+        { retryBudget: 4 },
+      )
       .catch((e) => e);
     expect(err).toBeInstanceOf(ShardctlError);
     expect(err).toMatchObject({ type: 'StaleRoute', retriable: true });
@@ -202,7 +215,20 @@ describe('router: grants and input', () => {
     const router = await newRouter();
     const connect = vi.spyOn(Pool.prototype, 'connect');
     const fn = vi.fn(async () => 'never');
-    const bad: unknown[] = ['', "acme'", '"acme"', "x'; drop table public.accounts; --", 'select 1', 'Acme', ' acme', 'a'.repeat(64), 'a\u0000b', '../etc', null, 42];
+    const bad: unknown[] = [
+      '',
+      "acme'",
+      '"acme"',
+      "x'; drop table public.accounts; --",
+      'select 1',
+      'Acme',
+      ' acme',
+      'a'.repeat(64),
+      'a\u0000b',
+      '../etc',
+      null,
+      42,
+    ];
     for (const id of bad) {
       await expect(router.withTenant(id as string, grantAll, 'write', fn)).rejects.toMatchObject({ type: 'InvalidInput' });
     }
@@ -252,7 +278,9 @@ describe('router: frozen units', () => {
     await router.withTenant(t, grantAll, 'write', insertAccount(t));
     await setUnitFence(shards['shard-a'], { unit: t, epoch: 1, owned: true, frozen: true });
     const started = Date.now();
-    const n = await router.withTenant(t, grantAll, 'read', async (tx) => Number((await tx.query('select count(*) from public.accounts where tenant_id = $1', [t])).rows[0].count));
+    const n = await router.withTenant(t, grantAll, 'read', async (tx) =>
+      Number((await tx.query('select count(*) from public.accounts where tenant_id = $1', [t])).rows[0].count),
+    );
     expect(n).toBe(1);
     expect(Date.now() - started).toBeLessThan(1000);
     expect(router.metrics().frozenWaits).toBe(0);
@@ -272,7 +300,10 @@ describe('router: directory snapshot', () => {
       await c.query('begin');
       await c.query(`update shardctl.units set shard = 'shard-b', epoch = 2, updated_at = now() where unit = $1`, [t]);
       const gen = Number((await c.query('select value from shardctl.generation')).rows[0].value);
-      await c.query('select pg_notify($1, $2)', ['shardctl_placement', JSON.stringify({ unit: t, shard: 'shard-b', epoch: 2, state: 'active', generation: gen })]);
+      await c.query('select pg_notify($1, $2)', [
+        'shardctl_placement',
+        JSON.stringify({ unit: t, shard: 'shard-b', epoch: 2, state: 'active', generation: gen }),
+      ]);
       await c.query('commit');
     } finally {
       c.release();
@@ -303,7 +334,12 @@ describe('router: directory snapshot', () => {
     await router.setDirectoryDsn('postgres://shardctl:shardctl-dev@127.0.0.1:1/shardctl');
     await expect(router.refresh()).rejects.toMatchObject({ type: 'DirectoryUnavailable', retriable: true });
     await router.withTenant(t, grantAll, 'write', insertAccount(t));
-    const n = await router.withTenant(t, grantAll, 'read', async (tx) => (await tx.query('select count(*) from public.accounts where tenant_id = $1', [t])).rows[0].count);
+    const n = await router.withTenant(
+      t,
+      grantAll,
+      'read',
+      async (tx) => (await tx.query('select count(*) from public.accounts where tenant_id = $1', [t])).rows[0].count,
+    );
     expect(Number(n)).toBe(1);
     const m = router.metrics();
     expect(m.directoryReachable).toBe(false);
@@ -312,7 +348,10 @@ describe('router: directory snapshot', () => {
     expect(m.listening).toBe(false);
     expect(m.lastDirectoryError).toBeTruthy();
     // A tenant the snapshot never had cannot be resolved: a retriable error, not NotFound.
-    await expect(router.withTenant(uniq('rt-unknown'), grantAll, 'read', async () => 1)).rejects.toMatchObject({ type: 'DirectoryUnavailable', retriable: true });
+    await expect(router.withTenant(uniq('rt-unknown'), grantAll, 'read', async () => 1)).rejects.toMatchObject({
+      type: 'DirectoryUnavailable',
+      retriable: true,
+    });
     // Back to the real directory: it recovers.
     await router.setDirectoryDsn(testConfig().directory.dsn);
     await router.refresh();
@@ -320,7 +359,9 @@ describe('router: directory snapshot', () => {
   });
 
   it('fails create with DirectoryUnavailable when there is no directory to load a first snapshot from', async () => {
-    await expect(Router.create(testConfig(), { directoryDsn: 'postgres://shardctl:shardctl-dev@127.0.0.1:1/shardctl', connectTimeoutMs: 500 })).rejects.toMatchObject({
+    await expect(
+      Router.create(testConfig(), { directoryDsn: 'postgres://shardctl:shardctl-dev@127.0.0.1:1/shardctl', connectTimeoutMs: 500 }),
+    ).rejects.toMatchObject({
       type: 'DirectoryUnavailable',
     });
   });
@@ -383,8 +424,16 @@ describe('router: transaction contract', () => {
   it('sets unit and epoch for the transaction and runs reads read-only', async () => {
     const t = await newTenant('rt-settings');
     const router = await newRouter();
-    const row = await router.withTenant(t, grantAll, 'read', async (tx) =>
-      (await tx.query(`select current_setting('shardctl.unit') as unit, current_setting('shardctl.epoch') as epoch, current_setting('transaction_read_only') as ro`)).rows[0],
+    const row = await router.withTenant(
+      t,
+      grantAll,
+      'read',
+      async (tx) =>
+        (
+          await tx.query(
+            `select current_setting('shardctl.unit') as unit, current_setting('shardctl.epoch') as epoch, current_setting('transaction_read_only') as ro`,
+          )
+        ).rows[0],
     );
     expect(row).toEqual({ unit: t, epoch: '1', ro: 'on' });
     const err = await router.withTenant(t, grantAll, 'read', insertAccount(t)).catch((e) => e);

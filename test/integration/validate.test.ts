@@ -22,7 +22,6 @@ let tables: TenantTable[];
 
 const { DDL, AWKWARD_KEYS, asReplica, seedTenant, installBoth, dropBoth } = typedFixture(SCHEMA);
 
-
 const moveIds: string[] = [];
 
 /** A tenant seeded on the source and copied to the target (the state validation starts from). */
@@ -96,12 +95,14 @@ describe('validateTenant', () => {
     // A source change after the copy: amount and the generated "doubled" both differ.
     await asReplica(source, (q) => q(`update ${S}.parents set amount = 5.5 where tenant_id = $1 and id = $2`, [tenant, id3]));
     const r = await compareTenantRows({ source, target, table: table('parents'), tenantColumn: TENANT_COL, unit: tenant });
-    expect(r.different).toEqual([
-      { key: [tenant, id1], column: 'exact', source: '1.00', target: '1.0' },
-      { key: [tenant, id3], column: 'amount', source: '5.500000', target: '3.703701' },
-      { key: [tenant, id3], column: 'doubled', source: '11.000000', target: '7.407402' },
-      // merge order: by key (uuid), then column order within a row
-    ].sort((a, b) => (a.key[1] < b.key[1] ? -1 : a.key[1] > b.key[1] ? 1 : 0)));
+    expect(r.different).toEqual(
+      [
+        { key: [tenant, id1], column: 'exact', source: '1.00', target: '1.0' },
+        { key: [tenant, id3], column: 'amount', source: '5.500000', target: '3.703701' },
+        { key: [tenant, id3], column: 'doubled', source: '11.000000', target: '7.407402' },
+        // merge order: by key (uuid), then column order within a row
+      ].sort((a, b) => (a.key[1] < b.key[1] ? -1 : a.key[1] > b.key[1] ? 1 : 0)),
+    );
   });
 
   it('reports a row deleted on the target as missing and a row only on the target as extra', async () => {
@@ -128,7 +129,11 @@ describe('validateTenant', () => {
     const pid = await uuidOf(tenant, 3);
     await asReplica(target, (q) => q(`delete from ${S}.children where tenant_id = $1 and parent_id = $2 and "Seq" = 1`, [tenant, pid]));
     const report = await validateTenant({ source, target, tables, tenantColumn: TENANT_COL, unit: tenant });
-    expect(report.tables.map((t) => [t.missingCount, t.extraCount, t.differentCount])).toEqual([[0, 0, 0], [1, 0, 0], [0, 0, 0]]);
+    expect(report.tables.map((t) => [t.missingCount, t.extraCount, t.differentCount])).toEqual([
+      [0, 0, 0],
+      [1, 0, 0],
+      [0, 0, 0],
+    ]);
     expect(report.ok).toBe(false);
     expect(formatMismatch(report).split('\n')).toContain(`${SCHEMA}.children key (${tenant}, ${pid}, 1) missing on target (present on source)`);
   });
@@ -137,7 +142,11 @@ describe('validateTenant', () => {
     const tenant = await copiedTenant('onlyextra', 10);
     await asReplica(target, (q) => q(`insert into ${S}.tagged (tenant_id, "Key", moods) values ($1, 'stray', null)`, [tenant]));
     const report = await validateTenant({ source, target, tables, tenantColumn: TENANT_COL, unit: tenant });
-    expect(report.tables.map((t) => [t.missingCount, t.extraCount, t.differentCount])).toEqual([[0, 0, 0], [0, 0, 0], [0, 1, 0]]);
+    expect(report.tables.map((t) => [t.missingCount, t.extraCount, t.differentCount])).toEqual([
+      [0, 0, 0],
+      [0, 0, 0],
+      [0, 1, 0],
+    ]);
     expect(report.ok).toBe(false);
     expect(formatMismatch(report).split('\n')).toContain(`${SCHEMA}.tagged key (${tenant}, stray) extra on target (absent on source)`);
   });
@@ -196,8 +205,8 @@ describe('validateTenant', () => {
   });
 
   it('refuses an invalid unit', async () => {
-    await expect(
-      compareTenantRows({ source, target, table: table('parents'), tenantColumn: TENANT_COL, unit: "a' or '1'='1" }),
-    ).rejects.toMatchObject({ type: 'InvalidInput' });
+    await expect(compareTenantRows({ source, target, table: table('parents'), tenantColumn: TENANT_COL, unit: "a' or '1'='1" })).rejects.toMatchObject({
+      type: 'InvalidInput',
+    });
   });
 });

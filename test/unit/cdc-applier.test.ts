@@ -74,7 +74,11 @@ describe('ChangeApplier', () => {
     const writes = log.filter((l) => /^(INSERT|UPDATE|DELETE)/.test(l.text));
     expect(writes.map((w) => w.text.split(' ')[0])).toEqual(['INSERT', 'INSERT', 'DELETE']);
     expect(writes[0].text).toContain('FROM unnest($1::text[], $2::text[], $3::text[])');
-    expect(writes[0].values).toEqual([['acme', 'acme', 'acme', 'acme'], ['1', '2', '3', '4'], ['v1', 'v2', 'v3', 'w']]);
+    expect(writes[0].values).toEqual([
+      ['acme', 'acme', 'acme', 'acme'],
+      ['1', '2', '3', '4'],
+      ['v1', 'v2', 'v3', 'w'],
+    ]);
     expect(writes[1].values).toEqual(['acme', '1', 'again']);
     expect(a.stats.rowsApplied).toBe(6);
   });
@@ -82,7 +86,10 @@ describe('ChangeApplier', () => {
   it('commits several source transactions in one target transaction with the last end LSN (group commit)', async () => {
     const { client, log } = fakeClient();
     const a = new ChangeApplier(client, 'm1', 'forward', null);
-    for (const [b, e, id] of [['0/100', '0/180', '1'], ['0/200', '0/280', '2']]) {
+    for (const [b, e, id] of [
+      ['0/100', '0/180', '1'],
+      ['0/200', '0/280', '2'],
+    ]) {
       await a.begin(b);
       await a.apply({ tag: 'insert', relation: rel, newTuple: ['acme', id, 'x'] });
       await a.commit(e);

@@ -52,23 +52,59 @@ class W {
 
 const relation = () =>
   new W()
-    .u8('R').i32(16384).str('public').str('Docs').u8('d').i16(3)
-    .u8(1).str('tenant_id').i32(25).i32(-1)
-    .u8(1).str('id').i32(20).i32(-1)
-    .u8(0).str('big').i32(25).i32(-1)
+    .u8('R')
+    .i32(16384)
+    .str('public')
+    .str('Docs')
+    .u8('d')
+    .i16(3)
+    .u8(1)
+    .str('tenant_id')
+    .i32(25)
+    .i32(-1)
+    .u8(1)
+    .str('id')
+    .i32(20)
+    .i32(-1)
+    .u8(0)
+    .str('big')
+    .i32(25)
+    .i32(-1)
     .buf();
 
 describe('pgoutput decoder', () => {
   it('decodes begin and commit positions', () => {
     const d = new PgoutputDecoder();
-    expect(d.decode(new W().u8('B').lsn(0x16, 0xb374d848).i64(1n).i32(777).buf())).toEqual({ tag: 'begin', finalLsn: '16/B374D848', commitTimeMicros: 1n, xid: 777 });
-    expect(d.decode(new W().u8('C').u8(0).lsn(0, 0x100).lsn(0, 0x128).i64(2n).buf())).toEqual({ tag: 'commit', flags: 0, commitLsn: '0/100', endLsn: '0/128', commitTimeMicros: 2n });
+    expect(d.decode(new W().u8('B').lsn(0x16, 0xb374d848).i64(1n).i32(777).buf())).toEqual({
+      tag: 'begin',
+      finalLsn: '16/B374D848',
+      commitTimeMicros: 1n,
+      xid: 777,
+    });
+    expect(d.decode(new W().u8('C').u8(0).lsn(0, 0x100).lsn(0, 0x128).i64(2n).buf())).toEqual({
+      tag: 'commit',
+      flags: 0,
+      commitLsn: '0/100',
+      endLsn: '0/128',
+      commitTimeMicros: 2n,
+    });
   });
 
   it('keeps values as exact text, NULL as null', () => {
     const d = new PgoutputDecoder();
     const rel = d.decode(relation());
-    expect(rel).toMatchObject({ tag: 'relation', relation: { name: 'Docs', replicaIdentity: 'default', columns: [{ name: 'tenant_id', isKey: true }, { name: 'id', isKey: true }, { name: 'big', isKey: false }] } });
+    expect(rel).toMatchObject({
+      tag: 'relation',
+      relation: {
+        name: 'Docs',
+        replicaIdentity: 'default',
+        columns: [
+          { name: 'tenant_id', isKey: true },
+          { name: 'id', isKey: true },
+          { name: 'big', isKey: false },
+        ],
+      },
+    });
     const ins = d.decode(new W().u8('I').i32(16384).u8('N').i16(3).text('acme').text('9007199254740993').u8('n').buf());
     expect(ins).toMatchObject({ tag: 'insert', newTuple: ['acme', '9007199254740993', null] });
   });

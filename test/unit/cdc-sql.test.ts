@@ -18,7 +18,15 @@ describe('quoting', () => {
   });
 
   it('builds a row-filtered publication of all four operations', () => {
-    const sql = createPublicationSql('shardctl_f_m', [{ schema: 'public', name: 'Orders' }, { schema: 'app', name: 'items' }], 'tenant_id', 'acme');
+    const sql = createPublicationSql(
+      'shardctl_f_m',
+      [
+        { schema: 'public', name: 'Orders' },
+        { schema: 'app', name: 'items' },
+      ],
+      'tenant_id',
+      'acme',
+    );
     expect(sql).toBe(
       `CREATE PUBLICATION "shardctl_f_m" FOR TABLE "public"."Orders" WHERE ("tenant_id" = 'acme'), "app"."items" WHERE ("tenant_id" = 'acme') WITH (publish = 'insert, update, delete, truncate')`,
     );

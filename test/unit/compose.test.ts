@@ -36,7 +36,11 @@ describe('temporal-dev.yml agrees with `shardctl dev up`', () => {
     expect(args.slice(0, 2)).toEqual(['server', 'start-dev']);
     expect(args[args.indexOf('--namespace') + 1]).toBe(T.TEMPORAL_NAMESPACE);
     const attrs = args.filter((_, i) => args[i - 1] === '--search-attribute');
-    expect(attrs.sort()).toEqual(Object.entries(T.SEARCH_ATTRIBUTES).map(([k, v]) => `${k}=${v}`).sort());
+    expect(attrs.sort()).toEqual(
+      Object.entries(T.SEARCH_ATTRIBUTES)
+        .map(([k, v]) => `${k}=${v}`)
+        .sort(),
+    );
   });
 
   it('exposes an S3 server on the dev port', () => {

@@ -4,10 +4,33 @@ import { describe, it, expect } from 'vitest';
 import { runCutover, type CutoverPlan, type CutoverSteps, type Standing, type UnfreezeOutcome } from '../../lib/cutover/steps';
 import { dryRunCutoverSteps, POINT_OF_NO_RETURN_MARK } from '../../lib/cutover/dry-run';
 
-const plan: CutoverPlan = { unit: 'acme', moveId: 'acme.e3', owner: 'shard-a', next: 'shard-b', epoch: 3, direction: 'forward', fenceBudgetMs: 2000, actor: 'test' };
+const plan: CutoverPlan = {
+  unit: 'acme',
+  moveId: 'acme.e3',
+  owner: 'shard-a',
+  next: 'shard-b',
+  epoch: 3,
+  direction: 'forward',
+  fenceBudgetMs: 2000,
+  actor: 'test',
+};
 
 /** Steps that record each call and answer as scripted; `clock` advances by what each step "takes". */
-function scripted(o: { standing?: Standing; freezeOk?: boolean; fenceOk?: boolean; applyOk?: boolean; diff?: string[]; unfreeze?: UnfreezeOutcome; stepMs?: number; throwIn?: string; unfreezeThrows?: boolean; compareNever?: boolean; sequencesOk?: boolean } = {}) {
+function scripted(
+  o: {
+    standing?: Standing;
+    freezeOk?: boolean;
+    fenceOk?: boolean;
+    applyOk?: boolean;
+    diff?: string[];
+    unfreeze?: UnfreezeOutcome;
+    stepMs?: number;
+    throwIn?: string;
+    unfreezeThrows?: boolean;
+    compareNever?: boolean;
+    sequencesOk?: boolean;
+  } = {},
+) {
   const calls: string[] = [];
   let now = 1000;
   const took = () => (now += o.stepMs ?? 10);
@@ -22,7 +45,8 @@ function scripted(o: { standing?: Standing; freezeOk?: boolean; fenceOk?: boolea
     preSyncBlobs: async () => call('preSyncBlobs', undefined),
     freeze: async () => call('freeze', o.freezeOk === false ? { ok: false, reason: 'lost the race' } : { ok: true }, true),
     raiseFence: async () => call('raiseFence', o.fenceOk === false ? { ok: false, reason: 'writers held the lock' } : { ok: true }, true),
-    applyToFencePoint: async () => call('applyToFencePoint', o.applyOk === false ? { ok: false, reason: 'did not reach' } : { ok: true, fenceLsn: '0/10' }, true),
+    applyToFencePoint: async () =>
+      call('applyToFencePoint', o.applyOk === false ? { ok: false, reason: 'did not reach' } : { ok: true, fenceLsn: '0/10' }, true),
     compare: async (onBlobs) => {
       if (o.compareNever) {
         calls.push('compare');
@@ -41,9 +65,16 @@ function scripted(o: { standing?: Standing; freezeOk?: boolean; fenceOk?: boolea
     },
     measuredPauseMs: async () => call('measuredPauseMs', 777),
   };
-  return { steps, calls, hooks: { faultPoint: async (n: string) => {
+  return {
+    steps,
+    calls,
+    hooks: {
+      faultPoint: async (n: string) => {
         calls.push(`fault:${n}`);
-      }, now: () => now } };
+      },
+      now: () => now,
+    },
+  };
 }
 
 describe('runCutover', () => {
@@ -52,8 +83,19 @@ describe('runCutover', () => {
     const r = await runCutover(s.steps, plan, s.hooks);
     expect(r).toMatchObject({ ok: true, newEpoch: 4, fenceLsn: '0/10', alreadyDone: false });
     expect(s.calls).toEqual([
-      'standing', 'preSyncBlobs', 'freeze', 'raiseFence', 'fault:after-fence-raised', 'applyToFencePoint', 'compare', 'advanceSequences', 'reverseStartLsn',
-      'fault:before-switch', 'switchOwner', 'fault:after-switch-before-directory-notify', 'finishOldOwner',
+      'standing',
+      'preSyncBlobs',
+      'freeze',
+      'raiseFence',
+      'fault:after-fence-raised',
+      'applyToFencePoint',
+      'compare',
+      'advanceSequences',
+      'reverseStartLsn',
+      'fault:before-switch',
+      'switchOwner',
+      'fault:after-switch-before-directory-notify',
+      'finishOldOwner',
     ]);
   });
 
@@ -167,7 +209,18 @@ describe('the dry-run twin', () => {
     const dry = dryRunCutoverSteps(plan, { tables: ['public.accounts'] });
     const r = await runCutover(dry.steps, plan, { faultPoint: async () => {}, now: () => 0 });
     expect(r.ok).toBe(true);
-    const order = ['check the directory', 'copy the blob delta', 'freeze:', 'raise the fence', 'apply slot', 'compare:', 'advance sequences', 'measure where reverse', POINT_OF_NO_RETURN_MARK, 'finish the old owner'];
+    const order = [
+      'check the directory',
+      'copy the blob delta',
+      'freeze:',
+      'raise the fence',
+      'apply slot',
+      'compare:',
+      'advance sequences',
+      'measure where reverse',
+      POINT_OF_NO_RETURN_MARK,
+      'finish the old owner',
+    ];
     expect(dry.log.map((l) => order.findIndex((o) => l.startsWith(o)))).toEqual(order.map((_, i) => i));
     expect(dry.log.filter((l) => l.includes(POINT_OF_NO_RETURN_MARK))).toHaveLength(1);
     expect(dry.log.join('\n')).toContain('epoch 4');

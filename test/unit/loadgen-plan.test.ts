@@ -63,7 +63,7 @@ describe('SlotPlanner', () => {
     }
   });
 
-  it('overwrites a document\'s object with a new key and deletes only the object the document names', () => {
+  it("overwrites a document's object with a new key and deletes only the object the document names", () => {
     const named = new Map<string, string | null>();
     const ws = writes(new SlotPlanner(4, ['acme'], 11, opts), 1500, () => 'ack');
     let overwrites = 0;

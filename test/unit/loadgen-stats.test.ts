@@ -15,6 +15,13 @@ describe('latency statistics', () => {
   });
 
   it('buckets by powers of two with empty buckets in between kept', () => {
-    expect(latencyHistogram([0.5, 1, 3, 3, 20])).toEqual([[1, 2], [2, 0], [4, 2], [8, 0], [16, 0], [32, 1]]);
+    expect(latencyHistogram([0.5, 1, 3, 3, 20])).toEqual([
+      [1, 2],
+      [2, 0],
+      [4, 2],
+      [8, 0],
+      [16, 0],
+      [32, 1],
+    ]);
   });
 });

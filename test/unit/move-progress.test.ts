@@ -31,7 +31,10 @@ describe('copy progress', () => {
   });
 
   it('shows 100 % only when every table is done, even when the rest rounds up to it', () => {
-    const p = copyProgress([{ rowsCopied: 999_999, rowsEstimated: 999_999, done: true }, { rowsCopied: 0, rowsEstimated: 1, done: false }]);
+    const p = copyProgress([
+      { rowsCopied: 999_999, rowsEstimated: 999_999, done: true },
+      { rowsCopied: 0, rowsEstimated: 1, done: false },
+    ]);
     expect(p.percent).toBe(99);
     expect(copyProgress([{ rowsCopied: 0, rowsEstimated: 0, done: false }]).percent).toBe(0);
     expect(copyProgress([{ rowsCopied: 0, rowsEstimated: 0, done: true }]).percent).toBe(100);
@@ -39,7 +42,7 @@ describe('copy progress', () => {
 
   it('keeps copied ≤ total and percent within 0..100 for any mix of grown, shrunk and pending tables', () => {
     let seed = 17;
-    const rnd = (n: number) => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) % n);
+    const rnd = (n: number) => (seed = (seed * 1103515245 + 12345) % 2 ** 31) % n;
     for (let i = 0; i < 2000; i++) {
       const tables = Array.from({ length: 1 + rnd(4) }, () => {
         const est = rnd(3000);
@@ -56,7 +59,10 @@ describe('copy progress', () => {
   });
 
   it('estimates the time left from the rate so far, and never a negative ETA', () => {
-    const half = copyProgress([{ rowsCopied: 1000, rowsEstimated: 1000, done: true }, { rowsCopied: 0, rowsEstimated: 1000, done: false }]);
+    const half = copyProgress([
+      { rowsCopied: 1000, rowsEstimated: 1000, done: true },
+      { rowsCopied: 0, rowsEstimated: 1000, done: false },
+    ]);
     expect(copyEtaSeconds(half, 10)).toBe(10);
     expect(copyEtaSeconds(copyProgress([{ rowsCopied: 0, rowsEstimated: 10, done: false }]), 5)).toBeNull();
     // The old arithmetic (estimated − copied) said −3 rows left here.

@@ -58,7 +58,9 @@ function loadFixture(name: string): Fixture {
     history: historyFromJson(json),
     workflowId: moveWorkflowId(input.unit),
     eventTypes: json.events.map((e: any) => e.eventType),
-    activities: json.events.filter((e: any) => e.activityTaskScheduledEventAttributes).map((e: any) => e.activityTaskScheduledEventAttributes.activityType.name),
+    activities: json.events
+      .filter((e: any) => e.activityTaskScheduledEventAttributes)
+      .map((e: any) => e.activityTaskScheduledEventAttributes.activityType.name),
   };
 }
 
@@ -116,7 +118,10 @@ describe('move workflow replay (determinism against recorded histories)', () => 
     const all = FIXTURES.map((f) => loadFixture(f.file));
     const errors: string[] = [];
     let n = 0;
-    for await (const r of Worker.runReplayHistories({ workflowBundle: current, replayName: 'replay-batch' }, all.map((x) => ({ history: x.history, workflowId: x.workflowId })))) {
+    for await (const r of Worker.runReplayHistories(
+      { workflowBundle: current, replayName: 'replay-batch' },
+      all.map((x) => ({ history: x.history, workflowId: x.workflowId })),
+    )) {
       n++;
       if (r.error) errors.push(`${r.workflowId}: ${r.error.message}`);
     }

@@ -4,7 +4,12 @@ import { summarize, summaryLine, VitestJsonReport, StepResult } from '../../scri
 
 function report(o: Partial<VitestJsonReport> = {}): VitestJsonReport {
   return {
-    numTotalTests: 3, numPassedTests: 3, numFailedTests: 0, numPendingTests: 0, numTodoTests: 0, success: true,
+    numTotalTests: 3,
+    numPassedTests: 3,
+    numFailedTests: 0,
+    numPendingTests: 0,
+    numTodoTests: 0,
+    success: true,
     testResults: [{ name: 'a.test.ts', status: 'passed', message: '', assertionResults: [{ status: 'passed' }, { status: 'passed' }, { status: 'passed' }] }],
     ...o,
   };
@@ -59,7 +64,10 @@ describe('test summary', () => {
 
   it('a file that failed to load counts once, beside its failed tests elsewhere', () => {
     const json = report({
-      numTotalTests: 2, numPassedTests: 1, numFailedTests: 1, success: false,
+      numTotalTests: 2,
+      numPassedTests: 1,
+      numFailedTests: 1,
+      success: false,
       testResults: [
         { name: 'broken.test.ts', status: 'failed', message: 'Cannot find module x', assertionResults: [] },
         { name: 'b.test.ts', status: 'failed', message: '', assertionResults: [{ status: 'passed' }, { status: 'failed' }] },

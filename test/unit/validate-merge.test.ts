@@ -26,7 +26,10 @@ describe('mergeCompare', () => {
   });
 
   it('reports trailing rows of either side once the other side is exhausted', async () => {
-    expect((await merge(rows(['1'], ['2']), rows())).missing).toEqual([['t', '1'], ['t', '2']]);
+    expect((await merge(rows(['1'], ['2']), rows())).missing).toEqual([
+      ['t', '1'],
+      ['t', '2'],
+    ]);
     expect((await merge(rows(), rows(['1']))).extra).toEqual([['t', '1']]);
   });
 

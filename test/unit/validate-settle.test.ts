@@ -10,7 +10,9 @@ function table(o: Partial<TableValidation> = {}): TableValidation {
   return { ...t, missingCount: t.missing.length, extraCount: t.extra.length, differentCount: t.different.length, ...o };
 }
 const report = (...tables: TableValidation[]): TenantValidation => ({
-  unit: 't1', tables, ok: tables.every((t) => t.missingCount + t.extraCount + t.differentCount === 0),
+  unit: 't1',
+  tables,
+  ok: tables.every((t) => t.missingCount + t.extraCount + t.differentCount === 0),
 });
 const diff = (target: string) => ({ key: ['t1', '7'], column: 'kind', source: 'a', target });
 
