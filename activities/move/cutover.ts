@@ -48,6 +48,7 @@ export function createCutoverActivities(deps: Deps) {
           unfencedTables: async (side) => (await fenceStatus(deps.shardPool(side === 'owner' ? owner : next), deps.config)).unfenced,
           maxTxBytes: deps.config.limits.applyMaxTxBytes,
           beat,
+          faultPoint: deps.faultPoint,
         });
         return runCutover(steps, plan, { faultPoint: deps.faultPoint, now: Date.now });
       });

@@ -58,7 +58,7 @@ export function createDataActivities(deps: Deps) {
         void to; // the receiving side was prepared by `shards prepare` (checked at plan)
         const tables = await tenantTables(deps, from);
         const r = await ensurePublicationAndSlot(deps.shardPool(from), { ...names, tables, tenantColumn: col, unit: ref.unit });
-        await deps.faultPoint('after-slot-created');
+        await deps.faultPoint(ref.direction === 'forward' ? 'after-slot-created' : 'after-reverse-slot-created');
         return { ...names, consistentLsn: r.consistentLsn };
       });
     },

@@ -11,7 +11,7 @@ import { applyChangesUntil, currentWalLsn } from '../cdc';
 import { fingerprintUnit, fingerprintDiff } from '../validate/fingerprint';
 import { replicationNames } from '../ids';
 import { advanceSequencesForUnit } from '../shard/sequences';
-import type { CutoverPlan, CutoverSteps, Standing, UnfreezeOutcome } from './steps';
+import { CUTOVER_FAULT_POINTS, type CutoverPlan, type CutoverSteps, type Standing, type UnfreezeOutcome } from './steps';
 
 export interface LiveCutoverEnv {
   directory: Pool;
@@ -27,6 +27,8 @@ export interface LiveCutoverEnv {
   maxTxBytes: number;
   /** Heartbeat with a detail (a no-op outside an activity). */
   beat(detail?: unknown): void;
+  /** Named fault points inside a step (the crash suite kills the worker there). */
+  faultPoint?(name: string): Promise<void>;
 }
 
 export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): CutoverSteps {
@@ -141,6 +143,7 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
 
     async switchOwner(fenceLsn, reverseStartLsn) {
       await acceptEpoch(env.nextPool, unit, newEpoch);
+      await env.faultPoint?.(CUTOVER_FAULT_POINTS.afterAcceptEpoch(plan.direction));
       // Only from this attempt's own freeze: a late attempt cannot switch on another's.
       const cas = await compareAndSetPlacement(
         env.directory,

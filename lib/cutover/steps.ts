@@ -82,8 +82,11 @@ export interface CutoverHooks {
 
 export const CUTOVER_FAULT_POINTS = {
   fenceRaised: (d: Direction) => (d === 'forward' ? 'after-fence-raised' : 'mid-rollback'),
-  beforeSwitch: 'before-switch',
-  afterSwitch: 'after-switch-before-directory-notify',
+  beforeSwitch: (d: Direction) => (d === 'forward' ? 'before-switch' : 'rollback-before-switch'),
+  /** Inside switchOwner: the next owner accepts the new epoch, the directory does not yet say so. */
+  afterAcceptEpoch: (d: Direction) => (d === 'forward' ? 'after-accept-epoch' : 'rollback-after-accept-epoch'),
+  /** After the directory's switch transaction (and its NOTIFY) committed, before the old owner is finished. */
+  afterSwitch: (d: Direction) => (d === 'forward' ? 'after-switch-committed' : 'rollback-after-switch-committed'),
 } as const;
 
 /** The one cutover sequence, over either implementation of the steps. */
@@ -172,7 +175,7 @@ export async function runCutover(s: CutoverSteps, plan: CutoverPlan, hooks: Cuto
     if (plan.direction === 'forward') reverseStart = await s.reverseStartLsn();
     if (elapsed() > plan.fenceBudgetMs) return await abort(`fence took longer than its budget of ${plan.fenceBudgetMs} ms; unfenced, will retry`);
     step = 'before the switch';
-    await hooks.faultPoint(CUTOVER_FAULT_POINTS.beforeSwitch);
+    await hooks.faultPoint(CUTOVER_FAULT_POINTS.beforeSwitch(plan.direction));
   } catch (e: any) {
     const why = `${step} failed inside the frozen window: ${e?.message ?? String(e)}`.slice(0, 400);
     let r: CutoverResult;
@@ -185,7 +188,7 @@ export async function runCutover(s: CutoverSteps, plan: CutoverPlan, hooks: Cuto
     return r;
   }
   await s.switchOwner(fenceLsn, reverseStart);
-  await hooks.faultPoint(CUTOVER_FAULT_POINTS.afterSwitch);
+  await hooks.faultPoint(CUTOVER_FAULT_POINTS.afterSwitch(plan.direction));
   const pauseMs = mark('switched');
   await s.finishOldOwner();
   // A resumed cutover reports the whole pause since the freeze, not just this attempt's share.

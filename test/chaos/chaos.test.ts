@@ -22,7 +22,9 @@ const POINTS = [
   'after-validate',
   'after-fence-raised',
   'before-switch',
-  'after-switch-before-directory-notify',
+  'after-accept-epoch',
+  'after-switch-committed',
+  'after-reverse-slot-created',
   'mid-soak',
   'mid-retire',
 ];

@@ -20,10 +20,15 @@ const CASES: { point: string; path: Path }[] = [
   { point: 'after-validate', path: 'complete' },
   { point: 'after-fence-raised', path: 'complete' },
   { point: 'before-switch', path: 'complete' },
-  { point: 'after-switch-before-directory-notify', path: 'complete' },
+  { point: 'after-reverse-slot-created', path: 'complete' },
+  { point: 'after-accept-epoch', path: 'complete' },
+  { point: 'after-switch-committed', path: 'complete' },
   { point: 'mid-soak', path: 'complete' },
   { point: 'mid-retire', path: 'complete' },
   { point: 'mid-rollback', path: 'rollback' },
+  { point: 'rollback-before-switch', path: 'rollback' },
+  { point: 'rollback-after-accept-epoch', path: 'rollback' },
+  { point: 'rollback-after-switch-committed', path: 'rollback' },
   { point: 'mid-cancel', path: 'cancel' },
 ];
 const PAIRS: [string, string][] = [

@@ -94,7 +94,7 @@ describe('runCutover', () => {
       'reverseStartLsn',
       'fault:before-switch',
       'switchOwner',
-      'fault:after-switch-before-directory-notify',
+      'fault:after-switch-committed',
       'finishOldOwner',
     ]);
   });
