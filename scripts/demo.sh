@@ -20,21 +20,21 @@ start_bg() {
   set +m
   STARTED+=("$!")
 }
-# stop_bg: SIGTERM each group, SIGKILL whatever is still there after 15 s (the watchdog runs in
-# a group of its own too, so stopping it stops its sleep as well).
+# stop_bg: SIGTERM each group, wait up to 15 s for every member to go, then SIGKILL what is
+# left. A polling loop in this shell, not a background watchdog: nothing of its own to outlive it.
 stop_bg() {
   [ ${#STARTED[@]} -gt 0 ] || return 0
-  local g
+  local g i alive
   for g in "${STARTED[@]}"; do kill -TERM -- "-$g" 2>/dev/null || true; done
-  set -m
-  (sleep 15; for g in "${STARTED[@]}"; do kill -KILL -- "-$g" 2>/dev/null || true; done) > /dev/null 2>&1 &
-  set +m
-  local watchdog=$!
-  for g in "${STARTED[@]}"; do wait "$g" 2>/dev/null || true; done
-  kill -TERM -- "-$watchdog" 2>/dev/null || true
-  wait "$watchdog" 2>/dev/null || true
+  for i in $(seq 150); do
+    alive=0
+    for g in "${STARTED[@]}"; do kill -0 -- "-$g" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break
+    sleep 0.1
+  done
   # A leader gone may leave members of its group behind.
   for g in "${STARTED[@]}"; do kill -KILL -- "-$g" 2>/dev/null || true; done
+  for g in "${STARTED[@]}"; do wait "$g" 2>/dev/null || true; done
   STARTED=()
 }
 cleanup() {
