@@ -2,13 +2,12 @@
 // draws, from a seeded PRNG, a shard pair, a fault point or a random kill time, and the path
 // (complete / cancel / rollback); kills the real worker there, finishes with a fresh one, and
 // asserts DESIGN.md §5. The same seed replays the same draws.
-import { describe, it, expect, beforeAll, afterAll, afterEach } from 'vitest';
+import { describe, it, expect } from 'vitest';
 import path from 'node:path';
 import fs from 'node:fs';
-import { uniq, closePools } from '../helpers/stack';
+import { uniq } from '../helpers/stack';
 import * as H from '../helpers/move';
 import * as C from '../helpers/crash';
-import { buildWorkflowBundle } from '../../worker';
 import * as M from '../../workflows/messages';
 import { prng } from '../../lib/loadgen/plan';
 
@@ -40,26 +39,15 @@ const pick = <T>(xs: T[]) => xs[Math.floor(rand() * xs.length)];
 const rows: C.CaseRow[] = [];
 /** Iterations whose first worker really died by SIGKILL (a fault point on another path kills nothing). */
 const kills = { atPoint: 0, byTime: 0, none: 0 };
-let t: Awaited<ReturnType<typeof H.temporal>>;
-
-beforeAll(async () => {
-  process.stdout.write(`chaos: seed ${SEED}, ${ITERATIONS} iterations (replay with --seed ${SEED})\n`);
-  await H.prepareStack();
-  await buildWorkflowBundle(C.BUNDLE);
-  t = await H.temporal();
-});
-// A case that timed out keeps running in the background: its workers and traffic must not.
-afterEach(async () => {
-  const stopped = await C.stopStragglers();
-  if (stopped.length) process.stderr.write(`stopped after the case: ${stopped.join(', ')}\n`);
-});
-afterAll(async () => {
-  await C.stopStragglers();
-  const summary = `chaos seed ${SEED}: ${kills.atPoint + kills.byTime} of ${rows.length} iterations killed a worker (${kills.atPoint} at a fault point, ${kills.byTime} at a random time); ${kills.none} had no kill\n`;
-  process.stdout.write(C.writeReport(rows, path.join(C.ARTIFACTS, `chaos-${SEED}.md`)) + summary);
-  fs.appendFileSync(path.join(C.ARTIFACTS, `chaos-${SEED}.md`), `\n${summary}`);
-  await t?.close();
-  await closePools();
+const suite = C.crashSuite({
+  before: async () => {
+    process.stdout.write(`chaos: seed ${SEED}, ${ITERATIONS} iterations (replay with --seed ${SEED})\n`);
+  },
+  report: () => {
+    const summary = `chaos seed ${SEED}: ${kills.atPoint + kills.byTime} of ${rows.length} iterations killed a worker (${kills.atPoint} at a fault point, ${kills.byTime} at a random time); ${kills.none} had no kill\n`;
+    process.stdout.write(C.writeReport(rows, path.join(C.ARTIFACTS, `chaos-${SEED}.md`)) + summary);
+    fs.appendFileSync(path.join(C.ARTIFACTS, `chaos-${SEED}.md`), `\n${summary}`);
+  },
 });
 
 describe(`chaos (seed ${SEED})`, () => {
@@ -90,7 +78,7 @@ describe(`chaos (seed ${SEED})`, () => {
         w1 = C.spawnWorker(tq, byTime ? {} : { faultPoint: point, faultLog });
         await w1.ready;
         const h = await H.startMove(
-          t.client,
+          suite.client,
           tq,
           H.moveInput(tenant, target, {
             soakSeconds: path_ === 'rollback' ? 600 : 2,
@@ -166,20 +154,7 @@ describe(`chaos (seed ${SEED})`, () => {
           seconds: Math.round((Date.now() - t0) / 1000),
         });
       } catch (e) {
-        rows.push({
-          faultPoint: label,
-          killed: w1?.proc.signalCode === 'SIGKILL',
-          outcome: `FAILED: ${String((e as Error).message)
-            .split('\n')[0]
-            .slice(0, 120)}`,
-          pauseMs: null,
-          writesAcked: 0,
-          writesRefused: 0,
-          unknown: null,
-          reads: null,
-          verified: '-',
-          seconds: Math.round((Date.now() - t0) / 1000),
-        });
+        rows.push(C.failedRow(label, w1?.proc.signalCode === 'SIGKILL', e, t0));
         throw e;
       } finally {
         await traffic.stop();

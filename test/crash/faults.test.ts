@@ -1,13 +1,12 @@
 // The crash matrix (issue 5): for every named fault point, a real worker process is SIGKILLed
 // when it reaches the point, a fresh worker finishes the move (or its cancel / rollback), and
 // DESIGN.md §5 is asserted with live traffic on the moving tenant and a bystander.
-import { describe, it, expect, beforeAll, afterAll, afterEach } from 'vitest';
+import { describe, it, expect } from 'vitest';
 import path from 'node:path';
 import fs from 'node:fs';
-import { testConfig, uniq, closePools } from '../helpers/stack';
+import { testConfig, uniq } from '../helpers/stack';
 import * as H from '../helpers/move';
 import * as C from '../helpers/crash';
-import { buildWorkflowBundle } from '../../worker';
 import { Router } from '../../lib/router';
 import * as M from '../../workflows/messages';
 
@@ -38,24 +37,11 @@ const PAIRS: [string, string][] = [
 ];
 
 const rows: C.CaseRow[] = [];
-let t: Awaited<ReturnType<typeof H.temporal>>;
-
-beforeAll(async () => {
-  await H.prepareStack();
-  await buildWorkflowBundle(C.BUNDLE);
-  t = await H.temporal();
-});
-// A case that timed out keeps running in the background: its workers and traffic must not.
-afterEach(async () => {
-  const stopped = await C.stopStragglers();
-  if (stopped.length) process.stderr.write(`stopped after the case: ${stopped.join(', ')}\n`);
-});
-afterAll(async () => {
-  await C.stopStragglers();
-  const table = C.writeReport(rows);
-  process.stdout.write(`\ncrash suite report (${path.join('test-results', 'crash-report.md')}):\n${table}\n`);
-  await t?.close();
-  await closePools();
+const suite = C.crashSuite({
+  report: () => {
+    const table = C.writeReport(rows);
+    process.stdout.write(`\ncrash suite report (${path.join('test-results', 'crash-report.md')}):\n${table}\n`);
+  },
 });
 
 describe('crash matrix: SIGKILL the worker at every fault point', () => {
@@ -84,7 +70,7 @@ describe('crash matrix: SIGKILL the worker at every fault point', () => {
           w1 = C.spawnWorker(tq, { faultPoint: c.point, faultLog });
           await w1.ready;
           const h = await H.startMove(
-            t.client,
+            suite.client,
             tq,
             H.moveInput(tenant, target, {
               soakSeconds: c.path === 'rollback' ? 600 : 3,
@@ -144,20 +130,7 @@ describe('crash matrix: SIGKILL the worker at every fault point', () => {
             seconds: Math.round((Date.now() - t0) / 1000),
           });
         } catch (e) {
-          rows.push({
-            faultPoint: c.point,
-            killed: w1?.proc.signalCode === 'SIGKILL',
-            outcome: `FAILED: ${String((e as Error).message)
-              .split('\n')[0]
-              .slice(0, 120)}`,
-            pauseMs: null,
-            writesAcked: 0,
-            writesRefused: 0,
-            unknown: null,
-            reads: null,
-            verified: '-',
-            seconds: Math.round((Date.now() - t0) / 1000),
-          });
+          rows.push(C.failedRow(c.point, w1?.proc.signalCode === 'SIGKILL', e, t0));
           throw e;
         } finally {
           await traffic.stop();

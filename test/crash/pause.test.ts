@@ -2,51 +2,26 @@
 // heartbeat timeout; a second worker takes the attempt over (a new freeze token) and finishes the
 // move; then the first is resumed with SIGCONT. Nothing it does afterwards may change the
 // outcome: one owner, no lost or stale write, no frozen unit, no new directory change.
-import { describe, it, expect, beforeAll, afterAll, afterEach } from 'vitest';
+import { describe, it, expect } from 'vitest';
 import path from 'node:path';
 import fs from 'node:fs';
-import { uniq, closePools, directoryPool } from '../helpers/stack';
+import { uniq, directoryPool } from '../helpers/stack';
 import * as H from '../helpers/move';
 import * as C from '../helpers/crash';
-import { buildWorkflowBundle } from '../../worker';
 
-let t: Awaited<ReturnType<typeof H.temporal>>;
 const rows: string[] = [];
-
-beforeAll(async () => {
-  await H.prepareStack();
-  await buildWorkflowBundle(C.BUNDLE);
-  t = await H.temporal();
-});
-// A case that timed out keeps running in the background: its workers and traffic must not.
-afterEach(async () => {
-  const stopped = await C.stopStragglers();
-  if (stopped.length) process.stderr.write(`stopped after the case: ${stopped.join(', ')}\n`);
-});
-afterAll(async () => {
-  await C.stopStragglers();
-  const file = path.join(C.ARTIFACTS, 'crash-pause-report.md');
-  const table = `| paused at | outcome | cutover pause ms | writes acked | refused | verify | directory changes after SIGCONT |\n|---|---|---|---|---|---|---|\n${rows.join('\n')}\n`;
-  fs.mkdirSync(path.dirname(file), { recursive: true });
-  fs.writeFileSync(file, table);
-  process.stdout.write(`\npause nemesis report (${path.relative(process.cwd(), file)}):\n${table}\n`);
-  await t?.close();
-  await closePools();
+const suite = C.crashSuite({
+  report: () => {
+    const file = path.join(C.ARTIFACTS, 'crash-pause-report.md');
+    const table = `| paused at | outcome | cutover pause ms | writes acked | refused | verify | directory changes after SIGCONT |\n|---|---|---|---|---|---|---|\n${rows.join('\n')}\n`;
+    fs.mkdirSync(path.dirname(file), { recursive: true });
+    fs.writeFileSync(file, table);
+    process.stdout.write(`\npause nemesis report (${path.relative(process.cwd(), file)}):\n${table}\n`);
+  },
 });
 
 async function auditCount(unit: string): Promise<number> {
   return (await directoryPool().query('select count(*)::int as n from shardctl.audit where unit = $1', [unit])).rows[0].n;
-}
-
-function spawnPausing(tq: string, point: string, faultLog: string): C.ChildWorker {
-  const before = process.env.SHARDCTL_FAULT_ACTION;
-  process.env.SHARDCTL_FAULT_ACTION = 'stop';
-  try {
-    return C.spawnWorker(tq, { faultPoint: point, faultLog });
-  } finally {
-    if (before === undefined) delete process.env.SHARDCTL_FAULT_ACTION;
-    else process.env.SHARDCTL_FAULT_ACTION = before;
-  }
 }
 
 describe('pause nemesis: SIGSTOP a worker inside the cutover, let another take over, then SIGCONT it', () => {
@@ -64,9 +39,9 @@ describe('pause nemesis: SIGSTOP a worker inside the cutover, let another take o
       let w1: C.ChildWorker | undefined;
       let w2: C.ChildWorker | undefined;
       try {
-        w1 = spawnPausing(tq, point, faultLog);
+        w1 = C.spawnWorker(tq, { faultPoint: point, faultLog, faultAction: 'stop' });
         await w1.ready;
-        const h = await H.startMove(t.client, tq, H.moveInput(tenant, 'shard-b', { soakSeconds: 2, copyBatchRows: 40, fenceBudgetMs: 5000 }));
+        const h = await H.startMove(suite.client, tq, H.moveInput(tenant, 'shard-b', { soakSeconds: 2, copyBatchRows: 40, fenceBudgetMs: 5000 }));
         // Wait until the first worker has stopped itself at the point.
         for (let i = 0; !(fs.existsSync(faultLog) && fs.readFileSync(faultLog, 'utf8').includes(point)); i++) {
           if (i > 1200) throw new Error(`worker never reached ${point}`);

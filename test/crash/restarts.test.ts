@@ -2,11 +2,10 @@
 // target during apply, and the Temporal dev server (persistent SQLite) during the move. The move
 // waits visibly, resumes, and DESIGN.md §5 holds. Runs after the rest of the suite (it restarts
 // shared servers).
-import { describe, it, expect, beforeAll, afterAll, afterEach } from 'vitest';
-import { testConfig, uniq, closePools, shardPool } from '../helpers/stack';
+import { describe, it, expect } from 'vitest';
+import { testConfig, uniq, shardPool } from '../helpers/stack';
 import * as H from '../helpers/move';
 import * as C from '../helpers/crash';
-import { buildWorkflowBundle } from '../../worker';
 import { stackAt, restartPostgres, restartTemporal } from '../../lib/dev/stack';
 import { projectRoot } from '../../lib/config';
 import { Router } from '../../lib/router';
@@ -15,30 +14,21 @@ import type { PgServerName } from '../../lib/dev/topology';
 import { addAcked, UnitBaseline } from '../../lib/loadgen';
 
 const rows: C.CaseRow[] = [];
-let t: Awaited<ReturnType<typeof H.temporal>>;
 let worker: C.ChildWorker;
 let tq: string;
 const stack = stackAt(projectRoot());
 
-beforeAll(async () => {
-  await H.prepareStack();
-  await buildWorkflowBundle(C.BUNDLE);
-  t = await H.temporal();
-  tq = uniq('restart');
-  worker = C.spawnWorker(tq);
-  await worker.ready;
-});
-// A case that timed out keeps running in the background: its workers and traffic must not.
-afterEach(async () => {
-  const stopped = await C.stopStragglers([worker]);
-  if (stopped.length) process.stderr.write(`stopped after the case: ${stopped.join(', ')}\n`);
-});
-afterAll(async () => {
-  C.writeReport(rows, `${C.ARTIFACTS}/crash-restarts-report.md`);
-  await C.stopWorker(worker);
-  await C.stopStragglers();
-  await t?.close();
-  await closePools();
+const suite = C.crashSuite({
+  before: async () => {
+    tq = uniq('restart');
+    worker = C.spawnWorker(tq);
+    await worker.ready;
+  },
+  keep: () => [worker],
+  report: async () => {
+    C.writeReport(rows, `${C.ARTIFACTS}/crash-restarts-report.md`);
+    await C.stopWorker(worker);
+  },
 });
 
 /** A burst of small write transactions on the tenant, so the next catch-up has a backlog; returns the ids (all acknowledged). */
@@ -156,7 +146,7 @@ async function runCase(
   const traffic = await C.startTraffic(`${name}-${tenant}`, [tenant, bystander], 30);
   try {
     const h = await H.startMove(
-      t.client,
+      suite.client,
       tq,
       H.moveInput(tenant, o.target, { soakSeconds: 3, copyBatchRows: 40, rowsPerSecond: 150, approveCutover: 'manual' }),
     );
@@ -180,20 +170,7 @@ async function runCase(
       seconds: Math.round((Date.now() - t0) / 1000),
     });
   } catch (e) {
-    rows.push({
-      faultPoint: name,
-      killed: false,
-      outcome: `FAILED: ${String((e as Error).message)
-        .split('\n')[0]
-        .slice(0, 120)}`,
-      pauseMs: null,
-      writesAcked: 0,
-      writesRefused: 0,
-      unknown: null,
-      reads: null,
-      verified: '-',
-      seconds: Math.round((Date.now() - t0) / 1000),
-    });
+    rows.push(C.failedRow(name, false, e, t0));
     throw e;
   } finally {
     await traffic.stop();

@@ -4,9 +4,10 @@
 import { spawn, ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import { expect } from 'vitest';
+import { expect, beforeAll, afterAll, afterEach } from 'vitest';
 import type { WorkflowHandle } from '@temporalio/client';
-import { testConfig, uniq, shardPool, directoryPool } from './stack';
+import { testConfig, uniq, shardPool, directoryPool, closePools } from './stack';
+import { buildWorkflowBundle } from '../../worker';
 import * as H from './move';
 import { Router } from '../../lib/router';
 import { createDeps } from '../../activities/deps';
@@ -48,7 +49,8 @@ export async function stopStragglers(keep: (ChildWorker | undefined)[] = []): Pr
   return stopped;
 }
 
-export function spawnWorker(taskQueue: string, opts: { faultPoint?: string; faultLog?: string } = {}): ChildWorker {
+/** `faultAction: 'stop'` makes the armed point SIGSTOP the worker instead of killing it (the pause nemesis). */
+export function spawnWorker(taskQueue: string, opts: { faultPoint?: string; faultLog?: string; faultAction?: 'kill' | 'stop' } = {}): ChildWorker {
   const log = path.join(ARTIFACTS, 'crash', `worker-${taskQueue}-${Date.now()}.log`);
   fs.mkdirSync(path.dirname(log), { recursive: true });
   const out = fs.openSync(log, 'a');
@@ -57,6 +59,7 @@ export function spawnWorker(taskQueue: string, opts: { faultPoint?: string; faul
     SHARDCTL_WORKFLOW_BUNDLE: BUNDLE,
     SHARDCTL_FAULT_POINT: opts.faultPoint ?? '',
     SHARDCTL_FAULT_LOG: opts.faultLog ?? '',
+    SHARDCTL_FAULT_ACTION: opts.faultAction ?? 'kill',
   };
   const proc = spawn(process.execPath, [path.join(ROOT, 'cli', 'shardctl.js'), 'worker', '--task-queue', taskQueue], {
     cwd: ROOT,
@@ -133,6 +136,56 @@ export interface CaseRow {
   reads: string | null;
   verified: string;
   seconds: number;
+}
+
+/** The report row of a case that failed: its first line of error, and whether the first worker really died. */
+export function failedRow(faultPoint: string, killed: boolean, e: unknown, t0: number): CaseRow {
+  return {
+    faultPoint,
+    killed,
+    outcome: `FAILED: ${String((e as Error)?.message ?? e)
+      .split('\n')[0]
+      .slice(0, 120)}`,
+    pauseMs: null,
+    writesAcked: 0,
+    writesRefused: 0,
+    unknown: null,
+    reads: null,
+    verified: '-',
+    seconds: Math.round((Date.now() - t0) / 1000),
+  };
+}
+
+/**
+ * The hooks every crash-style suite shares: a prepared stack, the workflow bundle its child
+ * workers load, a Temporal client; after each case the stragglers of a timed-out case are
+ * stopped (except `keep()`); at the end `report()` runs, then everything is closed.
+ */
+export function crashSuite(o: { before?: () => Promise<void>; report?: () => void | Promise<void>; keep?: () => (ChildWorker | undefined)[] } = {}) {
+  let t: Awaited<ReturnType<typeof H.temporal>> | undefined;
+  beforeAll(async () => {
+    await H.prepareStack();
+    await buildWorkflowBundle(BUNDLE);
+    t = await H.temporal();
+    await o.before?.();
+  });
+  // A case that timed out keeps running in the background: its workers and traffic must not.
+  afterEach(async () => {
+    const stopped = await stopStragglers(o.keep?.() ?? []);
+    if (stopped.length) process.stderr.write(`stopped after the case: ${stopped.join(', ')}\n`);
+  });
+  afterAll(async () => {
+    await o.report?.();
+    await stopStragglers();
+    await t?.close();
+    await closePools();
+  });
+  return {
+    get client() {
+      if (!t) throw new Error('the crash suite is not set up yet');
+      return t.client;
+    },
+  };
 }
 
 /** The whole unit on its owner before traffic: every seeded row (count + hash) and object. */
