@@ -128,7 +128,8 @@ export function createPlanActivities(deps: Deps) {
           actor: 'plan',
         };
         const dry = dryRunCutoverSteps(plan, { tables: tables.map((t) => t.table) });
-        await runCutover(dry.steps, plan, { faultPoint: async () => {}, now: Date.now });
+        // A still clock: the dry run's text (budgets left) must be the same on every delivery of plan.
+        await runCutover(dry.steps, plan, { faultPoint: async () => {}, now: () => 0 });
         return { ok: true, reasons, ...base, tables, cutoverSteps: dry.log };
       });
     },
