@@ -6,7 +6,7 @@ import type { TenantTable } from '../shard/tables';
 import { getPlacement, compareAndSetPlacement } from '../directory/placements';
 import { measuredPauseMs } from '../directory/moves';
 import { randomUUID } from 'node:crypto';
-import { freezeSource, unfreeze, acceptEpoch, disown } from '../shard/fence';
+import { freezeSource, unfreeze, acceptEpoch, disown, takeBackAcceptance } from '../shard/fence';
 import { applyChangesUntil, currentWalLsn } from '../cdc';
 import { fingerprintUnit, fingerprintDiff } from '../validate/fingerprint';
 import { replicationNames } from '../ids';
@@ -40,6 +40,9 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
   const token = randomUUID();
   let takenOver: string | undefined;
   const myTokens = () => (takenOver ? [token, takenOver] : [token]);
+  // The directory generation of this attempt's freeze: every later freeze (a takeover, or a fresh
+  // freeze after an unfreeze) has a higher one. The next owner's acceptance carries it.
+  let freezeGen: number | undefined;
 
   return {
     async standing(): Promise<Standing> {
@@ -79,7 +82,10 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
         // A takeover is not a new freeze: the pause is measured from the first one.
         { actor: plan.actor, action: takeover ? 'refreeze' : 'freeze', detail: { moveId, direction: plan.direction, freezeToken: token } },
       );
-      if (cas.ok) return { ok: true };
+      if (cas.ok) {
+        freezeGen = cas.generation;
+        return { ok: true };
+      }
       return { ok: false, reason: `lost the race to freeze ${unit} (another attempt froze or took it over): ${JSON.stringify(cas.current)}` };
     },
 
@@ -142,7 +148,17 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
     },
 
     async switchOwner(fenceLsn, reverseStartLsn) {
-      await acceptEpoch(env.nextPool, unit, newEpoch);
+      if (freezeGen === undefined) throw new Error(`switch of ${unit} without a freeze of this attempt`);
+      const accepted = await acceptEpoch(env.nextPool, unit, newEpoch, freezeGen);
+      if (!accepted.ok) {
+        // An attempt of a later freeze accepted first: it decides (switches or takes it back).
+        // Nothing of this attempt's is on the next owner; its freeze was taken over.
+        const cur = await getPlacement(env.directory, unit);
+        if (cur && cur.shard === next && cur.epoch === newEpoch) return;
+        throw new Error(
+          `switch superseded: ${next} accepted ${unit} at epoch ${accepted.current?.epoch} for a later attempt (generation ${accepted.current?.acceptGen}, this attempt's ${freezeGen}); ${unit} stays frozen on ${owner}`,
+        );
+      }
       await env.faultPoint?.(CUTOVER_FAULT_POINTS.afterAcceptEpoch(plan.direction));
       // Only from this attempt's own freeze: a late attempt cannot switch on another's.
       const cas = await compareAndSetPlacement(
@@ -157,9 +173,10 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
       if (cas.ok) return;
       const cur = cas.current;
       if (cur && cur.shard === next && cur.epoch === newEpoch) return;
-      // Someone else changed the placement (e.g. a concurrent delivery aborted and unfroze):
-      // take back the next owner's acceptance, then fail; the next delivery decides afresh.
-      await disown(env.nextPool, unit, newEpoch);
+      // Someone else changed the placement (e.g. a concurrent delivery took the freeze over, or
+      // aborted and unfroze): take back this attempt's own acceptance (never a later attempt's,
+      // which may be switching the directory to it now), then fail; the next delivery decides afresh.
+      await takeBackAcceptance(env.nextPool, unit, newEpoch, freezeGen);
       // If the directory shows the owner open again, the fence this attempt raised late must not
       // stay up (fail open); the guard leaves any other attempt's freeze alone.
       if (cur && cur.shard === owner && cur.epoch === epoch && cur.state === 'active') await unfreeze(env.ownerPool, unit, epoch, myTokens());

@@ -12,13 +12,25 @@ export interface FenceState {
   frozen: boolean;
   /** The cutover attempt that froze it (absent when open or frozen without a token). */
   freezeToken?: string;
+  /**
+   * The directory generation of the freeze whose cutover attempt accepted this epoch here (absent
+   * when accepted without one). Kept with its epoch; a new epoch starts without it.
+   */
+  acceptGen?: number;
 }
 
 export async function getUnitFence(db: Pool | PoolClient, unit: string): Promise<FenceState | undefined> {
-  const r = await db.query('select unit, epoch, owned, frozen, freeze_token from shardctl.fence where unit = $1', [unit]);
+  const r = await db.query('select unit, epoch, owned, frozen, freeze_token, accept_gen from shardctl.fence where unit = $1', [unit]);
   if (r.rowCount === 0) return undefined;
   const row = r.rows[0];
-  return { unit: row.unit, epoch: Number(row.epoch), owned: row.owned, frozen: row.frozen, freezeToken: row.freeze_token ?? undefined };
+  return {
+    unit: row.unit,
+    epoch: Number(row.epoch),
+    owned: row.owned,
+    frozen: row.frozen,
+    freezeToken: row.freeze_token ?? undefined,
+    acceptGen: row.accept_gen === null ? undefined : Number(row.accept_gen),
+  };
 }
 
 /**
@@ -29,7 +41,15 @@ export async function getUnitFence(db: Pool | PoolClient, unit: string): Promise
 export async function setUnitFence(
   pool: Pool,
   next: FenceState,
-  opts: { expect?: Partial<FenceState> | 'absent'; lockTimeoutMs?: number; expectTokenIn?: string[] } = {},
+  opts: {
+    expect?: Partial<FenceState> | 'absent';
+    lockTimeoutMs?: number;
+    expectTokenIn?: string[];
+    /** Accepting for the attempt of this freeze generation: refused if a later one accepted this epoch. */
+    acceptGen?: number;
+    /** Only if this epoch's acceptance is exactly this generation's (a lost switch takes back its own). */
+    onlyAcceptGen?: number;
+  } = {},
 ): Promise<{ ok: boolean; current: FenceState | undefined; waitedMs: number }> {
   return inTransaction(pool, async (c) => {
     if (opts.lockTimeoutMs) await c.query(`select set_config('lock_timeout', $1, true)`, [`${opts.lockTimeoutMs}ms`]);
@@ -41,22 +61,34 @@ export async function setUnitFence(
     const mismatch =
       (e === 'absent' ? current !== undefined : e !== undefined && (!current || Object.entries(e).some(([k, v]) => (current as any)[k] !== v))) ||
       // Only the attempt that froze it (or took its freeze over) may lower a tokened freeze.
-      (opts.expectTokenIn !== undefined && current?.freezeToken !== undefined && !opts.expectTokenIn.includes(current.freezeToken));
+      (opts.expectTokenIn !== undefined && current?.freezeToken !== undefined && !opts.expectTokenIn.includes(current.freezeToken)) ||
+      // A later freeze's attempt already accepted this epoch (or took its acceptance back): not ours to overwrite.
+      (opts.acceptGen !== undefined && current?.epoch === next.epoch && current.acceptGen !== undefined && current.acceptGen > opts.acceptGen) ||
+      (opts.onlyAcceptGen !== undefined && !(current?.epoch === next.epoch && current.acceptGen === opts.onlyAcceptGen));
     // Nothing written: the transaction commits empty.
     if (mismatch || (current && next.epoch < current.epoch)) return { ok: false, current, waitedMs };
+    const token = next.frozen ? (next.freezeToken ?? null) : null;
+    const acceptGen = opts.acceptGen ?? (current && current.epoch === next.epoch ? (current.acceptGen ?? null) : null);
     // Already so: no write, so updated_at keeps meaning "last change" (retire's write audit
     // counts from the disown; a late, repeated disown must not move that start).
-    const token = next.frozen ? (next.freezeToken ?? null) : null;
-    if (current && current.epoch === next.epoch && current.owned === next.owned && current.frozen === next.frozen && (current.freezeToken ?? null) === token) {
+    if (
+      current &&
+      current.epoch === next.epoch &&
+      current.owned === next.owned &&
+      current.frozen === next.frozen &&
+      (current.freezeToken ?? null) === token &&
+      (current.acceptGen ?? null) === acceptGen
+    ) {
       return { ok: true, current, waitedMs };
     }
     await c.query(
-      `insert into shardctl.fence(unit, epoch, owned, frozen, freeze_token, updated_at) values ($1, $2, $3, $4, $5, now())
+      `insert into shardctl.fence(unit, epoch, owned, frozen, freeze_token, accept_gen, updated_at) values ($1, $2, $3, $4, $5, $6, now())
        on conflict (unit) do update set epoch = excluded.epoch, owned = excluded.owned, frozen = excluded.frozen,
-         freeze_token = excluded.freeze_token, updated_at = now()`,
-      [next.unit, next.epoch, next.owned, next.frozen, token],
+         freeze_token = excluded.freeze_token, accept_gen = excluded.accept_gen, updated_at = now()`,
+      [next.unit, next.epoch, next.owned, next.frozen, token, acceptGen],
     );
-    return { ok: true, current: next, waitedMs };
+    const written: FenceState = { ...next, freezeToken: token ?? undefined, acceptGen: acceptGen ?? undefined };
+    return { ok: true, current: written, waitedMs };
   });
 }
 
@@ -87,9 +119,23 @@ export function unfreeze(pool: Pool, unit: string, epoch: number, tokens?: strin
   return setUnitFence(pool, { unit, epoch, owned: true, frozen: false }, { expect: { epoch, owned: true }, expectTokenIn: tokens });
 }
 
-/** The new owner accepts writes at `epoch` (the switch's first half). */
-export function acceptEpoch(pool: Pool, unit: string, epoch: number) {
-  return setUnitFence(pool, { unit, epoch, owned: true, frozen: false });
+/**
+ * The new owner accepts writes at `epoch` (the switch's first half). With `gen` (the directory
+ * generation of the accepting attempt's freeze), refused when an attempt of a later freeze already
+ * accepted this epoch here: a superseded attempt cannot overwrite, and so later take back, the
+ * acceptance of the attempt that will switch.
+ */
+export function acceptEpoch(pool: Pool, unit: string, epoch: number, gen?: number) {
+  return setUnitFence(pool, { unit, epoch, owned: true, frozen: false }, { acceptGen: gen });
+}
+
+/**
+ * A lost switch takes back its own acceptance of `epoch`: only if the acceptance here is still the
+ * one its attempt (freeze generation `gen`) made. A later attempt's acceptance, made before or
+ * after, stays: that attempt may be switching the directory to it right now.
+ */
+export function takeBackAcceptance(pool: Pool, unit: string, epoch: number, gen: number) {
+  return setUnitFence(pool, { unit, epoch, owned: false, frozen: false }, { onlyAcceptGen: gen });
 }
 
 /** This shard no longer owns the unit: it refuses every write of it at `epoch` and below. */

@@ -45,6 +45,9 @@ create table if not exists shardctl.fence (
 -- The cutover attempt whose freeze this is: only that attempt (or the one that took it over)
 -- may lower it, so a paused attempt can never reopen another attempt's freeze.
 alter table shardctl.fence add column if not exists freeze_token text;
+-- The cutover attempt whose acceptance this is, as the directory generation of its freeze: a
+-- superseded attempt can neither overwrite a later attempt's acceptance nor take it back.
+alter table shardctl.fence add column if not exists accept_gen bigint;
 
 create table if not exists shardctl.move_progress (
   move_id text not null,

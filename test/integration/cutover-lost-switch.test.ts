@@ -21,9 +21,10 @@ afterAll(async () => {
   await closePools();
 });
 
-function env(): LiveCutoverEnv {
+function env(faultPoint?: (name: string) => Promise<void>): LiveCutoverEnv {
   const config = testConfig();
   return {
+    faultPoint,
     directory: directoryPool(),
     ownerPool: shardPool(OWNER),
     nextPool: shardPool(NEXT),
@@ -37,7 +38,84 @@ function env(): LiveCutoverEnv {
   };
 }
 
+/** A gate an attempt waits at inside switchOwner (after its acceptance), until released. */
+function gate() {
+  let reached!: () => void;
+  let release!: () => void;
+  const atGate = new Promise<void>((r) => (reached = r));
+  const open = new Promise<void>((r) => (release = r));
+  const hook = async (name: string) => {
+    if (name !== 'after-accept-epoch') return;
+    reached();
+    await open;
+  };
+  return { hook, atGate, release };
+}
+
+function planFor(tenant: string): CutoverPlan {
+  return { unit: tenant, moveId: `${tenant}.e1`, owner: OWNER, next: NEXT, epoch: 1, direction: 'forward', fenceBudgetMs: 5000, actor: 'lost-switch-test' };
+}
+
+/** The early attempt freezes, the late one takes the freeze over; both are then free to switch. */
+async function takenOver(tenant: string, early: LiveCutoverEnv, late: LiveCutoverEnv) {
+  const plan = planFor(tenant);
+  const a = liveCutoverSteps(plan, early);
+  expect(await a.freeze(await a.standing())).toEqual({ ok: true });
+  const b = liveCutoverSteps(plan, late);
+  const standing = await b.standing();
+  expect(standing.kind).toBe('frozen-by-this-move');
+  expect(await b.freeze(standing)).toEqual({ ok: true });
+  return { a, b };
+}
+
+async function expectSwitchedToNext(tenant: string) {
+  expect(await H.placement(tenant)).toMatchObject({ shard: NEXT, epoch: 2, state: 'active', moveId: null });
+  // The owner the directory names takes the unit's writes (before the generation guard it
+  // refused them: the superseded attempt had taken the winner's acceptance back).
+  expect(await getUnitFence(shardPool(NEXT), tenant)).toMatchObject({ epoch: 2, owned: true, frozen: false });
+  expect(await H.tryWrite(NEXT, tenant, 2)).toBe('ok');
+}
+
 describe('cutover: a switch that loses the directory compare-and-set', () => {
+  it('a superseded attempt that accepted first cannot take back the acceptance of the attempt that then switches', async () => {
+    const tenant = await H.newTenant(OWNER, 'lsa');
+    const g = gate();
+    const { a, b } = await takenOver(tenant, env(), env(g.hook));
+    // The late attempt accepts epoch 2 on the next owner and stalls before its directory CAS.
+    const bSwitch = b.switchOwner('0/0', null);
+    await g.atGate;
+    // The early attempt reaches its switch now: its acceptance is refused (a later freeze's
+    // attempt accepted), and it touches nothing.
+    await expect(a.switchOwner('0/0', null)).rejects.toThrow(/switch superseded/);
+    expect(await getUnitFence(shardPool(NEXT), tenant)).toMatchObject({ epoch: 2, owned: true });
+    g.release();
+    await bSwitch;
+    await b.finishOldOwner();
+    await expectSwitchedToNext(tenant);
+    expect(await H.tryWrite(OWNER, tenant, 2)).toBe('SC421');
+  });
+
+  it('a superseded attempt whose switch CAS loses after the winner accepted takes back only its own acceptance', async () => {
+    const tenant = await H.newTenant(OWNER, 'lsb');
+    const ga = gate();
+    const gb = gate();
+    const { a, b } = await takenOver(tenant, env(ga.hook), env(gb.hook));
+    // The early attempt accepts first and stalls; the late one accepts over it and stalls.
+    const aSwitch = a.switchOwner('0/0', null);
+    await ga.atGate;
+    const bSwitch = b.switchOwner('0/0', null);
+    await gb.atGate;
+    // The early one wakes: its CAS loses (the freeze is the late one's); the acceptance on the
+    // next owner is no longer its own, so it stays.
+    ga.release();
+    await expect(aSwitch).rejects.toThrow(/switch compare-and-set lost/);
+    expect(await getUnitFence(shardPool(NEXT), tenant)).toMatchObject({ epoch: 2, owned: true });
+    gb.release();
+    await bSwitch;
+    await b.finishOldOwner();
+    await expectSwitchedToNext(tenant);
+  });
+
   it("takes back the next owner's acceptance and fails, leaving the unit with the attempt that took the freeze over", async () => {
     const tenant = await H.newTenant(OWNER, 'ls');
     const plan: CutoverPlan = {

@@ -35,6 +35,13 @@ export interface ProtocolVariant {
    * unfroze after this one's late raise) lowers the fence it raised, before throwing (live).
    */
   lostSwitchUnfreezes: boolean;
+  /**
+   * The target's acceptance carries the accepting attempt's freeze generation (the directory's
+   * generation of its freeze compare-and-set, higher for every later freeze): acceptEpoch is
+   * refused when a later freeze's attempt already accepted, and a lost switch takes back only
+   * its own acceptance (live since a fresh-clone CI run caught the unguarded take-back).
+   */
+  acceptCarriesGeneration: boolean;
 }
 
 /**
@@ -49,15 +56,23 @@ export const BEFORE_FIX: ProtocolVariant = {
   lostFreezeRereadsStanding: false,
   abortSwitchedFinishes: false,
   lostSwitchUnfreezes: false,
+  acceptCarriesGeneration: false,
 };
-/** What lib/cutover/live.ts does now: the fixes below are all in the live code. */
-export const LIVE: ProtocolVariant = {
+/**
+ * The protocol after the model's first fixes, before the generation guard: a superseded attempt's
+ * lost switch took back the target's acceptance after (or before) the winner's, so the directory
+ * named an owner that refused every write (caught by activities-twice in a fresh-clone CI run,
+ * not by the model, which had no invariant for it then).
+ */
+export const BEFORE_ACCEPT_GUARD: ProtocolVariant = {
   ...BEFORE_FIX,
   fenceCarriesToken: true,
   lostFreezeRereadsStanding: true,
   abortSwitchedFinishes: true,
   lostSwitchUnfreezes: true,
 };
+/** What lib/cutover/live.ts does now: the fixes below are all in the live code. */
+export const LIVE: ProtocolVariant = { ...BEFORE_ACCEPT_GUARD, acceptCarriesGeneration: true };
 /** The fixes as first proposed by the model (now LIVE). */
 export const CANDIDATE_FIX: ProtocolVariant = LIVE;
 /** Deliberately broken: the switch CAS checks the move but not the freeze token. */
@@ -103,6 +118,8 @@ export interface Attempt {
   /** The source writes (bitmask) that its apply/compare step saw on the target; -1 = not applied. */
   applied: number;
   outcome: Outcome;
+  /** The directory generation of this attempt's winning freeze CAS (0 = not frozen yet). */
+  gen: number;
 }
 
 export interface Fence {
@@ -110,10 +127,11 @@ export interface Fence {
   owned: boolean;
   frozen: boolean;
   token: number; // fenceCarriesToken only; 0 otherwise
+  acceptGen: number; // acceptCarriesGeneration only: the generation of the attempt that accepted
 }
 
 export interface ModelState {
-  dir: { shard: number; epoch: number; moving: boolean; token: number; switchedBy: number };
+  dir: { shard: number; epoch: number; moving: boolean; token: number; switchedBy: number; generation: number };
   fences: Fence[];
   /** Each router's cached route, as [shard, epoch]. */
   routers: [number, number][];
@@ -134,7 +152,8 @@ export type InvariantName =
   | 'no-stale-write' // §5.4, second half
   | 'fail-open' // no frozen unit once every attempt has ended (without a crash)
   | 'ok-answer-is-true' // an ok answer means the directory has switched
-  | 'old-owner-finished'; // an ok answer leaves the old owner refusing the unit
+  | 'old-owner-finished' // an ok answer leaves the old owner refusing the unit
+  | 'owner-accepts'; // once settled, the shard the directory names accepts the unit's writes at its epoch
 
 export const INVARIANTS: InvariantName[] = [
   'single-authority',
@@ -145,6 +164,7 @@ export const INVARIANTS: InvariantName[] = [
   'fail-open',
   'ok-answer-is-true',
   'old-owner-finished',
+  'owner-accepts',
 ];
 
 export interface Violation {
@@ -174,18 +194,18 @@ export function isSettled(s: ModelState): boolean {
 
 function initial(b: ModelBounds): ModelState {
   return {
-    dir: { shard: SOURCE, epoch: EPOCH, moving: false, token: 0, switchedBy: 0 },
+    dir: { shard: SOURCE, epoch: EPOCH, moving: false, token: 0, switchedBy: 0, generation: 0 },
     fences: [
-      { epoch: EPOCH, owned: true, frozen: false, token: 0 },
-      { epoch: 0, owned: false, frozen: false, token: 0 },
+      { epoch: EPOCH, owned: true, frozen: false, token: 0, acceptGen: 0 },
+      { epoch: 0, owned: false, frozen: false, token: 0, acceptGen: 0 },
     ],
     routers: Array.from({ length: b.routers }, () => [SOURCE, EPOCH] as [number, number]),
     writes: 0,
     sourceAcks: 0,
     targetCopy: 0,
     attempts: [
-      { pc: 'standing', takeover: -1, applied: -1, outcome: 'none' },
-      { pc: 'idle', takeover: -1, applied: -1, outcome: 'none' },
+      { pc: 'standing', takeover: -1, applied: -1, outcome: 'none', gen: 0 },
+      { pc: 'idle', takeover: -1, applied: -1, outcome: 'none', gen: 0 },
     ],
   };
 }
@@ -202,10 +222,10 @@ const clone = (s: ModelState): ModelState => ({
 
 function key(s: ModelState): string {
   const d = s.dir;
-  const f = s.fences.map((x) => `${x.epoch}${+x.owned}${+x.frozen}${x.token}`).join(',');
+  const f = s.fences.map((x) => `${x.epoch}${+x.owned}${+x.frozen}${x.token}:${x.acceptGen}`).join(',');
   const r = s.routers.map(([sh, ep]) => `${sh}${ep}`).join(',');
-  const a = s.attempts.map((x) => `${x.pc}:${x.takeover}:${x.applied}:${x.outcome}`).join(',');
-  return `${d.shard}${d.epoch}${+d.moving}${d.token}${d.switchedBy}|${f}|${r}|${s.writes}:${s.sourceAcks}:${s.targetCopy}|${a}`;
+  const a = s.attempts.map((x) => `${x.pc}:${x.takeover}:${x.applied}:${x.outcome}:${x.gen}`).join(',');
+  return `${d.shard}${d.epoch}${+d.moving}${d.token}${d.switchedBy}:${d.generation}|${f}|${r}|${s.writes}:${s.sourceAcks}:${s.targetCopy}|${a}`;
 }
 
 /** The trigger's rule (lib/shard/schema.ts): owned, epoch equal, not frozen; no row refuses. */
@@ -216,11 +236,18 @@ function fenceAccepts(f: Fence, epoch: number): 'ok' | 'SC421' | 'SC423' {
 }
 
 /** setUnitFence: the guard (expect) must match, and epochs never go down; otherwise nothing changes. */
-function setFence(s: ModelState, shard: number, next: Omit<Fence, 'token'> & { token?: number }, expect?: Partial<Fence>): boolean {
+function setFence(
+  s: ModelState,
+  shard: number,
+  next: Omit<Fence, 'token' | 'acceptGen'> & { token?: number; acceptGen?: number },
+  expect?: Partial<Fence>,
+): boolean {
   const cur = s.fences[shard];
   if (expect && Object.entries(expect).some(([k, v]) => (cur as any)[k] !== v)) return false;
   if (next.epoch < cur.epoch) return false;
-  s.fences[shard] = { epoch: next.epoch, owned: next.owned, frozen: next.frozen, token: next.token ?? 0 };
+  // The acceptance's generation belongs to its epoch: kept by other changes at that epoch.
+  const acceptGen = next.acceptGen ?? (next.epoch === cur.epoch ? cur.acceptGen : 0);
+  s.fences[shard] = { epoch: next.epoch, owned: next.owned, frozen: next.frozen, token: next.token ?? 0, acceptGen };
   return true;
 }
 
@@ -322,7 +349,8 @@ function successors(s: ModelState, v: ProtocolVariant, b: ModelBounds): Step[] {
               return;
             }
             if (!ok) return end(na, 'declined');
-            n.dir = { ...n.dir, moving: true, token: me };
+            n.dir = { ...n.dir, moving: true, token: me, generation: n.dir.generation + 1 };
+            na.gen = n.dir.generation;
             na.pc = 'raiseFence';
           },
         );
@@ -342,19 +370,29 @@ function successors(s: ModelState, v: ProtocolVariant, b: ModelBounds): Step[] {
           na.pc = 'switchAccept';
         });
         break;
-      case 'switchAccept':
-        step(`switch: acceptEpoch(target, e${EPOCH + 1})`, (n, na) => {
-          setFence(n, TARGET, { epoch: EPOCH + 1, owned: true, frozen: false });
-          na.pc = 'switchCas';
-        });
+      case 'switchAccept': {
+        const t = s.fences[TARGET];
+        // With generations: a later freeze's attempt already accepted (or took its acceptance back).
+        const refused = v.acceptCarriesGeneration && t.epoch === EPOCH + 1 && t.acceptGen > a.gen;
+        step(
+          refused
+            ? `switch: acceptEpoch(target, e${EPOCH + 1}, g${a.gen}) refused (accepted at g${t.acceptGen}): throws`
+            : `switch: acceptEpoch(target, e${EPOCH + 1}${v.acceptCarriesGeneration ? `, g${a.gen}` : ''})`,
+          (n, na) => {
+            if (refused) return end(na, 'threw');
+            setFence(n, TARGET, { epoch: EPOCH + 1, owned: true, frozen: false, acceptGen: v.acceptCarriesGeneration ? a.gen : 0 });
+            na.pc = 'switchCas';
+          },
+        );
         break;
+      }
       case 'switchCas': {
         const ok = ownerAtEpoch && d.moving && (!v.switchChecksToken || d.token === me);
         step(
           ok ? `switch CAS wins: directory → target e${EPOCH + 1}` : `switch CAS lost (directory ${dirStr(s)})${switched ? ': already switched' : ''}`,
           (n, na) => {
             if (ok) {
-              n.dir = { shard: TARGET, epoch: EPOCH + 1, moving: false, token: 0, switchedBy: me };
+              n.dir = { shard: TARGET, epoch: EPOCH + 1, moving: false, token: 0, switchedBy: me, generation: n.dir.generation + 1 };
               na.pc = 'finish';
             } else if (switched) na.pc = 'finish';
             else na.pc = 'switchDisown';
@@ -364,8 +402,11 @@ function successors(s: ModelState, v: ProtocolVariant, b: ModelBounds): Step[] {
       }
       case 'switchDisown': {
         const reopen = v.lostSwitchUnfreezes && ownerAtEpoch && !d.moving;
-        step(`disown(target, e${EPOCH + 1})${reopen ? ', directory shows the owner active: unfreeze (as unfreeze does)' : ', then throws'}`, (n, na) => {
-          setFence(n, TARGET, { epoch: EPOCH + 1, owned: false, frozen: false });
+        const t = s.fences[TARGET];
+        const mine = !v.acceptCarriesGeneration || (t.epoch === EPOCH + 1 && t.acceptGen === a.gen);
+        const what = mine ? `disown(target, e${EPOCH + 1})` : `take-back skipped (target accepted at g${t.acceptGen}, not g${a.gen})`;
+        step(`${what}${reopen ? ', directory shows the owner active: unfreeze (as unfreeze does)' : ', then throws'}`, (n, na) => {
+          if (mine) setFence(n, TARGET, { epoch: EPOCH + 1, owned: false, frozen: false });
           if (reopen) na.pc = 'unfreezeFence';
           else end(na, 'threw');
         });
@@ -381,7 +422,7 @@ function successors(s: ModelState, v: ProtocolVariant, b: ModelBounds): Step[] {
         const ok = ownerAtEpoch && d.moving && d.token === me;
         step(ok ? 'unfreeze CAS: directory moving → active' : `unfreeze CAS lost (directory ${dirStr(s)})`, (n, na) => {
           if (ok) {
-            n.dir = { ...n.dir, moving: false, token: 0 };
+            n.dir = { ...n.dir, moving: false, token: 0, generation: n.dir.generation + 1 };
             na.pc = 'unfreezeFence';
           } else if (switched) {
             // 'switched': ok, alreadyDone; live.ts does not finish the old owner on this path.
@@ -409,7 +450,7 @@ function successors(s: ModelState, v: ProtocolVariant, b: ModelBounds): Step[] {
       case 'unfreezeCasAfterFence': {
         const ok = ownerAtEpoch && d.moving && d.token === me;
         step(ok ? 'unfreeze CAS: directory moving → active' : `unfreeze CAS lost (directory ${dirStr(s)})`, (n, na) => {
-          if (ok) n.dir = { ...n.dir, moving: false, token: 0 };
+          if (ok) n.dir = { ...n.dir, moving: false, token: 0, generation: n.dir.generation + 1 };
           end(na, switched ? 'already-done' : 'declined');
         });
         break;
@@ -474,6 +515,13 @@ function checkState(s: ModelState): { invariant: InvariantName; detail: string }
       bad.push({ invariant: 'ok-answer-is-true', detail: `the activity answers ok (${answer.outcome}) but the directory says ${dirStr(s)}` });
     if (ok && s.fences[SOURCE].owned)
       bad.push({ invariant: 'old-owner-finished', detail: `the answer is ok and the old owner still owns the unit: ${fenceStr(s.fences[SOURCE])}` });
+    // Fail closed must not become closed for good: the owner the directory names, active, takes
+    // the unit's writes at its epoch (a crash may leave a freeze behind, never a switch to nobody).
+    if (!s.dir.moving && fenceAccepts(s.fences[s.dir.shard], s.dir.epoch) !== 'ok' && !(crashed && s.dir.shard === SOURCE))
+      bad.push({
+        invariant: 'owner-accepts',
+        detail: `the directory says ${dirStr(s)} but ${SHARD_NAMES[s.dir.shard]}'s fence ${fenceStr(s.fences[s.dir.shard])} refuses the unit's writes at e${s.dir.epoch}`,
+      });
   }
   return bad;
 }

@@ -9,6 +9,7 @@ import {
   INVARIANTS,
   LIVE,
   BEFORE_FIX,
+  BEFORE_ACCEPT_GUARD,
   BROKEN_UNFREEZE_FENCE_FIRST,
   type ModelBounds,
   type ExploreResult,
@@ -36,7 +37,15 @@ describe('cutover protocol model', () => {
     expect(r.states).toBeGreaterThan(1000);
     // Pinned: the bugs the model found in the cutover before the tokened fence (now fixed in LIVE).
     // (epochs-only-increase and ok-answer-is-true hold.)
-    expect(violated(r)).toEqual(['single-authority', 'no-lost-write', 'switch-saw-every-write', 'no-stale-write', 'fail-open', 'old-owner-finished']);
+    expect(violated(r)).toEqual([
+      'single-authority',
+      'no-lost-write',
+      'switch-saw-every-write',
+      'no-stale-write',
+      'fail-open',
+      'old-owner-finished',
+      'owner-accepts',
+    ]);
     expect(INVARIANTS).toContain('epochs-only-increase');
     const lost = traceOf(r, 'no-lost-write');
     const at = (re: RegExp) => lost.findIndex((s) => re.test(s));
@@ -46,6 +55,18 @@ describe('cutover protocol model', () => {
     expect(at(/^A: unfreeze fence/)).toBeGreaterThan(at(/^B: raiseFence/));
     expect(at(/writes w0 on source/)).toBeGreaterThan(at(/^A: unfreeze fence/));
     expect(at(/^B: switch CAS wins/)).toBeGreaterThan(at(/writes w0 on source/));
+  });
+
+  it("before the generation guard: a superseded attempt's lost switch takes back the winner's acceptance, and the directory names an owner that refuses every write", () => {
+    const r = run('before the accept guard', BEFORE_ACCEPT_GUARD);
+    // Pinned: what activities-twice caught in a fresh-clone CI run (target fence epoch 2, not owned).
+    expect(violated(r)).toEqual(['owner-accepts']);
+    const t = traceOf(r, 'owner-accepts');
+    const at = (re: RegExp) => t.findIndex((s) => re.test(s));
+    expect(at(/^B: freeze CAS takes over tA's freeze/)).toBeGreaterThanOrEqual(0);
+    expect(at(/^A: switch CAS lost/)).toBeGreaterThan(at(/^B: freeze CAS takes over/));
+    expect(at(/^B: switch CAS wins/)).toBeGreaterThanOrEqual(0);
+    expect(at(/^A: disown\(target/)).toBeGreaterThan(at(/^B: switch: acceptEpoch/));
   });
 
   it('the live protocol (token on the fence, re-read after a lost freeze, finish when unfreeze finds it switched, unfreeze after a lost switch) holds every invariant, over a space that is not vacuous', () => {
