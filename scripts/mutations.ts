@@ -135,6 +135,24 @@ export const MUTATIONS: Mutation[] = [
     testName: 'takes back the next owner',
   },
   {
+    id: 'delta-records-keys',
+    guarantee: 'the stream records every key it writes after a validation, so the cutover compares each changed row under the fence (§5.2)',
+    file: 'lib/cdc/applier.ts',
+    from: 'await recordTouched(this.client, this.moveId, this.stream, this.touched, this.touchedCount > MAX_TRACKED_KEYS_PER_TRANSACTION);',
+    to: 'void MAX_TRACKED_KEYS_PER_TRANSACTION;',
+    testFile: 'test/integration/cutover-delta.test.ts',
+    testName: 'a changed row that differs on the target aborts the cutover',
+  },
+  {
+    id: 'delta-token-checked',
+    guarantee: 'a delta restarted after the validation the move knows is never trusted: the cutover compares the whole unit (§5.2)',
+    file: 'lib/cdc/delta.ts',
+    from: "if (expect !== 'any' && m.rows[0].token !== expect.token) return { tracked: false, why: 'the delta was restarted after the comparison the move knows' };",
+    to: 'void expect;',
+    testFile: 'test/integration/cutover-delta.test.ts',
+    testName: 'a delta restarted after the validation',
+  },
+  {
     id: 'accept-refuses-superseded',
     guarantee:
       "a superseded cutover attempt cannot overwrite (and so take back) the acceptance of the attempt that switches: the directory's owner takes the unit's writes (§5.1)",

@@ -39,6 +39,8 @@ export interface MoveStatus {
   phaseTimes: Partial<Record<Phase, string>>;
   operators: { startedBy: string; approvedBy?: string; rolledBackBy?: string; retiredBy?: string; cancelledBy?: string };
   validation: { ok: boolean | null; mismatches: string[] };
+  /** The passing validation's comparison token: the cutover compares only what changed since it. */
+  deltaToken?: string;
 }
 
 export const statusQuery = defineQuery<MoveStatus>('status');

@@ -227,6 +227,7 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
       if (st.phase === 'validate') {
         const v = await step('validate', () => long.validateMove({ ...ref(), direction: 'forward' }));
         st.validation = { ok: v.ok, mismatches: v.mismatches };
+        st.deltaToken = v.deltaToken;
         if (!v.ok) {
           // A mismatch blocks the move; the operator fixes and resumes (re-validates) or cancels.
           block(`validate: ${v.mismatches[0] ?? 'mismatch'}`);
@@ -246,12 +247,28 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
           st.awaitingApproval = false;
           block('');
           if (carried.cancelRequested) return false;
+          // The cutover compares only what the stream changed since the last full validation
+          // (lib/cdc/delta.ts); anything else that happened to the target while we waited (hours,
+          // perhaps) is found by catching up and validating again now, before any freeze.
+          if (patched('revalidate-after-approval')) {
+            enter('catchup');
+            continue;
+          }
         }
         await step('setup reverse', () => quick.setupReplication({ ...ref(), direction: 'reverse' }));
         await catchUpUntilLagBelow();
         st.cutoverAttempts++;
         const r = await CancellationScope.nonCancellable(() =>
-          step('cutover', () => cut.cutover({ ...ref(), direction: 'forward', epoch: st.epoch, fenceBudgetMs: input.fenceBudgetMs, actor: input.requestedBy })),
+          step('cutover', () =>
+            cut.cutover({
+              ...ref(),
+              direction: 'forward',
+              epoch: st.epoch,
+              fenceBudgetMs: input.fenceBudgetMs,
+              actor: input.requestedBy,
+              deltaToken: st.deltaToken,
+            }),
+          ),
         );
         st.cutoverPauseMs = r.pauseMs;
         if (r.ok) {

@@ -19,6 +19,8 @@ const cutoverInput = moveRef.extend({
   epoch: z.number().int().positive(),
   fenceBudgetMs: z.number().int().positive(),
   actor: z.string().min(1),
+  /** validateMove's comparison token: the cutover then compares only what changed since (lib/cdc/delta.ts). */
+  deltaToken: z.string().min(1).optional(),
 });
 
 export function createCutoverActivities(deps: Deps) {
@@ -47,6 +49,7 @@ export function createCutoverActivities(deps: Deps) {
           syncBlobs: () => syncUnitBlobs(deps, owner, next, ref.unit, { hashUnchanged: false }),
           unfencedTables: async (side) => (await fenceStatus(deps.shardPool(side === 'owner' ? owner : next), deps.config)).unfenced,
           maxTxBytes: deps.config.limits.applyMaxTxBytes,
+          deltaToken: ref.deltaToken,
           beat,
           faultPoint: deps.faultPoint,
         });

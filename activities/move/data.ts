@@ -1,6 +1,7 @@
 // copy, catch-up and validate: the data-moving activities. Each resumes from the checkpoint
 // committed next to the data on the receiving shard, so a redelivery or a kill loses at most
 // one batch of work and never applies anything twice.
+import { randomUUID } from 'node:crypto';
 import { shardByName } from '../../lib/config';
 import { z } from 'zod';
 import type { Deps } from '../deps';
@@ -9,6 +10,7 @@ import { replicationNames } from '../../lib/ids';
 import { ensurePublicationAndSlot, applyChangesUntil, currentWalLsn, slotLagBytes } from '../../lib/cdc';
 import { copyTenantTable } from '../../lib/copy';
 import { recordReverseStart, hasStreamProgress } from '../../lib/cdc/progress';
+import { startDelta } from '../../lib/cdc/delta';
 import { switchDetail } from '../../lib/directory/moves';
 import { validateTenant, formatMismatch, persistentMismatches } from '../../lib/validate';
 import { recordManifest, ensureManifestTable, manifestOf, compareBlobManifests, tenantBlobPrefix } from '../../lib/blobs';
@@ -162,13 +164,17 @@ export function createDataActivities(deps: Deps) {
      * Every row, every column, both directions, plus blob manifests. Never throws on a mismatch.
      * Under live writes a mismatch must persist identically across rounds separated by a catch-up.
      */
-    async validateMove(input: z.infer<typeof setupInput>): Promise<{ ok: boolean; mismatches: string[]; rows: number; rounds: number }> {
+    async validateMove(input: z.infer<typeof setupInput>): Promise<{ ok: boolean; mismatches: string[]; rows: number; rounds: number; deltaToken: string }> {
       const ref = parse(setupInput, input);
       return typed(async () => {
         const { from, to } = ends(ref, ref.direction);
         const tables = await tenantTables(deps, from);
         const names = replicationNames(ref.moveId, ref.direction);
         const fromShard = shardByName(deps.config, from);
+        // From here on the applier records every key it writes (lib/cdc/delta.ts): once this
+        // comparison passes, the cutover compares only those under the fence.
+        const deltaToken = randomUUID();
+        await startDelta(deps.shardPool(to), ref.moveId, ref.direction, deltaToken);
         const check = () =>
           validateTenant({ source: deps.shardPool(from), target: deps.shardPool(to), tables, tenantColumn: col, unit: ref.unit, maxReport: 500 });
         let report = await check();
@@ -216,7 +222,7 @@ export function createDataActivities(deps: Deps) {
         mismatches.push(...[...blobs.values()].slice(0, 10));
         const rows = report.tables.reduce((n: number, t: { sourceRows: number }) => n + t.sourceRows, 0);
         await deps.faultPoint('after-validate');
-        return { ok: mismatches.length === 0, mismatches, rows, rounds };
+        return { ok: mismatches.length === 0, mismatches, rows, rounds, deltaToken };
       });
     },
   };

@@ -12,6 +12,7 @@ import { Datum, PgoutputMessage, Relation, UNCHANGED_TOAST } from './pgoutput';
 import { BoundColumn, RelationPlan, bindRelation, deleteSql, existsSql, settable, updateSql, upsertManySql, upsertSql } from './statements';
 import { loadTargetTable } from './target-tables';
 import { writeAppliedLsn } from './progress';
+import { recordTouched, deltaLockSql, MAX_TRACKED_KEYS_PER_TRANSACTION } from './delta';
 
 export interface ApplyStats {
   transactionsApplied: number;
@@ -55,6 +56,10 @@ export class ChangeApplier {
   private batch: UpsertBatch | null = null;
   /** The open target transaction: the source transactions it holds, not yet durable. */
   private group: { lastEnd: string | null; txns: number; rows: number; incomplete: number; openedAt: number } | null = null;
+  /** Keys written in the open target transaction, per table, for the stream's delta (delta.ts). */
+  private touched = new Map<string, Set<string>>();
+  private touchedCount = 0;
+  private readonly beginSql: string;
 
   constructor(
     private readonly client: ClientBase,
@@ -62,7 +67,9 @@ export class ChangeApplier {
     private readonly stream: string,
     /** The stored applied LSN (null: nothing applied yet). */
     public applied: string | null,
-  ) {}
+  ) {
+    this.beginSql = `${BEGIN_APPLY}; ${deltaLockSql(moveId, stream)}`;
+  }
 
   /** A source transaction is open (between its BEGIN and COMMIT messages). */
   get inTransaction(): boolean {
@@ -107,7 +114,7 @@ export class ChangeApplier {
     this.tx = { finalLsn, skip, rows: 0, incomplete: 0 };
     if (!skip && !this.group) {
       this.group = { lastEnd: null, txns: 0, rows: 0, incomplete: 0, openedAt: Date.now() }; // before BEGIN: a failed BEGIN still needs a ROLLBACK
-      await this.client.query(BEGIN_APPLY);
+      await this.client.query(this.beginSql);
     }
   }
 
@@ -166,9 +173,12 @@ export class ChangeApplier {
       return false;
     }
     await this.flush();
+    await recordTouched(this.client, this.moveId, this.stream, this.touched, this.touchedCount > MAX_TRACKED_KEYS_PER_TRANSACTION);
     await writeAppliedLsn(this.client, this.moveId, this.stream, g.lastEnd, 'commit');
     await this.client.query('COMMIT');
     this.group = null;
+    this.touched = new Map();
+    this.touchedCount = 0;
     this.applied = g.lastEnd;
     this.stats.transactionsApplied += g.txns;
     this.stats.rowsApplied += g.rows;
@@ -182,6 +192,8 @@ export class ChangeApplier {
     this.tx = null;
     this.group = null;
     this.batch = null;
+    this.touched = new Map();
+    this.touchedCount = 0;
     if (open) await this.client.query('ROLLBACK');
   }
 
@@ -223,10 +235,20 @@ export class ChangeApplier {
     return this.client.query({ name, text, values });
   }
 
+  /** Notes a key this transaction writes (or may write), for the stream's delta. */
+  private touch(plan: RelationPlan, key: (string | null)[] | string): void {
+    // Past the bound only the overflow is recorded (the cutover then compares the whole unit).
+    if (++this.touchedCount > MAX_TRACKED_KEYS_PER_TRANSACTION) return;
+    let set = this.touched.get(plan.display);
+    if (!set) this.touched.set(plan.display, (set = new Set()));
+    set.add(typeof key === 'string' ? key : JSON.stringify(key));
+  }
+
   /** A full row, written by key: joins the pending batch unless the batch already holds that key. */
   private async queueUpsert(plan: RelationPlan, row: Datum[]): Promise<void> {
     const vals = values(plan, plan.writable, row, 'upsert');
     const key = JSON.stringify(values(plan, plan.pk, row, 'upsert key'));
+    this.touch(plan, key);
     const size = vals.reduce((n, v) => n + (v?.length ?? 0), 0);
     const b = this.batch;
     if (b && (b.plan !== plan || b.keys.has(key) || b.rows.length >= MAX_BATCH_ROWS || b.bytes + size > MAX_BATCH_BYTES)) await this.flush();
@@ -256,7 +278,9 @@ export class ChangeApplier {
 
   private async applyDelete(plan: RelationPlan, old: Datum[]): Promise<void> {
     await this.flush();
-    await this.exec(deleteSql(plan), values(plan, plan.pk, old, 'delete key'));
+    const key = values(plan, plan.pk, old, 'delete key');
+    this.touch(plan, key);
+    await this.exec(deleteSql(plan), key);
     this.tx!.rows++;
   }
 
@@ -267,6 +291,8 @@ export class ChangeApplier {
     const complete = present.length === plan.writable.length;
     const keyChanged = oldKey.some((v, i) => v !== newKey[i]);
     if (complete && !keyChanged) return this.queueUpsert(plan, row);
+    this.touch(plan, oldKey);
+    this.touch(plan, newKey);
     await this.flush(); // everything below reads or writes rows directly: earlier changes must be in
     if (keyChanged) {
       if ((await this.exec(existsSql(plan), newKey)).rowCount! > 0) {

@@ -96,7 +96,7 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
     // newer session) into an uncaught exception; the failure surfaces on our next query instead.
     target.on('error', onTargetError);
     // Install only when missing: concurrent CREATE OR REPLACE FUNCTION can fail ("tuple concurrently updated").
-    if ((await target.query<{ missing: boolean }>("select to_regclass('shardctl.move_progress') is null as missing")).rows[0].missing) {
+    if ((await target.query<{ missing: boolean }>("select to_regclass('shardctl.move_delta') is null as missing")).rows[0].missing) {
       await installShardSchema(target);
     }
     // One apply per (move, stream), taken before reading the row: the skip decision relies on nobody

@@ -3,6 +3,7 @@
 // Invariant: the stored LSN only moves forward; a write that would move it back fails the transaction.
 import type { ClientBase, Pool } from 'pg';
 import { ShardctlError } from '../errors';
+import { forgetDelta } from './delta';
 
 export async function readAppliedLsn(client: ClientBase, moveId: string, stream: string): Promise<string | null> {
   const r = await client.query<{ lsn: string | null }>('select lsn::text as lsn from shardctl.move_progress where move_id = $1 and stream = $2', [
@@ -33,10 +34,19 @@ export async function writeAppliedLsn(client: ClientBase, moveId: string, stream
   }
 }
 
-/** Where reverse replication starts (the next owner's WAL position at the switch); the first record stands. */
+/**
+ * Where reverse replication starts (the next owner's WAL position at the switch); the first record
+ * stands. In the same statement, reverse replication's delta starts (lib/cdc/delta.ts): the two
+ * sides were equal at the switch, so a rollback compares only what came back. Only the first
+ * record starts it, and nothing restarts it: every reverse apply session runs after this.
+ */
 export async function recordReverseStart(pool: Pool, moveId: string, lsn: string): Promise<void> {
   await pool.query(
-    `insert into shardctl.move_progress(move_id, stream, lsn, detail) values ($1, 'reverse', $2, '{"startedAtSwitch":true}')
+    `with started as (
+       insert into shardctl.move_progress(move_id, stream, lsn, detail) values ($1, 'reverse', $2, '{"startedAtSwitch":true}')
+       on conflict (move_id, stream) do nothing returning move_id)
+     insert into shardctl.move_delta_since(move_id, stream, since, token)
+       select move_id, 'reverse', now(), 'switch' from started
      on conflict (move_id, stream) do nothing`,
     [moveId, lsn],
   );
@@ -54,7 +64,8 @@ export async function hasStreamProgress(pool: Pool, moveId: string, stream: stri
   return (r.rowCount ?? 0) > 0;
 }
 
-/** Forgets every progress row of a move on this shard (cleanup after cancel, rollback, retire). */
+/** Forgets every progress row of a move on this shard, and its change delta (cleanup after cancel, rollback, retire). */
 export async function forgetMoveProgress(pool: Pool, moveId: string): Promise<void> {
   await pool.query('delete from shardctl.move_progress where move_id = $1', [moveId]);
+  await forgetDelta(pool, moveId);
 }

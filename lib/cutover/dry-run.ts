@@ -45,7 +45,9 @@ export function dryRunCutoverSteps(plan: CutoverPlan, opts: { standing?: Standin
     },
     async compare(onBlobsSynced) {
       const t = opts.tables?.length ? ` (${opts.tables.join(', ')})` : '';
-      say(`compare: the final blob delta, and per-table fingerprints of ${unit} on ${owner} and ${next}${t}; any difference unfreezes and retries`);
+      say(
+        `compare: the final blob delta, and per-table fingerprints of ${unit} on ${owner} and ${next}${t}: row counts plus the rows the stream changed since the validation passed (the whole unit when no delta is tracked); any difference unfreezes and retries`,
+      );
       onBlobsSynced();
       return [];
     },

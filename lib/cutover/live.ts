@@ -8,7 +8,8 @@ import { measuredPauseMs } from '../directory/moves';
 import { randomUUID } from 'node:crypto';
 import { freezeSource, unfreeze, acceptEpoch, disown, takeBackAcceptance } from '../shard/fence';
 import { applyChangesUntil, currentWalLsn } from '../cdc';
-import { fingerprintUnit, fingerprintDiff } from '../validate/fingerprint';
+import { fingerprintUnit, fingerprintUnitKeys, fingerprintDiff } from '../validate/fingerprint';
+import { readDelta } from '../cdc/delta';
 import { replicationNames } from '../ids';
 import { advanceSequencesForUnit } from '../shard/sequences';
 import { CUTOVER_FAULT_POINTS, type CutoverPlan, type CutoverSteps, type Standing, type UnfreezeOutcome } from './steps';
@@ -25,11 +26,21 @@ export interface LiveCutoverEnv {
   /** Tenant tables of a shard without an enabled fence trigger (the same check as `shards list`). */
   unfencedTables(side: 'owner' | 'next'): Promise<string[]>;
   maxTxBytes: number;
+  /**
+   * At most this many changed keys are compared under the fence (the stream's delta since the last
+   * full comparison); a larger or untracked delta compares the whole unit instead.
+   */
+  deltaCompareMaxKeys?: number;
+  /** The token of the full comparison the move knows (validateMove's); forward only, absent = compare the whole unit. */
+  deltaToken?: string;
   /** Heartbeat with a detail (a no-op outside an activity). */
   beat(detail?: unknown): void;
   /** Named fault points inside a step (the crash suite kills the worker there). */
   faultPoint?(name: string): Promise<void>;
 }
+
+/** Default bound of the changed keys compared under the fence (see LiveCutoverEnv.deltaCompareMaxKeys). */
+export const DELTA_COMPARE_MAX_KEYS = 50_000;
 
 export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): CutoverSteps {
   const { unit, moveId, owner, next, epoch } = plan;
@@ -121,12 +132,32 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
     async compare(onBlobsSynced) {
       // The final blob delta and the row fingerprints are independent: run them side by side.
       const tables = await env.tables();
-      const [, a, b] = await Promise.all([
-        env.syncBlobs().then(onBlobsSynced),
-        fingerprintUnit(env.ownerPool, tables, env.tenantColumn, unit),
-        fingerprintUnit(env.nextPool, tables, env.tenantColumn, unit),
-      ]);
-      return fingerprintDiff(a, b);
+      // Only what the stream changed since the last full comparison, plus every table's row count
+      // (lib/cdc/delta.ts says why that is enough); the whole unit when there is no usable delta.
+      // Forward: only the delta of the comparison the workflow saw pass (a superseded validation may
+      // have restarted it since). Reverse: started once, at the switch, and never restarted.
+      const expect = plan.direction === 'reverse' ? ('any' as const) : env.deltaToken ? { token: env.deltaToken } : null;
+      const delta = expect
+        ? await readDelta(env.nextPool, moveId, plan.direction, env.deltaCompareMaxKeys ?? DELTA_COMPARE_MAX_KEYS, expect)
+        : ({ tracked: false, why: 'no comparison token given' } as const);
+      const known = new Set(tables.map((t) => `${t.schema}.${t.name}`));
+      const keys = delta.tracked && !delta.overflow && [...delta.tables.keys()].every((t) => known.has(t)) ? delta.tables : null;
+      const fingerprint = (pool: Pool) =>
+        keys ? fingerprintUnitKeys(pool, tables, env.tenantColumn, unit, keys) : fingerprintUnit(pool, tables, env.tenantColumn, unit);
+      const [, a, b] = await Promise.all([env.syncBlobs().then(onBlobsSynced), fingerprint(env.ownerPool), fingerprint(env.nextPool)]);
+      env.beat({
+        step: 'compared',
+        compared: keys ? 'delta' : 'whole unit',
+        keys: delta.tracked ? delta.total : null,
+        why: keys
+          ? undefined
+          : !delta.tracked
+            ? delta.why
+            : delta.overflow
+              ? `delta over ${env.deltaCompareMaxKeys ?? DELTA_COMPARE_MAX_KEYS} keys`
+              : 'delta names an unknown table',
+      });
+      return fingerprintDiff(a, b).map((d) => (keys ? `${d} (among ${delta.tracked ? delta.total : 0} changed keys and row counts)` : d));
     },
 
     async advanceSequences() {

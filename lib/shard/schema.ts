@@ -58,6 +58,25 @@ create table if not exists shardctl.move_progress (
   primary key (move_id, stream)
 );
 
+-- What a move's change stream touched on this shard since the move's last full comparison
+-- (lib/cdc/delta.ts): the cutover compares only these keys (plus row counts) under the fence, so
+-- its pause follows what changed, not the size of the unit. \`move_delta_since\` says tracking is on.
+create table if not exists shardctl.move_delta_since (
+  move_id text not null,
+  stream text not null,
+  since timestamptz not null default now(),
+  primary key (move_id, stream)
+);
+-- Which start this is: a comparison's own token, so a late start by a superseded delivery is seen.
+alter table shardctl.move_delta_since add column if not exists token text;
+create table if not exists shardctl.move_delta (
+  move_id text not null,
+  stream text not null,
+  tbl text not null,
+  key text not null,
+  primary key (move_id, stream, tbl, key)
+);
+
 create table if not exists shardctl.settings (
   key text primary key,
   value text not null

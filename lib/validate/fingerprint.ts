@@ -28,13 +28,33 @@ export function fingerprintSql(t: TenantTable, tenantColumn: string): string {
   );
 }
 
-export async function fingerprintTable(pool: Pool, t: TenantTable, tenantColumn: string, unit: string): Promise<TableFingerprint> {
+/**
+ * The delta fingerprint query ($1 = unit, $2 = keys as JSON arrays of the key columns' text): the
+ * unit's row count, and the md5 of only the rows at those keys (found by the primary key index,
+ * each key cast to its column's type, exactly as the applier wrote it).
+ */
+export function fingerprintKeysSql(t: TenantTable, tenantColumn: string): string {
+  const order = t.primaryKey.map((c) => `x.${quoteIdent(c)}::text collate "C"`).join(', ');
+  const columns = t.columns.map((c) => c.name).sort(compareUtf8);
+  const row = `row(${columns.map((c) => `x.${quoteIdent(c)}`).join(', ')})::text`;
+  const typeOf = (name: string) => t.columns.find((c) => c.name === name)?.type ?? 'text';
+  const keyCols = `(${t.primaryKey.map((c) => `x.${quoteIdent(c)}`).join(', ')})`;
+  const keyVals = t.primaryKey.map((c, i) => `(k.j->>${i})::${typeOf(c)}`).join(', ');
+  const tc = `x.${quoteIdent(tenantColumn)}`;
+  return (
+    `select (select count(*) from ${t.qualified} x where ${tc} = $1)::bigint as n,` +
+    ` coalesce((select md5(string_agg(${row}, E'\n' order by ${order})) from ${t.qualified} x` +
+    ` where ${tc} = $1 and ${keyCols} in (select ${keyVals} from (select u::jsonb as j from unnest($2::text[]) u) k)), '') as h`
+  );
+}
+
+export async function fingerprintTable(pool: Pool, t: TenantTable, tenantColumn: string, unit: string, keys?: string[]): Promise<TableFingerprint> {
   // This runs inside the write pause: the transaction and its settings go in one round trip.
   const c = await pool.connect();
   let r;
   try {
     await c.query(`begin transaction read only; ${STABLE_TEXT_SETTINGS_SQL}`);
-    r = await c.query(fingerprintSql(t, tenantColumn), [unit]);
+    r = keys ? await c.query(fingerprintKeysSql(t, tenantColumn), [unit, keys]) : await c.query(fingerprintSql(t, tenantColumn), [unit]);
     await c.query('commit');
   } catch (e) {
     await c.query('rollback').catch(() => {});
@@ -47,6 +67,21 @@ export async function fingerprintTable(pool: Pool, t: TenantTable, tenantColumn:
 
 export async function fingerprintUnit(pool: Pool, tables: TenantTable[], tenantColumn: string, unit: string): Promise<TableFingerprint[]> {
   return Promise.all(tables.map((t) => fingerprintTable(pool, t, tenantColumn, unit)));
+}
+
+/**
+ * Per table: the unit's row count and the md5 of the rows at the given keys only (`keys`: table
+ * `schema.name` -> JSON key arrays; a table without keys compares its count alone). Run on both
+ * sides with the same keys, equal fingerprints mean equal counts and equal rows at those keys.
+ */
+export async function fingerprintUnitKeys(
+  pool: Pool,
+  tables: TenantTable[],
+  tenantColumn: string,
+  unit: string,
+  keys: Map<string, string[]>,
+): Promise<TableFingerprint[]> {
+  return Promise.all(tables.map((t) => fingerprintTable(pool, t, tenantColumn, unit, keys.get(`${t.schema}.${t.name}`) ?? [])));
 }
 
 /** Human-readable differences between two fingerprints (empty when equal). */
