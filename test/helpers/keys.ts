@@ -19,7 +19,7 @@ export function randomKeys(count: number, seed: number): string[] {
   const keys: string[] = ['', 'a', ' ', 'é', '😀', 'x'.repeat(100_000)];
   while (keys.length < count) {
     const roll = rnd();
-    const length = roll < 0.01 ? 0 : roll < 0.012 ? 1000 + int(20_000) : int(40);
+    const length = roll < 0.01 ? 0 : roll < 0.0105 ? 1000 + int(20_000) : int(40);
     const cps: number[] = [];
     for (let i = 0; i < length; i++) {
       const [lo, hi] = RANGES[int(RANGES.length)];
