@@ -3,8 +3,15 @@
 import { z } from 'zod';
 import fs from 'node:fs';
 import path from 'node:path';
+import { MAX_BUCKETS } from './buckets/units';
 
 const shardName = z.string().regex(/^[a-z][a-z0-9-]{0,62}$/, 'shard names are lower-case letters, digits and dashes');
+const datasetName = z.string().regex(/^[a-z][a-z0-9_]{0,31}$/, 'dataset names are 1-32 lower-case letters, digits and underscores, starting with a letter');
+const bucketCount = z
+  .number({ invalid_type_error: 'the bucket count B is a number' })
+  .int('the bucket count B is an integer')
+  .min(1, 'the bucket count B is at least 1')
+  .max(MAX_BUCKETS, `the bucket count B is at most ${MAX_BUCKETS}`);
 
 export const configSchema = z.object({
   temporal: z.object({
@@ -49,6 +56,21 @@ export const configSchema = z.object({
       allowUnfencedWrites: z.boolean().default(false),
     })
     .default({}),
+  /**
+   * Datasets routed by bucket (docs/architecture.md, "Buckets"): a row's unit is
+   * `bucket:<name>:<stable_hash(column) mod buckets>`. B is fixed when the dataset is created:
+   * `shards prepare` records it on each shard and refuses a config that changes it.
+   */
+  datasets: z
+    .array(
+      z.object({
+        name: datasetName,
+        /** The routing key column, hashed as text. */
+        column: z.string().min(1),
+        buckets: bucketCount,
+      }),
+    )
+    .default([]),
   limits: z
     .object({
       copyBatchRows: z.number().int().positive().default(5000),
@@ -99,6 +121,15 @@ export function parseConfig(raw: unknown, source = 'config'): Config {
     if (names.has(s.name)) throw new ConfigError(`invalid configuration in ${source}:\n  shards: duplicate shard name ${s.name}`);
     names.add(s.name);
   }
+  const datasets = new Set<string>();
+  res.data.datasets.forEach((d, i) => {
+    const bad = (msg: string) => new ConfigError(`invalid configuration in ${source}:\n  datasets.${i}: ${msg}`);
+    if (datasets.has(d.name)) throw bad(`duplicate dataset name ${d.name}`);
+    datasets.add(d.name);
+    if (d.column === res.data.tenant.column) {
+      throw bad(`column ${d.column} is the tenant column: a table routes by tenant or by bucket, not both`);
+    }
+  });
   return res.data;
 }
 

@@ -268,6 +268,7 @@ export function stackConfig(s: Stack): Config {
       forcePathStyle: true,
     },
     tenant: { column: 'tenant_id', schemas: ['public'], allowUnfencedWrites: false },
+    datasets: [],
     limits: {
       copyBatchRows: 5000,
       applyMaxTxBytes: 64 * 1024 * 1024,

@@ -1,4 +1,5 @@
-// Prepares a shard for moves: installs schema `shardctl`, optionally the demo schema, and the
+// Prepares a shard for moves: installs schema `shardctl` (with the routing hash; each bucketed
+// dataset's B is recorded, and a changed B refused), optionally the demo schema, and the
 // fence trigger on every tenant table — in one transaction under an advisory lock, so two
 // prepares serialize and a failure leaves the shard as it was. Idempotent: a table whose
 // trigger is already exactly ours is left alone (no table lock taken on a re-run).
@@ -9,6 +10,7 @@ import { ShardctlError } from '../errors';
 import { DEMO_SCHEMA_SQL } from '../demo/schema';
 import { fenceTriggerFunctionSql, installShardSchema } from './schema';
 import { listTenantTables, movabilityProblems, TenantTable } from './tables';
+import { checkRoutingHash, recordDatasetBuckets } from './datasets';
 
 export const FENCE_TRIGGER_NAME = 'shardctl_fence';
 
@@ -39,6 +41,10 @@ export async function prepareShard(pool: Pool, config: Config, opts: { demoSchem
     await c.query(`select set_config('lock_timeout', $1, true)`, [`${opts.lockTimeoutMs ?? 10_000}ms`]);
     await c.query(`select pg_advisory_xact_lock(hashtextextended('shardctl.prepare', 0))`);
     await installShardSchema(c);
+    if (config.datasets.length > 0) {
+      await checkRoutingHash(c);
+      await recordDatasetBuckets(c, config.datasets);
+    }
     if (opts.demoSchema) await c.query(DEMO_SCHEMA_SQL);
     const fn = fenceTriggerFunctionSql(config.tenant.column);
     await c.query(fn.sql);

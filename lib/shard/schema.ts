@@ -2,6 +2,9 @@
 // runs inside its own transaction (DESIGN.md §3), and the move progress table that apply and
 // copy commit together with the rows they describe. Installed idempotently by `shards prepare`.
 //
+// It also holds the routing hash (`shardctl.stable_hash`, `shardctl.bucket_of`) of bucketed
+// datasets, so a shard computes a key's bucket exactly as the router does.
+//
 // Fence protocol:
 //  - Writers set `shardctl.unit` and `shardctl.epoch` (SET LOCAL / set_config(..., true)).
 //  - The BEFORE ROW trigger takes a shared, transaction-scoped advisory lock on the unit, then
@@ -19,6 +22,7 @@
 //  - The move's own data-plane sessions (copy, change-apply, cancel/retire cleanup) run with
 //    session_replication_role = replica, under which ordinary triggers do not fire.
 import type { PoolClient } from 'pg';
+import { MAX_BUCKETS } from '../buckets/units';
 
 export const SHARD_SCHEMA_VERSION = 1;
 
@@ -102,6 +106,35 @@ begin
   if not found or not f.owned or f.epoch <> p_epoch then
     raise exception 'shardctl: stale route for unit % at epoch %', p_unit, p_epoch using errcode = 'SC421';
   end if;
+end
+$fn$;
+${routingHashSql()}`;
+}
+
+/**
+ * The routing hash, byte for byte the one of lib/buckets/hash.ts (spec: docs/architecture.md,
+ * "Buckets"). IMMUTABLE, so a generated bucket column, an index or a move's filter can use it;
+ * what these functions return must never change, or every stored bucket disagrees with the router.
+ * `convert_to(key, 'UTF8')` is the key's UTF-8 bytes whatever the database encoding (declared
+ * STABLE only because conversions are catalog objects; this one is built in). The first 8 bytes
+ * of the digest, as hex through bit(64), give the two's-complement int8, lifted to the unsigned
+ * value in numeric (0 .. 2^64-1, exact).
+ */
+function routingHashSql(): string {
+  return `
+create or replace function shardctl.stable_hash(p_key text) returns numeric
+language sql immutable strict parallel safe ${PINNED_SEARCH_PATH} as $fn$
+  select case when h.s < 0 then h.s::pg_catalog.numeric + 18446744073709551616 else h.s::pg_catalog.numeric end
+    from (select ('x' || pg_catalog.encode(pg_catalog.substr(pg_catalog.sha256(pg_catalog.convert_to(p_key, 'UTF8')), 1, 8), 'hex'))::pg_catalog.bit(64)::pg_catalog.int8 as s) h
+$fn$;
+
+create or replace function shardctl.bucket_of(p_key text, p_buckets integer) returns integer
+language plpgsql immutable strict parallel safe ${PINNED_SEARCH_PATH} as $fn$
+begin
+  if p_buckets < 1 or p_buckets > ${MAX_BUCKETS} then
+    raise exception 'shardctl: a bucket count is an integer from 1 to ${MAX_BUCKETS}, got %', p_buckets using errcode = '22023';
+  end if;
+  return (shardctl.stable_hash(p_key) operator(pg_catalog.%) p_buckets)::integer;
 end
 $fn$;
 `;

@@ -36,4 +36,34 @@ describe('configuration', () => {
   it('rejects a non-numeric override with the field path', () => {
     expect(() => parseConfig(applyEnvOverrides(good(), { SHARDCTL_SOAK_SECONDS: 'soon' }))).toThrowError(/limits\.soakSeconds/);
   });
+  it('accepts bucketed datasets and defaults to none', () => {
+    expect(parseConfig(good()).datasets).toEqual([]);
+    const raw = good();
+    raw.datasets = [{ name: 'events', column: 'device_id', buckets: 1024 }];
+    expect(parseConfig(raw).datasets).toEqual([{ name: 'events', column: 'device_id', buckets: 1024 }]);
+  });
+
+  it('names a bad bucket count or dataset name with its path and the rule', () => {
+    const raw = good();
+    raw.datasets = [
+      { name: 'events', column: 'device_id', buckets: 0 },
+      { name: 'orders', column: 'order_id', buckets: 1.5 },
+      { name: 'Big-Set', column: 'k', buckets: 70000 },
+      { name: 'nob', column: 'k' },
+    ];
+    expect(() => parseConfig(raw, 'x.json')).toThrowError(
+      /datasets\.0\.buckets: the bucket count B is at least 1[\s\S]*datasets\.1\.buckets: the bucket count B is an integer[\s\S]*datasets\.2\.name: dataset names[\s\S]*datasets\.2\.buckets: the bucket count B is at most 65536[\s\S]*datasets\.3\.buckets: Required/,
+    );
+  });
+
+  it('refuses a duplicate dataset, and a dataset routed by the tenant column', () => {
+    const raw = good();
+    raw.datasets = [
+      { name: 'events', column: 'device_id', buckets: 64 },
+      { name: 'events', column: 'device_id', buckets: 64 },
+    ];
+    expect(() => parseConfig(raw)).toThrowError(/datasets\.1: duplicate dataset name events/);
+    raw.datasets = [{ name: 'events', column: 'tenant_id', buckets: 64 }];
+    expect(() => parseConfig(raw)).toThrowError(/datasets\.0: column tenant_id is the tenant column/);
+  });
 });

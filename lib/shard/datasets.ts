@@ -1,0 +1,44 @@
+// A shard's side of bucketed datasets: the bucket count B each dataset was created with
+// (recorded once in shardctl.settings as `dataset.<name>.buckets`, never changed: a new B would
+// give every key another bucket), and a check that the shard's routing hash is Node's.
+import type { Pool, PoolClient } from 'pg';
+import { ShardctlError } from '../errors';
+import { stableHash64 } from '../buckets/hash';
+import type { BucketDataset } from '../buckets/units';
+
+const settingKey = (dataset: string) => `dataset.${dataset}.buckets`;
+
+/**
+ * Records each dataset's B on first sight and refuses (PreconditionFailed, nothing written: the
+ * caller's transaction rolls back) when the shard already holds a different B for a dataset.
+ */
+export async function recordDatasetBuckets(c: PoolClient, datasets: readonly BucketDataset[]): Promise<void> {
+  for (const d of datasets) {
+    await c.query(`insert into shardctl.settings(key, value) values ($1, $2) on conflict (key) do nothing`, [settingKey(d.name), String(d.buckets)]);
+    const r = await c.query(`select value from shardctl.settings where key = $1`, [settingKey(d.name)]);
+    if (r.rows[0].value !== String(d.buckets)) {
+      throw new ShardctlError(
+        'PreconditionFailed',
+        `dataset ${d.name} was created with ${r.rows[0].value} buckets on this shard; the config says ${d.buckets}: B is fixed at creation (a new B would give every key another bucket)`,
+        { dataset: d.name, recorded: Number(r.rows[0].value), configured: d.buckets },
+      );
+    }
+  }
+}
+
+/** Keys whose hashes the shard must reproduce: empty, ASCII, 2-, 3- and 4-byte UTF-8. */
+export const ROUTING_HASH_PROBES = ['', 'tenant-42', 'Grüße', '東京', '🦀 emoji'];
+
+/** Refuses (PreconditionFailed) when shardctl.stable_hash on this shard disagrees with Node's. */
+export async function checkRoutingHash(db: Pool | PoolClient): Promise<void> {
+  const r = await db.query(`select k, shardctl.stable_hash(k)::text as h from unnest($1::text[]) k`, [ROUTING_HASH_PROBES]);
+  for (const row of r.rows) {
+    const want = stableHash64(row.k).toString();
+    if (row.h !== want) {
+      throw new ShardctlError(
+        'PreconditionFailed',
+        `shardctl.stable_hash(${JSON.stringify(row.k)}) is ${row.h} on this shard, ${want} in Node: its keys would route to the wrong bucket`,
+      );
+    }
+  }
+}
