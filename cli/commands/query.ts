@@ -61,7 +61,8 @@ function exitCodeFor(e: unknown): number {
 }
 
 function positiveInt(v: string, flag: string, max: number): number {
-  if (!/^\d{1,9}$/.test(v.trim()) || Number(v) < 1 || Number(v) > max) throw invalidInput(`${flag} must be an integer from 1 to ${max}, got ${JSON.stringify(v.slice(0, 40))}`);
+  if (!/^\d{1,9}$/.test(v.trim()) || Number(v) < 1 || Number(v) > max)
+    throw invalidInput(`${flag} must be an integer from 1 to ${max}, got ${JSON.stringify(v.slice(0, 40))}`);
   return Number(v);
 }
 
@@ -116,7 +117,10 @@ export function register(program: Command) {
     .option('--limit <k>', 'at most k rows overall (pushed down to every shard; with --order-by, the top k)')
     .option('--order-by <columns>', 'result columns, "col [asc|desc], ...": every shard sorts, the rows are merged')
     .option('--allow-partial', 'print what answered (marked partial) instead of refusing an incomplete result')
-    .option('--json', 'as JSON: {complete, elapsedMs, fields, rows: [{shard, row}], missing: [{shard, reason, message, code?}], shards: [{shard, status, rows, queuedMs, elapsedMs}]}')
+    .option(
+      '--json',
+      'as JSON: {complete, elapsedMs, fields, rows: [{shard, row}], missing: [{shard, reason, message, code?}], shards: [{shard, status, rows, queuedMs, elapsedMs}]}',
+    )
     .addHelpText('after', HELP)
     .action(async (sqlArg: string | undefined, o: QueryFlags) => {
       let router: Router | undefined;
@@ -137,7 +141,9 @@ export function register(program: Command) {
         }
         if (!o.json) throw e;
         const err = e as ShardctlError;
-        process.stderr.write(`${JSON.stringify({ error: { type: err.type ?? 'Error', message: err.message, ...(e instanceof IncompleteResult ? { missing: e.missing } : {}) } })}\n`);
+        process.stderr.write(
+          `${JSON.stringify({ error: { type: err.type ?? 'Error', message: err.message, ...(e instanceof IncompleteResult ? { missing: e.missing } : {}) } })}\n`,
+        );
       } finally {
         await router?.close();
       }

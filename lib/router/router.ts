@@ -403,7 +403,12 @@ export class Router {
     } catch (e) {
       this.directoryFailed(e);
       if (!this.knownShards) {
-        throw new ShardctlError('DirectoryUnavailable', `cannot read the shards inventory for a fleet read: ${this.redact((e as Error).message)}`, undefined, true);
+        throw new ShardctlError(
+          'DirectoryUnavailable',
+          `cannot read the shards inventory for a fleet read: ${this.redact((e as Error).message)}`,
+          undefined,
+          true,
+        );
       }
     }
     return this.knownShards.map((shard) => ({ shard }));

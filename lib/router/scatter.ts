@@ -204,10 +204,12 @@ async function askShard(pool: Pool, target: ShardTarget, plan: ScatterPlan, dead
     await client.query(`begin transaction isolation level repeatable read read only; set local statement_timeout = ${statementTimeoutMs(deadline)}`);
     if (target.units?.length) {
       // A moved unit is refused here (SC421), so a stale route never reads the old copy.
-      await client.query(extended(`select shardctl.assert_readable(u, e) from unnest($1::text[], $2::bigint[]) as t(u, e)`, [
-        target.units.map((u) => u.unit),
-        target.units.map((u) => u.epoch),
-      ]));
+      await client.query(
+        extended(`select shardctl.assert_readable(u, e) from unnest($1::text[], $2::bigint[]) as t(u, e)`, [
+          target.units.map((u) => u.unit),
+          target.units.map((u) => u.epoch),
+        ]),
+      );
     }
     let typed: { keys: TypedOrderKey[]; collatable: boolean[] } | undefined;
     if (plan.orderBy) {
@@ -254,7 +256,8 @@ function classify(e: unknown, shard: string, redact: (s: string) => string): Ans
       ),
     };
   }
-  if (code === '42601') return { ok: false, fatal: new ShardctlError('InvalidInput', `the statement is not one valid SQL statement (${message})`, { shard, code }) };
+  if (code === '42601')
+    return { ok: false, fatal: new ShardctlError('InvalidInput', `the statement is not one valid SQL statement (${message})`, { shard, code }) };
   if (code === '57014') return { ok: false, reason: 'timeout', message: `no answer before the deadline (${message})`, code };
   if (code === SQLSTATE.staleRoute) return { ok: false, reason: 'stale-route', message, code };
   if (isConnectionError(e)) return { ok: false, reason: 'unreachable', message, code };
@@ -282,7 +285,13 @@ export async function runScatter(plan: ScatterPlan, targets: ShardTarget[], star
   const settle = (shard: string, answer: Answer, startedAt: number) => {
     answers.set(shard, answer);
     const rows = answer.ok ? answer.rows.length : 0;
-    timings.set(shard, { shard, status: answer.ok ? 'ok' : 'reason' in answer ? answer.reason : 'error', rows, queuedMs: startedAt - started, elapsedMs: Date.now() - startedAt });
+    timings.set(shard, {
+      shard,
+      status: answer.ok ? 'ok' : 'reason' in answer ? answer.reason : 'error',
+      rows,
+      queuedMs: startedAt - started,
+      elapsedMs: Date.now() - startedAt,
+    });
   };
 
   const lane = async () => {
@@ -294,7 +303,11 @@ export async function runScatter(plan: ScatterPlan, targets: ShardTarget[], star
         continue;
       }
       if (startedAt >= deadline) {
-        settle(t.shard, { ok: false, reason: 'timeout', message: `not started: the deadline (${plan.deadlineMs} ms) passed while other shards were asked` }, startedAt);
+        settle(
+          t.shard,
+          { ok: false, reason: 'timeout', message: `not started: the deadline (${plan.deadlineMs} ms) passed while other shards were asked` },
+          startedAt,
+        );
         continue;
       }
       const lease = new Lease();
@@ -325,7 +338,13 @@ export async function runScatter(plan: ScatterPlan, targets: ShardTarget[], star
   return mergeAnswers(plan, targets, answers, timings, started);
 }
 
-function mergeAnswers(plan: ScatterPlan, targets: ShardTarget[], answers: Map<string, Answer>, timings: Map<string, ShardTiming>, started: number): ScatterResult {
+function mergeAnswers(
+  plan: ScatterPlan,
+  targets: ShardTarget[],
+  answers: Map<string, Answer>,
+  timings: Map<string, ShardTiming>,
+  started: number,
+): ScatterResult {
   const missing: MissingShard[] = [];
   const ok: { shard: string; rows: Record<string, unknown>[]; fields: FieldDef[]; keys?: TypedOrderKey[] }[] = [];
   for (const t of targets) {
@@ -337,7 +356,11 @@ function mergeAnswers(plan: ScatterPlan, targets: ShardTarget[], answers: Map<st
   const keys = ok[0]?.keys;
   for (const a of keys ? ok.slice(1) : []) {
     const bad = a.keys!.find((k, i) => k.kind !== keys![i].kind);
-    if (bad) throw new ShardctlError('PreconditionFailed', `order-by column ${bad.column} has another type on ${a.shard} than on ${ok[0].shard}: cast it in the statement`);
+    if (bad)
+      throw new ShardctlError(
+        'PreconditionFailed',
+        `order-by column ${bad.column} has another type on ${a.shard} than on ${ok[0].shard}: cast it in the statement`,
+      );
   }
   let rows: ScatterRow<Record<string, unknown>>[];
   if (keys) {
@@ -350,7 +373,10 @@ function mergeAnswers(plan: ScatterPlan, targets: ShardTarget[], answers: Map<st
       ).map(({ run, item }) => ({ shard: ok[run].shard, row: item }));
     } catch (e) {
       if (!(e instanceof UnsortedRunError)) throw e;
-      throw new ShardctlError('PreconditionFailed', `${ok[e.run].shard} returned rows out of the merge's order at row ${e.index}: cast the order-by columns in the statement`);
+      throw new ShardctlError(
+        'PreconditionFailed',
+        `${ok[e.run].shard} returned rows out of the merge's order at row ${e.index}: cast the order-by columns in the statement`,
+      );
     }
   } else {
     rows = ok.flatMap((a) => a.rows.map((row) => ({ shard: a.shard, row }))).slice(0, plan.limit);

@@ -72,18 +72,15 @@ const TABLE_SQL = (table: string) =>
   `create table ${table} (id bigint primary key, tenant_id text not null, score int, big int8 not null, amount numeric(12,2) not null, name text not null, at timestamptz not null)`;
 
 async function insertItems(pool: Pool, table: string, items: Item[]) {
-  await pool.query(
-    `insert into ${table} select * from unnest($1::bigint[], $2::text[], $3::int[], $4::int8[], $5::numeric[], $6::text[], $7::timestamptz[])`,
-    [
-      items.map((x) => x.id),
-      items.map((x) => x.tenant_id),
-      items.map((x) => x.score),
-      items.map((x) => x.big),
-      items.map((x) => x.amount),
-      items.map((x) => x.name),
-      items.map((x) => x.at),
-    ],
-  );
+  await pool.query(`insert into ${table} select * from unnest($1::bigint[], $2::text[], $3::int[], $4::int8[], $5::numeric[], $6::text[], $7::timestamptz[])`, [
+    items.map((x) => x.id),
+    items.map((x) => x.tenant_id),
+    items.map((x) => x.score),
+    items.map((x) => x.big),
+    items.map((x) => x.amount),
+    items.map((x) => x.name),
+    items.map((x) => x.at),
+  ]);
 }
 
 async function closedPort(): Promise<number> {
@@ -245,7 +242,9 @@ describe('scatter: slow and unreachable shards', () => {
     try {
       await holder.query('begin');
       await holder.query(`lock table ${schema}.items in access exclusive mode`);
-      const e = await expectIncomplete(router.scatter(`select count(*) from ${schema}.items`, [], { grant: all, shards: ['shard-a', 'shard-c'], deadlineMs: 800 }));
+      const e = await expectIncomplete(
+        router.scatter(`select count(*) from ${schema}.items`, [], { grant: all, shards: ['shard-a', 'shard-c'], deadlineMs: 800 }),
+      );
       expect(e.missing).toEqual([expect.objectContaining({ shard: 'shard-c', reason: 'timeout', code: '57014' })]);
       expect((await holder.query('select 1 as ok')).rows).toEqual([{ ok: 1 }]);
     } finally {
@@ -308,10 +307,10 @@ describe('scatter: read only', () => {
 describe('scatter: units, grants and input', () => {
   it('asks only the shards owning the units, and a moved unit is refreshed and read on its new owner', async () => {
     const [t1, t2] = [uniq('sc-u1'), uniq('sc-u2')];
-    await dirs.down.pool.query(`insert into shardctl.units(unit, kind, shard, epoch, state) values ($1, 'tenant', 'shard-a', 1, 'active'), ($2, 'tenant', 'shard-c', 1, 'active')`, [
-      t1,
-      t2,
-    ]);
+    await dirs.down.pool.query(
+      `insert into shardctl.units(unit, kind, shard, epoch, state) values ($1, 'tenant', 'shard-a', 1, 'active'), ($2, 'tenant', 'shard-c', 1, 'active')`,
+      [t1, t2],
+    );
     await setUnitFence(shards['shard-a'], { unit: t1, epoch: 1, owned: true, frozen: false });
     await setUnitFence(shards['shard-c'], { unit: t2, epoch: 1, owned: true, frozen: false });
     const sql = `select current_setting('port') as port`;
@@ -329,6 +328,32 @@ describe('scatter: units, grants and input', () => {
     expect(second.shards.map((s) => s.shard)).toEqual(['shard-a', 'shard-b']);
     expect(second.rows.map((x) => x.row.port)).toEqual([new URL(shardByName(config, 'shard-a').dsn).port, new URL(shardByName(config, 'shard-b').dsn).port]);
     expect(router.metrics().staleRetries).toBeGreaterThan(staleBefore);
+  });
+
+  it("counts a unit once with the documented filter on the shard's own fence: the soak copy and a frozen owner are left out", async () => {
+    const t = uniq('sc-copy');
+    for (const s of ['shard-a', 'shard-b']) {
+      await shards[s].query(`create table if not exists ${schema}.copies (tenant_id text not null, id int not null)`);
+      await shards[s].query(`insert into ${schema}.copies values ($1, 1), ($1, 2)`, [t]);
+    }
+    await setUnitFence(shards['shard-a'], { unit: t, epoch: 2, owned: true, frozen: false }); // the owner
+    await setUnitFence(shards['shard-b'], { unit: t, epoch: 1, owned: false, frozen: false }); // the old owner's soak copy
+    const read = (filter: string) =>
+      router.scatter(`select id from ${schema}.copies where tenant_id = $1${filter}`, [t], { grant: all, shards: ['shard-a', 'shard-b'], orderBy: 'id' });
+    const owned = ` and tenant_id in (select unit from shardctl.fence where owned and not frozen)`;
+    expect((await read('')).rows.map((x) => x.shard)).toEqual(['shard-a', 'shard-b', 'shard-a', 'shard-b']);
+    expect((await read(owned)).rows.map((x) => [x.shard, x.row.id])).toEqual([
+      ['shard-a', 1],
+      ['shard-a', 2],
+    ]);
+    await setUnitFence(shards['shard-a'], { unit: t, epoch: 2, owned: true, frozen: true });
+    expect((await read(owned)).rows).toEqual([]);
+  });
+
+  it('names a shard the configuration does not list as missing (not-configured), never as empty', async () => {
+    const e = await expectIncomplete(router.scatter('select 1 as one', [], { grant: all, shards: ['shard-a', 'shard-zz'] }));
+    expect(e.missing).toEqual([{ shard: 'shard-zz', reason: 'not-configured', message: expect.stringContaining('no connection for shard shard-zz') }]);
+    expect(e.answered).toEqual(['shard-a']);
   });
 
   it('refuses, before any I/O, a fleet read without an all-tenants grant, a unit outside the grant, and bad options', async () => {
@@ -357,7 +382,10 @@ function cli(args: string[], configFile: string): Promise<{ code: number; stdout
 
 describe('shardctl query', () => {
   it('exits 0 on a complete read and prints the documented JSON shape with the merged top-k', async () => {
-    const r = await cli(['query', '--all-shards', `select id, score from ${schema}.items`, '--order-by', 'score, id', '--limit', '5', '--json'], configFiles.ok);
+    const r = await cli(
+      ['query', '--all-shards', `select id, score from ${schema}.items`, '--order-by', 'score, id', '--limit', '5', '--json'],
+      configFiles.ok,
+    );
     expect(r.stderr).toBe('');
     expect(r.code).toBe(0);
     const out = JSON.parse(r.stdout);

@@ -86,7 +86,22 @@ describe('compareNonNull', () => {
 
 describe('compareDecimalText', () => {
   it('orders numeric texts exactly, signs, scales and specials included', () => {
-    const sorted = ['-Infinity', '-10.5', '-10.25', '-2', '-0.001', '0', '0.0001', '0.5', '0.51', '2', '10.001', '123456789012345678901234567890', 'Infinity', 'NaN'];
+    const sorted = [
+      '-Infinity',
+      '-10.5',
+      '-10.25',
+      '-2',
+      '-0.001',
+      '0',
+      '0.0001',
+      '0.5',
+      '0.51',
+      '2',
+      '10.001',
+      '123456789012345678901234567890',
+      'Infinity',
+      'NaN',
+    ];
     const rand = rng(7);
     for (let i = 0; i < 20; i++) {
       const shuffled = [...sorted].sort(() => rand() - 0.5);
