@@ -122,6 +122,11 @@ export function register(program: Command) {
       'as JSON: {complete, elapsedMs, fields, rows: [{shard, row}], missing: [{shard, reason, message, code?}], shards: [{shard, status, rows, queuedMs, elapsedMs}]}',
     )
     .addHelpText('after', HELP)
+    .exitOverride((err) => {
+      // Commander's own usage errors (an unknown option, a missing value) are bad input too.
+      if (err.exitCode !== 0) err.exitCode = QUERY_EXIT.usage;
+      throw err;
+    })
     .action(async (sqlArg: string | undefined, o: QueryFlags) => {
       let router: Router | undefined;
       try {
