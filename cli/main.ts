@@ -7,6 +7,7 @@ import { register as registerShards } from './commands/shards';
 import { register as registerSeed } from './commands/seed';
 import { register as registerLoadgen } from './commands/loadgen';
 import { register as registerMove } from './commands/move';
+import { register as registerQuery } from './commands/query';
 
 export async function main(argv: string[]): Promise<void> {
   const program = new Command('shardctl')
@@ -15,7 +16,7 @@ export async function main(argv: string[]): Promise<void> {
     .showHelpAfterError()
     .exitOverride();
   registerDev(program);
-  for (const register of [registerWorker, registerTenant, registerShards, registerSeed, registerLoadgen, registerMove]) register(program);
+  for (const register of [registerWorker, registerTenant, registerShards, registerSeed, registerLoadgen, registerMove, registerQuery]) register(program);
   try {
     await program.parseAsync(argv);
   } catch (e: any) {

@@ -25,7 +25,8 @@ export type ErrorType =
   | 'DirectoryUnavailable'
   | 'PreconditionFailed'
   | 'ValidationMismatch'
-  | 'ConfigError';
+  | 'ConfigError'
+  | 'IncompleteResult';
 
 /** Error types an activity never retries: the workflow branches on them (the one list). */
 export const PERMANENT_ERROR_TYPES: readonly ErrorType[] = ['InvalidInput', 'PreconditionFailed', 'Conflict', 'NotFound', 'ValidationMismatch', 'Forbidden'];
@@ -48,3 +49,34 @@ export class ShardctlError extends Error {
 }
 
 export const invalidInput = (msg: string) => new ShardctlError('InvalidInput', msg);
+
+/** Why a shard is missing from a fleet read (router.scatter). */
+export type MissingReason = 'timeout' | 'unreachable' | 'error' | 'stale-route' | 'not-configured';
+
+export interface MissingShard {
+  shard: string;
+  reason: MissingReason;
+  /** One line for an operator; never a DSN or a password. */
+  message: string;
+  /** The server's SQLSTATE or the socket's error code, when there is one. */
+  code?: string;
+}
+
+/**
+ * A fleet read that did not hear from every shard it had to ask. Thrown instead of returning
+ * an answer that looks whole; `missing` names each shard and why. Retriable: the same read
+ * may complete once the shard is back or less loaded.
+ */
+export class IncompleteResult extends ShardctlError {
+  constructor(
+    readonly missing: MissingShard[],
+    readonly answered: string[],
+  ) {
+    super(
+      'IncompleteResult',
+      `incomplete result: ${missing.length} of ${missing.length + answered.length} shard(s) did not answer: ${missing.map((m) => `${m.shard} (${m.reason}: ${m.message})`).join('; ')}`,
+      { missing, answered },
+      true,
+    );
+  }
+}

@@ -64,6 +64,12 @@ export async function listShards(db: Queryable): Promise<ShardInfo[]> {
   }, poolDsn(db));
 }
 
+/** Every shard in the inventory, whatever its status (a closed or draining shard still holds data). */
+export async function listShardNames(db: Queryable): Promise<string[]> {
+  const r = await db.query('select name from shardctl.shards order by name');
+  return r.rows.map((x) => x.name as string);
+}
+
 export async function getShard(db: Queryable, name: string): Promise<ShardInfo | undefined> {
   return (await listShards(db)).find((s) => s.name === name);
 }

@@ -3,6 +3,7 @@
 import { openPool } from '../connections';
 import type { Pool } from 'pg';
 import { Placement, PlacementState, UnitObservation, toSafeInt } from './snapshot';
+import { listShardNames } from '../directory/shards';
 
 export interface DirectorySnapshot {
   placements: Placement[];
@@ -60,6 +61,11 @@ export class DirectoryReader {
     const row = r.rows[0];
     const generation = toSafeInt(row?.generation) ?? 0;
     return { unit, generation, placement: row?.unit ? rowToPlacement(row) : undefined };
+  }
+
+  /** The shards inventory (fleet reads ask every one of them). */
+  loadShardNames(): Promise<string[]> {
+    return listShardNames(this.pool);
   }
 
   async currentGeneration(): Promise<number> {

@@ -14,6 +14,11 @@ export function grantCovers(grant: unknown, tenantId: string): boolean {
   return Array.isArray(tenants) && tenants.some((t) => t === tenantId);
 }
 
+/** True for a grant over every tenant (what a fleet read across shards needs). */
+export function grantCoversAll(grant: unknown): boolean {
+  return !!grant && typeof grant === 'object' && (grant as { tenants?: unknown }).tenants === '*';
+}
+
 export function assertGrantCovers(grant: unknown, tenantId: string): void {
   if (!grantCovers(grant, tenantId)) {
     throw new ShardctlError('Forbidden', `this caller's grant does not cover tenant ${tenantId}`, { tenant: tenantId });

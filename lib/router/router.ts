@@ -2,18 +2,21 @@
 // tenant. Routing comes from a cached directory snapshot (NOTIFY, TTL, per-entry refresh on a
 // stale-route refusal); correctness never depends on the cache, because every transaction
 // carries (unit, epoch) and the shard refuses writes and reads that do not match its fence.
+// Fleet reads (scatter) run one read-only statement on many shards; see scatter.ts.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { openPool } from '../connections';
 import type { Pool, PoolClient } from 'pg';
 import type { Config } from '../config';
-import { ShardctlError, invalidInput } from '../errors';
+import { IncompleteResult, ShardctlError, invalidInput } from '../errors';
 import { validateTenantId } from '../ids';
 import { DirectoryReader } from './directory-feed';
 import { PlacementListener } from '../directory/listen';
-import { Grant, assertGrantCovers } from './grant';
+import { Grant, assertGrantCovers, grantCoversAll } from './grant';
 import { STALE_BACKOFF, FROZEN_BACKOFF, backoffDelayMs, classifyError, nextWaitMs } from './retry';
 import { Placement, PlacementCache, UnitObservation } from './snapshot';
 import { wrapTxClient } from './tx-client';
+import { ScatterOptions, ScatterPlan, ScatterResult, ShardTarget, planScatter, runScatter, secretRedactor } from './scatter';
+import { validateShardName } from '../ids';
 
 export type Mode = 'read' | 'write';
 export type Isolation = 'read committed' | 'repeatable read' | 'serializable';
@@ -73,6 +76,10 @@ const ISOLATIONS: ReadonlySet<string> = new Set(['read committed', 'repeatable r
 export class Router {
   private readonly cache = new PlacementCache();
   private readonly pools = new Map<string, Pool>();
+  private readonly scatterPools = new Map<string, Pool>();
+  private readonly redact: (text: string) => string;
+  /** The directory's shards inventory as last read (fleet reads fall back to it when the directory is down). */
+  private knownShards: string[] | undefined;
   private reader: DirectoryReader;
   private listener: PlacementListener | undefined;
   private ttlTimer: NodeJS.Timeout | undefined;
@@ -105,6 +112,7 @@ export class Router {
     this.fullReloadMs = opts.fullReloadMs ?? this.ttlMs * 10;
     this.connectTimeoutMs = opts.connectTimeoutMs ?? 2000;
     this.reader = this.newReader(opts.directoryDsn ?? config.directory.dsn);
+    this.redact = secretRedactor([config.directory.dsn, opts.directoryDsn ?? '', ...config.shards.map((s) => s.dsn)]);
   }
 
   /** Loads the first snapshot (throws DirectoryUnavailable if it cannot), then starts refreshing. */
@@ -199,6 +207,49 @@ export class Router {
     }
   }
 
+  /**
+   * Runs one read-only statement on every shard of the directory (or `shards`, or the owners of
+   * `units`), at most `concurrency` at a time, each in a READ ONLY transaction whose statement
+   * timeout ends inside `deadlineMs`. Rows come back tagged with their shard; with `orderBy`
+   * (and `limit`) every shard sorts and limits and the router merges, so the answer is the
+   * fleet-wide top-k. A write is refused (Forbidden), whatever allowPartial says. When a shard
+   * times out, is unreachable or fails, this throws IncompleteResult naming each missing shard
+   * and why, unless `allowPartial`: then the result says `complete: false` with the same list.
+   * In units mode each shard first proves it owns its units at the cached epoch; a stale route
+   * refreshes them and asks again within the deadline and the retry budget.
+   */
+  async scatter<R = Record<string, unknown>>(sql: string, params: readonly unknown[], opts: ScatterOptions): Promise<ScatterResult<R>> {
+    const plan = planScatter(sql, params, opts, this.config.limits.routerDeadlineMs);
+    for (const s of plan.shards ?? []) validateShardName(s);
+    for (const u of plan.units ?? []) assertGrantCovers(opts.grant, validateTenantId(u));
+    if (!plan.units && !grantCoversAll(opts.grant)) {
+      throw new ShardctlError('Forbidden', "a fleet read sees every tenant of the shards it asks: it needs the grant { tenants: '*' }, or name the units");
+    }
+    if (this.closed) throw new ShardctlError('PreconditionFailed', 'router is closed');
+    const started = Date.now();
+    const budget = this.config.limits.routerRetryBudget;
+    for (let retries = 0; ; retries++) {
+      const targets = await this.scatterTargets(plan, started + plan.deadlineMs);
+      const result = await runScatter(plan, targets, started, { pool: (s) => this.scatterPoolFor(s), redact: this.redact });
+      const stale = new Set(result.missing.filter((m) => m.reason === 'stale-route').map((m) => m.shard));
+      if (stale.size > 0 && !this.opts.freezeCache && retries < budget && Date.now() < started + plan.deadlineMs) {
+        this.m.staleRetries++;
+        const units = targets.filter((t) => stale.has(t.shard)).flatMap((t) => t.units ?? []);
+        // Unreachable directory: the cached routes stay and the next round backs off.
+        await Promise.all(units.map((u) => this.refreshUnit(u.unit).catch(() => undefined)));
+        await sleep(Math.min(backoffDelayMs(retries, STALE_BACKOFF), Math.max(0, started + plan.deadlineMs - Date.now())));
+        continue;
+      }
+      if (!result.complete && !plan.allowPartial) {
+        throw new IncompleteResult(
+          result.missing,
+          result.shards.filter((t) => t.status === 'ok').map((t) => t.shard),
+        );
+      }
+      return result as ScatterResult<R>;
+    }
+  }
+
   /** The cached placement of a unit (no I/O). */
   lookup(unit: string): Placement | undefined {
     return this.cache.get(unit);
@@ -252,8 +303,9 @@ export class Router {
     await this.listener?.stop();
     this.listener = undefined;
     await this.reader.end();
-    const pools = [...this.pools.values()];
+    const pools = [...this.pools.values(), ...this.scatterPools.values()];
     this.pools.clear();
+    this.scatterPools.clear();
     await Promise.all(pools.map((p) => p.end().catch(() => {})));
   }
 
@@ -315,6 +367,51 @@ export class Router {
     pool = openPool(sc.dsn, { max: this.opts.poolMax ?? 10, connectionTimeoutMillis: this.connectTimeoutMs, applicationName: 'shardctl-router' });
     this.pools.set(shard, pool);
     return pool;
+  }
+
+  /** A shard's pool for fleet reads: sessions that default to read-only, apart from tenant traffic. */
+  private scatterPoolFor(shard: string): Pool | undefined {
+    let pool = this.scatterPools.get(shard);
+    if (pool) return pool;
+    const sc = this.config.shards.find((s) => s.name === shard);
+    if (!sc) return undefined;
+    pool = openPool(sc.dsn, {
+      max: this.opts.poolMax ?? 10,
+      connectionTimeoutMillis: this.connectTimeoutMs,
+      applicationName: 'shardctl-scatter',
+      readOnly: true,
+    });
+    this.scatterPools.set(shard, pool);
+    return pool;
+  }
+
+  /** The shards a fleet read asks: the named ones, the owners of its units, or the directory's inventory. */
+  private async scatterTargets(plan: ScatterPlan, deadline: number): Promise<ShardTarget[]> {
+    if (plan.shards) return [...plan.shards].sort().map((shard) => ({ shard }));
+    if (plan.units) {
+      const byShard = new Map<string, { unit: string; epoch: number }[]>();
+      for (const u of plan.units) {
+        const p = await this.resolve(u);
+        byShard.set(p.shard, [...(byShard.get(p.shard) ?? []), { unit: u, epoch: p.epoch }]);
+      }
+      return [...byShard.keys()].sort().map((shard) => ({ shard, units: byShard.get(shard) }));
+    }
+    try {
+      const names = await withDeadline(this.reader.loadShardNames(), deadline);
+      this.m.directoryReachable = true;
+      this.knownShards = names;
+    } catch (e) {
+      this.directoryFailed(e);
+      if (!this.knownShards) {
+        throw new ShardctlError(
+          'DirectoryUnavailable',
+          `cannot read the shards inventory for a fleet read: ${this.redact((e as Error).message)}`,
+          undefined,
+          true,
+        );
+      }
+    }
+    return this.knownShards.map((shard) => ({ shard }));
   }
 
   // ---- routing state ----------------------------------------------------------------------
@@ -436,4 +533,12 @@ export class Router {
     this.listener = listener;
     await listener.start();
   }
+}
+
+function withDeadline<T>(p: Promise<T>, deadline: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error('no answer before the deadline')), Math.max(0, deadline - Date.now()));
+  });
+  return Promise.race([p, late]).finally(() => clearTimeout(timer));
 }
