@@ -107,8 +107,11 @@ export function register(program: Command) {
   const verify = lg
     .command('verify')
     .description(
-      "check a loadgen log (--log FILE on the loadgen command) against each tenant's current owner: acked writes present with their value, refused writes absent, acked blobs in the owner's bucket; exits 1 when not",
+      "check a loadgen log (--log FILE) against each tenant's current owner: acked writes present with their value, refused writes absent, acked blobs in the owner's bucket; exits 1 when not",
     )
+    // Listed here for its --help; whichever command parses them, optsWithGlobals() sees them.
+    .option('--log <file>', 'the JSONL outcome log to check')
+    .option('--json', 'print the report as JSON')
     .action(async (_o: unknown, cmd: Command) => {
       const o = cmd.optsWithGlobals() as LoadgenCliOptions;
       if (!o.log) throw invalidInput('--log is required: shardctl loadgen verify --log FILE');

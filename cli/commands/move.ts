@@ -186,7 +186,7 @@ export function register(program: Command) {
     .description(`wait until the move reaches a phase (or passes it); progress lines on stderr. Exit 6 on timeout, 7 if it ends failed or cancelled`)
     .requiredOption('--phase <phase>', `phase to wait for: ${PHASES.join(' | ')}`)
     .option('--timeout <duration>', 'give up after', '10m')
-    .option('--json', 'print the final status (as `move status --json`) on stdout')
+    .option('--json', 'print the final status (as `move status --json`) on stdout, and no progress lines')
     .action(async (tenant, o) => {
       if (!isPhase(o.phase)) throw invalidInput(`unknown phase ${JSON.stringify(o.phase)}`);
       const deadline = Date.now() + parseDurationMs(o.timeout, '--timeout');
@@ -198,7 +198,8 @@ export function register(program: Command) {
         const line =
           `${s.phase}${s.paused ? ' (paused)' : ''} ${formatCopyProgress(copyProgress(s.tables))} blobs ${s.blobs.copied}/${s.blobs.total} lag ${s.lagSeconds}s` +
           `${s.cutoverPauseMs !== null ? ` pause ${s.cutoverPauseMs}ms` : ''}${s.blockedReason ? ` blocked: ${s.blockedReason}` : ''}`;
-        if (line !== last) {
+        // With --json, stderr carries only the error (one JSON line) if there is one.
+        if (line !== last && !o.json) {
           process.stderr.write(`${new Date().toISOString().slice(11, 23)} ${tenant}: ${line}\n`);
           last = line;
         }
