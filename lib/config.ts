@@ -1,6 +1,7 @@
 // The one configuration of shardctl: parsed once with zod at the edge (worker, cli) and passed
 // down. Invalid config fails with the path of the bad field and what was expected.
 import { z } from 'zod';
+import { ShardctlError } from './errors';
 import fs from 'node:fs';
 import path from 'node:path';
 import { MAX_BUCKETS } from './buckets/units';
@@ -174,8 +175,17 @@ export function projectRoot(): string {
   return path.resolve(__dirname, '..');
 }
 
+const unknownShard = (config: Config, name: string) => `unknown shard "${name}" (known: ${config.shards.map((x) => x.name).join(', ')})`;
+
 export function shardByName(config: Config, name: string): ShardConfig {
   const s = config.shards.find((x) => x.name === name);
-  if (!s) throw new ConfigError(`unknown shard "${name}" (known: ${config.shards.map((x) => x.name).join(', ')})`);
+  if (!s) throw new ConfigError(unknownShard(config, name));
+  return s;
+}
+
+/** A shard an operator named (an argument, not the config): an unknown one is "not found". */
+export function knownShard(config: Config, name: string): ShardConfig {
+  const s = config.shards.find((x) => x.name === name);
+  if (!s) throw new ShardctlError('NotFound', unknownShard(config, name));
   return s;
 }

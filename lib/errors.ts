@@ -23,9 +23,16 @@ export type ErrorType =
   | 'Frozen'
   | 'NoCapacity'
   | 'DirectoryUnavailable'
+  /** A server other than the directory (Temporal, a shard) could not be reached. */
+  | 'Unavailable'
   | 'PreconditionFailed'
   | 'ValidationMismatch'
   | 'ConfigError'
+  /** A wait gave up at its deadline (the thing waited for may still happen). */
+  | 'TimedOut'
+  /** The move ended failed or cancelled, not where the caller wanted it. */
+  | 'MoveFailed'
+  /** A fleet read (router.scatter) without every shard's answer. */
   | 'IncompleteResult';
 
 /** Error types an activity never retries: the workflow branches on them (the one list). */

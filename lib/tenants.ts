@@ -2,7 +2,7 @@
 // (epoch 1, owned) is written before the directory row, so a router can never route to a shard
 // that would refuse the tenant; if the directory insert fails, the fence we wrote is removed.
 import type { Pool } from 'pg';
-import { Config } from './config';
+import { Config, knownShard } from './config';
 import { ShardctlError, invalidInput } from './errors';
 import { validateShardName, validateTenantId } from './ids';
 import { installOwner, removeFirstFence } from './shard/fence';
@@ -65,10 +65,7 @@ export function validateCreateInput(input: CreateTenantInput, config: Config): {
   if (!Number.isSafeInteger(expectedLoad) || expectedLoad < 0) throw invalidInput(`expected load must be a non-negative integer, got ${expectedLoad}`);
   let shard: string | undefined;
   if (input.shard !== undefined) {
-    shard = validateShardName(input.shard);
-    if (!config.shards.some((s) => s.name === shard)) {
-      throw new ShardctlError('NotFound', `unknown shard "${shard}" (known: ${config.shards.map((s) => s.name).join(', ')})`);
-    }
+    shard = knownShard(config, validateShardName(input.shard)).name;
   }
   return { tenant, shard, expectedLoad, actor: input.actor.trim() };
 }
@@ -86,10 +83,7 @@ export async function createTenant(deps: TenantDeps, input: CreateTenantInput): 
   if (asked) {
     const info = shards.find((s) => s.name === asked);
     if (!info)
-      throw new ShardctlError(
-        'NotFound',
-        `shard "${asked}" is in the config but not in the directory: run \`shardctl tenant list\` (or ensureDirectory) to register it`,
-      );
+      throw new ShardctlError('NotFound', `shard "${asked}" is in the config but not in the directory: run \`shardctl directory migrate\` to register it`);
     if (info.status !== 'open') throw new ShardctlError('PreconditionFailed', `shard ${asked} is ${info.status}: new tenants go to open shards only`);
     shard = asked;
   } else {

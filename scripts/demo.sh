@@ -48,6 +48,7 @@ trap 'exit 129' HUP
 
 sc dev up
 sc shards prepare --demo-schema
+sc directory migrate
 mkdir -p .dev/logs .dev/demo
 start_bg .dev/logs/worker-demo.log node cli/shardctl.js worker
 echo "== worker pid $! (log .dev/logs/worker-demo.log)"

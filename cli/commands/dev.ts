@@ -4,13 +4,15 @@ import { Command } from 'commander';
 import * as stack from '../../lib/dev/stack';
 import { projectRoot } from '../../lib/config';
 import type { RunningWorker } from '../../lib/dev/workers';
+import { exitCodeFor } from '../exit';
+import { examples } from '../help';
 
 export function registerDev(program: Command) {
   const dev = program.command('dev').description('the local dev stack: postgres ×4, temporal dev server + UI, S3 (moto)');
   const s = () => stack.stackAt(projectRoot());
   const log = (m: string) => process.stderr.write(`dev: ${m}\n`);
 
-  dev
+  const up = dev
     .command('up')
     .description('start every part (idempotent)')
     .action(async () => {
@@ -21,12 +23,13 @@ export function registerDev(program: Command) {
       printStatus(parts);
       const env = stack.stackEnv(st);
       console.log(`\nready in ${((Date.now() - t0) / 1000).toFixed(1)}s — Temporal Web UI: ${env.temporal.uiUrl}`);
-      if (parts.some((x) => !x.healthy)) process.exitCode = 1;
+      if (parts.some((x) => !x.healthy)) process.exitCode = exitCodeFor('Unavailable');
     });
-  dev
+  examples(up, 'dev up', 'SHARDCTL_DEV_PG_PORT=25432 SHARDCTL_DEV_TEMPORAL_PORT=27233 shardctl dev up   # a second stack on other ports');
+  const status = dev
     .command('status')
     .description('health of each part, and the workers running against the stack')
-    .option('--json')
+    .option('--json', 'as JSON: [{part, healthy, detail}, ...workers with pid, taskQueues, source, cwd]')
     .action(async (o) => {
       const st = s();
       const parts = await stack.status(st);
@@ -34,27 +37,31 @@ export function registerDev(program: Command) {
       const workers = (await stack.workers(st)).map(workerLine);
       if (o.json) console.log(JSON.stringify([...parts, ...workers], null, 2));
       else printStatus([...parts, ...workers]);
-      if (parts.some((x) => !x.healthy)) process.exitCode = 1;
+      if (parts.some((x) => !x.healthy)) process.exitCode = exitCodeFor('Unavailable');
     });
-  dev
+  examples(status, 'dev status', 'dev status --json');
+  const down = dev
     .command('down')
     .description("stop every part, and this checkout's workers")
     .action(async () => {
       await stack.down(s(), log);
     });
-  dev
+  examples(down, 'dev down');
+  const reset = dev
     .command('reset')
     .description('stop everything and wipe .dev/ (keeps downloaded tools)')
     .action(async () => {
       await stack.reset(s(), log);
     });
-  dev
+  examples(reset, 'dev reset');
+  const env = dev
     .command('env')
     .description('print the endpoints')
     .option('--json', 'as JSON (the default)')
     .action(() => {
       console.log(JSON.stringify(stack.stackEnv(s()), null, 2));
     });
+  examples(env, 'dev env', "dev env --json | jq -r '.temporal.uiUrl'");
 }
 
 /** A worker as a line of `dev status` (in --json: the same entry, plus pid, taskQueues, source, cwd). */

@@ -9,6 +9,8 @@ import { parseDurationMs } from '../../lib/duration';
 import { Router } from '../../lib/router';
 import { createDeps } from '../../activities/deps';
 import { formatStats, startLoadgen, verifyLog, VerifyReport } from '../../lib/loadgen';
+import { examples } from '../help';
+import { EXIT } from '../exit';
 
 function positive(v: string, what: string, integer = true): number {
   const n = Number(v);
@@ -87,7 +89,7 @@ export function register(program: Command) {
         else console.log(formatStats(stats, h.histograms()));
         // A read that missed an acknowledged write, or a write that found its row gone, is a
         // consistency violation seen live (verify will name the keys).
-        if (stats.readMismatches > 0 || (stats.errorsByType.RowMissing ?? 0) > 0) process.exitCode = 1;
+        if (stats.readMismatches > 0 || (stats.errorsByType.RowMissing ?? 0) > 0) process.exitCode = EXIT.failure;
       } finally {
         process.off('SIGINT', onSignal);
         process.off('SIGTERM', onSignal);
@@ -96,18 +98,29 @@ export function register(program: Command) {
       }
     });
 
-  lg.command('verify')
+  examples(
+    lg,
+    'loadgen --tenants acme,globex --rate 50 --duration 2m --log load.jsonl',
+    'loadgen --tenants acme --rate 20 --duration 30s --log load.jsonl --intents --json',
+  );
+
+  const verify = lg
+    .command('verify')
     .description(
-      "check a loadgen log (--log FILE on the loadgen command) against each tenant's current owner: acked writes present with their value, refused writes absent, acked blobs in the owner's bucket; exits 1 when not",
+      "check a loadgen log (--log FILE) against each tenant's current owner: acked writes present with their value, refused writes absent, acked blobs in the owner's bucket; exits 1 when not",
     )
+    // Listed here for its --help; whichever command parses them, optsWithGlobals() sees them.
+    .option('--log <file>', 'the JSONL outcome log to check')
+    .option('--json', 'print the report as JSON')
     .action(async (_o: unknown, cmd: Command) => {
       const o = cmd.optsWithGlobals() as LoadgenCliOptions;
       if (!o.log) throw invalidInput('--log is required: shardctl loadgen verify --log FILE');
       const config = loadConfig({ file: o.config });
       const report = await verifyLog({ logFile: o.log, config });
       console.log(o.json ? JSON.stringify(report) : formatVerifyReport(report));
-      if (!report.ok) process.exitCode = 1;
+      if (!report.ok) process.exitCode = EXIT.failure;
     });
+  examples(verify, 'loadgen verify --log load.jsonl', 'loadgen verify --log load.jsonl --json   # {ok, checked, missing, wrongValue, ...}');
 }
 
 export function formatVerifyReport(r: VerifyReport): string {

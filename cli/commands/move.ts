@@ -1,20 +1,24 @@
 // `shardctl move start|status|wait|list|cancel|approve|rollback|retire|pause|resume|extend-soak`.
-// Bad input is refused with a one-line reason before anything is sent.
+// Bad input is refused with a one-line reason before anything is sent. Failures are typed
+// (lib/errors.ts) and cli/exit.ts turns each into its exit code.
 import { Command } from 'commander';
 import os from 'node:os';
-import { WorkflowNotFoundError } from '@temporalio/client';
+import { WorkflowNotFoundError, WorkflowUpdateFailedError, type WorkflowExecutionInfo } from '@temporalio/client';
 import { moveInputFor, startMove, MOVE_WORKFLOW_TYPE } from '../../lib/moves/start';
 import { createDeps } from '../../activities/deps';
 import { createPlanActivities, type PlanResult } from '../../activities/move/plan';
-import { loadConfig, shardByName, Config } from '../../lib/config';
+import { loadConfig, knownShard, Config } from '../../lib/config';
 import { validateTenantId, moveWorkflowId } from '../../lib/ids';
 import { parseDurationMs } from '../../lib/duration';
 import { invalidInput, ShardctlError } from '../../lib/errors';
 import { temporalClient } from '../../lib/temporal-client';
 import * as M from '../../workflows/messages';
-import { isPhase, isTerminal, phaseReached } from '../../workflows/phases';
+import { isPhase, isTerminal, phaseReached, PHASES } from '../../workflows/phases';
 import { SA } from '../../workflows/search-attributes';
 import { copyProgress, formatCopyProgress, formatTableProgress, withCopyProgress } from '../../lib/move-progress';
+import { requireCurrentDirectorySchema } from '../../lib/directory/schema';
+import { exitCodeFor } from '../exit';
+import { examples } from '../help';
 
 const actorDefault = () => process.env.SHARDCTL_ACTOR || process.env.USER || os.userInfo().username || 'cli';
 
@@ -23,7 +27,7 @@ async function withClient<T>(config: Config, fn: (c: Awaited<ReturnType<typeof t
   try {
     tc = await temporalClient(config);
   } catch (e: any) {
-    throw new ShardctlError('PreconditionFailed', `cannot reach Temporal at ${config.temporal.address}: ${e.message} (is \`shardctl dev up\` running?)`);
+    throw new ShardctlError('Unavailable', `cannot reach Temporal at ${config.temporal.address}: ${e.message} (is \`shardctl dev up\` running?)`);
   }
   try {
     return await fn(tc.client);
@@ -55,6 +59,37 @@ function printPlan(tenant: string, to: string, p: PlanResult) {
   console.log(lines.join('\n'));
 }
 
+/** One move as `move list --json` prints it (a stable shape: fields are only ever added). */
+export interface MoveListEntry {
+  workflowId: string;
+  runId: string;
+  tenant: string | null;
+  /** Temporal's execution status: RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, ... */
+  status: string;
+  phase: string | null;
+  source: string | null;
+  target: string | null;
+  blockedReason: string | null;
+  startTime: string;
+  closeTime: string | null;
+}
+
+function moveListEntry(w: WorkflowExecutionInfo): MoveListEntry {
+  const a = w.typedSearchAttributes;
+  return {
+    workflowId: w.workflowId,
+    runId: w.runId,
+    tenant: a.get(SA.unit) ?? null,
+    status: w.status.name,
+    phase: a.get(SA.phase) ?? null,
+    source: a.get(SA.source) ?? null,
+    target: a.get(SA.target) ?? null,
+    blockedReason: a.get(SA.blockedReason) ?? null,
+    startTime: w.startTime.toISOString(),
+    closeTime: w.closeTime?.toISOString() ?? null,
+  };
+}
+
 function printStatus(s: M.MoveStatus) {
   const lines = [`move ${s.moveId} of ${s.tenant}: ${s.source || '?'} -> ${s.target}, phase ${s.phase}${s.paused ? ' (paused)' : ''}, epoch ${s.epoch}`];
   if (s.blockedReason) lines.push(`  blocked: ${s.blockedReason}`);
@@ -84,18 +119,18 @@ export function register(program: Command) {
   const move = program.command('move').description('tenant moves');
   const cfg = () => loadConfig({ file: program.opts().config });
 
-  move
+  const start = move
     .command('start')
     .description('start moving a tenant to another shard')
     .requiredOption('--tenant <id>', 'tenant to move')
     .requiredOption('--to <shard>', 'target shard')
     .option('--soak <duration>', 'how long the source is kept as the way back', '')
-    .option('--approve-cutover <mode>', 'auto | manual', 'auto')
+    .option('--approve-cutover <mode>', 'auto | manual (manual waits for `move approve`)', 'auto')
     .option('--actor <name>', 'operator identity for the audit log')
     .action(async (o) => {
       const config = cfg();
       const tenant = validateTenantId(o.tenant);
-      shardByName(config, o.to);
+      knownShard(config, o.to);
       if (o.approveCutover !== 'auto' && o.approveCutover !== 'manual')
         throw invalidInput(`--approve-cutover must be auto or manual, got ${JSON.stringify(o.approveCutover)}`);
       const soakSeconds = o.soak ? Math.round(parseDurationMs(o.soak, '--soak') / 1000) : config.limits.soakSeconds;
@@ -105,8 +140,9 @@ export function register(program: Command) {
         console.log(`started move of ${tenant} to ${o.to}: workflow ${h.workflowId} run ${h.firstExecutionRunId}`);
       });
     });
+  examples(start, 'move start --tenant acme --to shard-c', 'move start --tenant acme --to shard-c --soak 24h --approve-cutover manual --actor alice');
 
-  move
+  const plan = move
     .command('plan')
     .description('dry run: every preflight check of `move start`, the tables, and the cutover steps the move would take; changes nothing')
     .requiredOption('--tenant <id>', 'tenant to move')
@@ -115,32 +151,42 @@ export function register(program: Command) {
     .action(async (o) => {
       const config = cfg();
       const tenant = validateTenantId(o.tenant);
-      shardByName(config, o.to);
+      knownShard(config, o.to);
       const deps = createDeps(config);
       try {
-        const plan = await createPlanActivities(deps).planMove({ unit: tenant, target: o.to });
-        if (o.json) console.log(JSON.stringify(plan, null, 2));
-        else printPlan(tenant, o.to, plan);
-        // 4: refused by the current state (the reasons say why).
-        if (!plan.ok) process.exitCode = 4;
+        await requireCurrentDirectorySchema(deps.directoryPool());
+        const p = await createPlanActivities(deps).planMove({ unit: tenant, target: o.to });
+        if (o.json) console.log(JSON.stringify(p, null, 2));
+        else printPlan(tenant, o.to, p);
+        // Refused by the current state: the reasons are the output, the code says so too.
+        if (!p.ok) process.exitCode = exitCodeFor('PreconditionFailed');
       } finally {
         await deps.close();
       }
     });
+  examples(
+    plan,
+    'move plan --tenant acme --to shard-c',
+    'move plan --tenant acme --to shard-c --json   # {ok, reasons, source, epoch, moveId, tables, cutoverSteps}',
+  );
 
-  move
+  const status = move
     .command('status <tenant>')
-    .option('--json', 'machine-readable')
+    .description("a move's phase, per-table copy progress, lag, ETA, cutover pause and operators (the workflow's status query)")
+    .option('--json', 'machine-readable: the status query plus copy totals (README "Operating moves")')
     .action(async (tenant, o) => {
       const s = await moveStatus(cfg(), tenant);
       if (o.json) console.log(JSON.stringify(withCopyProgress(s), null, 2));
       else printStatus(s);
     });
+  examples(status, 'move status acme', 'move status acme --json | jq .copy.percent');
 
-  move
+  const wait = move
     .command('wait <tenant>')
-    .requiredOption('--phase <phase>', 'phase to wait for')
+    .description(`wait until the move reaches a phase (or passes it); progress lines on stderr. Exit 6 on timeout, 7 if it ends failed or cancelled`)
+    .requiredOption('--phase <phase>', `phase to wait for: ${PHASES.join(' | ')}`)
     .option('--timeout <duration>', 'give up after', '10m')
+    .option('--json', 'print the final status (as `move status --json`) on stdout, and no progress lines')
     .action(async (tenant, o) => {
       if (!isPhase(o.phase)) throw invalidInput(`unknown phase ${JSON.stringify(o.phase)}`);
       const deadline = Date.now() + parseDurationMs(o.timeout, '--timeout');
@@ -152,45 +198,54 @@ export function register(program: Command) {
         const line =
           `${s.phase}${s.paused ? ' (paused)' : ''} ${formatCopyProgress(copyProgress(s.tables))} blobs ${s.blobs.copied}/${s.blobs.total} lag ${s.lagSeconds}s` +
           `${s.cutoverPauseMs !== null ? ` pause ${s.cutoverPauseMs}ms` : ''}${s.blockedReason ? ` blocked: ${s.blockedReason}` : ''}`;
-        if (line !== last) {
+        // With --json, stderr carries only the error (one JSON line) if there is one.
+        if (line !== last && !o.json) {
           process.stderr.write(`${new Date().toISOString().slice(11, 23)} ${tenant}: ${line}\n`);
           last = line;
         }
-        if (phaseReached(s.phase, o.phase)) return;
+        if (phaseReached(s.phase, o.phase)) {
+          if (o.json) console.log(JSON.stringify(withCopyProgress(s), null, 2));
+          return;
+        }
         if (isTerminal(s.phase))
-          throw new ShardctlError('PreconditionFailed', `move ended in ${s.phase} before reaching ${o.phase}${s.lastError ? `: ${s.lastError}` : ''}`);
+          throw new ShardctlError('MoveFailed', `move ended in ${s.phase} before reaching ${o.phase}${s.lastError ? `: ${s.lastError}` : ''}`);
         if (Date.now() > deadline)
           throw new ShardctlError(
-            'PreconditionFailed',
+            'TimedOut',
             `timed out waiting for ${o.phase}; move is in ${s.phase}${s.blockedReason ? ` (blocked: ${s.blockedReason})` : ''}`,
           );
         await new Promise((r) => setTimeout(r, 500));
       }
     });
+  examples(wait, 'move wait acme --phase soak --timeout 30m', 'move wait acme --phase done --json > final-status.json');
 
-  move
+  const list = move
     .command('list')
     .description('list moves (Temporal visibility), e.g. --phase validate for moves stuck there')
-    .option('--phase <phase>')
+    .option('--phase <phase>', `only moves in this phase: ${PHASES.join(' | ')}`)
     .option('--blocked', 'only moves with a blocked reason')
+    .option('--json', 'as JSON: {moves: [{workflowId, runId, tenant, status, phase, source, target, blockedReason, startTime, closeTime}]}')
     .action(async (o) => {
       if (o.phase && !isPhase(o.phase)) throw invalidInput(`unknown phase ${JSON.stringify(o.phase)}`);
       const q = [`WorkflowType = '${MOVE_WORKFLOW_TYPE}'`];
       if (o.phase) q.push(`ShardctlPhase = '${o.phase}'`);
       if (o.blocked) q.push(`ShardctlBlockedReason IS NOT NULL`);
       await withClient(cfg(), async (client) => {
+        const moves: MoveListEntry[] = [];
         for await (const w of client.workflow.list({ query: q.join(' AND ') })) {
-          const a = w.typedSearchAttributes;
-          console.log(
-            `${w.workflowId}\t${w.status.name}\t${a.get(SA.phase) ?? ''}\t${a.get(SA.source) ?? ''}->${a.get(SA.target) ?? ''}\t${a.get(SA.blockedReason) ?? ''}`,
-          );
+          const m = moveListEntry(w);
+          if (o.json) moves.push(m);
+          else console.log(`${m.workflowId}\t${m.status}\t${m.phase ?? ''}\t${m.source ?? ''}->${m.target ?? ''}\t${m.blockedReason ?? ''}`);
         }
+        if (o.json) console.log(JSON.stringify({ moves }, null, 2));
       });
     });
+  examples(list, 'move list', 'move list --phase validate --blocked', 'move list --json | jq -r \'.moves[] | select(.status == "RUNNING") | .tenant\'');
 
   const verb = (name: string, update: any, desc: string, extra?: (c: Command) => Command, payload?: (o: any) => object) => {
     let c = move.command(`${name} <tenant>`).description(desc).option('--actor <name>', 'operator identity').option('--reason <text>', 'why');
     if (extra) c = extra(c);
+    examples(c, `move ${name} acme${extra ? ' --by 24h' : ''} --actor alice --reason "ticket OPS-123"`);
     c.action(async (tenant, o) => {
       validateTenantId(tenant);
       const config = cfg();
@@ -201,8 +256,10 @@ export function register(program: Command) {
           console.log(`${tenant}: ${r}`);
         } catch (e: any) {
           if (e instanceof WorkflowNotFoundError) throw new ShardctlError('NotFound', `no running move for tenant ${tenant}`);
-          const msg = e?.cause?.message ?? e?.message;
-          throw new ShardctlError('PreconditionFailed', `${name} refused: ${msg}`);
+          // The workflow's handler refused (its reason is the cause); anything else, e.g. Temporal
+          // going away mid-call, is mapped by its own type.
+          if (e instanceof WorkflowUpdateFailedError) throw new ShardctlError('PreconditionFailed', `${name} refused: ${e.cause?.message ?? e.message}`);
+          throw e;
         }
       });
     });

@@ -1,6 +1,8 @@
 // `shardctl query --all-shards "<select>"`: a fleet read through the router's scatter. Input is
 // checked before any connection; the exit code says whether the answer is whole (0) or which
 // shards were missing and why, so a script never mistakes a partial answer for a complete one.
+import { EXIT } from '../exit';
+import { examples } from '../help';
 import { Command } from 'commander';
 import { loadConfig } from '../../lib/config';
 import { parseDurationMs } from '../../lib/duration';
@@ -9,13 +11,14 @@ import { Router } from '../../lib/router';
 import type { ScatterOptions, ScatterResult } from '../../lib/router';
 
 /** Exit codes of `shardctl query` (the numbering issue 12 gives every verb). */
+/** The codes of cli/exit.ts this verb uses (one table for the whole CLI). */
 export const QUERY_EXIT = {
-  complete: 0,
-  failed: 1,
-  usage: 2,
-  refused: 4,
-  unreachable: 5,
-  timedOut: 6,
+  complete: EXIT.ok,
+  failed: EXIT.failure,
+  usage: EXIT.usage,
+  refused: EXIT.refused,
+  unreachable: EXIT.unavailable,
+  timedOut: EXIT.timedOut,
 } as const;
 
 const HELP = `
@@ -28,10 +31,6 @@ Exit codes:
   6  incomplete: a shard did not answer within --deadline
   Without --allow-partial an incomplete read prints no rows; with it, the rows that answered
   are printed and the exit code is still 1, 5 or 6 (5 wins over 6 when both happened).
-
-Examples:
-  shardctl query --all-shards "select tenant_id, count(*) as n from public.accounts group by 1" --order-by "n desc" --limit 10
-  shardctl query --all-shards "select * from public.jobs where state = 'failed'" --deadline 5s --allow-partial --json
 `;
 
 interface QueryFlags {
@@ -108,8 +107,11 @@ function summary(r: ScatterResult): string {
 }
 
 export function register(program: Command) {
-  program
-    .command('query [sql]')
+  examples(
+    program.command('query [sql]'),
+    `query --all-shards "select tenant_id, count(*) as n from public.accounts group by 1" --order-by "n desc" --limit 10`,
+    `query --all-shards "select * from public.jobs where state = 'failed'" --deadline 5s --allow-partial --json`,
+  )
     .description('fleet read: one read-only statement on every shard, within a deadline, never silently partial')
     .option('--all-shards', 'required: run it on every shard of the directory')
     .option('--deadline <duration>', 'for the whole read, every shard included (e.g. 2s, 500ms)', '2s')

@@ -6,6 +6,7 @@ import { invalidInput } from '../../lib/errors';
 import { Router } from '../../lib/router';
 import { createDeps } from '../../activities/deps';
 import { formatSeedSummary, seedTenant } from '../../lib/seed';
+import { examples } from '../help';
 
 function count(v: string, what: string): number {
   if (!/^\d{1,9}$/.test(String(v).trim())) throw invalidInput(`${what} must be a non-negative integer, got ${JSON.stringify(String(v).slice(0, 40))}`);
@@ -13,7 +14,7 @@ function count(v: string, what: string): number {
 }
 
 export function register(program: Command) {
-  program
+  const seed = program
     .command('seed <tenant>')
     .description('write realistic demo rows (accounts, documents with TOASTed bodies and blobs, events, queued jobs) for a tenant through the router')
     .option('--rows <n>', 'approximate total rows: 10% accounts, 30% documents, 45% events, 15% jobs', '1000')
@@ -36,4 +37,5 @@ export function register(program: Command) {
         await deps.close();
       }
     });
+  examples(seed, 'seed acme --rows 10000 --blobs 50', 'seed acme --rows 500 --json');
 }

@@ -1,30 +1,32 @@
 // `shardctl shards prepare|list`: put the fence on the shards' tenant tables, and show which
 // shards are reachable and how many of their tenant tables are fenced. Pools are closed at the
-// end so the process exits.
+// end so the process exits. `list` exits 5 when a shard is unreachable (cli/exit.ts).
 import { Command } from 'commander';
-import { Config, loadConfig, shardByName } from '../../lib/config';
+import { Config, knownShard, loadConfig } from '../../lib/config';
 import { createConnections } from '../../lib/connections';
 import type { Pool } from 'pg';
 import { fenceStatus, prepareAllShards } from '../../lib/shard/prepare';
+import { EXIT, exitCodeFor } from '../exit';
+import { examples } from '../help';
 
 export function register(program: Command) {
   const shards = program.command('shards').description('the shards: prepare them for moves, list them');
 
-  shards
+  const prepare = shards
     .command('prepare')
     .description('install schema shardctl and the fence trigger on every tenant table (idempotent)')
     .option('--shard <name>', 'only this shard (default: every configured shard)')
     .option('--demo-schema', "also create the demo application's tables (before fencing them)")
     .action(async (o: { shard?: string; demoSchema?: boolean }) => {
       const config = loadConfig({ file: program.opts().config });
-      if (o.shard) shardByName(config, o.shard); // unknown shard: one line, before any connection
+      if (o.shard) knownShard(config, o.shard); // unknown shard: one line, before any connection
       const pools = poolsFor(config);
       try {
         const results = await prepareAllShards(config, pools.get, { shard: o.shard, demoSchema: !!o.demoSchema });
         for (const r of results) {
           if (r.error) {
             console.log(`${r.shard}: FAILED: ${r.error}`);
-            process.exitCode = 1;
+            process.exitCode = EXIT.failure;
             continue;
           }
           const changed = r.changed.length ? `, ${r.changed.length} newly fenced` : '';
@@ -35,11 +37,12 @@ export function register(program: Command) {
         await pools.close();
       }
     });
+  examples(prepare, 'shards prepare', 'shards prepare --shard shard-c --demo-schema');
 
-  shards
+  const list = shards
     .command('list')
     .description('configured shards: reachability and fenced tenant tables')
-    .option('--json', 'as JSON')
+    .option('--json', 'as JSON: [{name, reachable, schemaInstalled, tenantTables, fencedTables, unfenced, error?}]')
     .action(async (o: { json?: boolean }) => {
       const config = loadConfig({ file: program.opts().config });
       const pools = poolsFor(config);
@@ -60,11 +63,12 @@ export function register(program: Command) {
             console.log(`${r.name.padEnd(w)}  ${state}`);
           }
         }
-        if (rows.some((r) => !r.reachable)) process.exitCode = 1;
+        if (rows.some((r) => !r.reachable)) process.exitCode = exitCodeFor('Unavailable');
       } finally {
         await pools.close();
       }
     });
+  examples(list, 'shards list', "shards list --json | jq -r '.[] | select(.unfenced | length > 0) | .name'");
 }
 
 interface ShardRow {

@@ -1,5 +1,7 @@
 // `shardctl tenant create|show|list`: create a tenant (fence first, then the directory row) and
 // read placements. Input is validated before anything is touched; bad input changes nothing.
+// `show` and `list` never write: read-only sessions, and an outdated directory schema is refused
+// (naming the command that migrates it), never migrated.
 import { Command } from 'commander';
 import { loadConfig, Config } from '../../lib/config';
 import { createConnections } from '../../lib/connections';
@@ -7,13 +9,15 @@ import { invalidInput, ShardctlError } from '../../lib/errors';
 import { validateTenantId } from '../../lib/ids';
 import { DEFAULT_CONNECT_TIMEOUT_MS } from '../../lib/directory/db';
 import { ensureDirectory } from '../../lib/directory/ensure';
+import { requireCurrentDirectorySchema } from '../../lib/directory/schema';
+import { examples } from '../help';
 import { createTenant, getTenant, listTenants, tenantView, validateCreateInput } from '../../lib/tenants';
 
 export { ensureDirectory };
 
 /** Connections for one CLI invocation; close() ends them all so the process can exit. */
-function cliPools(config: Config) {
-  return createConnections(config, { max: 2, connectionTimeoutMillis: DEFAULT_CONNECT_TIMEOUT_MS });
+function cliPools(config: Config, readOnly = false) {
+  return createConnections(config, { max: 2, connectionTimeoutMillis: DEFAULT_CONNECT_TIMEOUT_MS, readOnly });
 }
 
 function parseLoad(v: string | undefined): number | undefined {
@@ -34,7 +38,7 @@ export function register(program: Command) {
   const tenant = program.command('tenant').description('create and inspect tenants (placement directory)');
   const config = () => loadConfig({ file: program.opts().config });
 
-  tenant
+  const create = tenant
     .command('create <id>')
     .description('create a tenant: fence on its shard (epoch 1), then the directory row')
     .option('--shard <name>', 'shard to create it on (default: the open shard with the most headroom)')
@@ -55,17 +59,18 @@ export function register(program: Command) {
         await pools.close();
       }
     });
+  examples(create, 'tenant create acme --shard shard-a --expected-load 5 --reason "new customer"', 'tenant create acme --json');
 
-  tenant
+  const show = tenant
     .command('show <id>')
     .description("a tenant's placement: shard, epoch, state, owning move")
     .option('--json', 'as JSON')
     .action(async (id: string, o: { json?: boolean }) => {
       const cfg = config();
       validateTenantId(id);
-      const pools = cliPools(cfg);
+      const pools = cliPools(cfg, true);
       try {
-        await ensureDirectory(pools.directoryPool(), cfg);
+        await requireCurrentDirectorySchema(pools.directoryPool());
         const p = await getTenant(pools.directoryPool(), id);
         if (!p) throw new ShardctlError('NotFound', `no tenant ${id}`);
         printTenant(tenantView(p), !!o.json);
@@ -73,17 +78,18 @@ export function register(program: Command) {
         await pools.close();
       }
     });
+  examples(show, 'tenant show acme', 'tenant show acme --json   # {"tenant","shard","epoch","state","moveId","expectedLoad","updatedAt"}');
 
-  tenant
+  const list = tenant
     .command('list')
     .description('every tenant and its placement')
     .option('--shard <name>', 'only tenants on this shard')
     .option('--json', 'as JSON: {generation, tenants}')
     .action(async (o: { shard?: string; json?: boolean }) => {
       const cfg = config();
-      const pools = cliPools(cfg);
+      const pools = cliPools(cfg, true);
       try {
-        await ensureDirectory(pools.directoryPool(), cfg);
+        await requireCurrentDirectorySchema(pools.directoryPool());
         const { generation, tenants } = await listTenants(pools.directoryPool());
         const views = tenants.filter((t) => !o.shard || t.shard === o.shard).map(tenantView);
         if (o.json) {
@@ -96,4 +102,5 @@ export function register(program: Command) {
         await pools.close();
       }
     });
+  examples(list, 'tenant list', 'tenant list --shard shard-a --json   # {"generation", "tenants": [<tenant show --json>...]}');
 }

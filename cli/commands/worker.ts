@@ -7,9 +7,10 @@ import { faultHookFromEnv } from '../../worker/faults';
 import { ensureDirectory } from '../../lib/directory/ensure';
 import { registerWorker } from '../../lib/dev/workers';
 import path from 'node:path';
+import { examples } from '../help';
 
 export function register(program: Command) {
-  program
+  const worker = program
     .command('worker')
     .description('run a Temporal worker for moves')
     .option('--task-queue <q>', 'task queue (default from config)')
@@ -28,4 +29,5 @@ export function register(program: Command) {
       await w.run;
       await w.shutdown();
     });
+  examples(worker, 'worker', 'worker --task-queue shardctl-moves-canary');
 }

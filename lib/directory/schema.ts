@@ -2,6 +2,8 @@
 // directory database). Each version is applied once, under an advisory lock, in a transaction.
 import { inTransaction } from '../pg';
 import type { Pool } from 'pg';
+import { ShardctlError } from '../errors';
+import { onDirectory, poolDsn, type Queryable } from './db';
 
 export const DIRECTORY_MIGRATIONS: { version: number; name: string; sql: string }[] = [
   {
@@ -105,4 +107,36 @@ export async function migrateDirectory(pool: Pool): Promise<number[]> {
     }
     return applied;
   });
+}
+
+export interface DirectorySchemaStatus {
+  /** Versions recorded in shardctl.schema_migrations (none when the directory was never migrated). */
+  applied: number[];
+  /** Versions this build knows and the directory lacks: it must be migrated before use. */
+  pending: number[];
+}
+
+/** Reads which migrations the directory has, changing nothing (no lock, no DDL). */
+export async function directorySchemaStatus(db: Queryable): Promise<DirectorySchemaStatus> {
+  const exists = await db.query(`select to_regclass('shardctl.schema_migrations') is not null as ok`);
+  const applied = exists.rows[0].ok
+    ? (await db.query('select version from shardctl.schema_migrations order by version')).rows.map((r) => Number(r.version))
+    : [];
+  const have = new Set(applied);
+  return { applied, pending: DIRECTORY_MIGRATIONS.map((m) => m.version).filter((v) => !have.has(v)) };
+}
+
+/** The command that migrates the directory, named by every refusal below. */
+export const MIGRATE_COMMAND = 'shardctl directory migrate';
+
+/** For read verbs: refuses, naming the command that migrates, unless the schema is current. */
+export async function requireCurrentDirectorySchema(db: Queryable): Promise<void> {
+  const st = await onDirectory(() => directorySchemaStatus(db), poolDsn(db));
+  if (!st.pending.length) return;
+  const state = st.applied.length ? `is at schema version ${Math.max(...st.applied)}, lacking ${st.pending.join(', ')}` : 'has never been migrated';
+  throw new ShardctlError(
+    'PreconditionFailed',
+    `the placement directory ${state}: run \`${MIGRATE_COMMAND}\` (a worker start migrates it too); read verbs never change it`,
+    { applied: st.applied, pending: st.pending },
+  );
 }

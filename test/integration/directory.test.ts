@@ -571,25 +571,25 @@ describe('shardctl tenant (CLI)', () => {
     expect(JSON.parse(listed.stdout).tenants).toContainEqual(v);
 
     const again = await cli(['tenant', 'create', t, '--shard', 'shard-a']);
-    expect(again.code).not.toBe(0);
+    expect(again.code).toBe(4); // refused by the current state
     expect(again.stderr.trim().split('\n')).toEqual([`shardctl: tenant ${t} already exists on shard-b (epoch 1, active)`]);
   });
 
-  it('refuses bad input with a one-line error and a non-zero exit, creating nothing', async () => {
+  it('refuses bad input with a one-line error and exit 2 (3 for what does not exist), creating nothing', async () => {
     const t = tid('cli');
-    const cases: string[][] = [
-      ['tenant', 'create', ''],
-      ['tenant', 'create', "a'; drop table x;--"],
-      ['tenant', 'create', 'A B'],
-      ['tenant', 'create', t, '--shard', 'shard-zz'],
-      ['tenant', 'create', t, '--expected-load', 'lots'],
-      ['tenant', 'create', t, '--expected-load', '-3'],
-      ['tenant', 'show', uniq('missing')],
+    const cases: [string[], number][] = [
+      [['tenant', 'create', ''], 2],
+      [['tenant', 'create', "a'; drop table x;--"], 2],
+      [['tenant', 'create', 'A B'], 2],
+      [['tenant', 'create', t, '--shard', 'shard-zz'], 3],
+      [['tenant', 'create', t, '--expected-load', 'lots'], 2],
+      [['tenant', 'create', t, '--expected-load', '-3'], 2],
+      [['tenant', 'show', uniq('missing')], 3],
     ];
     const before = await footprint([t, "a'; drop table x;--", 'A B', '']);
-    for (const args of cases) {
+    for (const [args, code] of cases) {
       const r = await cli(args);
-      expect(r.code, args.join(' ')).not.toBe(0);
+      expect(r.code, args.join(' ')).toBe(code);
       expect(r.stdout).toBe('');
       expect(r.stderr.trim().split('\n'), args.join(' ')).toHaveLength(1);
       expect(r.stderr).toMatch(/^shardctl: /);
@@ -597,14 +597,14 @@ describe('shardctl tenant (CLI)', () => {
     expect(await footprint([t, "a'; drop table x;--", 'A B', ''])).toEqual(before);
   });
 
-  it('reports an unreachable directory (from --config) on one line with a non-zero exit', async () => {
+  it('reports an unreachable directory (from --config) on one line with exit 5', async () => {
     const port = await freePort();
     const file = path.join(os.tmpdir(), `${uniq('shardctl-cfg')}.json`);
     fs.writeFileSync(file, JSON.stringify({ ...config, directory: { dsn: `postgres://shardctl:shardctl-dev@127.0.0.1:${port}/shardctl` } }));
     try {
       const t = tid('cli');
       const r = await cli(['--config', file, 'tenant', 'create', t, '--shard', 'shard-a']);
-      expect(r.code).not.toBe(0);
+      expect(r.code).toBe(5);
       expect(r.stderr.trim().split('\n')).toHaveLength(1);
       expect(r.stderr).toContain('placement directory unreachable');
       expect(await footprint([t])).toEqual({ units: 0, audit: 0, fences: 0 });

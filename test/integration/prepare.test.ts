@@ -196,9 +196,9 @@ describe('prepareShard', () => {
 });
 
 describe('shardctl shards', () => {
-  it('prepare names an unknown shard in one line and exits non-zero', async () => {
+  it('prepare names an unknown shard in one line and exits 3 (not found)', async () => {
     const r = await cli(['shards', 'prepare', '--shard', 'no-such-shard']);
-    expect(r.code).not.toBe(0);
+    expect(r.code).toBe(3);
     expect(r.stderr.trim().split('\n')).toHaveLength(1);
     expect(r.stderr).toMatch(/unknown shard "no-such-shard"/);
   });

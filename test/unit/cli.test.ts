@@ -1,0 +1,122 @@
+// The CLI's surface without running it: every verb's --help has examples and the exit codes,
+// every read verb has --json, and each error type maps to its documented exit code.
+import { describe, it, expect } from 'vitest';
+import { Command, CommanderError } from 'commander';
+import { buildProgram } from '../../cli/main';
+import { describeFailure, EXIT, exitCodeFor, isHelpOrVersion } from '../../cli/exit';
+import { ShardctlError, type ErrorType } from '../../lib/errors';
+import { ConfigError } from '../../lib/config';
+
+/** Every command that runs something (has an action), by its full path: "move wait". */
+function verbs(program: Command): Map<string, Command> {
+  const out = new Map<string, Command>();
+  const walk = (c: Command, prefix: string[]) => {
+    for (const sub of c.commands) {
+      const p = [...prefix, sub.name()];
+      if ((sub as any)._actionHandler) out.set(p.join(' '), sub);
+      walk(sub, p);
+    }
+  };
+  walk(program, []);
+  return out;
+}
+
+function helpOf(program: Command, cmd: Command): string {
+  let out = '';
+  program.configureOutput({ writeOut: (s) => (out += s) });
+  cmd.outputHelp();
+  return out;
+}
+
+const READ_VERBS = [
+  'tenant show',
+  'tenant list',
+  'shards list',
+  'move plan',
+  'move status',
+  'move wait',
+  'move list',
+  'directory status',
+  'dev status',
+  'dev env',
+  'loadgen verify',
+];
+
+describe('shardctl --help', () => {
+  const program = buildProgram();
+  const all = verbs(program);
+
+  it('finds the verbs it checks', () => {
+    for (const v of [...READ_VERBS, 'move start', 'move cancel', 'tenant create', 'directory migrate', 'worker', 'seed', 'loadgen'])
+      expect([...all.keys()]).toContain(v);
+  });
+
+  it('shows examples of the verb itself and the exit codes on every verb', () => {
+    for (const [name, cmd] of all) {
+      const help = helpOf(program, cmd);
+      expect(help, name).toContain('\nExamples:\n');
+      expect(help, name).toContain(`  $ shardctl ${name}`);
+      expect(help, name).toMatch(/Exit codes:\n {2}0 {2}ok\n[\s\S]* {2}7 {2}the move ended failed or cancelled/);
+    }
+  });
+
+  it('offers --json on every read verb', () => {
+    for (const name of READ_VERBS)
+      expect(
+        all.get(name)!.options.map((o) => o.long),
+        name,
+      ).toContain('--json');
+  });
+});
+
+describe('exit codes', () => {
+  it('maps each error type to its class: usage 2, not found 3, refused 4, unreachable 5, timed out 6, move failed 7', () => {
+    const expected: Record<ErrorType, number> = {
+      InvalidInput: 2,
+      ConfigError: 2,
+      NotFound: 3,
+      AlreadyExists: 4,
+      Conflict: 4,
+      Forbidden: 4,
+      StaleRoute: 4,
+      Frozen: 4,
+      NoCapacity: 4,
+      PreconditionFailed: 4,
+      ValidationMismatch: 4,
+      DirectoryUnavailable: 5,
+      Unavailable: 5,
+      TimedOut: 6,
+      MoveFailed: 7,
+      IncompleteResult: 5,
+    };
+    for (const [type, code] of Object.entries(expected) as [ErrorType, number][]) {
+      expect(exitCodeFor(type), type).toBe(code);
+      expect(describeFailure(new ShardctlError(type, `because ${type}`))).toEqual({ code: type, exitCode: code, message: `because ${type}` });
+    }
+  });
+
+  it('maps usage errors, config errors, unreachable servers and anything else', () => {
+    expect(describeFailure(new CommanderError(1, 'commander.missingArgument', "error: missing required argument 'id'"))).toEqual({
+      code: 'Usage',
+      exitCode: EXIT.usage,
+      message: "missing required argument 'id'",
+    });
+    expect(describeFailure(new ConfigError('invalid configuration in x.json'))).toMatchObject({ code: 'ConfigError', exitCode: 2 });
+    expect(describeFailure(Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:1'), { code: 'ECONNREFUSED' }))).toMatchObject({
+      code: 'Unavailable',
+      exitCode: 5,
+    });
+    expect(describeFailure(new Error('14 UNAVAILABLE', { cause: Object.assign(new Error('No connection established'), { code: 14 }) }))).toMatchObject({
+      code: 'Unavailable',
+      exitCode: 5,
+    });
+    expect(describeFailure(new TypeError('x is undefined'))).toEqual({ code: 'Internal', exitCode: 1, message: 'x is undefined' });
+  });
+
+  it('treats --help and --version as success, a bare group as usage', () => {
+    expect(isHelpOrVersion(new CommanderError(0, 'commander.helpDisplayed', '(outputHelp)'))).toBe(true);
+    expect(isHelpOrVersion(new CommanderError(0, 'commander.version', '0.1.0'))).toBe(true);
+    // `shardctl move` without a verb prints help as an error.
+    expect(isHelpOrVersion(new CommanderError(1, 'commander.help', '(outputHelp)'))).toBe(false);
+  });
+});
