@@ -144,6 +144,15 @@ export const MUTATIONS: Mutation[] = [
     testName: 'a changed row that differs on the target aborts the cutover',
   },
   {
+    id: 'delta-audit-checked',
+    guarantee: "a write on the next owner behind the stream's back since the validation fails the cutover's delta comparison (§5.2)",
+    file: 'lib/cutover/live.ts',
+    from: 'if (written.count > 0)',
+    to: 'if (written.count < 0)',
+    testFile: 'test/integration/cutover-delta.test.ts',
+    testName: 'caught by the write audit',
+  },
+  {
     id: 'delta-token-checked',
     guarantee: 'a delta restarted after the validation the move knows is never trusted: the cutover compares the whole unit (§5.2)',
     file: 'lib/cdc/delta.ts',

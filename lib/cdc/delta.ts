@@ -65,7 +65,15 @@ export async function recordTouched(client: ClientBase, moveId: string, stream: 
   });
 }
 
-export type Delta = { tracked: false; why: string } | { tracked: true; total: number; tables: Map<string, string[]>; overflow: boolean };
+export type Delta =
+  | { tracked: false; why: string }
+  | {
+      tracked: true;
+      total: number;
+      tables: Map<string, string[]>;
+      overflow: boolean;
+      /** When tracking started: seconds since the epoch on the database's clock. */ since: string;
+    };
 
 /**
  * The recorded delta, table by table, when tracking started under the expected token (`'any'`:
@@ -73,7 +81,11 @@ export type Delta = { tracked: false; why: string } | { tracked: true; total: nu
  * recorded that it had too many: the caller compares the whole unit instead.
  */
 export async function readDelta(pool: Pool, moveId: string, stream: string, cap: number, expect: { token: string } | 'any'): Promise<Delta> {
-  const m = await pool.query<{ token: string | null }>('select token from shardctl.move_delta_since where move_id = $1 and stream = $2', [moveId, stream]);
+  const m = await pool.query<{ token: string | null; since: string }>(
+    'select token, extract(epoch from since)::text as since from shardctl.move_delta_since where move_id = $1 and stream = $2',
+    [moveId, stream],
+  );
+  const since = m.rows[0]?.since;
   if (!m.rowCount) return { tracked: false, why: 'no delta tracked' };
   if (expect !== 'any' && m.rows[0].token !== expect.token) return { tracked: false, why: 'the delta was restarted after the comparison the move knows' };
   const n = await pool.query<{ n: string; overflow: boolean }>(
@@ -81,12 +93,12 @@ export async function readDelta(pool: Pool, moveId: string, stream: string, cap:
     [moveId, stream, OVERFLOW],
   );
   const total = Number(n.rows[0].n);
-  if (total > cap || n.rows[0].overflow) return { tracked: true, total, tables: new Map(), overflow: true };
+  if (total > cap || n.rows[0].overflow) return { tracked: true, total, tables: new Map(), overflow: true, since };
   const r = await pool.query<{ tbl: string; keys: string[] }>(
     'select tbl, array_agg(key order by key) as keys from shardctl.move_delta where move_id = $1 and stream = $2 group by tbl',
     [moveId, stream],
   );
-  return { tracked: true, total, tables: new Map(r.rows.map((x) => [x.tbl, x.keys])), overflow: false };
+  return { tracked: true, total, tables: new Map(r.rows.map((x) => [x.tbl, x.keys])), overflow: false, since };
 }
 
 /** Forgets the move's delta on this shard (with its progress, at cleanup). */

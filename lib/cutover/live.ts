@@ -12,6 +12,7 @@ import { fingerprintUnit, fingerprintUnitKeys, fingerprintDiff } from '../valida
 import { readDelta } from '../cdc/delta';
 import { replicationNames } from '../ids';
 import { advanceSequencesForUnit } from '../shard/sequences';
+import { unownedWritesSince } from '../shard/write-audit';
 import { CUTOVER_FAULT_POINTS, type CutoverPlan, type CutoverSteps, type Standing, type UnfreezeOutcome } from './steps';
 
 export interface LiveCutoverEnv {
@@ -132,8 +133,8 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
     async compare(onBlobsSynced) {
       // The final blob delta and the row fingerprints are independent: run them side by side.
       const tables = await env.tables();
-      // Only what the stream changed since the last full comparison, plus every table's row count
-      // (lib/cdc/delta.ts says why that is enough); the whole unit when there is no usable delta.
+      // Only what the stream changed since the last full comparison (lib/cdc/delta.ts says why that
+      // is enough), never a scan of the unit; the whole unit when there is no usable delta.
       // Forward: only the delta of the comparison the workflow saw pass (a superseded validation may
       // have restarted it since). Reverse: started once, at the switch, and never restarted.
       const expect = plan.direction === 'reverse' ? ('any' as const) : env.deltaToken ? { token: env.deltaToken } : null;
@@ -144,7 +145,10 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
       const keys = delta.tracked && !delta.overflow && [...delta.tables.keys()].every((t) => known.has(t)) ? delta.tables : null;
       const fingerprint = (pool: Pool) =>
         keys ? fingerprintUnitKeys(pool, tables, env.tenantColumn, unit, keys) : fingerprintUnit(pool, tables, env.tenantColumn, unit);
-      const [, a, b] = await Promise.all([env.syncBlobs().then(onBlobsSynced), fingerprint(env.ownerPool), fingerprint(env.nextPool)]);
+      // The delta covers the stream; a write on the next owner behind the stream's back (a session
+      // bypassing its fence) is in its write audit instead: any since the delta started fails the compare.
+      const bypass = keys && delta.tracked ? unownedWritesSince(env.nextPool, unit, delta.since) : Promise.resolve({ count: 0, example: null });
+      const [, a, b, written] = await Promise.all([env.syncBlobs().then(onBlobsSynced), fingerprint(env.ownerPool), fingerprint(env.nextPool), bypass]);
       env.beat({
         step: 'compared',
         compared: keys ? 'delta' : 'whole unit',
@@ -157,7 +161,12 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
               ? `delta over ${env.deltaCompareMaxKeys ?? DELTA_COMPARE_MAX_KEYS} keys`
               : 'delta names an unknown table',
       });
-      return fingerprintDiff(a, b).map((d) => (keys ? `${d} (among ${delta.tracked ? delta.total : 0} changed keys and row counts)` : d));
+      const diff = fingerprintDiff(a, b).map((d) => (keys ? `${d} (among ${delta.tracked ? delta.total : 0} changed keys)` : d));
+      if (written.count > 0)
+        diff.push(
+          `${written.count} write(s) reached ${unit} on ${next} bypassing its fence since the last validation (application_name ${JSON.stringify(written.example)}): validate again`,
+        );
+      return diff;
     },
 
     async advanceSequences() {

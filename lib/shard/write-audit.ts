@@ -63,6 +63,20 @@ export async function installWriteAudit(c: PoolClient, t: TenantTable, fn: strin
   return true;
 }
 
+/**
+ * Writes that reached the unit's rows on this shard bypassing the fence since `since` (epoch seconds, the database's clock)
+ * less a margin: an audited writer's time is its transaction's start, which may
+ * precede `since` while it commits after.
+ */
+export async function unownedWritesSince(pool: Pool, unit: string, since: string, marginSeconds = 30): Promise<{ count: number; example: string | null }> {
+  const r = await pool.query(
+    `select count(*)::int as n, min(application_name) as app from shardctl.unowned_writes
+      where unit = $1 and at >= pg_catalog.to_timestamp($2::float8 - $3)`,
+    [unit, since, marginSeconds],
+  );
+  return { count: Number(r.rows[0].n), example: r.rows[0].app ?? null };
+}
+
 /** Writes that reached the unit's rows on this shard, bypassing the fence, since its fence last changed (the disown at the switch). */
 export async function unownedWritesSinceDisown(pool: Pool, unit: string): Promise<{ count: number; example: string | null }> {
   const r = await pool.query(

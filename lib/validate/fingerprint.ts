@@ -30,8 +30,8 @@ export function fingerprintSql(t: TenantTable, tenantColumn: string): string {
 
 /**
  * The delta fingerprint query ($1 = unit, $2 = keys as JSON arrays of the key columns' text): the
- * unit's row count, and the md5 of only the rows at those keys (found by the primary key index,
- * each key cast to its column's type, exactly as the applier wrote it).
+ * count and md5 of only the rows at those keys (found by the primary key index, each key cast to
+ * its column's type, exactly as the applier wrote it). Never a scan of the unit.
  */
 export function fingerprintKeysSql(t: TenantTable, tenantColumn: string): string {
   const order = t.primaryKey.map((c) => `x.${quoteIdent(c)}::text collate "C"`).join(', ');
@@ -42,9 +42,8 @@ export function fingerprintKeysSql(t: TenantTable, tenantColumn: string): string
   const keyVals = t.primaryKey.map((c, i) => `(k.j->>${i})::${typeOf(c)}`).join(', ');
   const tc = `x.${quoteIdent(tenantColumn)}`;
   return (
-    `select (select count(*) from ${t.qualified} x where ${tc} = $1)::bigint as n,` +
-    ` coalesce((select md5(string_agg(${row}, E'\n' order by ${order})) from ${t.qualified} x` +
-    ` where ${tc} = $1 and ${keyCols} in (select ${keyVals} from (select u::jsonb as j from unnest($2::text[]) u) k)), '') as h`
+    `select count(*)::bigint as n, coalesce(md5(string_agg(${row}, E'\\n' order by ${order})), '') as h from ${t.qualified} x` +
+    ` where ${tc} = $1 and ${keyCols} in (select ${keyVals} from (select u::jsonb as j from unnest($2::text[]) u) k)`
   );
 }
 
@@ -70,9 +69,9 @@ export async function fingerprintUnit(pool: Pool, tables: TenantTable[], tenantC
 }
 
 /**
- * Per table: the unit's row count and the md5 of the rows at the given keys only (`keys`: table
- * `schema.name` -> JSON key arrays; a table without keys compares its count alone). Run on both
- * sides with the same keys, equal fingerprints mean equal counts and equal rows at those keys.
+ * Per table: the count and md5 of the unit's rows at the given keys only (`keys`: table
+ * `schema.name` -> JSON key arrays; a table without keys is empty on both sides). Run on both
+ * sides with the same keys, equal fingerprints mean the same rows at those keys.
  */
 export async function fingerprintUnitKeys(
   pool: Pool,
