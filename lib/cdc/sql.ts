@@ -44,5 +44,7 @@ export function createPublicationSql(publication: string, tables: TableRef[], te
   if (tables.length === 0) throw new ShardctlError('InvalidInput', 'a publication needs at least one table');
   const filter = rowFilterSql(tenantColumn, unit);
   const list = tables.map((t) => `${qualifiedName(t)} WHERE ${filter}`).join(', ');
-  return `CREATE PUBLICATION ${quoteIdent(publication)} FOR TABLE ${list} WITH (publish = 'insert, update, delete, truncate')`;
+  // Through the root: a row filter on a partitioned table needs it, and changes then arrive as
+  // the root's (applied to the target's root, which routes them to its own partitions).
+  return `CREATE PUBLICATION ${quoteIdent(publication)} FOR TABLE ${list} WITH (publish = 'insert, update, delete, truncate', publish_via_partition_root = true)`;
 }

@@ -28,7 +28,7 @@ describe('quoting', () => {
       'acme',
     );
     expect(sql).toBe(
-      `CREATE PUBLICATION "shardctl_f_m" FOR TABLE "public"."Orders" WHERE ("tenant_id" = 'acme'), "app"."items" WHERE ("tenant_id" = 'acme') WITH (publish = 'insert, update, delete, truncate')`,
+      `CREATE PUBLICATION "shardctl_f_m" FOR TABLE "public"."Orders" WHERE ("tenant_id" = 'acme'), "app"."items" WHERE ("tenant_id" = 'acme') WITH (publish = 'insert, update, delete, truncate', publish_via_partition_root = true)`,
     );
   });
 });
