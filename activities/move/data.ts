@@ -132,6 +132,7 @@ export function createDataActivities(deps: Deps) {
           maxTxBytes: deps.config.limits.applyMaxTxBytes,
           rowsPerSecond: ref.rowsPerSecond,
           signal: activitySignal(),
+          onAlive: () => beat({ step: 'applying a long source transaction' }),
           onProgress: async (p: { transactionsApplied: number }) => {
             beat(p);
             if (p.transactionsApplied > 0 && ++beats === 1) await deps.faultPoint(ref.direction === 'forward' ? 'mid-catch-up' : 'mid-soak');

@@ -32,8 +32,16 @@ export interface ApplyChangesOptions {
   stream: string;
   /** Stop once the applied LSN is >= this (e.g. the source WAL position recorded after the fence). */
   untilLsn?: string;
-  /** Time budget. A transaction in hand is finished first, for at most another maxDurationMs. */
+  /**
+   * Time budget. A source transaction in hand is finished first: for as long as it keeps arriving
+   * (nothing new for STALLED_MS ends it) and at most `maxTransactionMs` in all, so a transaction
+   * bigger than a round (a multi-million-row backfill) is applied once, not re-streamed forever.
+   */
   maxDurationMs: number;
+  /** The longest a round may run to finish one source transaction (default 30 minutes). */
+  maxTransactionMs?: number;
+  /** Called at most every 500 ms while a long source transaction is being applied (nothing durable yet): a heartbeat. */
+  onAlive?: () => void;
   /** Stop after being caught up with the source, with no new changes, for this long. */
   idleStopMs?: number;
   /** Received-but-unapplied bytes held in memory before the socket is paused (backpressure). Transactions of any size stream through. */
@@ -69,6 +77,9 @@ const PROGRESS_INTERVAL_MS = 500;
 /** Group commit bounds: source transactions per target transaction, and how long one stays open. */
 const MAX_GROUP_TRANSACTIONS = 200;
 const MAX_GROUP_MS = 200;
+/** A source transaction in hand that sends nothing for this long is abandoned at the deadline (rolled back, redelivered later). */
+const STALLED_MS = 10_000;
+const DEFAULT_MAX_TRANSACTION_MS = 30 * 60_000;
 
 export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<ApplyResult> {
   validateReplicationName('slot', opts.slot);
@@ -152,6 +163,9 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
       s.start();
       const softDeadline = startedAt + opts.maxDurationMs;
       const hardDeadline = softDeadline + opts.maxDurationMs;
+      const transactionDeadline = startedAt + Math.max(opts.maxTransactionMs ?? DEFAULT_MAX_TRANSACTION_MS, 2 * opts.maxDurationMs);
+      let lastItemAt = Date.now();
+      let lastAliveAt = 0;
       // A keepalive received with no transaction open vouches that every commit before its position
       // was delivered (and, being processed in order, applied): it may be recorded as applied.
       let vouched: string | null = null;
@@ -213,14 +227,19 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
             lastPingAt = now;
             await s.acknowledge(position(), true);
           }
-        } else if (now >= hardDeadline) {
+        } else if (now >= hardDeadline && (now - lastItemAt >= STALLED_MS || now >= transactionDeadline)) {
           await a.rollback();
           stopReason = 'deadline';
           break;
+        } else if (now >= softDeadline && now - lastAliveAt >= PROGRESS_INTERVAL_MS) {
+          // Past the round's budget only to finish the transaction in hand: say we are alive.
+          lastAliveAt = now;
+          opts.onAlive?.();
         }
 
         const item = await s.next(Math.max(1, Math.min(PING_INTERVAL_MS, softDeadline - now)));
         if (!item) continue;
+        lastItemAt = Date.now();
         if (item.kind === 'keepalive') {
           if (!a.inTransaction) {
             await commitPending(); // a position is vouched for only with everything before it durable

@@ -286,6 +286,31 @@ describe('applyChangesUntil', () => {
     expect(await rows(target, q, [tenant])).toEqual(await rows(source, q, [tenant]));
   });
 
+  it('applies a source transaction bigger than a whole round once, in that round, instead of rolling it back every round', async () => {
+    // Applying it takes longer than two rounds: every row waits 1 ms on the target (an ALWAYS
+    // trigger fires in the apply session's replica role too): 5k rows, over 5 s.
+    const slow = `${S}.${T('slow_apply')}`;
+    await target.query(`create function ${slow}() returns trigger language plpgsql as $$ begin perform pg_sleep(0.001); return new; end $$`);
+    await target.query(`create trigger slow_apply before insert on ${Q('items')} for each row execute function ${slow}()`);
+    await target.query(`alter table ${Q('items')} enable always trigger slow_apply`);
+    try {
+      await source.query(`insert into ${Q('items')} select $1, g, repeat('y', 300) || g, 1 from generate_series(400000, 404999) g`, [tenant]);
+      let alive = 0;
+      // A round of 1.5 s (hard deadline 3 s) rolled the transaction back at the deadline before,
+      // and the next round started over: it was never applied.
+      const t0 = Date.now();
+      const r = await applyChangesUntil(applyOpts({ maxDurationMs: 1500, idleStopMs: undefined, maxTxBytes: 256 * 1024, onAlive: () => alive++ }));
+      expect(Date.now() - t0).toBeGreaterThan(3000); // it did run past the hard deadline of the round
+      expect(r).toMatchObject({ transactionsApplied: 1, rowsApplied: 5_000 });
+      expect(alive).toBeGreaterThan(0);
+    } finally {
+      await target.query(`drop trigger slow_apply on ${Q('items')}`);
+      await target.query(`drop function ${slow}()`);
+    }
+    const q = `select count(*)::int as n, md5(string_agg(name, ',' order by id)) as h from ${Q('items')} where tenant_id = $1 and id >= 400000`;
+    expect(await rows(target, q, [tenant])).toEqual(await rows(source, q, [tenant]));
+  });
+
   it('lets only one session of a move apply at a time: a second one takes over and the first stops', async () => {
     const results = await Promise.allSettled([applyChangesUntil(applyOpts({ idleStopMs: 1500 })), applyChangesUntil(applyOpts({ idleStopMs: 1500 }))]);
     expect(results.map((r) => r.status).sort()).toEqual(['fulfilled', 'rejected']);
