@@ -5,7 +5,6 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import pino, { type Logger, type DestinationStream } from 'pino';
 import type { Config } from '../config';
-import { secretRedactor } from '../router/scatter';
 
 export type { Logger } from 'pino';
 
@@ -25,9 +24,39 @@ export interface LoggerOptions {
   base?: Record<string, unknown>;
 }
 
+/**
+ * Replaces each secret (and each DSN's password, raw, URL-decoded and as JSON escapes it) by ***
+ * in a written JSON line, plus any `user:password@` of a URL and any `password=` value; the
+ * patterns stop at a quote, so the line stays valid JSON.
+ */
+export function jsonLineRedactor(secrets: readonly string[]): (line: string) => string {
+  const all = new Set<string>();
+  for (const s of secrets) {
+    all.add(s);
+    try {
+      const u = new URL(s);
+      if (u.password) {
+        all.add(u.password);
+        all.add(decodeURIComponent(u.password));
+      }
+    } catch {
+      /* not a URL: the literal is enough */
+    }
+  }
+  const list = [...all]
+    .filter((s) => s.length >= 3)
+    .flatMap((s) => [s, JSON.stringify(s).slice(1, -1)])
+    .sort((a, b) => b.length - a.length);
+  return (line) => {
+    let out = line;
+    for (const s of list) out = out.split(s).join('***');
+    return out.replace(/(password\s*=\s*)[^\s"\\&;]+/gi, '$1***').replace(/([a-z][a-z0-9+.-]*:\/\/[^:@/\s"]*:)[^@\s"/]+@/gi, '$1***@');
+  };
+}
+
 /** A JSON logger whose every line is scrubbed of the config's secrets. */
 export function createLogger(config: Config, opts: LoggerOptions = {}): Logger {
-  const redact = secretRedactor(configSecrets(config));
+  const redact = jsonLineRedactor(configSecrets(config));
   return pino(
     {
       level: opts.level ?? 'info',

@@ -162,10 +162,11 @@ export type Metrics = ReturnType<typeof createMetrics>;
 
 /** Parses `:9464`, `9464`, `0.0.0.0:9464` or `[::1]:9464`; the host defaults to every interface. */
 export function parseListenAddr(addr: string): { host: string | undefined; port: number } {
-  const m = /^(?:\[([^\]]+)\]|([^:]*))?:?(\d{1,5})$/.exec(addr.trim());
-  const port = m ? Number(m[3]) : NaN;
+  const a = addr.trim();
+  const m = /^(\d{1,5})$/.exec(a) ?? /^(?:\[([^\]]+)\]|([^:[\]]*)):(\d{1,5})$/.exec(a);
+  const port = m ? Number(m[m.length - 1]) : NaN;
   if (!m || !(port >= 0 && port <= 65535)) throw new Error(`invalid metrics address ${JSON.stringify(addr)}: use [host]:port, e.g. :9464 or 127.0.0.1:9464`);
-  const host = m[1] ?? (m[2] || undefined);
+  const host = m.length === 2 ? undefined : (m[1] ?? (m[2] || undefined));
   return { host, port };
 }
 
