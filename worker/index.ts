@@ -46,7 +46,7 @@ export interface StartedWorker {
 export interface WorkerOptions {
   taskQueue?: string;
   deps?: Deps;
-  /** Where the JSON logs go; default stdout at SHARDCTL_LOG_LEVEL (default `warn` here, `info` for `shardctl worker`). */
+  /** Where the JSON logs go; default stdout at SHARDCTL_LOG_LEVEL (default `error` here, `info` for `shardctl worker`). */
   log?: Logger;
   /** `[host]:port` for GET /metrics; default config.observability.metricsAddr, else no endpoint. */
   metricsAddr?: string;
@@ -56,7 +56,7 @@ export interface WorkerOptions {
 
 export async function startWorker(config: Config, opts: WorkerOptions = {}): Promise<StartedWorker> {
   const taskQueue = opts.taskQueue ?? config.temporal.taskQueue;
-  const log = opts.log ?? createLogger(config, { level: logLevelFrom(process.env.SHARDCTL_LOG_LEVEL, 'warn'), base: { taskQueue } });
+  const log = opts.log ?? createLogger(config, { level: logLevelFrom(process.env.SHARDCTL_LOG_LEVEL, 'error'), base: { taskQueue } });
   installRuntime(log);
   const metrics = opts.deps?.metrics ?? createMetrics();
   const connection = await connectTemporal(config);
