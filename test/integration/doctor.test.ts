@@ -72,32 +72,54 @@ describe('shardctl doctor', () => {
     const tenant = await H.newTenant('shard-a', 'doclive');
     await H.seed(tenant, 50, 0);
     const h = await H.startMove(env.t.client, env.tq, H.moveInput(tenant, 'shard-b', { approveCutover: 'manual' }));
-    const s = await H.waitFor(h, (x) => x.awaitingApproval, 120_000);
-    const slot = replicationNames(s.moveId, 'forward').slot;
-    expect(await slotExists('shard-a', slot)).toBe(true);
-    await shardPool('shard-a').query(`select pg_logical_emit_message(false, 'doctor-test', repeat('x', 200000))`);
-
-    const d = await doctor('--wal-threshold', '100KiB');
-    expect(ids(d.findings)).not.toContain(`orphaned-slot:shard-a:${slot}`);
-    expect(d.findings.find((x) => x.id === `slot-retention:shard-a:${slot}`)).toMatchObject({ unit: tenant, autoFix: false, fix: expect.stringContaining(`shardctl move status ${tenant}`) });
-    const refused = await runCli(['doctor', '--fix', `orphaned-slot:shard-a:${slot}`]);
-    expect(refused.code).toBe(3);
-    expect(await slotExists('shard-a', slot)).toBe(true);
-
-    // No worker answers the status query: the move's id is unknown, and every name its unit could produce stays protected.
-    await env.close();
+    let slot = '';
     try {
-      const blind = await doctor();
-      expect(ids(blind.findings).filter((i) => i.includes(slot))).toEqual([]);
-      expect(await slotExists('shard-a', slot)).toBe(true);
+      await checkLiveMove();
     } finally {
-      const w = await startWorker(testConfig(), { taskQueue: env.tq });
-      const t = await H.temporal();
-      env = { ...env, t, close: async () => (await t.close(), await w.shutdown()) };
+      // A failed assertion must not leave a running move holding WAL on the shared stack.
+      const d = await env.t.client.workflow
+        .getHandle(moveWorkflowId(tenant))
+        .describe()
+        .catch(() => undefined);
+      if (d?.status.name === 'RUNNING') {
+        await env.t.client.workflow.getHandle(moveWorkflowId(tenant)).terminate('doctor test failed');
+        if (slot) await shardPool('shard-a').query(`select pg_drop_replication_slot(slot_name) from pg_replication_slots where slot_name = $1`, [slot]);
+        if (slot) await shardPool('shard-a').query(`drop publication if exists ${slot}`);
+      }
     }
-    await env.t.client.workflow.getHandle(moveWorkflowId(tenant)).executeUpdate('cancel', { args: [{ actor: 'doctor-test' }] });
-    await H.waitPhase(env.t.client.workflow.getHandle(moveWorkflowId(tenant)), 'cancelled', 120_000);
-    expect(await slotExists('shard-a', slot)).toBe(false);
+
+    async function checkLiveMove() {
+      const s = await H.waitFor(h, (x) => x.awaitingApproval, 120_000);
+      slot = replicationNames(s.moveId, 'forward').slot;
+      expect(await slotExists('shard-a', slot)).toBe(true);
+      await shardPool('shard-a').query(`select pg_logical_emit_message(false, 'doctor-test', repeat('x', 200000))`);
+
+      const d = await doctor('--wal-threshold', '100KiB');
+      expect(ids(d.findings)).not.toContain(`orphaned-slot:shard-a:${slot}`);
+      expect(d.findings.find((x) => x.id === `slot-retention:shard-a:${slot}`)).toMatchObject({
+        unit: tenant,
+        autoFix: false,
+        fix: expect.stringContaining(`shardctl move status ${tenant}`),
+      });
+      const refused = await runCli(['doctor', '--fix', `orphaned-slot:shard-a:${slot}`]);
+      expect(refused.code).toBe(3);
+      expect(await slotExists('shard-a', slot)).toBe(true);
+
+      // No worker answers the status query: the move's id is unknown, and every name its unit could produce stays protected.
+      await env.close();
+      try {
+        const blind = await doctor();
+        expect(ids(blind.findings).filter((i) => i.includes(slot))).toEqual([]);
+        expect(await slotExists('shard-a', slot)).toBe(true);
+      } finally {
+        const w = await startWorker(testConfig(), { taskQueue: env.tq });
+        const t = await H.temporal();
+        env = { ...env, t, close: async () => (await t.close(), await w.shutdown()) };
+      }
+      await env.t.client.workflow.getHandle(moveWorkflowId(tenant)).executeUpdate('cancel', { args: [{ actor: 'doctor-test' }] });
+      await H.waitPhase(env.t.client.workflow.getHandle(moveWorkflowId(tenant)), 'cancelled', 120_000);
+      expect(await slotExists('shard-a', slot)).toBe(false);
+    }
   });
 
   it('reports a unit frozen with no move, and --fix unfreezes it so its writes succeed again', async () => {
