@@ -30,7 +30,8 @@ export function buildProgram(opts: { json?: boolean } = {}): Command {
     .exitOverride();
   registerDirectory(program);
   registerDev(program);
-  for (const register of [registerWorker, registerTenant, registerShards, registerSeed, registerLoadgen, registerMove, registerQuery, registerDoctor]) register(program);
+  for (const register of [registerWorker, registerTenant, registerShards, registerSeed, registerLoadgen, registerMove, registerQuery, registerDoctor])
+    register(program);
   return program;
 }
 

@@ -23,7 +23,8 @@ function resultFields(result: unknown): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(result as Record<string, unknown>)) {
     if (typeof v === 'number' || typeof v === 'boolean') out[k] = v;
-    else if (typeof v === 'string' && v.length <= 200 && (k === 'moveId' || k === 'reason' || k === 'appliedLsn' || k === 'table' || k === 'source')) out[k] = v;
+    else if (typeof v === 'string' && v.length <= 200 && (k === 'moveId' || k === 'reason' || k === 'appliedLsn' || k === 'table' || k === 'source'))
+      out[k] = v;
   }
   return out;
 }

@@ -168,7 +168,8 @@ export function createDataActivities(deps: Deps) {
           if (ref.mode === 'now') m.lagSeconds.set(series, durationMs / 1000);
           m.slotRetainedBytes.set({ shard: from, slot: names.slot }, retained);
         }
-        if (retentionWarning) activityLog().warn({ slot: names.slot, shard: from, retainedBytes: retained, limitBytes: limit }, 'replication slot retains too much WAL');
+        if (retentionWarning)
+          activityLog().warn({ slot: names.slot, shard: from, retainedBytes: retained, limitBytes: limit }, 'replication slot retains too much WAL');
         return {
           appliedLsn: r.appliedLsn,
           lagBytes: r.lagBytes,

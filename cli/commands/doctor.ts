@@ -40,14 +40,25 @@ export function register(program: Command) {
     .description('find what needs an operator: orphaned slots, frozen units, disagreeing fences, unreachable or unprepared shards, blocked moves')
     .option('--json', 'print {ok, findings: [{id, kind, severity, message, fix, autoFix, shard?, unit?, object?, retainedBytes?}], checked}')
     .option('--wal-threshold <size>', 'report slots retaining more WAL than this (default limits.slotRetentionWarnBytes)')
-    .option('--fix <finding>', 'apply the fix of this finding id (repeatable); only orphaned slots and publications and frozen units without a move', (v: string, acc: string[]) => [...acc, v], [] as string[])
+    .option(
+      '--fix <finding>',
+      'apply the fix of this finding id (repeatable); only orphaned slots and publications and frozen units without a move',
+      (v: string, acc: string[]) => [...acc, v],
+      [] as string[],
+    )
     .option('--actor <name>', 'operator identity for the audit log of a fix')
     .action(async (o: { json?: boolean; walThreshold?: string; fix: string[]; actor?: string }) => {
       const config = loadConfig({ file: program.opts().config });
       const walThresholdBytes = o.walThreshold ? parseBytes(o.walThreshold) : config.limits.slotRetentionWarnBytes;
       const fixing = o.fix.length > 0;
       // A plain run only reads: its sessions refuse writes.
-      const conns = createConnections(config, { applicationName: 'shardctl-doctor', max: 2, connectionTimeoutMillis: 3000, queryTimeoutMs: 15_000, readOnly: !fixing });
+      const conns = createConnections(config, {
+        applicationName: 'shardctl-doctor',
+        max: 2,
+        connectionTimeoutMillis: 3000,
+        queryTimeoutMs: 15_000,
+        readOnly: !fixing,
+      });
       let t: Awaited<ReturnType<typeof temporalClient>> | undefined;
       let temporalError = '';
       try {

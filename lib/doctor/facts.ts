@@ -15,7 +15,10 @@ import * as M from '../../workflows/messages';
 import type { Facts, RunningMove, ShardFacts, SlotFact, FenceFact } from './findings';
 
 const OURS = replicationNamePattern('');
-const short = (e: unknown) => String((e as Error)?.message ?? e).split('\n')[0].slice(0, 300);
+const short = (e: unknown) =>
+  String((e as Error)?.message ?? e)
+    .split('\n')[0]
+    .slice(0, 300);
 
 export async function shardFacts(pool: Pool, config: Config, shard: string): Promise<ShardFacts> {
   const host = dsnHost(config.shards.find((s) => s.name === shard)!.dsn);
@@ -37,9 +40,12 @@ export async function shardFacts(pool: Pool, config: Config, shard: string): Pro
       shard,
       host,
       reachable: true,
-      slots: slots.rows.map(
-        (r): SlotFact => ({ name: r.slot_name, active: r.active, walStatus: r.wal_status, retainedBytes: r.retained === null ? null : Number(r.retained) }),
-      ),
+      slots: slots.rows.map((r): SlotFact => ({
+        name: r.slot_name,
+        active: r.active,
+        walStatus: r.wal_status,
+        retainedBytes: r.retained === null ? null : Number(r.retained),
+      })),
       publications: pubs.rows.map((r) => r.pubname),
       schemaInstalled: st.schemaInstalled,
       fences,

@@ -236,7 +236,9 @@ export function judge(facts: Facts, opts: { fenceLockClass: number }): Finding[]
           severity: 'warning',
           shard: s.shard,
           object: pub,
-          message: `orphaned publication ${pub} on ${s.shard}: no running move owns it` + (frozen ? `; the directory still names its move ${frozen.moveId}: fix that first` : ''),
+          message:
+            `orphaned publication ${pub} on ${s.shard}: no running move owns it` +
+            (frozen ? `; the directory still names its move ${frozen.moveId}: fix that first` : ''),
           fix: frozen ? 'run `shardctl doctor` again after fixing the frozen unit' : `shardctl doctor --fix orphaned-publication:${s.shard}:${pub}`,
           autoFix: directory.reachable && !frozen,
         });
@@ -282,10 +284,16 @@ export function judge(facts: Facts, opts: { fenceLockClass: number }): Finding[]
           fix = lock('frozen = false, freeze_token = null', `epoch = ${f.epoch} and owned`);
         } else if (!f.owned) {
           why = `${p.shard}'s fence does not own it (epoch ${f.epoch}): its writes are refused`;
-          fix = f.epoch <= p.epoch ? lock(`owned = true, epoch = ${p.epoch}`, `epoch <= ${p.epoch}`) : `investigate: the fence saw a newer epoch (${f.epoch}) than the directory (${p.epoch}); see \`shardctl tenant show ${p.unit}\` and the directory audit log`;
+          fix =
+            f.epoch <= p.epoch
+              ? lock(`owned = true, epoch = ${p.epoch}`, `epoch <= ${p.epoch}`)
+              : `investigate: the fence saw a newer epoch (${f.epoch}) than the directory (${p.epoch}); see \`shardctl tenant show ${p.unit}\` and the directory audit log`;
         } else if (f.epoch !== p.epoch) {
           why = `${p.shard}'s fence owns it at epoch ${f.epoch}, the directory says ${p.epoch}`;
-          fix = f.epoch < p.epoch ? lock(`epoch = ${p.epoch}`, `epoch = ${f.epoch}`) : `investigate: the fence saw a newer epoch (${f.epoch}) than the directory (${p.epoch})`;
+          fix =
+            f.epoch < p.epoch
+              ? lock(`epoch = ${p.epoch}`, `epoch = ${f.epoch}`)
+              : `investigate: the fence saw a newer epoch (${f.epoch}) than the directory (${p.epoch})`;
         }
         if (why) {
           out.push({

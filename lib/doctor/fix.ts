@@ -33,13 +33,15 @@ async function refuseIfAnyMoveRuns(ctx: FixContext, name: string): Promise<void>
 }
 
 async function audit(ctx: FixContext, action: string, unit: string | null, detail: Record<string, unknown>) {
-  await ctx.conns.directoryPool().query('insert into shardctl.audit(actor, action, unit, detail, reason) values ($1, $2, $3, $4, $5)', [
-    ctx.actor,
-    action,
-    unit,
-    JSON.stringify(detail),
-    'shardctl doctor --fix',
-  ]);
+  await ctx.conns
+    .directoryPool()
+    .query('insert into shardctl.audit(actor, action, unit, detail, reason) values ($1, $2, $3, $4, $5)', [
+      ctx.actor,
+      action,
+      unit,
+      JSON.stringify(detail),
+      'shardctl doctor --fix',
+    ]);
 }
 
 /** Applies the fix of `f` (a finding of a fresh run, autoFix true). Returns what it did. */
@@ -51,7 +53,8 @@ export async function applyFix(ctx: FixContext, f: Finding): Promise<string> {
       const r = await ctx.conns
         .shardPool(f.shard!)
         .query('select pg_drop_replication_slot(slot_name) from pg_replication_slots where slot_name = $1 and not active', [f.object]);
-      if (r.rowCount === 0) throw new ShardctlError('Conflict', `refusing: slot ${f.object} on ${f.shard} is active now (or gone); run \`shardctl doctor\` again`);
+      if (r.rowCount === 0)
+        throw new ShardctlError('Conflict', `refusing: slot ${f.object} on ${f.shard} is active now (or gone); run \`shardctl doctor\` again`);
       await audit(ctx, 'doctor.drop-slot', null, { shard: f.shard, slot: f.object, retainedBytes: f.retainedBytes ?? null });
       return `dropped replication slot ${f.object} on ${f.shard}`;
     }
@@ -67,16 +70,23 @@ export async function applyFix(ctx: FixContext, f: Finding): Promise<string> {
       if (await moveIsRunning(ctx.client, unit)) throw new ShardctlError('Conflict', `refusing: a move of ${unit} is running now; it owns the freeze`);
       const dir = ctx.conns.directoryPool();
       const p = await getPlacement(dir, unit);
-      if (!p || p.state !== 'moving' || !p.moveId) throw new ShardctlError('Conflict', `refusing: ${unit} is no longer frozen in the directory; run \`shardctl doctor\` again`);
+      if (!p || p.state !== 'moving' || !p.moveId)
+        throw new ShardctlError('Conflict', `refusing: ${unit} is no longer frozen in the directory; run \`shardctl doctor\` again`);
       // Exactly this freeze (shard, epoch, move, token): a freeze made meanwhile is not ours to lift.
       const cas = await compareAndSetPlacement(
         dir,
         unit,
         { shard: p.shard, epoch: p.epoch, state: 'moving', moveId: p.moveId, freezeToken: p.freezeToken ?? null },
         { shard: p.shard, state: 'active', moveId: null },
-        { actor: ctx.actor, action: 'doctor-unfreeze', reason: 'shardctl doctor --fix: no move workflow runs for the frozen unit', detail: { moveId: p.moveId } },
+        {
+          actor: ctx.actor,
+          action: 'doctor-unfreeze',
+          reason: 'shardctl doctor --fix: no move workflow runs for the frozen unit',
+          detail: { moveId: p.moveId },
+        },
       );
-      if (!cas.ok) throw new ShardctlError('Conflict', `refusing: the directory changed under the fix (${JSON.stringify(cas.current)}); run \`shardctl doctor\` again`);
+      if (!cas.ok)
+        throw new ShardctlError('Conflict', `refusing: the directory changed under the fix (${JSON.stringify(cas.current)}); run \`shardctl doctor\` again`);
       const u = await unfreeze(ctx.conns.shardPool(p.shard), unit, p.epoch, p.freezeToken ? [p.freezeToken] : undefined);
       return `unfroze ${unit} on ${p.shard} at epoch ${p.epoch} (directory active${u.ok ? ', fence open' : `; the fence was not lowered: ${JSON.stringify(u.current)}`})`;
     }

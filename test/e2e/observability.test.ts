@@ -123,7 +123,18 @@ describe('worker metrics and logs on a real move', () => {
     const ours = json.filter((l) => l.workflowId === moveWorkflowId(tenant) || l.unit === tenant);
     const activityLines = ours.filter((l) => typeof l.activity === 'string');
     expect(new Set(activityLines.map((l) => l.activity))).toEqual(
-      new Set(['planMove', 'recordMoveEvent', 'setupReplication', 'copyTable', 'copyBlobs', 'catchUp', 'validateMove', 'cutover', 'dropReplication', 'retireSource']),
+      new Set([
+        'planMove',
+        'recordMoveEvent',
+        'setupReplication',
+        'copyTable',
+        'copyBlobs',
+        'catchUp',
+        'validateMove',
+        'cutover',
+        'dropReplication',
+        'retireSource',
+      ]),
     );
     for (const l of activityLines) {
       expect(l, JSON.stringify(l)).toMatchObject({ unit: tenant, attempt: expect.any(Number), phase: expect.any(String), level: expect.any(String) });

@@ -114,7 +114,14 @@ describe('shardctl doctor', () => {
       } finally {
         const w = await startWorker(testConfig(), { taskQueue: env.tq });
         const t = await H.temporal();
-        env = { ...env, t, close: async () => (await t.close(), await w.shutdown()) };
+        env = {
+          ...env,
+          t,
+          close: async () => {
+            await t.close();
+            await w.shutdown();
+          },
+        };
       }
       await env.t.client.workflow.getHandle(moveWorkflowId(tenant)).executeUpdate('cancel', { args: [{ actor: 'doctor-test' }] });
       await H.waitPhase(env.t.client.workflow.getHandle(moveWorkflowId(tenant)), 'cancelled', 120_000);

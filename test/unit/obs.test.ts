@@ -30,7 +30,10 @@ function capture() {
 describe('logs', () => {
   it('scrub every DSN password, whole DSNs and the S3 secret from messages and fields', () => {
     const { log, raw } = capture();
-    log.error({ dsn: config.shards[0].dsn, detail: 'secret s3-secret-xyz' }, `connect to postgres://dir:dir-pw-123@db.example:5432/shardctl failed; password=hunter2`);
+    log.error(
+      { dsn: config.shards[0].dsn, detail: 'secret s3-secret-xyz' },
+      `connect to postgres://dir:dir-pw-123@db.example:5432/shardctl failed; password=hunter2`,
+    );
     log.info({ other: 'postgres://x:unknown-pw@h/db' }, 'p@ss-word');
     const text = raw.join('');
     for (const s of ['dir-pw-123', 'p%40ss-word', 'p@ss-word', 's3-secret-xyz', 'hunter2', 'unknown-pw']) expect(text).not.toContain(s);
@@ -60,10 +63,21 @@ describe('logs', () => {
     const ctx = { info: { activityType: 'copyTable', attempt: 3, workflowExecution: { workflowId: 'move-acme', runId: 'r' } } } as any;
     const inbound = activityInterceptor(log, metrics)(ctx).inbound!;
     const failing = Object.assign(new Error('boom'), { type: 'PreconditionFailed' });
-    await expect(inbound.execute!({ args: [{ moveId: 'm', unit: 'acme', phase: 'copy' }], headers: {} }, async () => Promise.reject(failing))).rejects.toBe(failing);
+    await expect(inbound.execute!({ args: [{ moveId: 'm', unit: 'acme', phase: 'copy' }], headers: {} }, async () => Promise.reject(failing))).rejects.toBe(
+      failing,
+    );
     const text = await metrics.registry.metrics();
     expect(text).toContain('shardctl_activity_failures_total{activity="copyTable",type="PreconditionFailed"} 1');
-    expect(lines.at(-1)).toMatchObject({ level: 'warn', msg: 'activity failed', activity: 'copyTable', attempt: 3, unit: 'acme', moveId: 'm', phase: 'copy', errType: 'PreconditionFailed' });
+    expect(lines.at(-1)).toMatchObject({
+      level: 'warn',
+      msg: 'activity failed',
+      activity: 'copyTable',
+      attempt: 3,
+      unit: 'acme',
+      moveId: 'm',
+      phase: 'copy',
+      errType: 'PreconditionFailed',
+    });
   });
 
   it("passes workflow lines from INFO, the SDK's from its own level, and drops the SDK's activity lines", () => {
