@@ -5,6 +5,7 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import pino, { type Logger, type DestinationStream } from 'pino';
 import type { Config } from '../config';
+import { secretStrings } from '../secrets';
 
 export type { Logger } from 'pino';
 
@@ -30,20 +31,7 @@ export interface LoggerOptions {
  * patterns stop at a quote, so the line stays valid JSON.
  */
 export function jsonLineRedactor(secrets: readonly string[]): (line: string) => string {
-  const all = new Set<string>();
-  for (const s of secrets) {
-    all.add(s);
-    try {
-      const u = new URL(s);
-      if (u.password) {
-        all.add(u.password);
-        all.add(decodeURIComponent(u.password));
-      }
-    } catch {
-      /* not a URL: the literal is enough */
-    }
-  }
-  const list = [...all]
+  const list = secretStrings(secrets)
     .filter((s) => s.length >= 3)
     .flatMap((s) => [s, JSON.stringify(s).slice(1, -1)])
     .sort((a, b) => b.length - a.length);
