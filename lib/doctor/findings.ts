@@ -289,7 +289,7 @@ export function judge(facts: Facts, opts: { fenceLockClass: number }): Finding[]
               ? lock(`owned = true, epoch = ${p.epoch}`, `epoch <= ${p.epoch}`)
               : `investigate: the fence saw a newer epoch (${f.epoch}) than the directory (${p.epoch}); see \`shardctl tenant show ${p.unit}\` and the directory audit log`;
         } else if (f.epoch !== p.epoch) {
-          why = `${p.shard}'s fence owns it at epoch ${f.epoch}, the directory says ${p.epoch}`;
+          why = `${p.shard}'s fence owns it at epoch ${f.epoch}`;
           fix =
             f.epoch < p.epoch
               ? lock(`epoch = ${p.epoch}`, `epoch = ${f.epoch}`)
