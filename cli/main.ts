@@ -14,6 +14,7 @@ import { register as registerSeed } from './commands/seed';
 import { register as registerLoadgen } from './commands/loadgen';
 import { register as registerMove } from './commands/move';
 import { register as registerQuery } from './commands/query';
+import { register as registerDoctor } from './commands/doctor';
 
 /** The whole command tree; with `json`, commander's own error text is left to main (as JSON). */
 export function buildProgram(opts: { json?: boolean } = {}): Command {
@@ -29,7 +30,8 @@ export function buildProgram(opts: { json?: boolean } = {}): Command {
     .exitOverride();
   registerDirectory(program);
   registerDev(program);
-  for (const register of [registerWorker, registerTenant, registerShards, registerSeed, registerLoadgen, registerMove, registerQuery]) register(program);
+  for (const register of [registerWorker, registerTenant, registerShards, registerSeed, registerLoadgen, registerMove, registerQuery, registerDoctor])
+    register(program);
   return program;
 }
 

@@ -99,6 +99,13 @@ export const configSchema = z.object({
       routerSnapshotTtlMs: z.number().int().positive().default(2000),
     })
     .default({}),
+  /** The worker's metrics endpoint and logs (docs/production.md, "Metrics" and "Logs"). */
+  observability: z
+    .object({
+      /** `[host]:port` the worker serves GET /metrics on (e.g. ":9464"); absent = no endpoint. */
+      metricsAddr: z.string().min(1).optional(),
+    })
+    .default({}),
 });
 
 export type Config = z.infer<typeof configSchema>;
@@ -149,6 +156,7 @@ export function applyEnvOverrides(raw: any, env: NodeJS.ProcessEnv): any {
   set(['directory', 'dsn'], env.SHARDCTL_DIRECTORY_DSN);
   set(['limits', 'soakSeconds'], env.SHARDCTL_SOAK_SECONDS, Number);
   set(['limits', 'lagThresholdMs'], env.SHARDCTL_LAG_THRESHOLD_MS, Number);
+  set(['observability', 'metricsAddr'], env.SHARDCTL_METRICS_ADDR);
   return out;
 }
 

@@ -279,4 +279,22 @@ export const MUTATIONS: Mutation[] = [
     testFile: 'test/integration/scatter.test.ts',
     testName: 'leaves nothing of the statement in the pooled session',
   },
+  {
+    id: 'doctor-unknown-move-protects',
+    guarantee: "doctor never calls a running move's slot an orphan, even when no worker answers its status query (issue 12)",
+    file: 'lib/doctor/findings.ts',
+    from: '} else if (likeRegExp(replicationNamePattern(`${m.unit}.e`)).test(name)) {',
+    to: '} else if (false) {',
+    testFile: 'test/integration/doctor.test.ts',
+    testName: 'never calls a live move',
+  },
+  {
+    id: 'doctor-temporal-down-no-orphans',
+    guarantee: 'without Temporal doctor cannot know the running moves, so it calls no slot an orphan (issue 12)',
+    file: 'lib/doctor/findings.ts',
+    from: "const owner = temporal.reachable ? liveOwnerOf(slot.name, temporal.running) : 'unknown';",
+    to: 'const owner = liveOwnerOf(slot.name, temporal.running);',
+    testFile: 'test/integration/doctor.test.ts',
+    testName: 'with Temporal down calls no slot an orphan',
+  },
 ];

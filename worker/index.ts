@@ -1,18 +1,28 @@
-// Creates the Temporal worker: workflows from workflows/, activities from the factory.
+// Creates the Temporal worker: workflows from workflows/, activities from the factory, every
+// activity instrumented (worker/instrument.ts: JSON logs with the move's context, metrics), and,
+// with a metrics address, the Prometheus endpoint (lib/obs/metrics.ts).
 import path from 'node:path';
-import { NativeConnection, Worker, Runtime, DefaultLogger } from '@temporalio/worker';
+import { NativeConnection, Worker, Runtime } from '@temporalio/worker';
+import type { LogLevel as TemporalLevel } from '@temporalio/common';
 import fs from 'node:fs';
 import { Config } from '../lib/config';
 import { createActivities } from '../activities';
 import { createDeps, Deps } from '../activities/deps';
 import { temporalConnectionOptions } from '../lib/temporal-client';
+import { createLogger, logLevelFrom, type Logger } from '../lib/obs/log';
+import { createMetrics, serveMetrics, type Metrics, type MetricsServer } from '../lib/obs/metrics';
+import { activityInterceptor, temporalLogger } from './instrument';
+import { movesByPhaseRefresher } from './moves-gauge';
 
 let runtimeInstalled = false;
-function quietRuntime() {
+let runtimeLog: Logger | undefined;
+function installRuntime(log: Logger) {
+  runtimeLog = log;
   if (runtimeInstalled) return;
   runtimeInstalled = true;
+  const sdkLevel = ((process.env.SHARDCTL_WORKER_LOG ?? '').toUpperCase() || 'WARN') as TemporalLevel;
   try {
-    Runtime.install({ logger: new DefaultLogger((process.env.SHARDCTL_WORKER_LOG as any) || 'WARN') });
+    Runtime.install({ logger: temporalLogger(() => runtimeLog, sdkLevel) });
   } catch {
     /* already installed in this process */
   }
@@ -25,14 +35,33 @@ export async function connectTemporal(config: Config): Promise<NativeConnection>
 export interface StartedWorker {
   worker: Worker;
   deps: Deps;
+  log: Logger;
+  metrics: Metrics;
+  /** The Prometheus endpoint, when a metrics address was given. */
+  metricsServer?: MetricsServer;
   run: Promise<void>;
   shutdown(): Promise<void>;
 }
 
-export async function startWorker(config: Config, opts: { taskQueue?: string; deps?: Deps } = {}): Promise<StartedWorker> {
-  quietRuntime();
+export interface WorkerOptions {
+  taskQueue?: string;
+  deps?: Deps;
+  /** Where the JSON logs go; default stdout at SHARDCTL_LOG_LEVEL (default `error` here, `info` for `shardctl worker`). */
+  log?: Logger;
+  /** `[host]:port` for GET /metrics; default config.observability.metricsAddr, else no endpoint. */
+  metricsAddr?: string;
+  /** How long the moves-by-phase counts from Temporal visibility are reused (default 5 s). */
+  visibilityCacheMs?: number;
+}
+
+export async function startWorker(config: Config, opts: WorkerOptions = {}): Promise<StartedWorker> {
+  const taskQueue = opts.taskQueue ?? config.temporal.taskQueue;
+  const log = opts.log ?? createLogger(config, { level: logLevelFrom(process.env.SHARDCTL_LOG_LEVEL, 'error'), base: { taskQueue } });
+  installRuntime(log);
+  const metrics = opts.deps?.metrics ?? createMetrics();
   const connection = await connectTemporal(config);
-  const deps = opts.deps ?? createDeps(config);
+  const deps = opts.deps ?? createDeps(config, { metrics });
+  deps.metrics ??= metrics;
   // A prebuilt bundle (SHARDCTL_WORKFLOW_BUNDLE) skips the per-start webpack build; the crash
   // suite starts dozens of workers.
   const bundlePath = process.env.SHARDCTL_WORKFLOW_BUNDLE;
@@ -43,27 +72,48 @@ export async function startWorker(config: Config, opts: { taskQueue?: string; de
   const worker = await Worker.create({
     connection,
     namespace: config.temporal.namespace,
-    taskQueue: opts.taskQueue ?? config.temporal.taskQueue,
+    taskQueue,
     ...workflowSource,
     activities: createActivities(deps),
+    interceptors: { activity: [activityInterceptor(log, deps.metrics)] },
   });
+  const addr = opts.metricsAddr ?? config.observability.metricsAddr;
+  let metricsServer: MetricsServer | undefined;
+  let refresher: ReturnType<typeof movesByPhaseRefresher> | undefined;
+  if (addr) {
+    refresher = movesByPhaseRefresher(config, deps.metrics!, { cacheMs: opts.visibilityCacheMs });
+    metricsServer = await serveMetrics(addr, deps.metrics!, refresher.refresh).catch(async (e) => {
+      await connection.close();
+      throw e;
+    });
+    log.info({ url: metricsServer.url }, 'metrics endpoint listening');
+  }
   const run = worker.run();
+  // Idempotent: a signal handler and the end of `run` may both ask for it.
+  let stopping: Promise<void> | undefined;
+  const shutdown = () =>
+    (stopping ??= (async () => {
+      if (worker.getState() === 'RUNNING') worker.shutdown();
+      await run.catch(() => {});
+      await metricsServer?.close();
+      await refresher?.close();
+      await deps.close();
+      await connection.close();
+    })());
   return {
     worker,
     deps,
+    log,
+    metrics: deps.metrics!,
+    metricsServer,
     run,
-    async shutdown() {
-      if (worker.getState() === 'RUNNING') worker.shutdown();
-      await run.catch(() => {});
-      await deps.close();
-      await connection.close();
-    },
+    shutdown,
   };
 }
 
 /** Builds the workflow bundle once, for workers started with SHARDCTL_WORKFLOW_BUNDLE. */
 export async function buildWorkflowBundle(outFile: string): Promise<string> {
-  const { bundleWorkflowCode } = await import('@temporalio/worker');
+  const { bundleWorkflowCode, DefaultLogger } = await import('@temporalio/worker');
   const { code } = await bundleWorkflowCode({ workflowsPath: path.join(__dirname, '..', 'workflows', 'index.ts'), logger: new DefaultLogger('WARN') });
   fs.mkdirSync(path.dirname(outFile), { recursive: true });
   fs.writeFileSync(outFile, code);

@@ -2,7 +2,7 @@
 // survives continue-as-new (`Carried`), the status the query returns, and the only ways they
 // change — `enter` (through the pure transition table) and `block` — each re-publishing the
 // search attributes the Web UI filters on. Deterministic: workflow APIs only.
-import { upsertSearchAttributes, ApplicationFailure } from '@temporalio/workflow';
+import { upsertSearchAttributes, ApplicationFailure, log } from '@temporalio/workflow';
 import * as M from './messages';
 import { Phase, canTransition } from './phases';
 import { SA } from './search-attributes';
@@ -77,9 +77,12 @@ export class MoveState {
   enter(p: Phase): void {
     const st = this.st;
     if (p !== st.phase && !canTransition(st.phase, p)) throw ApplicationFailure.nonRetryable(`illegal transition ${st.phase} -> ${p}`, 'IllegalTransition');
+    const from = st.phase;
     st.phase = p;
     st.phaseTimes[p] = new Date().toISOString();
     this.publish();
+    // Through the worker's JSON logger (worker/instrument.ts); not repeated on replay.
+    log.info('move phase', { moveId: st.moveId || null, unit: st.unit, phase: p, from, source: st.source || null, target: st.target });
   }
 
   /** Sets (or with '' clears) the reason the move is stuck, visible as ShardctlBlockedReason. */
@@ -87,12 +90,13 @@ export class MoveState {
     if (this.st.blockedReason !== reason) {
       this.st.blockedReason = reason;
       this.publish();
+      if (reason) log.warn('move blocked', { moveId: this.st.moveId || null, unit: this.st.unit, phase: this.st.phase, blockedReason: reason });
     }
   }
 
-  /** The move reference every activity takes. */
+  /** The move reference every activity takes; `phase` only labels the activity's logs and metrics. */
   ref() {
     const st = this.st;
-    return { moveId: st.moveId, unit: st.unit, source: st.source, target: st.target };
+    return { moveId: st.moveId, unit: st.unit, source: st.source, target: st.target, phase: st.phase };
   }
 }

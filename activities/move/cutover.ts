@@ -10,6 +10,8 @@ import { ends } from './data';
 import { runCutover, type CutoverResult, type CutoverPlan } from '../../lib/cutover/steps';
 import { liveCutoverSteps } from '../../lib/cutover/live';
 import { fenceStatus } from '../../lib/shard/prepare';
+import { cutoverAbortReason } from '../../lib/obs/metrics';
+import { activityLog } from '../../lib/obs/log';
 
 export type { CutoverResult } from '../../lib/cutover/steps';
 
@@ -22,6 +24,22 @@ const cutoverInput = moveRef.extend({
   /** validateMove's comparison token: the cutover then compares only what changed since (lib/cdc/delta.ts). */
   deltaToken: z.string().min(1).optional(),
 });
+
+/** The attempt's outcome as metrics and one log line; the forward lag series end with a switch. */
+function observeCutover(deps: Deps, ref: { unit: string; direction: 'forward' | 'reverse' }, r: CutoverResult): void {
+  const m = deps.metrics;
+  const log = activityLog();
+  if (r.ok) {
+    if (!r.alreadyDone) m?.cutoverPause.observe({ direction: ref.direction, outcome: 'switched' }, r.pauseMs);
+    m?.forgetMove(ref.unit, [m.lagBytes, m.lagSeconds, m.tableRowsCopied, m.validationMismatches]);
+    log.info({ pauseMs: r.pauseMs, newEpoch: r.newEpoch, alreadyDone: r.alreadyDone, steps: r.steps }, 'cutover switched');
+    return;
+  }
+  const reason = cutoverAbortReason(r.reason);
+  m?.cutoverAborts.inc({ direction: ref.direction, reason });
+  if (r.pauseMs > 0) m?.cutoverPause.observe({ direction: ref.direction, outcome: 'aborted' }, r.pauseMs);
+  log.warn({ pauseMs: r.pauseMs, abortReason: reason, reason: r.reason.slice(0, 300) }, 'cutover aborted');
+}
 
 export function createCutoverActivities(deps: Deps) {
   return {
@@ -53,7 +71,10 @@ export function createCutoverActivities(deps: Deps) {
           beat,
           faultPoint: deps.faultPoint,
         });
-        return runCutover(steps, plan, { faultPoint: deps.faultPoint, now: Date.now });
+        deps.metrics?.cutoverAttempts.inc({ direction: ref.direction });
+        const r = await runCutover(steps, plan, { faultPoint: deps.faultPoint, now: Date.now });
+        observeCutover(deps, ref, r);
+        return r;
       });
     },
   };

@@ -14,6 +14,7 @@ import { startDelta } from '../../lib/cdc/delta';
 import { switchDetail } from '../../lib/directory/moves';
 import { validateTenant, formatMismatch, persistentMismatches } from '../../lib/validate';
 import { recordManifest, ensureManifestTable, manifestOf, compareBlobManifests, tenantBlobPrefix } from '../../lib/blobs';
+import { activityLog } from '../../lib/obs/log';
 
 const direction = z.enum(['forward', 'reverse']);
 
@@ -72,6 +73,10 @@ export function createDataActivities(deps: Deps) {
         const table = tables.find((t) => `${t.schema}.${t.name}` === ref.table);
         if (!table) throw new Error(`table ${ref.table} vanished from ${ref.source}`);
         let batches = 0;
+        const m = deps.metrics;
+        const series = { unit: ref.unit, move_id: ref.moveId, table: ref.table };
+        // A resumed copy reports the checkpoint's total at its first batch: count at most one batch of it.
+        let seen: number | undefined;
         const r = await copyTenantTable({
           source: deps.shardPool(ref.source),
           target: deps.shardPool(ref.target),
@@ -84,10 +89,15 @@ export function createDataActivities(deps: Deps) {
           signal: activitySignal(),
           onBatch: async (p: { rowsCopied: number }) => {
             beat({ table: ref.table, rowsCopied: p.rowsCopied });
+            m?.rowsCopied.inc({ source: ref.source, target: ref.target }, seen === undefined ? Math.min(p.rowsCopied, ref.batchRows) : p.rowsCopied - seen);
+            m?.tableRowsCopied.set(series, p.rowsCopied);
+            seen = p.rowsCopied;
+            activityLog().debug({ table: ref.table, rowsCopied: p.rowsCopied }, 'copy batch committed');
             batches++;
             if (batches === 2) await deps.faultPoint('mid-copy');
           },
         });
+        m?.tableRowsCopied.set(series, r.rowsCopied);
         return { table: ref.table, rowsCopied: r.rowsCopied };
       });
     },
@@ -120,6 +130,7 @@ export function createDataActivities(deps: Deps) {
         const names = replicationNames(ref.moveId, ref.direction);
         const fromShard = shardByName(deps.config, from);
         let beats = 0;
+        let rowsCounted = 0;
         const r = await applyChangesUntil({
           sourceDsn: fromShard.dsn,
           target: deps.shardPool(to),
@@ -133,8 +144,10 @@ export function createDataActivities(deps: Deps) {
           rowsPerSecond: ref.rowsPerSecond,
           signal: activitySignal(),
           onAlive: () => beat({ step: 'applying a long source transaction' }),
-          onProgress: async (p: { transactionsApplied: number }) => {
+          onProgress: async (p: { transactionsApplied: number; rowsApplied: number }) => {
             beat(p);
+            deps.metrics?.rowsApplied.inc({ direction: ref.direction }, Math.max(0, p.rowsApplied - rowsCounted));
+            rowsCounted = Math.max(rowsCounted, p.rowsApplied);
             if (p.transactionsApplied > 0 && ++beats === 1) await deps.faultPoint(ref.direction === 'forward' ? 'mid-catch-up' : 'mid-soak');
           },
         });
@@ -146,12 +159,24 @@ export function createDataActivities(deps: Deps) {
         const retained = await slotLagBytes(deps.shardPool(from), names.slot).catch(() => 0);
         const limit = deps.config.limits.slotRetentionWarnBytes;
         const retentionWarning = retained > limit ? `slot ${names.slot} on ${from} retains ${retained} bytes of WAL (> ${limit})` : '';
+        const durationMs = Date.now() - t0;
+        const m = deps.metrics;
+        if (m) {
+          const series = { unit: ref.unit, move_id: ref.moveId, direction: ref.direction };
+          m.rowsApplied.inc({ direction: ref.direction }, Math.max(0, r.rowsApplied - rowsCounted));
+          m.lagBytes.set(series, r.lagBytes);
+          // A 'now' round's duration is the lag in time (see above); a continuous round has none.
+          if (ref.mode === 'now') m.lagSeconds.set(series, durationMs / 1000);
+          m.slotRetainedBytes.set({ shard: from, slot: names.slot }, retained);
+        }
+        if (retentionWarning)
+          activityLog().warn({ slot: names.slot, shard: from, retainedBytes: retained, limitBytes: limit }, 'replication slot retains too much WAL');
         return {
           appliedLsn: r.appliedLsn,
           lagBytes: r.lagBytes,
           caughtUp,
           transactionsApplied: r.transactionsApplied,
-          durationMs: Date.now() - t0,
+          durationMs,
           retentionWarning,
         };
       });
@@ -222,6 +247,8 @@ export function createDataActivities(deps: Deps) {
         }
         mismatches.push(...[...blobs.values()].slice(0, 10));
         const rows = report.tables.reduce((n: number, t: { sourceRows: number }) => n + t.sourceRows, 0);
+        deps.metrics?.validationMismatches.set({ unit: ref.unit, move_id: ref.moveId }, mismatches.length);
+        if (mismatches.length) activityLog().warn({ mismatches: mismatches.length, first: mismatches[0] }, 'validation found differences');
         await deps.faultPoint('after-validate');
         return { ok: mismatches.length === 0, mismatches, rows, rounds, deltaToken };
       });

@@ -38,7 +38,14 @@ export function createLifecycleActivities(deps: Deps) {
 
   async function dropReplicationOf(ref: z.infer<typeof moveRef>, direction: 'forward' | 'reverse') {
     const { from } = ends(ref, direction);
-    await dropPublicationAndSlot(deps.shardPool(from), replicationNames(ref.moveId, direction));
+    const names = replicationNames(ref.moveId, direction);
+    await dropPublicationAndSlot(deps.shardPool(from), names);
+    const m = deps.metrics;
+    if (m) {
+      m.slotRetainedBytes.remove({ slot: names.slot });
+      m.lagBytes.remove({ unit: ref.unit, direction });
+      m.lagSeconds.remove({ unit: ref.unit, direction });
+    }
   }
 
   /** Removes the unit's copy from `side` — only ever a side that does not own the unit. */

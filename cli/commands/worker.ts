@@ -1,33 +1,71 @@
-// `shardctl worker`: runs the Temporal worker (workflows + activities) until SIGINT/SIGTERM.
+// `shardctl worker`: runs the Temporal worker (workflows + activities) until SIGINT/SIGTERM. Logs
+// are JSON lines on stdout (SHARDCTL_LOG_LEVEL, default info); with --metrics-addr (or
+// SHARDCTL_METRICS_ADDR / observability.metricsAddr) it serves Prometheus metrics on GET /metrics.
 import { Command } from 'commander';
 import { loadConfig, projectRoot } from '../../lib/config';
 import { startWorker } from '../../worker';
 import { createDeps } from '../../activities/deps';
 import { faultHookFromEnv } from '../../worker/faults';
 import { ensureDirectory } from '../../lib/directory/ensure';
+import { dsnHost } from '../../lib/directory/db';
 import { registerWorker } from '../../lib/dev/workers';
+import { createLogger, logLevelFrom } from '../../lib/obs/log';
+import { createMetrics, parseListenAddr } from '../../lib/obs/metrics';
+import { invalidInput } from '../../lib/errors';
 import path from 'node:path';
 import { examples } from '../help';
 
 export function register(program: Command) {
   const worker = program
     .command('worker')
-    .description('run a Temporal worker for moves')
+    .description('run a Temporal worker for moves (JSON logs on stdout; Prometheus metrics with --metrics-addr)')
     .option('--task-queue <q>', 'task queue (default from config)')
+    .option('--metrics-addr <[host]:port>', 'serve GET /metrics here, e.g. :9464 (default $SHARDCTL_METRICS_ADDR or observability.metricsAddr; none if unset)')
     .action(async (o) => {
       const config = loadConfig({ file: program.opts().config });
-      const deps = createDeps(config, { faultPoint: faultHookFromEnv() });
+      const metricsAddr: string | undefined = o.metricsAddr ?? config.observability.metricsAddr;
+      if (metricsAddr) {
+        try {
+          parseListenAddr(metricsAddr);
+        } catch (e) {
+          throw invalidInput((e as Error).message);
+        }
+      }
+      let level;
+      try {
+        level = logLevelFrom(process.env.SHARDCTL_LOG_LEVEL, 'info');
+      } catch (e) {
+        throw invalidInput((e as Error).message);
+      }
+      const taskQueue: string = o.taskQueue ?? config.temporal.taskQueue;
+      const log = createLogger(config, { level, base: { taskQueue } });
+      const metrics = createMetrics();
+      const deps = createDeps(config, { faultPoint: faultHookFromEnv(), metrics });
       // The directory's schema is the worker's contract with the CLI: bring it up to date first.
       await ensureDirectory(deps.directoryPool(), config);
-      const w = await startWorker(config, { taskQueue: o.taskQueue, deps });
+      const w = await startWorker(config, { taskQueue, deps, log, metricsAddr });
       // Listed by `dev status` and stopped by `dev down` of this checkout's stack until it exits.
-      registerWorker(path.join(projectRoot(), '.dev'), { taskQueue: o.taskQueue ?? config.temporal.taskQueue, temporalAddress: config.temporal.address });
-      process.stderr.write(`worker: polling ${o.taskQueue ?? config.temporal.taskQueue} on ${config.temporal.address} (pid ${process.pid})\n`);
-      const stop = () => void w.shutdown();
+      registerWorker(path.join(projectRoot(), '.dev'), { taskQueue, temporalAddress: config.temporal.address });
+      log.info(
+        {
+          temporal: config.temporal.address,
+          namespace: config.temporal.namespace,
+          directory: dsnHost(config.directory.dsn),
+          shards: config.shards.map((s) => ({ name: s.name, host: dsnHost(s.dsn), bucket: s.bucket })),
+          metrics: w.metricsServer?.url ?? null,
+        },
+        'worker polling',
+      );
+      process.stderr.write(`worker: polling ${taskQueue} on ${config.temporal.address} (pid ${process.pid})\n`);
+      const stop = () => {
+        log.info('worker stopping');
+        void w.shutdown();
+      };
       process.once('SIGINT', stop);
       process.once('SIGTERM', stop);
       await w.run;
       await w.shutdown();
+      log.flush();
     });
-  examples(worker, 'worker', 'worker --task-queue shardctl-moves-canary');
+  examples(worker, 'worker', 'worker --task-queue shardctl-moves-canary', 'worker --metrics-addr :9464', 'SHARDCTL_LOG_LEVEL=debug shardctl worker | jq .');
 }

@@ -282,6 +282,7 @@ export function stackConfig(s: Stack): Config {
       routerDeadlineMs: 5000,
       routerSnapshotTtlMs: 2000,
     },
+    observability: {},
   };
 }
 

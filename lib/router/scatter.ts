@@ -3,6 +3,7 @@
 // times out, cannot be reached or fails is named with its reason; the router never hands out
 // an answer missing a shard as if it were whole. Ordered top-k pushes ORDER BY and LIMIT down
 // to every shard and merges the sorted runs (topk.ts), so no shard sends more than k rows.
+import { secretStrings } from '../secrets';
 import type { FieldDef, Pool, PoolClient, QueryConfig } from 'pg';
 import { MissingReason, MissingShard, SQLSTATE, ShardctlError, invalidInput } from '../errors';
 import { isConnectionError } from '../directory/db';
@@ -393,20 +394,8 @@ function mergeAnswers(
 
 /** Removes every DSN and password of `dsns` (and any `password=` pair) from a message. */
 export function secretRedactor(dsns: readonly string[]): (text: string) => string {
-  const secrets = new Set<string>();
-  for (const dsn of dsns) {
-    secrets.add(dsn);
-    try {
-      const u = new URL(dsn);
-      if (u.password) {
-        secrets.add(u.password);
-        secrets.add(decodeURIComponent(u.password));
-      }
-    } catch {
-      // not a URL: the keyword form is covered by the password= rule below
-    }
-  }
-  const list = [...secrets].filter((s) => s.length > 0).sort((a, b) => b.length - a.length);
+  const secrets = secretStrings(dsns);
+  const list = [...secrets].sort((a, b) => b.length - a.length);
   return (text) => {
     let out = text;
     for (const s of list) out = out.split(s).join('***');

@@ -40,6 +40,7 @@ const READ_VERBS = [
   'dev status',
   'dev env',
   'loadgen verify',
+  'doctor',
 ];
 
 describe('shardctl --help', () => {

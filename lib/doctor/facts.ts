@@ -1,0 +1,132 @@
+// `shardctl doctor`'s eyes: reads (never writes) the directory, every configured shard and
+// Temporal's running moves, each bounded by a short timeout, and reports what it could not reach
+// instead of failing. The judgement is lib/doctor/findings.ts.
+import type { Pool } from 'pg';
+import type { Client } from '@temporalio/client';
+import type { Config } from '../config';
+import type { Connections } from '../connections';
+import { dsnHost } from '../directory/db';
+import { listPlacements } from '../directory/placements';
+import { replicationNamePattern, moveWorkflowId } from '../ids';
+import { fenceStatus } from '../shard/prepare';
+import { MOVE_WORKFLOW_TYPE } from '../moves/start';
+import { SA } from '../../workflows/search-attributes';
+import * as M from '../../workflows/messages';
+import type { Facts, RunningMove, ShardFacts, SlotFact, FenceFact } from './findings';
+
+const OURS = replicationNamePattern('');
+const short = (e: unknown) =>
+  String((e as Error)?.message ?? e)
+    .split('\n')[0]
+    .slice(0, 300);
+
+export async function shardFacts(pool: Pool, config: Config, shard: string): Promise<ShardFacts> {
+  const host = dsnHost(config.shards.find((s) => s.name === shard)!.dsn);
+  try {
+    const slots = await pool.query(
+      `select slot_name, active, wal_status,
+              case when restart_lsn is null then null else pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint end as retained
+         from pg_replication_slots where slot_name like $1 order by slot_name`,
+      [OURS],
+    );
+    const pubs = await pool.query(`select pubname from pg_publication where pubname like $1 order by pubname`, [OURS]);
+    const st = await fenceStatus(pool, config);
+    let fences: FenceFact[] = [];
+    if (st.schemaInstalled) {
+      const r = await pool.query('select unit, epoch, owned, frozen from shardctl.fence');
+      fences = r.rows.map((x) => ({ unit: x.unit, epoch: Number(x.epoch), owned: x.owned, frozen: x.frozen }));
+    }
+    return {
+      shard,
+      host,
+      reachable: true,
+      slots: slots.rows.map((r): SlotFact => ({
+        name: r.slot_name,
+        active: r.active,
+        walStatus: r.wal_status,
+        retainedBytes: r.retained === null ? null : Number(r.retained),
+      })),
+      publications: pubs.rows.map((r) => r.pubname),
+      schemaInstalled: st.schemaInstalled,
+      fences,
+      unfenced: st.unfenced,
+    };
+  } catch (e) {
+    return { shard, host, reachable: false, error: short(e), slots: [], publications: [], schemaInstalled: false, fences: [], unfenced: [] };
+  }
+}
+
+/** The move's id from its status query, or null when no worker answers within `timeoutMs`. */
+async function queryMoveId(client: Client, workflowId: string, timeoutMs: number): Promise<string | null> {
+  try {
+    // A deadline on the call itself: an abandoned query would keep the process alive until the server gives up.
+    const s = await client.connection.withDeadline(Date.now() + timeoutMs, () => client.workflow.getHandle(workflowId).query(M.statusQuery));
+    return s?.moveId || null;
+  } catch {
+    return null;
+  }
+}
+
+export async function runningMoves(client: Client, opts: { queryTimeoutMs?: number } = {}): Promise<RunningMove[]> {
+  const out: RunningMove[] = [];
+  for await (const w of client.workflow.list({ query: `WorkflowType = '${MOVE_WORKFLOW_TYPE}' AND ExecutionStatus = 'Running'` })) {
+    const a = w.typedSearchAttributes;
+    out.push({
+      unit: a.get(SA.unit) ?? w.workflowId.replace(/^move-/, ''),
+      workflowId: w.workflowId,
+      moveId: null,
+      phase: a.get(SA.phase) ?? null,
+      blockedReason: a.get(SA.blockedReason) ?? null,
+    });
+  }
+  await Promise.all(out.map(async (m) => (m.moveId = await queryMoveId(client, m.workflowId, opts.queryTimeoutMs ?? 3000))));
+  return out;
+}
+
+/** Whether a move workflow for `unit` runs now: describe is strongly consistent, unlike visibility. */
+export async function moveIsRunning(client: Client, unit: string): Promise<boolean> {
+  try {
+    const d = await client.workflow.getHandle(moveWorkflowId(unit)).describe();
+    return d.status.name === 'RUNNING';
+  } catch (e) {
+    if ((e as Error)?.name === 'WorkflowNotFoundError') return false;
+    throw e;
+  }
+}
+
+export interface FactSources {
+  config: Config;
+  conns: Connections;
+  /** null when Temporal could not be reached (with why). */
+  temporal: { client: Client } | { error: string };
+  walThresholdBytes: number;
+}
+
+export async function gatherFacts(src: FactSources): Promise<Facts> {
+  const { config, conns } = src;
+  const shards = await Promise.all(config.shards.map((s) => shardFacts(conns.shardPool(s.name), config, s.name)));
+  let directory: Facts['directory'];
+  try {
+    const dir = conns.directoryPool();
+    const { placements } = await listPlacements(dir);
+    const moving = placements.filter((p) => p.moveId).map((p) => p.moveId!);
+    const targets = moving.length ? await dir.query('select move_id, target from shardctl.moves where move_id = any($1)', [moving]) : { rows: [] };
+    directory = {
+      reachable: true,
+      placements: placements.map((p) => ({ unit: p.unit, shard: p.shard, epoch: p.epoch, state: p.state, moveId: p.moveId })),
+      moveTargets: Object.fromEntries(targets.rows.map((r: { move_id: string; target: string }) => [r.move_id, r.target])),
+    };
+  } catch (e) {
+    directory = { reachable: false, error: short(e), placements: [], moveTargets: {} };
+  }
+  let temporal: Facts['temporal'];
+  if ('error' in src.temporal) temporal = { reachable: false, error: src.temporal.error, running: [] };
+  else {
+    try {
+      temporal = { reachable: true, running: await runningMoves(src.temporal.client) };
+    } catch (e) {
+      temporal = { reachable: false, error: short(e), running: [] };
+    }
+  }
+  return { directory, temporal, shards, walThresholdBytes: src.walThresholdBytes };
+}

@@ -1,0 +1,342 @@
+// `shardctl doctor`'s judgement, pure: from the facts gathered on the fleet (lib/doctor/facts.ts)
+// to findings, each with the exact command that fixes it. The one rule for replication objects:
+// a slot or publication named like ours is an orphan only when no running move can own it. A
+// running move whose id is unknown (its status could not be queried) protects every name its unit
+// could produce, and without Temporal nothing is called an orphan at all.
+import { replicationNames, replicationNamePattern } from '../ids';
+
+export interface SlotFact {
+  name: string;
+  active: boolean;
+  /** WAL held back: pg_current_wal_lsn() - restart_lsn (null for a slot that never reserved WAL). */
+  retainedBytes: number | null;
+  walStatus: string | null;
+}
+export interface FenceFact {
+  unit: string;
+  epoch: number;
+  owned: boolean;
+  frozen: boolean;
+}
+export interface ShardFacts {
+  shard: string;
+  host: string;
+  reachable: boolean;
+  error?: string;
+  slots: SlotFact[];
+  publications: string[];
+  schemaInstalled: boolean;
+  fences: FenceFact[];
+  /** Tenant tables without an enabled fence trigger. */
+  unfenced: string[];
+}
+export interface PlacementFact {
+  unit: string;
+  shard: string;
+  epoch: number;
+  state: 'active' | 'moving';
+  moveId: string | null;
+}
+export interface RunningMove {
+  unit: string;
+  workflowId: string;
+  /** From the move's status query; null when it could not be asked (no worker polling, timeout). */
+  moveId: string | null;
+  phase: string | null;
+  blockedReason: string | null;
+}
+export interface Facts {
+  directory: { reachable: boolean; error?: string; placements: PlacementFact[]; moveTargets: Record<string, string> };
+  temporal: { reachable: boolean; error?: string; running: RunningMove[] };
+  shards: ShardFacts[];
+  walThresholdBytes: number;
+}
+
+export const FINDING_KINDS = [
+  'directory-unreachable',
+  'temporal-unreachable',
+  'shard-unreachable',
+  'unfenced-tables',
+  'orphaned-slot',
+  'orphaned-publication',
+  'slot-retention',
+  'frozen-without-move',
+  'fence-disagrees',
+  'move-blocked',
+] as const;
+export type FindingKind = (typeof FINDING_KINDS)[number];
+
+export interface Finding {
+  /** Stable: `<kind>:<shard>:<object>` or `<kind>:<unit>`; what `--fix` takes. */
+  id: string;
+  kind: FindingKind;
+  severity: 'critical' | 'warning';
+  message: string;
+  /** The exact command (or statement) that fixes it. */
+  fix: string;
+  /** `doctor --fix <id>` may apply it (only the safe ones, and only when safe now). */
+  autoFix: boolean;
+  shard?: string;
+  unit?: string;
+  object?: string;
+  retainedBytes?: number | null;
+}
+
+/** Postgres LIKE (with backslash escapes) as a RegExp. */
+export function likeRegExp(pattern: string): RegExp {
+  let re = '';
+  for (let i = 0; i < pattern.length; i++) {
+    const ch = pattern[i];
+    if (ch === '\\' && i + 1 < pattern.length) re += escapeRe(pattern[++i]);
+    else if (ch === '%') re += '.*';
+    else if (ch === '_') re += '.';
+    else re += escapeRe(ch);
+  }
+  return new RegExp(`^${re}$`);
+}
+const escapeRe = (c: string) => c.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+
+/** Who may own a replication object name: the running move (or unit) that could, or none. */
+export function liveOwnerOf(name: string, running: readonly RunningMove[]): string | undefined {
+  for (const m of running) {
+    if (m.moveId) {
+      const f = replicationNames(m.moveId, 'forward');
+      const r = replicationNames(m.moveId, 'reverse');
+      if (name === f.slot || name === r.slot) return m.workflowId;
+    } else if (likeRegExp(replicationNamePattern(`${m.unit}.e`)).test(name)) {
+      return m.workflowId;
+    }
+  }
+  return undefined;
+}
+
+/** The directory's unit whose frozen move may own `name` (a move gone while its unit stays frozen). */
+function frozenMoveOf(name: string, placements: readonly PlacementFact[]): PlacementFact | undefined {
+  return placements.find(
+    (p) => p.state === 'moving' && p.moveId && (replicationNames(p.moveId, 'forward').slot === name || replicationNames(p.moveId, 'reverse').slot === name),
+  );
+}
+
+const mb = (n: number) => `${(n / (1024 * 1024)).toFixed(1)} MiB`;
+const q = (s: string) => `'${s.replace(/'/g, "''")}'`;
+
+/** A fence change as a statement an operator can run with psql: under the unit's fence lock, so in-flight writers finish first. */
+export function fenceStatement(host: string, lockClass: number, unit: string, set: string, where: string): string {
+  return `psql "postgres://<role>@${host}" -c "begin; select pg_advisory_xact_lock(${lockClass}, hashtext(${q(unit)})); update shardctl.fence set ${set} where unit = ${q(unit)}${where ? ` and ${where}` : ''}; commit;"`;
+}
+
+export function judge(facts: Facts, opts: { fenceLockClass: number }): Finding[] {
+  const out: Finding[] = [];
+  const { directory, temporal } = facts;
+  if (!directory.reachable) {
+    out.push({
+      id: 'directory-unreachable',
+      kind: 'directory-unreachable',
+      severity: 'critical',
+      message: `the placement directory is unreachable (${directory.error ?? 'no answer'}): placement and fence checks skipped`,
+      fix: 'check the directory database and the config (directory.dsn), then run `shardctl directory status`',
+      autoFix: false,
+    });
+  }
+  if (!temporal.reachable) {
+    out.push({
+      id: 'temporal-unreachable',
+      kind: 'temporal-unreachable',
+      severity: 'critical',
+      message: `Temporal is unreachable (${temporal.error ?? 'no answer'}): without the running moves no slot is called an orphan, and frozen units are not judged`,
+      fix: 'check the Temporal frontend and the config (temporal.address, namespace, TLS), then run `shardctl move list`',
+      autoFix: false,
+    });
+  }
+  const runningUnits = new Set(temporal.running.map((m) => m.unit));
+
+  for (const s of facts.shards) {
+    if (!s.reachable) {
+      out.push({
+        id: `shard-unreachable:${s.shard}`,
+        kind: 'shard-unreachable',
+        severity: 'critical',
+        shard: s.shard,
+        message: `shard ${s.shard} (${s.host}) is unreachable: ${s.error ?? 'no answer'}`,
+        fix: `check the server at ${s.host} and its pg_hba.conf, then run \`shardctl shards list\``,
+        autoFix: false,
+      });
+      continue;
+    }
+    if (!s.schemaInstalled || s.unfenced.length) {
+      out.push({
+        id: `unfenced-tables:${s.shard}`,
+        kind: 'unfenced-tables',
+        severity: 'critical',
+        shard: s.shard,
+        message: s.schemaInstalled
+          ? `shard ${s.shard}: ${s.unfenced.length} tenant table(s) without an enabled fence trigger (their writes are not fenced; moves refuse them): ${s.unfenced.join(', ')}`
+          : `shard ${s.shard} is not prepared: schema shardctl is missing`,
+        fix: `shardctl shards prepare --shard ${s.shard}`,
+        autoFix: false,
+      });
+    }
+    for (const slot of s.slots) {
+      const owner = temporal.reachable ? liveOwnerOf(slot.name, temporal.running) : 'unknown';
+      const over = slot.retainedBytes !== null && slot.retainedBytes > facts.walThresholdBytes;
+      if (owner) {
+        if (over && owner !== 'unknown') {
+          const unit = temporal.running.find((m) => m.workflowId === owner)?.unit ?? '';
+          out.push({
+            id: `slot-retention:${s.shard}:${slot.name}`,
+            kind: 'slot-retention',
+            severity: 'critical',
+            shard: s.shard,
+            unit,
+            object: slot.name,
+            retainedBytes: slot.retainedBytes,
+            message: `slot ${slot.name} on ${s.shard} retains ${mb(slot.retainedBytes!)} of WAL (> ${mb(facts.walThresholdBytes)}; wal_status ${slot.walStatus}) for the running move ${owner}: it is not applying its stream`,
+            fix: `shardctl move status ${unit}  (see its blocked reason; resume it, or \`shardctl move cancel ${unit} --reason "slot retention"\` drops the slot)`,
+            autoFix: false,
+          });
+        } else if (over) {
+          out.push({
+            id: `slot-retention:${s.shard}:${slot.name}`,
+            kind: 'slot-retention',
+            severity: 'critical',
+            shard: s.shard,
+            object: slot.name,
+            retainedBytes: slot.retainedBytes,
+            message: `slot ${slot.name} on ${s.shard} retains ${mb(slot.retainedBytes!)} of WAL (> ${mb(facts.walThresholdBytes)}); whether a move owns it is unknown while Temporal is unreachable`,
+            fix: 'restore Temporal, then run `shardctl doctor` again',
+            autoFix: false,
+          });
+        }
+        continue;
+      }
+      const frozen = directory.reachable ? frozenMoveOf(slot.name, directory.placements) : undefined;
+      const held = slot.active;
+      out.push({
+        id: `orphaned-slot:${s.shard}:${slot.name}`,
+        kind: 'orphaned-slot',
+        severity: over ? 'critical' : 'warning',
+        shard: s.shard,
+        object: slot.name,
+        retainedBytes: slot.retainedBytes,
+        message:
+          `orphaned replication slot ${slot.name} on ${s.shard}: no running move owns it; it retains ${slot.retainedBytes === null ? 'no' : mb(slot.retainedBytes)} WAL` +
+          (held ? '; a walsender still streams it (a late activity of a gone move: it stops within the heartbeat timeout)' : '') +
+          (frozen ? `; the directory still names its move ${frozen.moveId} on the frozen unit ${frozen.unit}: fix that first` : ''),
+        fix: held || frozen ? 'run `shardctl doctor` again in a minute' : `shardctl doctor --fix orphaned-slot:${s.shard}:${slot.name}`,
+        autoFix: directory.reachable && !held && !frozen,
+      });
+    }
+    if (temporal.reachable) {
+      for (const pub of s.publications) {
+        if (liveOwnerOf(pub, temporal.running)) continue;
+        const frozen = directory.reachable ? frozenMoveOf(pub, directory.placements) : undefined;
+        out.push({
+          id: `orphaned-publication:${s.shard}:${pub}`,
+          kind: 'orphaned-publication',
+          severity: 'warning',
+          shard: s.shard,
+          object: pub,
+          message:
+            `orphaned publication ${pub} on ${s.shard}: no running move owns it` +
+            (frozen ? `; the directory still names its move ${frozen.moveId}: fix that first` : ''),
+          fix: frozen ? 'run `shardctl doctor` again after fixing the frozen unit' : `shardctl doctor --fix orphaned-publication:${s.shard}:${pub}`,
+          autoFix: directory.reachable && !frozen,
+        });
+      }
+    }
+  }
+
+  if (directory.reachable) {
+    const shardFacts = new Map(facts.shards.filter((s) => s.reachable && s.schemaInstalled).map((s) => [s.shard, s]));
+    for (const p of directory.placements) {
+      // A running move changes the directory and the fences step by step: judged only without one.
+      if (!temporal.reachable || runningUnits.has(p.unit)) continue;
+      if (p.state === 'moving') {
+        const target = p.moveId ? directory.moveTargets[p.moveId] : undefined;
+        const accepted = target ? shardFacts.get(target)?.fences.find((f) => f.unit === p.unit && f.owned && f.epoch > p.epoch) : undefined;
+        out.push({
+          id: `frozen-without-move:${p.unit}`,
+          kind: 'frozen-without-move',
+          severity: 'critical',
+          unit: p.unit,
+          shard: p.shard,
+          message:
+            `${p.unit} is frozen (directory: moving on ${p.shard} at epoch ${p.epoch}, move ${p.moveId}) but no move workflow runs for it: its writes are refused` +
+            (accepted ? `; ${target} already accepts epoch ${accepted.epoch} (a switch cut in half): not safe to unfreeze automatically` : ''),
+          fix: accepted
+            ? `decide the owner by hand: the directory says ${p.shard}; take ${target}'s acceptance back with ${fenceStatement(shardFacts.get(target!)!.host, opts.fenceLockClass, p.unit, 'owned = false', `epoch = ${accepted.epoch}`)}, then \`shardctl doctor --fix frozen-without-move:${p.unit}\``
+            : `shardctl doctor --fix frozen-without-move:${p.unit}`,
+          autoFix: !accepted,
+        });
+        continue;
+      }
+      const owner = shardFacts.get(p.shard);
+      if (owner) {
+        const f = owner.fences.find((x) => x.unit === p.unit);
+        const lock = (set: string, where = '') => fenceStatement(owner.host, opts.fenceLockClass, p.unit, set, where);
+        let why: string | undefined;
+        let fix = '';
+        if (!f) {
+          why = `${p.shard} has no fence row for it, so it refuses the unit's writes`;
+          fix = `psql "postgres://<role>@${owner.host}" -c "insert into shardctl.fence(unit, epoch, owned, frozen) values (${q(p.unit)}, ${p.epoch}, true, false)"`;
+        } else if (f.frozen) {
+          why = `${p.shard}'s fence is frozen at epoch ${f.epoch} with no move: its writes are refused`;
+          fix = lock('frozen = false, freeze_token = null', `epoch = ${f.epoch} and owned`);
+        } else if (!f.owned) {
+          why = `${p.shard}'s fence does not own it (epoch ${f.epoch}): its writes are refused`;
+          fix =
+            f.epoch <= p.epoch
+              ? lock(`owned = true, epoch = ${p.epoch}`, `epoch <= ${p.epoch}`)
+              : `investigate: the fence saw a newer epoch (${f.epoch}) than the directory (${p.epoch}); see \`shardctl tenant show ${p.unit}\` and the directory audit log`;
+        } else if (f.epoch !== p.epoch) {
+          why = `${p.shard}'s fence owns it at epoch ${f.epoch}`;
+          fix =
+            f.epoch < p.epoch
+              ? lock(`epoch = ${p.epoch}`, `epoch = ${f.epoch}`)
+              : `investigate: the fence saw a newer epoch (${f.epoch}) than the directory (${p.epoch})`;
+        }
+        if (why) {
+          out.push({
+            id: `fence-disagrees:${p.shard}:${p.unit}`,
+            kind: 'fence-disagrees',
+            severity: 'critical',
+            unit: p.unit,
+            shard: p.shard,
+            message: `${p.unit}: the directory says ${p.shard} at epoch ${p.epoch}, but ${why}`,
+            fix,
+            autoFix: false,
+          });
+        }
+      }
+      for (const other of shardFacts.values()) {
+        if (other.shard === p.shard) continue;
+        const f = other.fences.find((x) => x.unit === p.unit && x.owned);
+        if (!f) continue;
+        out.push({
+          id: `fence-disagrees:${other.shard}:${p.unit}`,
+          kind: 'fence-disagrees',
+          severity: 'critical',
+          unit: p.unit,
+          shard: other.shard,
+          message: `${p.unit}: the directory says ${p.shard} at epoch ${p.epoch}, but ${other.shard}'s fence also accepts its writes (epoch ${f.epoch}${f.frozen ? ', frozen' : ''}): two write authorities`,
+          fix: fenceStatement(other.host, opts.fenceLockClass, p.unit, 'owned = false, frozen = false, freeze_token = null', `epoch = ${f.epoch}`),
+          autoFix: false,
+        });
+      }
+    }
+  }
+
+  for (const m of temporal.running) {
+    if (!m.blockedReason) continue;
+    out.push({
+      id: `move-blocked:${m.unit}`,
+      kind: 'move-blocked',
+      severity: 'warning',
+      unit: m.unit,
+      message: `the move of ${m.unit} (phase ${m.phase ?? '?'}) is blocked: ${m.blockedReason}`,
+      fix: `shardctl move status ${m.unit}  (then resume, approve or cancel it as the reason says)`,
+      autoFix: false,
+    });
+  }
+  return out;
+}

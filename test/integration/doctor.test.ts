@@ -1,0 +1,222 @@
+// `shardctl doctor` against the real stack: each condition is created for real (an orphaned slot
+// and publication, a live move's slot holding WAL, a unit frozen with no move, fences that
+// disagree with the directory, an unreachable shard, an unfenced table, Temporal down), and
+// doctor reports it with its fix; `--fix` repairs only the safe ones and never a live move's slot.
+import { describe, it, expect, beforeAll, afterAll } from 'vitest';
+import { runCli, closedPort, configFile } from '../helpers/cli';
+import { testConfig, shardPool, directoryPool, uniq, closePools } from '../helpers/stack';
+import * as H from '../helpers/move';
+import { replicationNames, moveWorkflowId } from '../../lib/ids';
+import { compareAndSetPlacement, getPlacement } from '../../lib/directory/placements';
+import { freezeSource, installOwner, disown, getUnitFence } from '../../lib/shard/fence';
+import { startWorker } from '../../worker';
+import type { Finding } from '../../lib/doctor/findings';
+
+let env: Awaited<ReturnType<typeof H.moveEnv>>;
+
+async function doctor(...args: string[]): Promise<{ code: number; findings: Finding[]; stderr: string; stdout: string }> {
+  const r = await runCli(['doctor', '--json', ...args], { timeoutMs: 60_000 });
+  const body = r.stdout ? JSON.parse(r.stdout) : { findings: [] };
+  return { code: r.code, findings: body.findings ?? [], stderr: r.stderr, stdout: r.stdout };
+}
+const ids = (fs: Finding[]) => fs.map((f) => f.id);
+
+async function slotExists(shard: string, slot: string): Promise<boolean> {
+  const r = await shardPool(shard).query('select 1 from pg_replication_slots where slot_name = $1', [slot]);
+  return (r.rowCount ?? 0) > 0;
+}
+
+/** A slot and publication named like a move's, whose move never ran: what a gone workflow leaves. */
+async function orphanFor(shard: string, unit: string) {
+  const names = replicationNames(`${unit}.e1.deadbeef`, 'forward');
+  const p = shardPool(shard);
+  await p.query(`select pg_create_logical_replication_slot($1, 'pgoutput')`, [names.slot]);
+  await p.query(`create publication ${names.publication}`);
+  return names.slot;
+}
+
+beforeAll(async () => {
+  env = await H.moveEnv('doctor');
+});
+afterAll(async () => {
+  await env?.close();
+  await closePools();
+});
+
+describe('shardctl doctor', () => {
+  it('reports an orphaned slot and publication with their fix, --fix drops them, and a second --fix finds nothing', async () => {
+    const unit = uniq('orph');
+    const slot = await orphanFor('shard-a', unit);
+    // WAL written after the slot was made is what it retains.
+    await shardPool('shard-a').query(`select pg_logical_emit_message(false, 'doctor-test', repeat('x', 200000))`);
+    const d = await doctor('--wal-threshold', '100KiB');
+    expect(d.code).toBe(1);
+    const f = d.findings.find((x) => x.id === `orphaned-slot:shard-a:${slot}`)!;
+    expect(f).toMatchObject({ kind: 'orphaned-slot', severity: 'critical', autoFix: true, fix: `shardctl doctor --fix orphaned-slot:shard-a:${slot}` });
+    expect(f.retainedBytes).toBeGreaterThan(100 * 1024);
+    expect(ids(d.findings)).toContain(`orphaned-publication:shard-a:${slot}`);
+
+    const fixed = await runCli(['doctor', '--fix', `orphaned-slot:shard-a:${slot}`, '--fix', `orphaned-publication:shard-a:${slot}`, '--actor', 'doctor-test']);
+    expect(fixed.code, fixed.stderr).toBe(0);
+    expect(fixed.stdout).toContain(`dropped replication slot ${slot} on shard-a`);
+    expect(await slotExists('shard-a', slot)).toBe(false);
+    const pubs = await shardPool('shard-a').query('select 1 from pg_publication where pubname = $1', [slot]);
+    expect(pubs.rowCount).toBe(0);
+    const audit = await directoryPool().query(`select actor from shardctl.audit where action = 'doctor.drop-slot' and detail->>'slot' = $1`, [slot]);
+    expect(audit.rows).toEqual([{ actor: 'doctor-test' }]);
+    const again = await runCli(['doctor', '--fix', `orphaned-slot:shard-a:${slot}`]);
+    expect(again.code).toBe(3);
+  });
+
+  it('never calls a live move’s slot an orphan — with its worker up or down — and reports the WAL it holds', { timeout: 180_000 }, async () => {
+    const tenant = await H.newTenant('shard-a', 'doclive');
+    await H.seed(tenant, 50, 0);
+    const h = await H.startMove(env.t.client, env.tq, H.moveInput(tenant, 'shard-b', { approveCutover: 'manual' }));
+    let slot = '';
+    try {
+      await checkLiveMove();
+    } finally {
+      // A failed assertion must not leave a running move holding WAL on the shared stack.
+      const d = await env.t.client.workflow
+        .getHandle(moveWorkflowId(tenant))
+        .describe()
+        .catch(() => undefined);
+      if (d?.status.name === 'RUNNING') {
+        await env.t.client.workflow.getHandle(moveWorkflowId(tenant)).terminate('doctor test failed');
+        if (slot) await shardPool('shard-a').query(`select pg_drop_replication_slot(slot_name) from pg_replication_slots where slot_name = $1`, [slot]);
+        if (slot) await shardPool('shard-a').query(`drop publication if exists ${slot}`);
+      }
+    }
+
+    async function checkLiveMove() {
+      const s = await H.waitFor(h, (x) => x.awaitingApproval, 120_000);
+      slot = replicationNames(s.moveId, 'forward').slot;
+      expect(await slotExists('shard-a', slot)).toBe(true);
+      await shardPool('shard-a').query(`select pg_logical_emit_message(false, 'doctor-test', repeat('x', 200000))`);
+
+      const d = await doctor('--wal-threshold', '100KiB');
+      expect(ids(d.findings)).not.toContain(`orphaned-slot:shard-a:${slot}`);
+      expect(d.findings.find((x) => x.id === `slot-retention:shard-a:${slot}`)).toMatchObject({
+        unit: tenant,
+        autoFix: false,
+        fix: expect.stringContaining(`shardctl move status ${tenant}`),
+      });
+      const refused = await runCli(['doctor', '--fix', `orphaned-slot:shard-a:${slot}`]);
+      expect(refused.code).toBe(3);
+      expect(await slotExists('shard-a', slot)).toBe(true);
+
+      // No worker answers the status query: the move's id is unknown, and every name its unit could produce stays protected.
+      await env.close();
+      try {
+        const blind = await doctor();
+        expect(ids(blind.findings).filter((i) => i.includes(slot))).toEqual([]);
+        expect(await slotExists('shard-a', slot)).toBe(true);
+      } finally {
+        const w = await startWorker(testConfig(), { taskQueue: env.tq });
+        const t = await H.temporal();
+        env = {
+          ...env,
+          t,
+          close: async () => {
+            await t.close();
+            await w.shutdown();
+          },
+        };
+      }
+      await env.t.client.workflow.getHandle(moveWorkflowId(tenant)).executeUpdate('cancel', { args: [{ actor: 'doctor-test' }] });
+      await H.waitPhase(env.t.client.workflow.getHandle(moveWorkflowId(tenant)), 'cancelled', 120_000);
+      expect(await slotExists('shard-a', slot)).toBe(false);
+    }
+  });
+
+  it('reports a unit frozen with no move, and --fix unfreezes it so its writes succeed again', async () => {
+    const tenant = await H.newTenant('shard-a', 'docfrz');
+    const p = (await getPlacement(directoryPool(), tenant))!;
+    const moveId = `${tenant}.e${p.epoch}.gone0000`;
+    const cas = await compareAndSetPlacement(
+      directoryPool(),
+      tenant,
+      { shard: 'shard-a', epoch: p.epoch, state: 'active' },
+      { shard: 'shard-a', state: 'moving', moveId, freezeToken: 'tok-gone' },
+      { actor: 'doctor-test', action: 'freeze' },
+    );
+    expect(cas.ok).toBe(true);
+    await freezeSource(shardPool('shard-a'), tenant, p.epoch, { token: 'tok-gone' });
+    expect(await H.tryWrite('shard-a', tenant, p.epoch)).toBe('SC423');
+
+    const d = await doctor();
+    expect(d.findings.find((x) => x.id === `frozen-without-move:${tenant}`)).toMatchObject({
+      severity: 'critical',
+      autoFix: true,
+      fix: `shardctl doctor --fix frozen-without-move:${tenant}`,
+    });
+    const fixed = await runCli(['doctor', '--fix', `frozen-without-move:${tenant}`, '--actor', 'doctor-test']);
+    expect(fixed.code, fixed.stderr).toBe(0);
+    expect(await getPlacement(directoryPool(), tenant)).toMatchObject({ shard: 'shard-a', epoch: p.epoch, state: 'active', moveId: null });
+    expect(await getUnitFence(shardPool('shard-a'), tenant)).toMatchObject({ owned: true, frozen: false, epoch: p.epoch });
+    expect(await H.tryWrite('shard-a', tenant, p.epoch)).toBe('ok');
+    expect(ids((await doctor()).findings)).not.toContain(`frozen-without-move:${tenant}`);
+  });
+
+  it('reports fences that disagree with the directory, and the statement it prints fixes them', async () => {
+    const tenant = await H.newTenant('shard-a', 'docfnc');
+    await installOwner(shardPool('shard-c'), tenant, 1);
+    const d = await doctor();
+    expect(d.code).toBe(1);
+    const split = d.findings.find((x) => x.id === `fence-disagrees:shard-c:${tenant}`)!;
+    expect(split.message).toMatch(/two write authorities/);
+    expect(split.fix).toContain('pg_advisory_xact_lock(421');
+    // The printed psql command's statement, run as printed, removes the finding.
+    const sql = /-c "(.*)"$/.exec(split.fix)![1];
+    await shardPool('shard-c').query(sql);
+    expect(ids((await doctor()).findings)).not.toContain(`fence-disagrees:shard-c:${tenant}`);
+    expect(await H.tryWrite('shard-c', tenant, 1)).toBe('SC421');
+
+    await disown(shardPool('shard-a'), tenant, 1);
+    const own = (await doctor()).findings.find((x) => x.id === `fence-disagrees:shard-a:${tenant}`)!;
+    expect(own.message).toMatch(/does not own it/);
+    await shardPool('shard-a').query(/-c "(.*)"$/.exec(own.fix)![1]);
+    expect(ids((await doctor()).findings)).not.toContain(`fence-disagrees:shard-a:${tenant}`);
+    expect(await H.tryWrite('shard-a', tenant, 1)).toBe('ok');
+  });
+
+  it('reports a tenant table without the fence trigger, fixed by shards prepare', async () => {
+    const table = `doc_${uniq('t').replace(/-/g, '_')}`;
+    await shardPool('shard-c').query(`create table public.${table} (tenant_id text not null, id int not null, primary key (tenant_id, id))`);
+    try {
+      const f = (await doctor()).findings.find((x) => x.id === 'unfenced-tables:shard-c')!;
+      expect(f.message).toContain(`public.${table}`);
+      expect(f.fix).toBe('shardctl shards prepare --shard shard-c');
+      const prep = await runCli(['shards', 'prepare', '--shard', 'shard-c']);
+      expect(prep.code, prep.stdout + prep.stderr).toBe(0);
+      expect(ids((await doctor()).findings)).not.toContain('unfenced-tables:shard-c');
+    } finally {
+      await shardPool('shard-c').query(`drop table public.${table}`);
+    }
+  });
+
+  it('reports an unreachable shard, and with Temporal down calls no slot an orphan', async () => {
+    const unit = uniq('orph');
+    const slot = await orphanFor('shard-b', unit);
+    const base = testConfig();
+    const cfg = configFile({
+      ...base,
+      temporal: { ...base.temporal, address: `127.0.0.1:${await closedPort()}` },
+      shards: [...base.shards, { name: 'shard-x', dsn: `postgres://shardctl:pw@127.0.0.1:${await closedPort()}/shardctl`, bucket: 'shardctl-shard-x' }],
+    });
+    try {
+      const r = await runCli(['--config', cfg.file, 'doctor', '--json'], { timeoutMs: 60_000 });
+      expect(r.code).toBe(1);
+      const findings: Finding[] = JSON.parse(r.stdout).findings;
+      expect(ids(findings)).toEqual(expect.arrayContaining(['temporal-unreachable', 'shard-unreachable:shard-x']));
+      expect(findings.filter((f) => f.kind === 'orphaned-slot' || f.kind === 'orphaned-publication')).toEqual([]);
+      const fix = await runCli(['--config', cfg.file, 'doctor', '--fix', `orphaned-slot:shard-b:${slot}`], { timeoutMs: 60_000 });
+      expect(fix.code).not.toBe(0);
+      expect(await slotExists('shard-b', slot)).toBe(true);
+    } finally {
+      cfg.remove();
+      const d = await runCli(['doctor', '--fix', `orphaned-slot:shard-b:${slot}`, '--fix', `orphaned-publication:shard-b:${slot}`]);
+      expect(d.code, d.stderr).toBe(0);
+    }
+  });
+});
