@@ -13,6 +13,7 @@ import { readAppliedLsn } from './progress';
 import { currentWalLsn, releaseSlot, slotStatus, waitSlotInactive, walBytesSince } from './publication';
 import { validateReplicationName } from './sql';
 import { ReplicationStream } from './stream';
+import { FENCE_MARKER_PREFIX } from '../shard/fence';
 
 export interface ApplyProgress {
   appliedLsn: string;
@@ -32,6 +33,8 @@ export interface ApplyChangesOptions {
   stream: string;
   /** Stop once the applied LSN is >= this (e.g. the source WAL position recorded after the fence). */
   untilLsn?: string;
+  /** Also stop once the transaction carrying this fence marker (lib/shard/fence.ts) is applied: everything before it is. */
+  untilMarker?: string;
   /**
    * Time budget. A source transaction in hand is finished first: for as long as it keeps arriving
    * (nothing new for STALLED_MS ends it) and at most `maxTransactionMs` in all, so a transaction
@@ -165,6 +168,9 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
       const hardDeadline = softDeadline + opts.maxDurationMs;
       const transactionDeadline = startedAt + Math.max(opts.maxTransactionMs ?? DEFAULT_MAX_TRANSACTION_MS, 2 * opts.maxDurationMs);
       let lastItemAt = Date.now();
+      // The fence marker was in the source transaction in hand / in one applied (or already covered) since.
+      let markerInTx = false;
+      let markerReached = false;
       let lastAliveAt = 0;
       // A keepalive received with no transaction open vouches that every commit before its position
       // was delivered (and, being processed in order, applied): it may be recorded as applied.
@@ -211,7 +217,7 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
           }
         }
         if (!a.inTransaction) {
-          const reachedUntil = !!opts.untilLsn && compareLsn(a.pendingEnd ?? position(), opts.untilLsn) >= 0;
+          const reachedUntil = markerReached || (!!opts.untilLsn && compareLsn(a.pendingEnd ?? position(), opts.untilLsn) >= 0);
           const idle = opts.idleStopMs !== undefined && caughtUpSince !== null && now - caughtUpSince >= opts.idleStopMs;
           const late = now >= softDeadline;
           // Group commit: the target transaction stays open only while more is already waiting.
@@ -259,10 +265,20 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
           case 'begin':
             caughtUpSince = null;
             pingTarget = null;
+            markerInTx = false;
             await a.begin(msg.finalLsn);
             break;
           case 'commit':
             await a.commit(msg.endLsn);
+            if (markerInTx) markerReached = true;
+            markerInTx = false;
+            break;
+          case 'message':
+            if (opts.untilMarker !== undefined && msg.prefix === FENCE_MARKER_PREFIX && msg.content === opts.untilMarker) {
+              // Transactional: reached once its transaction commits (then applied with it).
+              if (msg.transactional) markerInTx = true;
+              else markerReached = true;
+            }
             break;
           case 'relation':
             await a.relationChanged(msg.relation);

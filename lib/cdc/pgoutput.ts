@@ -34,7 +34,14 @@ export type PgoutputMessage =
   | { tag: 'update'; relation: Relation; oldKind: 'K' | 'O' | null; oldTuple: Datum[] | null; newTuple: Datum[] }
   | { tag: 'delete'; relation: Relation; oldKind: 'K' | 'O'; oldTuple: Datum[] }
   | { tag: 'truncate'; relations: Relation[]; cascade: boolean; restartIdentity: boolean }
-  | { tag: 'message'; transactional: boolean; lsn: string; prefix: string; size: number };
+  | {
+      tag: 'message';
+      transactional: boolean;
+      lsn: string;
+      prefix: string;
+      size: number;
+      /** Only for shardctl's own (prefix `shardctl`), short. */ content?: string;
+    };
 
 export class PgoutputDecodeError extends Error {
   override readonly name = 'PgoutputDecodeError';
@@ -161,8 +168,9 @@ export class PgoutputDecoder {
         const lsn = r.lsn();
         const prefix = r.cstring();
         const size = r.u32();
-        r.skip(size);
-        return { tag: 'message', transactional: (flags & 1) !== 0, lsn, prefix, size };
+        // Our own markers are read (they are short); anybody else's are skipped unread.
+        const content = prefix.startsWith('shardctl') && size <= 1024 ? r.text(size) : (r.skip(size), undefined);
+        return { tag: 'message', transactional: (flags & 1) !== 0, lsn, prefix, size, content };
       }
       default:
         throw new PgoutputDecodeError(`unknown pgoutput message '${tag}' (0x${buf[0]?.toString(16)}): only protocol version 1 is supported`);

@@ -21,11 +21,12 @@ type Parsed = { ok: true; msg: PgoutputMessage; bytes: number } | { ok: false; e
  */
 // Structurally the library's AbstractPlugin (which its package index does not export).
 class ExactTextPgoutputPlugin {
-  readonly options: { protoVersion: 1; publicationNames: string[] };
+  readonly options: { protoVersion: 1; publicationNames: string[]; messages: boolean };
   private readonly decoder = new PgoutputDecoder();
   private readonly stock: PgoutputPlugin;
   constructor(publication: string) {
-    this.options = { protoVersion: 1, publicationNames: [publication] };
+    // Logical messages too: the cutover marks its fence point in the stream (FENCE_MARKER_PREFIX).
+    this.options = { protoVersion: 1, publicationNames: [publication], messages: true };
     this.stock = new PgoutputPlugin(this.options);
   }
   get name(): string {

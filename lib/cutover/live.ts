@@ -55,6 +55,8 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
   // The directory generation of this attempt's freeze: every later freeze (a takeover, or a fresh
   // freeze after an unfreeze) has a higher one. The next owner's acceptance carries it.
   let freezeGen: number | undefined;
+  // Marks this attempt's fence point in the change stream (lib/shard/fence.ts FENCE_MARKER_PREFIX).
+  const fenceMarker = `${moveId}/${token}`;
 
   return {
     async standing(): Promise<Standing> {
@@ -105,7 +107,7 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
       // Returns once every in-flight writer of the unit has finished. A writer holding its
       // transaction open past the budget makes us back off, never wait open-ended.
       try {
-        await freezeSource(env.ownerPool, unit, epoch, { lockTimeoutMs: lockBudgetMs, token });
+        await freezeSource(env.ownerPool, unit, epoch, { lockTimeoutMs: lockBudgetMs, token, marker: fenceMarker });
         return { ok: true };
       } catch (e: any) {
         if (e?.code !== '55P03') throw e;
@@ -122,6 +124,8 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
         moveId,
         stream: plan.direction,
         untilLsn: fenceLsn,
+        // The raise's own marker: applied as soon as it arrives, without waiting for a keepalive.
+        untilMarker: fenceMarker,
         maxDurationMs: budgetMs,
         maxTxBytes: env.maxTxBytes,
       });

@@ -5,6 +5,13 @@ import type { Pool, PoolClient } from 'pg';
 import { FENCE_LOCK_CLASS } from './schema';
 import { inTransaction } from '../pg';
 
+/**
+ * Prefix of the logical message a cutover's fence raise emits in its own transaction: it commits
+ * after every writer of the unit (the fence waits for them), so the change stream carries every
+ * change of the unit before it, and the applier stops at it instead of waiting for a keepalive.
+ */
+export const FENCE_MARKER_PREFIX = 'shardctl-fence';
+
 export interface FenceState {
   unit: string;
   epoch: number;
@@ -49,6 +56,8 @@ export async function setUnitFence(
     acceptGen?: number;
     /** Only if this epoch's acceptance is exactly this generation's (a lost switch takes back its own). */
     onlyAcceptGen?: number;
+    /** Emit this fence-point marker (FENCE_MARKER_PREFIX) in the change stream, in this transaction. */
+    marker?: string;
   } = {},
 ): Promise<{ ok: boolean; current: FenceState | undefined; waitedMs: number }> {
   return inTransaction(pool, async (c) => {
@@ -56,6 +65,8 @@ export async function setUnitFence(
     const t0 = Date.now();
     await c.query('select pg_advisory_xact_lock($1, hashtext($2))', [FENCE_LOCK_CLASS, next.unit]);
     const waitedMs = Date.now() - t0;
+    // Under the exclusive lock: every writer of the unit committed before this transaction will.
+    if (opts.marker !== undefined) await c.query('select pg_catalog.pg_logical_emit_message(true, $1, $2)', [FENCE_MARKER_PREFIX, opts.marker]);
     const current = await getUnitFence(c, next.unit);
     const e = opts.expect;
     const mismatch =
@@ -106,8 +117,8 @@ export function installOwner(pool: Pool, unit: string, epoch: number, lockTimeou
  * finished. With `lockTimeoutMs` a writer holding its transaction open past it fails the call
  * with SQLSTATE 55P03 instead of stretching the pause open-ended.
  */
-export function freezeSource(pool: Pool, unit: string, epoch: number, opts: { lockTimeoutMs?: number; token?: string } = {}) {
-  return setUnitFence(pool, { unit, epoch, owned: true, frozen: true, freezeToken: opts.token }, { lockTimeoutMs: opts.lockTimeoutMs });
+export function freezeSource(pool: Pool, unit: string, epoch: number, opts: { lockTimeoutMs?: number; token?: string; marker?: string } = {}) {
+  return setUnitFence(pool, { unit, epoch, owned: true, frozen: true, freezeToken: opts.token }, { lockTimeoutMs: opts.lockTimeoutMs, marker: opts.marker });
 }
 
 /**
