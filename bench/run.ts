@@ -3,7 +3,7 @@
 // to bench/results.json and BENCHMARKS.md. Brings the dev stack up (on the ports in the
 // environment) when it is not running. Method: BENCHMARKS.md.
 //
-//   npm run bench -- [--rows 300000] [--rounds 2] [--write-seconds 8] [--only copy,validate,catchup,fence,router]
+//   npm run bench -- [--rows 300000] [--rounds 2] [--write-seconds 8] [--apply-seconds 30] [--only copy,validate,catchup,fence,router]
 //                    [--cutover [--cutover-sizes 10000,100000,1000000] [--cutover-moves 5]] [--no-save]
 import fs from 'node:fs';
 import os from 'node:os';
@@ -49,6 +49,7 @@ async function main() {
   const rows = intArg('rows', 300_000);
   const rounds = intArg('rounds', 2);
   const writeSeconds = intArg('write-seconds', 8);
+  const applySeconds = intArg('apply-seconds', 30);
   const only = new Set((arg('only') ?? SECTIONS.join(',')).split(','));
   const startedAt = new Date();
   const config = await ensureStack();
@@ -169,7 +170,7 @@ async function main() {
             for (let r = 0; r < rounds; r++) {
               const wr = await runPgbench(a.dsn, script, cu.clients, writeSeconds);
               written.push(wr);
-              applied.push(await applyBacklog(cu, wr.transactions));
+              applied.push(await applyBacklog(cu, wr.transactions, applySeconds));
             }
             const rate = (xs: { transactions: number; seconds: number }[]) => xs.map((x) => x.transactions / x.seconds);
             figures.push({
