@@ -18,6 +18,7 @@ import { readLog, startLoadgen, verifyLog } from '../lib/loadgen';
 import { moveInputFor, startMove } from '../lib/moves/start';
 import type * as M from '../workflows/messages';
 import { log } from './measure';
+import { Figure, absoluteFigure, quantile } from './figures';
 
 export interface PauseSweepResult {
   rows: number;
@@ -75,4 +76,14 @@ export async function measureCutoverPauses(config: Config, opts: { rows: number;
     await connection.close();
     await deps.close();
   }
+}
+
+/** The issue's goals for one tenant size: p99 < 300 ms, max < 1 s, no failed acknowledged write. */
+export function pauseFigures(r: PauseSweepResult): Figure[] {
+  const label = `${r.pauses.length} moves under loadgen`;
+  return [
+    absoluteFigure(`cutover pause p99, ${r.rows} rows`, 'ms', quantile(r.pauses, 0.99), { op: '<', value: 300 }, label),
+    absoluteFigure(`cutover pause max, ${r.rows} rows`, 'ms', Math.max(...r.pauses), { op: '<', value: 1000 }, label),
+    absoluteFigure(`failed acked writes, ${r.rows} rows`, 'writes', r.failedAckedWrites, { op: '<=', value: 0 }, `${r.ackedWrites} acked`),
+  ];
 }

@@ -39,6 +39,11 @@ export interface Verdict {
   samples: { ours: number[]; baseline: number[] | null };
 }
 
+/** A figure judged on its own value, lower being better (a pause, a count of failures). */
+export function absoluteFigure(name: string, unit: string, value: number, goal: Goal, baselineLabel: string): Figure {
+  return { name, unit, ours: [value], baseline: null, better: 'lower', goal, baselineLabel };
+}
+
 /** The best round: the highest throughput or the lowest time (rounds share the machine with others). */
 export function best(values: number[], better: 'higher' | 'lower'): number {
   const finite = values.filter((v) => Number.isFinite(v));

@@ -11,14 +11,14 @@ import path from 'node:path';
 import { openPool } from '../lib/connections';
 import type { Config } from '../lib/config';
 import { stackAt, stackConfig, status, up } from '../lib/dev/stack';
-import { Figure, Verdict, formatTable, judge, quantile } from './figures';
+import { Figure, Verdict, formatTable, judge } from './figures';
 import { interleave, log } from './measure';
 import { createBenchData, dropBenchSchema } from './setup';
 import { CopyContext, CopySample, createNativeTarget, dropNativeTarget, nativeInitialSync, ourCopy, rawCopyPipe, rawPipeIntoPrepared } from './copy';
 import { ourValidation, scanBothSides } from './validate';
 import { WORKLOADS, applyBacklog, pgbenchScript, runPgbench, setupCatchUp, teardownCatchUp } from './catchup';
 import { FenceContext, RouterContext, directRun, fenceScenarios, routerRun, setupFenceBench, setupRouterBench, teardownFence, writeRun } from './fence';
-import { measureCutoverPauses } from './cutover-pause';
+import { measureCutoverPauses, pauseFigures } from './cutover-pause';
 
 require('../lib/quiet-warnings.js');
 
@@ -236,36 +236,7 @@ async function main() {
       for (const size of sizes) {
         const r = await measureCutoverPauses(config, { rows: size, moves });
         notes[`cutover ${size}`] = r;
-        const label = `${moves} moves under loadgen`;
-        figures.push(
-          {
-            name: `cutover pause p99, ${size} rows`,
-            unit: 'ms',
-            ours: [quantile(r.pauses, 0.99)],
-            baseline: null,
-            better: 'lower',
-            goal: { op: '<', value: 300 },
-            baselineLabel: label,
-          },
-          {
-            name: `cutover pause max, ${size} rows`,
-            unit: 'ms',
-            ours: [Math.max(...r.pauses)],
-            baseline: null,
-            better: 'lower',
-            goal: { op: '<', value: 1000 },
-            baselineLabel: label,
-          },
-          {
-            name: `failed acked writes, ${size} rows`,
-            unit: 'writes',
-            ours: [r.failedAckedWrites],
-            baseline: null,
-            better: 'lower',
-            goal: { op: '<=', value: 0 },
-            baselineLabel: `${r.ackedWrites} acked`,
-          },
-        );
+        figures.push(...pauseFigures(r));
       }
     }
 
