@@ -31,6 +31,7 @@ export interface CopyContext {
   tables: TenantTable[];
   tenant: string;
   tenantColumn: string;
+  /** Caps rows per batch (absent: the copy sizes batches in bytes). */
   batchRows?: number;
 }
 
@@ -97,7 +98,7 @@ export async function ourCopy(ctx: CopyContext): Promise<CopySample> {
       tenantColumn: ctx.tenantColumn,
       unit: ctx.tenant,
       moveId,
-      batchRows: ctx.batchRows ?? 5000,
+      batchRows: ctx.batchRows,
     }),
   );
   return { rows: value.rowsCopied, bytes: 0, seconds };

@@ -21,7 +21,12 @@ export function ends(ref: { source: string; target: string }, dir: 'forward' | '
 }
 
 const setupInput = moveRef.extend({ direction });
-const copyInput = moveRef.extend({ table: z.string().min(1), batchRows: z.number().int().positive(), rowsPerSecond: z.number().int().nonnegative() });
+const copyInput = moveRef.extend({
+  table: z.string().min(1),
+  /** At most this many rows per batch; absent: batches sized in bytes only (lib/copy/batch-size.ts). */
+  batchRows: z.number().int().positive().optional(),
+  rowsPerSecond: z.number().int().nonnegative(),
+});
 const catchUpInput = moveRef.extend({
   direction,
   maxDurationMs: z.number().int().positive(),
@@ -80,11 +85,13 @@ export function createDataActivities(deps: Deps) {
           batchRows: ref.batchRows,
           rowsPerSecond: ref.rowsPerSecond,
           signal: activitySignal(),
-          onBatch: async (p: { rowsCopied: number }) => {
-            beat({ table: ref.table, rowsCopied: p.rowsCopied });
+          onBatch: async (p: { rowsCopied: number; bytesCopied: number }) => {
+            beat({ table: ref.table, rowsCopied: p.rowsCopied, bytesCopied: p.bytesCopied });
             batches++;
             if (batches === 2) await deps.faultPoint('mid-copy');
           },
+          // A batch of tens of MB can outlast the heartbeat timeout on a slow link.
+          onStreaming: (p) => beat({ table: ref.table, rowsCopied: p.rowsCopied, bytesInBatch: p.bytesInBatch }),
         });
         return { table: ref.table, rowsCopied: r.rowsCopied };
       });
