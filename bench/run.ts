@@ -250,7 +250,8 @@ async function main() {
         .loadavg()
         .map((x) => x.toFixed(2))
         .join(' ')} at end (shared machine)`;
-    const command = `npm run bench -- ${process.argv.slice(2).join(' ')}`.trim();
+    const args = process.argv.slice(2).join(' ');
+    const command = args ? `npm run bench -- ${args}` : 'npm run bench';
     console.log(
       `\n${table}\n\n${notes.rows ? `${rows} rows, ` : ''}${rounds} interleaved rounds per figure (best round each side), ${durationSec} s; ${machineLine}`,
     );
