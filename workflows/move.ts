@@ -208,7 +208,9 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
       for (const t of st.tables) {
         if (t.done) continue;
         await waitIfPaused();
-        const r = await step(`copy ${t.table}`, () => long.copyTable({ ...ref(), table: t.table, batchRows: input.copyBatchRows ?? 5000, rowsPerSecond }));
+        // Batches are sized in bytes by the copy; copyBatchRows (tests) only caps their rows.
+        const batchRows = input.copyBatchRows;
+        const r = await step(`copy ${t.table}`, () => long.copyTable({ ...ref(), table: t.table, ...(batchRows ? { batchRows } : {}), rowsPerSecond }));
         t.rowsCopied = r.rowsCopied;
         t.done = true;
         // Rows written during the copy raise the total (lib/move-progress): the ETA never goes negative.

@@ -24,7 +24,12 @@ export function ends(ref: { source: string; target: string }, dir: 'forward' | '
 }
 
 const setupInput = moveRef.extend({ direction });
-const copyInput = moveRef.extend({ table: z.string().min(1), batchRows: z.number().int().positive(), rowsPerSecond: z.number().int().nonnegative() });
+const copyInput = moveRef.extend({
+  table: z.string().min(1),
+  /** At most this many rows per batch; absent: batches sized in bytes only (lib/copy/batch-size.ts). */
+  batchRows: z.number().int().positive().optional(),
+  rowsPerSecond: z.number().int().nonnegative(),
+});
 const catchUpInput = moveRef.extend({
   direction,
   maxDurationMs: z.number().int().positive(),
@@ -87,15 +92,19 @@ export function createDataActivities(deps: Deps) {
           batchRows: ref.batchRows,
           rowsPerSecond: ref.rowsPerSecond,
           signal: activitySignal(),
-          onBatch: async (p: { rowsCopied: number }) => {
-            beat({ table: ref.table, rowsCopied: p.rowsCopied });
-            m?.rowsCopied.inc({ source: ref.source, target: ref.target }, seen === undefined ? Math.min(p.rowsCopied, ref.batchRows) : p.rowsCopied - seen);
+          onBatch: async (p: { rowsCopied: number; bytesCopied: number }) => {
+            beat({ table: ref.table, rowsCopied: p.rowsCopied, bytesCopied: p.bytesCopied });
+            // The first batch of a resumed copy reports the checkpoint's total: count at most one batch of it.
+            const first = Math.min(p.rowsCopied, ref.batchRows ?? p.rowsCopied);
+            m?.rowsCopied.inc({ source: ref.source, target: ref.target }, seen === undefined ? first : p.rowsCopied - seen);
             m?.tableRowsCopied.set(series, p.rowsCopied);
             seen = p.rowsCopied;
-            activityLog().debug({ table: ref.table, rowsCopied: p.rowsCopied }, 'copy batch committed');
+            activityLog().debug({ table: ref.table, rowsCopied: p.rowsCopied, bytesCopied: p.bytesCopied }, 'copy batch committed');
             batches++;
             if (batches === 2) await deps.faultPoint('mid-copy');
           },
+          // A batch of tens of MB can outlast the heartbeat timeout on a slow link.
+          onStreaming: (p) => beat({ table: ref.table, rowsCopied: p.rowsCopied, bytesInBatch: p.bytesInBatch }),
         });
         m?.tableRowsCopied.set(series, r.rowsCopied);
         return { table: ref.table, rowsCopied: r.rowsCopied };

@@ -9,6 +9,8 @@ import type { Key } from './sql';
 export interface CopyCheckpoint {
   lastKey: Key | null;
   rowsCopied: number;
+  /** COPY stream bytes of those rows (0 in checkpoints written before it was counted). */
+  bytesCopied: number;
   batches: number;
   done: boolean;
 }
@@ -19,12 +21,13 @@ export interface TableCopyProgress extends CopyCheckpoint {
   updatedAt: Date;
 }
 
-export const EMPTY_CHECKPOINT: CopyCheckpoint = { lastKey: null, rowsCopied: 0, batches: 0, done: false };
+export const EMPTY_CHECKPOINT: CopyCheckpoint = { lastKey: null, rowsCopied: 0, bytesCopied: 0, batches: 0, done: false };
 
 export function parseCheckpoint(detail: any): CopyCheckpoint {
   return {
     lastKey: Array.isArray(detail?.lastKey) ? detail.lastKey.map(String) : null,
     rowsCopied: Number(detail?.rowsCopied ?? 0),
+    bytesCopied: Number(detail?.bytesCopied ?? 0),
     batches: Number(detail?.batches ?? 0),
     done: detail?.done === true,
   };
@@ -43,6 +46,12 @@ export async function lockCheckpoint(tx: PoolClient, moveId: string, stream: str
   ]);
   const r = await tx.query(`select detail from shardctl.move_progress where move_id = $1 and stream = $2 for update`, [moveId, stream]);
   return parseCheckpoint(r.rows[0].detail);
+}
+
+/** The committed checkpoint without locking it (the copy's choice of path at its start). */
+export async function readCheckpoint(db: Pool | PoolClient, moveId: string, stream: string): Promise<CopyCheckpoint> {
+  const r = await db.query(`select detail from shardctl.move_progress where move_id = $1 and stream = $2`, [moveId, stream]);
+  return r.rows.length ? parseCheckpoint(r.rows[0].detail) : EMPTY_CHECKPOINT;
 }
 
 export async function writeCheckpoint(tx: PoolClient, moveId: string, stream: string, cp: CopyCheckpoint): Promise<void> {

@@ -51,25 +51,31 @@ export function assertCopyable(table: TenantTable, tenantColumn: string): void {
 const list = (cols: string[]) => cols.map(quoteIdent).join(', ');
 
 /**
- * Source, parameterised ($1 unit, $2.. lower bound): the last key of the next batch and the
- * batch's row count. Run in the same REPEATABLE READ snapshot as the COPY that follows, so the
- * COPY bounded by this key returns exactly these rows, in the source's own key order.
+ * Source, in the batch's REPEATABLE READ snapshot, parameterised ($1 unit, $2.. lower bound):
+ * the key `offset` rows past the lower bound (the batch's last key), or, with `last`, the unit's
+ * last key past it (the final, shorter batch). Both walk the primary key index in order and stop
+ * there (an index-only scan with OFFSET/LIMIT): nothing is sorted, nothing but keys is read.
  */
-export function batchEndQuery(table: TenantTable, tenantColumn: string, hasLowerBound: boolean, batchRows: number) {
+export function batchKeyQuery(table: TenantTable, tenantColumn: string, hasLowerBound: boolean, pick: { offset: number } | 'last'): string {
   const pk = table.primaryKey;
-  const bound = hasLowerBound ? ` and (${list(pk)}) > (${pk.map((c, i) => `$${i + 2}::${columnType(table, c)}`).join(', ')})` : '';
-  const inner =
-    `select ${list(pk)} from ${table.qualified}` +
-    ` where ${quoteIdent(tenantColumn)} = $1::${columnType(table, tenantColumn)}${bound}` +
-    ` order by ${list(pk)} limit ${Math.trunc(batchRows)}`;
+  // s.-qualified throughout: the output labels k0.. must never capture a key column of that name.
+  const cols = (dir: string) => pk.map((c) => `s.${quoteIdent(c)}${dir}`).join(', ');
+  const bound = hasLowerBound ? ` and (${cols('')}) > (${pk.map((c, i) => `$${i + 2}::${columnType(table, c)}`).join(', ')})` : '';
   return (
-    `select ${pk.map((c, i) => `s.${quoteIdent(c)}::text as k${i}`).join(', ')}, count(*) over () as n` +
-    // s.-qualified: the output labels k0.. and n must never capture a key column of that name.
-    ` from (${inner}) s order by ${pk.map((c) => `s.${quoteIdent(c)} desc`).join(', ')} limit 1`
+    `select ${pk.map((c, i) => `s.${quoteIdent(c)}::text as k${i}`).join(', ')} from ${table.qualified} s` +
+    ` where s.${quoteIdent(tenantColumn)} = $1::${columnType(table, tenantColumn)}${bound}` +
+    (pick === 'last' ? ` order by ${cols(' desc')} limit 1` : ` order by ${cols('')} offset ${Math.trunc(pick.offset)} limit 1`)
   );
 }
 
-/** Source: COPY of one batch, (lastKey, endKey] of the unit, every non-generated column. */
+/**
+ * Source settings for the batch's transaction: the COPY below must read the primary key index in
+ * order rather than scan and sort the tenant's rows for every batch, whatever the planner's
+ * estimate of the range (a tenant that is most of its table looks cheaper to seq-scan and sort).
+ */
+export const SOURCE_PLAN_SQL = `select set_config('enable_sort', 'off', true)`;
+
+/** Source: COPY of one batch, (lastKey, endKey] of the unit, every non-generated column, in key order. */
 export function copyOutSql(table: TenantTable, tenantColumn: string, unit: string, lastKey: Key | null, endKey: Key, format: 'binary' | 'text'): string {
   const pk = table.primaryKey;
   const tuple = (k: Key) => `(${k.map((v, i) => typedLiteral(v, columnType(table, pk[i]))).join(', ')})`;
@@ -81,14 +87,31 @@ export function copyOutSql(table: TenantTable, tenantColumn: string, unit: strin
   return `copy (select ${list(copiedColumns(table))} from ${table.qualified} where ${where} order by ${list(pk)}) to stdout (format ${format})`;
 }
 
+/** Target, when no row of the batch can be there yet: straight into the table. */
+export function copyIntoTableSql(table: TenantTable, format: 'binary' | 'text'): string {
+  return `copy ${table.qualified} (${list(copiedColumns(table))}) from stdin (format ${format})`;
+}
+
+/**
+ * Target: is any row of the unit already there past the checkpoint (by the target's own key
+ * order)? Then the copy must upsert. A different collation on the target can only hide such a
+ * row, never invent one; a hidden one surfaces as a unique violation and the batch is redone
+ * with the upsert (table.ts).
+ */
+export function targetRowsPastQuery(table: TenantTable, tenantColumn: string, hasLowerBound: boolean): string {
+  const pk = table.primaryKey;
+  const bound = hasLowerBound ? ` and (${list(pk)}) > (${pk.map((c, i) => `$${i + 2}::${columnType(table, c)}`).join(', ')})` : '';
+  return `select 1 from ${table.qualified} where ${quoteIdent(tenantColumn)} = $1::${columnType(table, tenantColumn)}${bound} limit 1`;
+}
+
 export const STAGE_TABLE = 'shardctl_copy_stage';
 
-/** Target: a temp staging table with exactly the copied columns' types, dropped at commit. */
+/** Target, upsert path: a temp staging table with exactly the copied columns' types, dropped at commit. */
 export function createStageSql(table: TenantTable): string {
   return `create temp table ${STAGE_TABLE} on commit drop as select ${list(copiedColumns(table))} from ${table.qualified} with no data`;
 }
 
-export function copyInSql(table: TenantTable, format: 'binary' | 'text'): string {
+export function copyIntoStageSql(table: TenantTable, format: 'binary' | 'text'): string {
   return `copy ${STAGE_TABLE} (${list(copiedColumns(table))}) from stdin (format ${format})`;
 }
 

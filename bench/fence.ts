@@ -1,0 +1,149 @@
+// The fence's cost on the write path (issue 11), on one shard no move touches, in a schema of its
+// own: the same writes into a table carrying the fence (installed by the real prepareShard) and
+// into a plain one of the same shape. Every transaction sets unit and epoch on both tables, so the
+// ratio is the check's cost alone. Writers send one simple-query batch per transaction (one round
+// trip), with synchronous_commit off: a commit flush would hide the check's CPU cost in noise.
+// And the router: a transaction through Router.withTenant into the fenced table against a direct
+// BEGIN; INSERT; <0.5 ms of work>; COMMIT into the plain one, one client, warm cache.
+import { Client, Pool } from 'pg';
+import type { Config } from '../lib/config';
+import { prepareShard } from '../lib/shard/prepare';
+import { setUnitFence } from '../lib/shard/fence';
+import { ensureDirectory } from '../lib/directory/ensure';
+import { createTenant } from '../lib/tenants';
+import { Router } from '../lib/router';
+import { timed } from './measure';
+
+export const FENCE_SCHEMA = 'shardctl_bench_fence';
+
+export interface WriteScenario {
+  name: string;
+  writers: number;
+  rowsPerStatement: number;
+  /** Rows each writer writes per run. */
+  rowsPerWriter: number;
+}
+
+export function fenceScenarios(scale: number): WriteScenario[] {
+  return [
+    { name: '1-row tx, 8 writers', writers: 8, rowsPerStatement: 1, rowsPerWriter: Math.round(1500 * scale) },
+    { name: '100-row statements, 8 writers', writers: 8, rowsPerStatement: 100, rowsPerWriter: Math.round(200 * scale) * 100 },
+    { name: '200k-row statement', writers: 1, rowsPerStatement: 200_000, rowsPerWriter: 200_000 },
+  ];
+}
+
+export interface FenceContext {
+  pool: Pool;
+  dsn: string;
+  shard: string;
+  config: Config;
+  /** One tenant per writer, owned at epoch 1 on this shard. */
+  tenants: string[];
+  clients: Client[];
+}
+
+export async function setupFenceBench(pool: Pool, dsn: string, shard: string, config: Config, writers: number): Promise<FenceContext> {
+  await pool.query(`drop schema if exists ${FENCE_SCHEMA} cascade; create schema ${FENCE_SCHEMA}`);
+  for (const t of ['fenced', 'plain']) {
+    await pool.query(`create table ${FENCE_SCHEMA}.${t} (tenant_id text not null, id bigint not null, payload text not null, primary key (tenant_id, id))`);
+  }
+  // The real prepare path, limited to the one table that should carry the fence.
+  await prepareShard(pool, { ...config, tenant: { ...config.tenant, schemas: [FENCE_SCHEMA], tables: [`${FENCE_SCHEMA}.fenced`] } });
+  const tenants = Array.from({ length: writers }, (_, i) => `bench-fence-${i}`);
+  for (const unit of tenants) await setUnitFence(pool, { unit, epoch: 1, owned: true, frozen: false });
+  const clients = await Promise.all(
+    tenants.map(async () => {
+      const c = new Client({ connectionString: dsn, application_name: 'bench-writer' });
+      await c.connect();
+      await c.query('set synchronous_commit = off');
+      return c;
+    }),
+  );
+  return { pool, dsn, shard, config, tenants, clients };
+}
+
+/** One run of a scenario into `table`: rows per second over all writers. */
+export async function writeRun(ctx: FenceContext, sc: WriteScenario, table: 'fenced' | 'plain'): Promise<number> {
+  await ctx.pool.query(`truncate ${FENCE_SCHEMA}.${table}`);
+  const writers = ctx.clients.slice(0, sc.writers);
+  const { seconds } = await timed(() => Promise.all(writers.map((c, w) => runWriter(c, `${FENCE_SCHEMA}.${table}`, ctx.tenants[w], w, sc))));
+  return (sc.rowsPerWriter * writers.length) / seconds;
+}
+
+async function runWriter(c: Client, table: string, tenant: string, writer: number, sc: WriteScenario): Promise<void> {
+  const base = writer * 10_000_000;
+  for (let i = 0; i < sc.rowsPerWriter; i += sc.rowsPerStatement) {
+    const from = base + i;
+    const to = from + sc.rowsPerStatement - 1;
+    await c.query(
+      `begin;
+       select set_config('shardctl.unit', '${tenant}', true), set_config('shardctl.epoch', '1', true);
+       insert into ${table} (tenant_id, id, payload) select '${tenant}', g, 'payload' from generate_series(${from}, ${to}) g;
+       commit;`,
+    );
+  }
+}
+
+export interface RouterContext {
+  router: Router;
+  direct: Client;
+  tenant: string;
+  transactions: number;
+}
+
+/** A tenant placed on the fence shard in the directory (its first fence written by createTenant). */
+export async function setupRouterBench(fence: FenceContext, directory: Pool, transactions: number): Promise<RouterContext> {
+  const { config, pool } = fence;
+  await ensureDirectory(directory, config);
+  const tenant = `bench-router-${Date.now().toString(36)}`;
+  await createTenant({ directory, shardPool: () => pool, config }, { tenant, shard: fence.shard, actor: 'bench' });
+  const router = await Router.create(config, { poolMax: 2 });
+  const direct = new Client({ connectionString: fence.dsn, application_name: 'bench-direct' });
+  await direct.connect();
+  return { router, direct, tenant, transactions };
+}
+
+// The same work on both sides: one INSERT, then 0.5 ms of server time (and commit without a flush).
+const WORK_SQL = `select set_config('synchronous_commit', 'off', true), pg_sleep(0.0005)`;
+let routerIds = 0;
+
+/** Milliseconds per transaction through the router into the fenced table. */
+export async function routerRun(ctx: RouterContext): Promise<number> {
+  const { seconds } = await timed(async () => {
+    for (let i = 0; i < ctx.transactions; i++) {
+      const id = ++routerIds;
+      await ctx.router.withTenant(ctx.tenant, { tenants: [ctx.tenant] }, 'write', async (tx) => {
+        await tx.query(`insert into ${FENCE_SCHEMA}.fenced (tenant_id, id, payload) values ($1, $2, 'payload')`, [ctx.tenant, id]);
+        await tx.query(WORK_SQL);
+      });
+    }
+  });
+  return (seconds * 1000) / ctx.transactions;
+}
+
+let directIds = 0;
+
+/** Milliseconds per transaction on a direct connection into the plain table. */
+export async function directRun(ctx: RouterContext): Promise<number> {
+  const { seconds } = await timed(async () => {
+    for (let i = 0; i < ctx.transactions; i++) {
+      await ctx.direct.query('begin');
+      await ctx.direct.query(`insert into ${FENCE_SCHEMA}.plain (tenant_id, id, payload) values ($1, $2, 'payload')`, [ctx.tenant, ++directIds]);
+      await ctx.direct.query(WORK_SQL);
+      await ctx.direct.query('commit');
+    }
+  });
+  return (seconds * 1000) / ctx.transactions;
+}
+
+export async function teardownFence(fence: FenceContext | undefined, router?: RouterContext, directory?: Pool): Promise<void> {
+  if (router) {
+    await router.router.close();
+    await router.direct.end();
+    await directory?.query(`delete from shardctl.placements where unit = $1`, [router.tenant]).catch(() => {});
+  }
+  if (!fence) return;
+  await Promise.all(fence.clients.map((c) => c.end().catch(() => {})));
+  await fence.pool.query(`drop schema if exists ${FENCE_SCHEMA} cascade`);
+  await fence.pool.query(`delete from shardctl.fence where unit like 'bench-%'`);
+}

@@ -1,0 +1,116 @@
+// The bench's figures and its one table: each figure is ours against a baseline measured in the
+// same run (best of the interleaved rounds on each side), their ratio, and the goal the ratio must
+// meet. Pure: no I/O, so the verdicts are unit-tested (test/unit/bench-figures.test.ts).
+
+/** A goal on the ratio ours / baseline, or (no baseline) on ours itself. */
+export interface Goal {
+  op: '>=' | '<=' | '<';
+  value: number;
+}
+
+export interface Figure {
+  /** What is measured, e.g. "copy rows/s". */
+  name: string;
+  unit: string;
+  /** Every round's value (ours), in run order. */
+  ours: number[];
+  /** Every round's value of the baseline, or null for a figure judged on ours alone. */
+  baseline: number[] | null;
+  /** Which way is better for the value itself: throughput is 'higher', a pause or a latency 'lower'. */
+  better: 'higher' | 'lower';
+  /** Absent: a diagnostic row (where time goes), judged against nothing. */
+  goal?: Goal;
+  /** What the baseline is, for the table's reader. */
+  baselineLabel: string;
+  note?: string;
+}
+
+export interface Verdict {
+  name: string;
+  unit: string;
+  ours: number;
+  baseline: number | null;
+  ratio: number | null;
+  goal: string;
+  /** null for a diagnostic row without a goal. */
+  met: boolean | null;
+  baselineLabel: string;
+  note?: string;
+  samples: { ours: number[]; baseline: number[] | null };
+}
+
+/** A figure judged on its own value, lower being better (a pause, a count of failures). */
+export function absoluteFigure(name: string, unit: string, value: number, goal: Goal, baselineLabel: string): Figure {
+  return { name, unit, ours: [value], baseline: null, better: 'lower', goal, baselineLabel };
+}
+
+/** The best round: the highest throughput or the lowest time (rounds share the machine with others). */
+export function best(values: number[], better: 'higher' | 'lower'): number {
+  const finite = values.filter((v) => Number.isFinite(v));
+  if (finite.length === 0) return NaN;
+  return better === 'higher' ? Math.max(...finite) : Math.min(...finite);
+}
+
+/** The q-quantile of values (nearest rank), ignoring non-numbers. */
+export function quantile(values: number[], q: number): number {
+  const xs = values.filter(Number.isFinite).sort((a, b) => a - b);
+  if (xs.length === 0) return NaN;
+  return xs[Math.min(xs.length - 1, Math.max(0, Math.ceil(q * xs.length) - 1))];
+}
+
+export function meets(value: number, goal: Goal): boolean {
+  if (!Number.isFinite(value)) return false;
+  if (goal.op === '>=') return value >= goal.value;
+  if (goal.op === '<=') return value <= goal.value;
+  return value < goal.value;
+}
+
+export function formatGoal(goal: Goal, unit = ''): string {
+  const op = goal.op === '>=' ? '≥' : goal.op === '<=' ? '≤' : '<';
+  return unit ? `${op} ${goal.value} ${unit}` : `${op} ${goal.value}×`;
+}
+
+export function judge(f: Figure): Verdict {
+  const ours = best(f.ours, f.better);
+  const baseline = f.baseline ? best(f.baseline, f.better) : null;
+  const ratio = baseline === null ? null : ours / baseline;
+  return {
+    name: f.name,
+    unit: f.unit,
+    ours,
+    baseline,
+    ratio,
+    goal: f.goal ? formatGoal(f.goal, baseline === null ? f.unit : '') : '—',
+    met: f.goal ? meets(ratio ?? ours, f.goal) : null,
+    baselineLabel: f.baselineLabel,
+    note: f.note,
+    samples: { ours: f.ours, baseline: f.baseline },
+  };
+}
+
+function num(v: number | null): string {
+  if (v === null) return '—';
+  if (!Number.isFinite(v)) return 'n/a';
+  const a = Math.abs(v);
+  if (Number.isInteger(v) && a < 100) return String(v);
+  if (a >= 100) return Math.round(v).toLocaleString('en-US');
+  if (a >= 10) return v.toFixed(1);
+  return v.toFixed(2);
+}
+
+/** The one table, as Markdown (printed as is, and kept in BENCHMARKS.md). */
+export function formatTable(verdicts: Verdict[]): string {
+  const rows = verdicts.map((v) => [
+    v.name,
+    `${num(v.ours)} ${v.unit}`,
+    v.baseline === null ? '—' : `${num(v.baseline)} ${v.unit}`,
+    v.ratio === null ? '—' : `${num(v.ratio)}×`,
+    v.goal,
+    v.met === null ? '(diagnostic)' : v.met ? 'met' : 'NOT met',
+    v.baselineLabel,
+  ]);
+  const head = ['figure', 'ours', 'baseline', 'ratio', 'goal', 'met', 'baseline is'];
+  const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
+  const line = (cells: string[]) => `| ${cells.map((c, i) => c.padEnd(widths[i])).join(' | ')} |`;
+  return [line(head), `| ${widths.map((w) => '-'.repeat(w)).join(' | ')} |`, ...rows.map(line)].join('\n');
+}
