@@ -27,6 +27,8 @@ export interface RebalanceInput {
   perShardLimit: number;
   tolerance?: number;
   maxMoves?: number;
+  /** Only these units may move (the others count for load); default every tenant unit. */
+  units?: string[];
   /** Re-plans after failed moves before the run gives up; default 5. */
   maxReplans?: number;
   /** Every child move's input but its unit, target and id. */

@@ -111,7 +111,7 @@ export async function rebalanceWorkflow(input: R.RebalanceInput): Promise<R.Reba
   const plan = async () => {
     // Units this run moved or failed to move are never planned again in it.
     const exclude = st.moves.filter((m) => m.state !== 'dropped' && m.state !== 'pending').map((m) => m.unit);
-    const p = await quick.planRebalance({ scope: input.scope, tolerance: input.tolerance, maxMoves: input.maxMoves, exclude });
+    const p = await quick.planRebalance({ scope: input.scope, tolerance: input.tolerance, maxMoves: input.maxMoves, exclude, units: input.units });
     st.marked.push(...(await quick.markPlanShards({ plan: p, actor: input.requestedBy })));
     adopt(p);
   };

@@ -19,6 +19,7 @@ const planInput = z.object({
   tolerance: z.number().min(0).max(10).optional(),
   maxMoves: z.number().int().positive().optional(),
   exclude: z.array(z.string()).default([]),
+  units: z.array(z.string()).optional(),
 });
 
 const prepareInput = z.object({ plan: z.object({ scope: planScope, dedicate: z.object({ shard: z.string(), tenant: z.string() }).optional() }), actor: z.string().min(1) });
@@ -27,7 +28,7 @@ export function createRebalanceActivities(deps: Deps) {
   return {
     async planRebalance(input: z.input<typeof planInput>): Promise<RebalancePlan> {
       const i = parse(planInput, input);
-      return typed(() => planFromDirectory(deps.directoryPool(), deps.config, i.scope, { tolerance: i.tolerance, maxMoves: i.maxMoves, exclude: i.exclude }));
+      return typed(() => planFromDirectory(deps.directoryPool(), deps.config, i.scope, { tolerance: i.tolerance, maxMoves: i.maxMoves, exclude: i.exclude, units: i.units }));
     },
 
     /** Before any move of a drain or isolate: nothing new may be placed where units are leaving. */

@@ -20,11 +20,11 @@ import { EXIT } from '../exit';
 import { examples } from '../help';
 import { actorDefault, withClient } from './move';
 
-async function dryRun(config: Config, scope: PlanScope, tolerance?: number): Promise<RebalancePlan> {
+async function dryRun(config: Config, scope: PlanScope, tolerance?: number, units?: string[]): Promise<RebalancePlan> {
   const c = createConnections(config, { max: 2, connectionTimeoutMillis: DEFAULT_CONNECT_TIMEOUT_MS, readOnly: true });
   try {
     await requireCurrentDirectorySchema(c.directoryPool());
-    return await planFromDirectory(c.directoryPool(), config, scope, { tolerance });
+    return await planFromDirectory(c.directoryPool(), config, scope, { tolerance, units });
   } finally {
     await c.close();
   }
@@ -105,6 +105,7 @@ interface StartOpts {
   actor?: string;
   json?: boolean;
   wait?: boolean;
+  units?: string;
 }
 
 const startOptions = (c: Command) =>
@@ -127,8 +128,9 @@ async function planAndStart(config: Config, scope: PlanScope, o: StartOpts) {
     perShardLimit: intOpt(o.perShard, '--per-shard'),
     tolerance,
     soakSeconds,
+    units: o.units ? o.units.split(',').map((u) => validateTenantId(u.trim())) : undefined,
   });
-  const plan = await dryRun(config, scope, tolerance);
+  const plan = await dryRun(config, scope, tolerance, input.units);
   if (o.json) console.log(JSON.stringify({ plan }));
   else printPlan(plan);
   if (scope.kind !== 'rebalance' && plan.problems.length) throw new ShardctlError('NoCapacity', `refused, nothing started: ${plan.problems[0]}`);
@@ -175,10 +177,9 @@ export function register(program: Command) {
     });
   examples(plan, 'rebalance plan', "rebalance plan --json | jq '.moves[] | [.unit, .from, .to] | @tsv'");
 
-  const start = startOptions(rebalance.command('start').description('plan and run the moves (one rebalance at a time)')).option(
-    '--tolerance <f>',
-    'band around the fleet mean (default 0.2)',
-  );
+  const start = startOptions(rebalance.command('start').description('plan and run the moves (one rebalance at a time)'))
+    .option('--tolerance <f>', 'band around the fleet mean (default 0.2)')
+    .option('--units <list>', 'only these tenants may move (comma-separated); the others count for load');
   start.action((o: StartOpts) => planAndStart(cfg(), { kind: 'rebalance' }, o));
   examples(start, 'rebalance start', 'rebalance start --max-concurrent 4 --per-shard 2 --soak 1h --wait');
 

@@ -50,6 +50,8 @@ export interface PlanOptions {
   headroomFraction?: number;
   /** Units never planned (moves that failed in this run: the rebalancer never retries them blindly). */
   exclude?: readonly string[];
+  /** When given, only these units may move; the others count for load but stay where they are. */
+  units?: readonly string[];
   /** Upper bound on the moves proposed. */
   maxMoves?: number;
 }
@@ -81,6 +83,7 @@ interface Work {
   moves: PlannedMove[];
   headroom: number;
   exclude: Set<string>;
+  only?: Set<string>;
 }
 
 const usable = (s: PlanShard, headroom: number) => s.capacity * (1 - headroom);
@@ -100,7 +103,7 @@ function fits(w: Work, unit: PlanUnit, shard: PlanShard): boolean {
 }
 
 function movable(w: Work, u: PlanUnit): boolean {
-  return u.state !== 'moving' && !w.moved.has(u.unit) && !w.exclude.has(u.unit);
+  return u.state !== 'moving' && !w.moved.has(u.unit) && !w.exclude.has(u.unit) && (!w.only || w.only.has(u.unit));
 }
 
 function addMove(w: Work, u: PlanUnit, to: string, reason: string) {
@@ -122,6 +125,7 @@ function start(shards: readonly PlanShard[], units: readonly PlanUnit[], opts: P
     moves: [],
     headroom: opts.headroomFraction ?? 0,
     exclude: new Set(opts.exclude ?? []),
+    only: opts.units ? new Set(opts.units) : undefined,
   };
   for (const u of [...units].sort((a, b) => (a.unit < b.unit ? -1 : 1))) {
     w.units.set(u.unit, u);

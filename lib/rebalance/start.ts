@@ -11,7 +11,7 @@ export const REBALANCE_WORKFLOW_TYPE = 'rebalanceWorkflow';
 
 export function rebalanceInputFor(
   config: Config,
-  req: { scope: PlanScope; requestedBy: string; maxConcurrent?: number; perShardLimit?: number; tolerance?: number; maxMoves?: number; soakSeconds?: number },
+  req: { scope: PlanScope; requestedBy: string; maxConcurrent?: number; perShardLimit?: number; tolerance?: number; maxMoves?: number; soakSeconds?: number; units?: string[] },
 ): RebalanceInput {
   const maxConcurrent = req.maxConcurrent ?? 2;
   const perShardLimit = req.perShardLimit ?? 1;
@@ -25,6 +25,7 @@ export function rebalanceInputFor(
     perShardLimit,
     tolerance: req.tolerance,
     maxMoves: req.maxMoves,
+    units: req.units,
     move: {
       soakSeconds: req.soakSeconds ?? config.limits.soakSeconds,
       approveCutover: 'auto',

@@ -158,6 +158,11 @@ describe('rebalance plan', () => {
     expect(p.moves.map((m) => m.unit)).toEqual(['t2']);
   });
 
+  it('moves only the units it is limited to, counting the others for load', () => {
+    const p = planMoves([shard('a'), shard('b')], [unit('t1', 'a', 3), unit('t2', 'a', 3), unit('x', 'a', 2)], { kind: 'rebalance' }, { units: ['t1', 't2'] });
+    expect(p.moves.map((m) => [m.unit, m.to])).toEqual([['t1', 'b']]);
+  });
+
   it('keeps its invariants on random fleets, for every scope', () => {
     for (let seed = 1; seed <= 400; seed++) {
       const r = rng(seed);
