@@ -31,7 +31,17 @@ export function buildProgram(opts: { json?: boolean } = {}): Command {
     .exitOverride();
   registerDirectory(program);
   registerDev(program);
-  for (const register of [registerWorker, registerTenant, registerShards, registerSeed, registerLoadgen, registerMove, registerQuery, registerDoctor, registerRebalance])
+  for (const register of [
+    registerWorker,
+    registerTenant,
+    registerShards,
+    registerSeed,
+    registerLoadgen,
+    registerMove,
+    registerQuery,
+    registerDoctor,
+    registerRebalance,
+  ])
     register(program);
   return program;
 }

@@ -74,7 +74,7 @@ export async function rebalanceWorkflow(input: R.RebalanceInput): Promise<R.Reba
   );
   setHandler(
     R.rebalanceResumeUpdate,
-    (op) => {
+    () => {
       st.paused = false;
       st.operators.pausedBy = undefined;
       return 'resumed';
@@ -173,7 +173,10 @@ export async function rebalanceWorkflow(input: R.RebalanceInput): Promise<R.Reba
   const maxReplans = input.maxReplans ?? 5;
   for (;;) {
     await condition(
-      () => cancelRequested || (running().length === 0 && (failedSincePlan || !st.moves.some((m) => m.state === 'pending'))) || (!st.paused && !failedSincePlan && !!nextStartable()),
+      () =>
+        cancelRequested ||
+        (running().length === 0 && (failedSincePlan || !st.moves.some((m) => m.state === 'pending'))) ||
+        (!st.paused && !failedSincePlan && !!nextStartable()),
     );
     if (cancelRequested) break;
     if (running().length === 0 && failedSincePlan) {

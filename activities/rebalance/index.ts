@@ -22,13 +22,18 @@ const planInput = z.object({
   units: z.array(z.string()).optional(),
 });
 
-const prepareInput = z.object({ plan: z.object({ scope: planScope, dedicate: z.object({ shard: z.string(), tenant: z.string() }).optional() }), actor: z.string().min(1) });
+const prepareInput = z.object({
+  plan: z.object({ scope: planScope, dedicate: z.object({ shard: z.string(), tenant: z.string() }).optional() }),
+  actor: z.string().min(1),
+});
 
 export function createRebalanceActivities(deps: Deps) {
   return {
     async planRebalance(input: z.input<typeof planInput>): Promise<RebalancePlan> {
       const i = parse(planInput, input);
-      return typed(() => planFromDirectory(deps.directoryPool(), deps.config, i.scope, { tolerance: i.tolerance, maxMoves: i.maxMoves, exclude: i.exclude, units: i.units }));
+      return typed(() =>
+        planFromDirectory(deps.directoryPool(), deps.config, i.scope, { tolerance: i.tolerance, maxMoves: i.maxMoves, exclude: i.exclude, units: i.units }),
+      );
     },
 
     /** Before any move of a drain or isolate: nothing new may be placed where units are leaving. */

@@ -35,7 +35,9 @@ function scopeText(s: PlanScope) {
 }
 
 function printPlan(p: RebalancePlan) {
-  const lines = [`plan: ${scopeText(p.scope)} — ${p.moves.length} move(s)${p.scope.kind === 'rebalance' ? (p.balanced ? ', ends balanced' : ', NOT balanced') : ''}`];
+  const lines = [
+    `plan: ${scopeText(p.scope)} — ${p.moves.length} move(s)${p.scope.kind === 'rebalance' ? (p.balanced ? ', ends balanced' : ', NOT balanced') : ''}`,
+  ];
   for (const m of p.moves) lines.push(`  move ${m.unit} ${m.from} -> ${m.to} (load ${m.load}): ${m.reason}`);
   if (p.dedicate) lines.push(`  then ${p.dedicate.shard} is dedicated to ${p.dedicate.tenant}`);
   const w = Math.max(5, ...p.shards.map((s) => s.name.length));

@@ -11,7 +11,16 @@ export const REBALANCE_WORKFLOW_TYPE = 'rebalanceWorkflow';
 
 export function rebalanceInputFor(
   config: Config,
-  req: { scope: PlanScope; requestedBy: string; maxConcurrent?: number; perShardLimit?: number; tolerance?: number; maxMoves?: number; soakSeconds?: number; units?: string[] },
+  req: {
+    scope: PlanScope;
+    requestedBy: string;
+    maxConcurrent?: number;
+    perShardLimit?: number;
+    tolerance?: number;
+    maxMoves?: number;
+    soakSeconds?: number;
+    units?: string[];
+  },
 ): RebalanceInput {
   const maxConcurrent = req.maxConcurrent ?? 2;
   const perShardLimit = req.perShardLimit ?? 1;
