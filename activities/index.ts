@@ -4,6 +4,7 @@ import { createPlanActivities } from './move/plan';
 import { createDataActivities } from './move/data';
 import { createCutoverActivities } from './move/cutover';
 import { createLifecycleActivities } from './move/lifecycle';
+import { createRebalanceActivities } from './rebalance';
 import type { Deps } from './deps';
 
 export function createActivities(deps: Deps) {
@@ -13,6 +14,7 @@ export function createActivities(deps: Deps) {
     ...createDataActivities(deps),
     ...createCutoverActivities(deps),
     ...createLifecycleActivities(deps),
+    ...createRebalanceActivities(deps),
   };
 }
 export type Activities = ReturnType<typeof createActivities>;

@@ -15,6 +15,7 @@ import { register as registerLoadgen } from './commands/loadgen';
 import { register as registerMove } from './commands/move';
 import { register as registerQuery } from './commands/query';
 import { register as registerDoctor } from './commands/doctor';
+import { register as registerRebalance } from './commands/rebalance';
 
 /** The whole command tree; with `json`, commander's own error text is left to main (as JSON). */
 export function buildProgram(opts: { json?: boolean } = {}): Command {
@@ -30,7 +31,17 @@ export function buildProgram(opts: { json?: boolean } = {}): Command {
     .exitOverride();
   registerDirectory(program);
   registerDev(program);
-  for (const register of [registerWorker, registerTenant, registerShards, registerSeed, registerLoadgen, registerMove, registerQuery, registerDoctor])
+  for (const register of [
+    registerWorker,
+    registerTenant,
+    registerShards,
+    registerSeed,
+    registerLoadgen,
+    registerMove,
+    registerQuery,
+    registerDoctor,
+    registerRebalance,
+  ])
     register(program);
   return program;
 }

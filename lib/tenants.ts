@@ -85,6 +85,8 @@ export async function createTenant(deps: TenantDeps, input: CreateTenantInput): 
     if (!info)
       throw new ShardctlError('NotFound', `shard "${asked}" is in the config but not in the directory: run \`shardctl directory migrate\` to register it`);
     if (info.status !== 'open') throw new ShardctlError('PreconditionFailed', `shard ${asked} is ${info.status}: new tenants go to open shards only`);
+    if (info.dedicatedTo && info.dedicatedTo !== tenant)
+      throw new ShardctlError('PreconditionFailed', `shard ${asked} is dedicated to tenant ${info.dedicatedTo}: new tenants go to shared shards only`);
     shard = asked;
   } else {
     shard = chooseShardForNewUnit(shards, expectedLoad, config.limits.headroomFraction);

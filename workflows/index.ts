@@ -1,3 +1,4 @@
 // Every workflow the worker registers.
 export * from './smoke';
 export * from './move';
+export * from './rebalance';

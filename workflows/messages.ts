@@ -1,5 +1,5 @@
 // The move workflow's messages (signals, updates, queries): one module the CLI imports too.
-import { defineQuery, defineUpdate } from '@temporalio/workflow';
+import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
 import type { Phase } from './phases';
 
 export interface Operator {
@@ -51,6 +51,8 @@ export const approveUpdate = defineUpdate<string, [Operator]>('approve');
 export const rollbackUpdate = defineUpdate<string, [Operator]>('rollback');
 export const retireNowUpdate = defineUpdate<string, [Operator]>('retireNow');
 export const extendSoakUpdate = defineUpdate<string, [Operator & { seconds: number }]>('extendSoak');
+/** Cancel as a signal: what a parent workflow (the rebalancer) can send; ignored when cancel is refused. */
+export const cancelSignal = defineSignal<[Operator]>('cancelMove');
 export const throttleUpdate = defineUpdate<string, [Operator & { rowsPerSecond: number }]>('throttle');
 
 export interface MoveInput {

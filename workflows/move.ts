@@ -75,17 +75,19 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
     },
     { validator: guard('resume') },
   );
-  setHandler(
-    M.cancelUpdate,
-    (op) => {
-      carried.cancelRequested = true;
-      st.operators.cancelledBy = op.actor;
-      // During the fence the cutover finishes (or aborts) first; it is never interrupted mid-way.
-      if (st.phase !== 'fence') preSwitch?.cancel();
-      return 'cancelling';
-    },
-    { validator: guard('cancel') },
-  );
+  const requestCancel = (op: M.Operator) => {
+    carried.cancelRequested = true;
+    st.operators.cancelledBy = op.actor;
+    // During the fence the cutover finishes (or aborts) first; it is never interrupted mid-way.
+    if (st.phase !== 'fence') preSwitch?.cancel();
+    return 'cancelling';
+  };
+  setHandler(M.cancelUpdate, requestCancel, { validator: guard('cancel') });
+  // A signal has no validator: the same refusal is checked here, and a refused cancel changes nothing.
+  setHandler(M.cancelSignal, (op) => {
+    if (!op?.actor?.trim() || refuseVerb('cancel', st.phase, opts())) return;
+    requestCancel(op);
+  });
   setHandler(
     M.approveUpdate,
     (op) => {

@@ -20,9 +20,9 @@ import { requireCurrentDirectorySchema } from '../../lib/directory/schema';
 import { exitCodeFor } from '../exit';
 import { examples } from '../help';
 
-const actorDefault = () => process.env.SHARDCTL_ACTOR || process.env.USER || os.userInfo().username || 'cli';
+export const actorDefault = () => process.env.SHARDCTL_ACTOR || process.env.USER || os.userInfo().username || 'cli';
 
-async function withClient<T>(config: Config, fn: (c: Awaited<ReturnType<typeof temporalClient>>['client']) => Promise<T>): Promise<T> {
+export async function withClient<T>(config: Config, fn: (c: Awaited<ReturnType<typeof temporalClient>>['client']) => Promise<T>): Promise<T> {
   let tc: Awaited<ReturnType<typeof temporalClient>>;
   try {
     tc = await temporalClient(config);

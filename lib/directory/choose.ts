@@ -1,4 +1,4 @@
-// Where a new unit goes: the open shard with the most headroom after adding its expected load,
+// Where a new unit goes: the open, shared (not dedicated) shard with the most headroom after adding its expected load,
 // keeping limits.headroomFraction of each shard's capacity free. Pure (no I/O).
 import { ShardctlError } from '../errors';
 
@@ -7,6 +7,8 @@ export interface ShardLoad {
   capacity: number;
   load: number;
   status: string;
+  /** Dedicated to one tenant (`tenant isolate`): no new unit goes there. */
+  dedicatedTo?: string | null;
 }
 
 /** Capacity usable for placement: capacity minus the reserved headroom fraction. */
@@ -22,7 +24,7 @@ export function headroomAfter(s: ShardLoad, expectedLoad: number, headroomFracti
 export function chooseShardForNewUnit(shards: readonly ShardLoad[], expectedLoad: number, headroomFraction: number): string {
   let best: { name: string; room: number } | undefined;
   for (const s of shards) {
-    if (s.status !== 'open') continue;
+    if (s.status !== 'open' || s.dedicatedTo) continue;
     const room = headroomAfter(s, expectedLoad, headroomFraction);
     if (room < 0) continue;
     if (!best || room > best.room || (room === best.room && s.name < best.name)) best = { name: s.name, room };

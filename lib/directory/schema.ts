@@ -89,6 +89,12 @@ create unique index audit_idem on shardctl.audit (idem) where idem is not null;
 alter function shardctl.audit_append_only() set search_path = pg_catalog, pg_temp;
 `,
   },
+  {
+    version: 6,
+    name: 'dedicated shards',
+    // `tenant isolate`: a shard dedicated to one tenant takes no other unit (placement, rebalance).
+    sql: `alter table shardctl.shards add column if not exists dedicated_to text;`,
+  },
 ];
 
 export async function migrateDirectory(pool: Pool): Promise<number[]> {

@@ -18,6 +18,8 @@ export interface ShardInfo {
   /** Sum of expected_load of the units placed on the shard. */
   load: number;
   units: number;
+  /** The tenant this shard is dedicated to (`tenant isolate`); null when shared. */
+  dedicatedTo: string | null;
   updatedAt: string;
 }
 
@@ -48,7 +50,7 @@ export async function syncShardsFromConfig(pool: Pool, config: Config, actor = '
 export async function listShards(db: Queryable): Promise<ShardInfo[]> {
   return onDirectory(async () => {
     const r = await db.query(
-      `select s.name, s.capacity, s.status, s.updated_at,
+      `select s.name, s.capacity, s.status, s.updated_at, s.dedicated_to,
               coalesce(sum(u.expected_load), 0) as load, count(u.unit) as units
          from shardctl.shards s left join shardctl.units u on u.shard = s.name
         group by s.name order by s.name`,
@@ -59,6 +61,7 @@ export async function listShards(db: Queryable): Promise<ShardInfo[]> {
       status: x.status,
       load: Number(x.load),
       units: Number(x.units),
+      dedicatedTo: x.dedicated_to ?? null,
       updatedAt: x.updated_at instanceof Date ? x.updated_at.toISOString() : String(x.updated_at),
     }));
   }, poolDsn(db));
@@ -74,14 +77,20 @@ export async function getShard(db: Queryable, name: string): Promise<ShardInfo |
   return (await listShards(db)).find((s) => s.name === name);
 }
 
-async function updateShard(pool: Pool, name: string, set: { status?: ShardStatus; capacity?: number }, audit: AuditEntry): Promise<ShardInfo> {
+async function updateShard(
+  pool: Pool,
+  name: string,
+  set: { status?: ShardStatus; capacity?: number; dedicatedTo?: string | null },
+  audit: AuditEntry,
+): Promise<ShardInfo> {
   validateShardName(name);
   if (!audit?.actor?.trim()) throw invalidInput('audit actor is required');
   await inDirectoryTransaction(pool, async (c) => {
     const r = await c.query(
-      `update shardctl.shards set status = coalesce($2, status), capacity = coalesce($3, capacity), updated_at = now()
+      `update shardctl.shards set status = coalesce($2, status), capacity = coalesce($3, capacity),
+              dedicated_to = case when $4::boolean then $5 else dedicated_to end, updated_at = now()
         where name = $1 returning name`,
-      [name, set.status ?? null, set.capacity ?? null],
+      [name, set.status ?? null, set.capacity ?? null, set.dedicatedTo !== undefined, set.dedicatedTo ?? null],
     );
     if (r.rowCount === 0) throw new ShardctlError('NotFound', `shard "${name}" is not in the directory`);
     await c.query('insert into shardctl.audit(actor, action, unit, detail, reason) values ($1, $2, null, $3, $4)', [
@@ -102,6 +111,11 @@ export async function setShardStatus(pool: Pool, name: string, status: ShardStat
 export async function setShardCapacity(pool: Pool, name: string, capacity: number, audit: { actor: string; reason?: string }): Promise<ShardInfo> {
   if (!Number.isSafeInteger(capacity) || capacity <= 0) throw invalidInput(`shard capacity must be a positive integer, got ${capacity}`);
   return updateShard(pool, name, { capacity }, { ...audit, action: 'shard.capacity' });
+}
+
+/** Dedicates a shard to one tenant (null: shared again); placement and the rebalancer put nothing else there. */
+export async function setShardDedication(pool: Pool, name: string, tenant: string | null, audit: { actor: string; reason?: string }): Promise<ShardInfo> {
+  return updateShard(pool, name, { dedicatedTo: tenant }, { ...audit, action: 'shard.dedicate' });
 }
 
 /** A shard's status, capacity and the expected load of the units placed on it; undefined when unknown. */

@@ -41,6 +41,9 @@ const READ_VERBS = [
   'dev env',
   'loadgen verify',
   'doctor',
+  'rebalance plan',
+  'rebalance status',
+  'shards drain',
 ];
 
 describe('shardctl --help', () => {

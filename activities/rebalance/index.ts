@@ -1,0 +1,62 @@
+// The rebalance workflow's activities: plan from the directory now (the first plan and every
+// re-plan after a failed move) and record what the run decided. Each is idempotent: planning
+// changes nothing; marking a shard draining or dedicated is a set to a value.
+import { z } from 'zod';
+import type { Deps } from '../deps';
+import { planFromDirectory } from '../../lib/rebalance/fleet';
+import { setShardDedication, setShardStatus, getShard } from '../../lib/directory/shards';
+import type { RebalancePlan } from '../../lib/rebalance/plan';
+import { parse, typed } from '../move/context';
+
+export const planScope = z.discriminatedUnion('kind', [
+  z.object({ kind: z.literal('rebalance') }),
+  z.object({ kind: z.literal('drain'), shard: z.string().min(1) }),
+  z.object({ kind: z.literal('isolate'), tenant: z.string().min(1) }),
+]);
+
+const planInput = z.object({
+  scope: planScope,
+  tolerance: z.number().min(0).max(10).optional(),
+  maxMoves: z.number().int().positive().optional(),
+  exclude: z.array(z.string()).default([]),
+  units: z.array(z.string()).optional(),
+});
+
+const prepareInput = z.object({
+  plan: z.object({ scope: planScope, dedicate: z.object({ shard: z.string(), tenant: z.string() }).optional() }),
+  actor: z.string().min(1),
+});
+
+export function createRebalanceActivities(deps: Deps) {
+  return {
+    async planRebalance(input: z.input<typeof planInput>): Promise<RebalancePlan> {
+      const i = parse(planInput, input);
+      return typed(() =>
+        planFromDirectory(deps.directoryPool(), deps.config, i.scope, { tolerance: i.tolerance, maxMoves: i.maxMoves, exclude: i.exclude, units: i.units }),
+      );
+    },
+
+    /** Before any move of a drain or isolate: nothing new may be placed where units are leaving. */
+    async markPlanShards(input: z.input<typeof prepareInput>): Promise<string[]> {
+      const { plan, actor } = parse(prepareInput, input);
+      return typed(async () => {
+        const done: string[] = [];
+        if (plan.scope.kind === 'drain') {
+          const s = await getShard(deps.directoryPool(), plan.scope.shard);
+          if (s && s.status !== 'draining') {
+            await setShardStatus(deps.directoryPool(), plan.scope.shard, 'draining', { actor, reason: 'shards drain' });
+            done.push(`${plan.scope.shard} draining`);
+          }
+        }
+        if (plan.dedicate) {
+          const s = await getShard(deps.directoryPool(), plan.dedicate.shard);
+          if (s && s.dedicatedTo !== plan.dedicate.tenant) {
+            await setShardDedication(deps.directoryPool(), plan.dedicate.shard, plan.dedicate.tenant, { actor, reason: 'tenant isolate' });
+            done.push(`${plan.dedicate.shard} dedicated to ${plan.dedicate.tenant}`);
+          }
+        }
+        return done;
+      });
+    },
+  };
+}

@@ -1,0 +1,231 @@
+// `shardctl rebalance plan|start|status|pause|resume|cancel`, `shards drain`, `tenant isolate`:
+// the planner's dry run (lib/rebalance/plan.ts, read from the directory without writing) and the
+// rebalance workflow (workflows/rebalance.ts) that runs a plan's moves. Start verbs show the plan
+// first and refuse (exit 4, nothing started) a drain or isolate the fleet has no room for.
+import { Command } from 'commander';
+import { WorkflowNotFoundError, WorkflowUpdateFailedError } from '@temporalio/client';
+import { loadConfig, knownShard, type Config } from '../../lib/config';
+import { createConnections } from '../../lib/connections';
+import { DEFAULT_CONNECT_TIMEOUT_MS } from '../../lib/directory/db';
+import { requireCurrentDirectorySchema } from '../../lib/directory/schema';
+import { parseDurationMs } from '../../lib/duration';
+import { invalidInput, ShardctlError } from '../../lib/errors';
+import { validateTenantId } from '../../lib/ids';
+import { planFromDirectory } from '../../lib/rebalance/fleet';
+import type { PlanScope, RebalancePlan } from '../../lib/rebalance/plan';
+import { rebalanceInputFor, startRebalance } from '../../lib/rebalance/start';
+import * as R from '../../workflows/rebalance-messages';
+import * as M from '../../workflows/messages';
+import { EXIT } from '../exit';
+import { examples } from '../help';
+import { actorDefault, withClient } from './move';
+
+async function dryRun(config: Config, scope: PlanScope, tolerance?: number, units?: string[]): Promise<RebalancePlan> {
+  const c = createConnections(config, { max: 2, connectionTimeoutMillis: DEFAULT_CONNECT_TIMEOUT_MS, readOnly: true });
+  try {
+    await requireCurrentDirectorySchema(c.directoryPool());
+    return await planFromDirectory(c.directoryPool(), config, scope, { tolerance, units });
+  } finally {
+    await c.close();
+  }
+}
+
+function scopeText(s: PlanScope) {
+  return s.kind === 'rebalance' ? 'rebalance the fleet' : s.kind === 'drain' ? `drain ${s.shard}` : `isolate ${s.tenant}`;
+}
+
+function printPlan(p: RebalancePlan) {
+  const lines = [
+    `plan: ${scopeText(p.scope)} — ${p.moves.length} move(s)${p.scope.kind === 'rebalance' ? (p.balanced ? ', ends balanced' : ', NOT balanced') : ''}`,
+  ];
+  for (const m of p.moves) lines.push(`  move ${m.unit} ${m.from} -> ${m.to} (load ${m.load}): ${m.reason}`);
+  if (p.dedicate) lines.push(`  then ${p.dedicate.shard} is dedicated to ${p.dedicate.tenant}`);
+  const w = Math.max(5, ...p.shards.map((s) => s.name.length));
+  lines.push(`  ${'shard'.padEnd(w)}  status    capacity  load before -> after  units before -> after`);
+  for (const s of p.shards)
+    lines.push(
+      `  ${s.name.padEnd(w)}  ${s.status.padEnd(8)}  ${String(s.capacity).padStart(8)}  ${String(s.loadBefore).padStart(11)} -> ${String(s.loadAfter).padEnd(5)}  ${String(s.unitsBefore).padStart(12)} -> ${s.unitsAfter}${s.dedicatedTo ? `  dedicated to ${s.dedicatedTo}` : ''}`,
+    );
+  for (const x of p.problems) lines.push(`  problem: ${x}`);
+  console.log(lines.join('\n'));
+}
+
+function intOpt(v: string | undefined, name: string): number | undefined {
+  if (v === undefined) return undefined;
+  if (!/^\d{1,4}$/.test(v)) throw invalidInput(`${name} must be a positive integer, got ${JSON.stringify(v.slice(0, 40))}`);
+  return Number(v);
+}
+
+function numOpt(v: string | undefined, name: string): number | undefined {
+  if (v === undefined) return undefined;
+  const n = Number(v);
+  if (!Number.isFinite(n) || n < 0) throw invalidInput(`${name} must be a non-negative number, got ${JSON.stringify(v.slice(0, 40))}`);
+  return n;
+}
+
+export async function rebalanceStatus(config: Config): Promise<R.RebalanceStatus & { runningPhases: Record<string, string> }> {
+  return withClient(config, async (client) => {
+    let st: R.RebalanceStatus;
+    try {
+      st = await client.workflow.getHandle(R.REBALANCE_WORKFLOW_ID).query(R.rebalanceStatusQuery);
+    } catch (e) {
+      if (e instanceof WorkflowNotFoundError) throw new ShardctlError('NotFound', 'no rebalance has run: see `shardctl rebalance plan`');
+      throw e;
+    }
+    // Each running move's own phase, from the move itself.
+    const runningPhases: Record<string, string> = {};
+    for (const m of st.moves.filter((x) => x.state === 'running')) {
+      runningPhases[m.unit] = await client.workflow
+        .getHandle(m.workflowId)
+        .query(M.statusQuery)
+        .then((s) => s.phase as string)
+        .catch(() => 'unknown');
+    }
+    return { ...st, runningPhases };
+  });
+}
+
+function printStatus(s: Awaited<ReturnType<typeof rebalanceStatus>>) {
+  const count = (k: R.PlannedMoveState) => s.moves.filter((m) => m.state === k).length;
+  const lines = [
+    `rebalance (${scopeText(s.scope)}): ${s.phase}${s.paused ? ' (paused)' : ''} — ${count('done')} done, ${count('running')} running, ${count('pending')} pending, ${count('failed')} failed; plans ${s.plans}; at most ${s.maxConcurrent} at once, ${s.perShardLimit} per shard and direction`,
+  ];
+  for (const m of s.moves)
+    lines.push(
+      `  ${m.state.padEnd(9)} ${m.unit} ${m.from} -> ${m.to}${m.state === 'running' ? ` (phase ${s.runningPhases[m.unit]})` : ''}${m.result && m.result !== 'done' ? `: ${m.result}` : ''}`,
+    );
+  for (const x of s.problems) lines.push(`  problem: ${x}`);
+  if (s.lastError) lines.push(`  last error: ${s.lastError}`);
+  console.log(lines.join('\n'));
+}
+
+interface StartOpts {
+  maxConcurrent?: string;
+  perShard?: string;
+  tolerance?: string;
+  soak?: string;
+  actor?: string;
+  json?: boolean;
+  wait?: boolean;
+  units?: string;
+}
+
+const startOptions = (c: Command) =>
+  c
+    .option('--max-concurrent <n>', 'moves at once (default 2)')
+    .option('--per-shard <n>', 'moves out of and into one shard at once, each direction (default 1)')
+    .option('--soak <duration>', "each move's soak (default: config limits.soakSeconds)")
+    .option('--actor <name>', 'operator identity for the audit log')
+    .option('--wait', 'wait for the run to end; exit 7 unless every move completed')
+    .option('--json', 'print the plan (and with --wait the final status) as JSON');
+
+/** Shows the plan, refuses what cannot be done, starts the run, and with --wait follows it to its end. */
+async function planAndStart(config: Config, scope: PlanScope, o: StartOpts) {
+  const tolerance = numOpt(o.tolerance, '--tolerance');
+  const soakSeconds = o.soak ? Math.round(parseDurationMs(o.soak, '--soak') / 1000) : undefined;
+  const input = rebalanceInputFor(config, {
+    scope,
+    requestedBy: o.actor || actorDefault(),
+    maxConcurrent: intOpt(o.maxConcurrent, '--max-concurrent'),
+    perShardLimit: intOpt(o.perShard, '--per-shard'),
+    tolerance,
+    soakSeconds,
+    units: o.units ? o.units.split(',').map((u) => validateTenantId(u.trim())) : undefined,
+  });
+  const plan = await dryRun(config, scope, tolerance, input.units);
+  if (o.json) console.log(JSON.stringify({ plan }));
+  else printPlan(plan);
+  if (scope.kind !== 'rebalance' && plan.problems.length) throw new ShardctlError('NoCapacity', `refused, nothing started: ${plan.problems[0]}`);
+  if (!plan.moves.length && !plan.dedicate) {
+    if (!o.json) console.log('nothing to move: no run started');
+    return;
+  }
+  await withClient(config, async (client) => {
+    const h = await startRebalance(client, config.temporal.taskQueue, input);
+    if (!o.json) console.log(`started ${scopeText(scope)}: workflow ${h.workflowId}; follow with \`shardctl rebalance status\``);
+    if (!o.wait) return;
+    const st: R.RebalanceStatus = await h.result();
+    if (o.json) console.log(JSON.stringify({ status: st }));
+    else printStatus({ ...st, runningPhases: {} });
+    if (st.phase !== 'done') process.exitCode = EXIT.moveFailed;
+  });
+}
+
+async function sendUpdate(config: Config, update: typeof R.rebalancePauseUpdate, actor: string, reason?: string) {
+  await withClient(config, async (client) => {
+    try {
+      console.log(await client.workflow.getHandle(R.REBALANCE_WORKFLOW_ID).executeUpdate(update, { args: [{ actor, reason }] }));
+    } catch (e: any) {
+      if (e instanceof WorkflowNotFoundError) throw new ShardctlError('NotFound', 'no rebalance is running');
+      if (e instanceof WorkflowUpdateFailedError) throw new ShardctlError('PreconditionFailed', e.cause?.message ?? e.message);
+      throw e;
+    }
+  });
+}
+
+export function register(program: Command) {
+  const cfg = () => loadConfig({ file: program.opts().config });
+  const rebalance = program.command('rebalance').description('even the load over the shards: plan the moves, run them as one workflow');
+
+  const plan = rebalance
+    .command('plan')
+    .description('dry run: the moves a rebalance would make now, and why (changes nothing)')
+    .option('--tolerance <f>', "how far (relative) a shard's utilisation may be from the fleet mean (default 0.2)")
+    .option('--json', 'as JSON: {scope, moves: [{unit, from, to, load, reason}], shards, balanced, problems}')
+    .action(async (o: { tolerance?: string; json?: boolean }) => {
+      const p = await dryRun(cfg(), { kind: 'rebalance' }, numOpt(o.tolerance, '--tolerance'));
+      if (o.json) console.log(JSON.stringify(p, null, 2));
+      else printPlan(p);
+    });
+  examples(plan, 'rebalance plan', "rebalance plan --json | jq '.moves[] | [.unit, .from, .to] | @tsv'");
+
+  const start = startOptions(rebalance.command('start').description('plan and run the moves (one rebalance at a time)'))
+    .option('--tolerance <f>', 'band around the fleet mean (default 0.2)')
+    .option('--units <list>', 'only these tenants may move (comma-separated); the others count for load');
+  start.action((o: StartOpts) => planAndStart(cfg(), { kind: 'rebalance' }, o));
+  examples(start, 'rebalance start', 'rebalance start --max-concurrent 4 --per-shard 2 --soak 1h --wait');
+
+  const status = rebalance
+    .command('status')
+    .description('the latest rebalance run: each move and its state')
+    .option('--json', 'as JSON: {phase, scope, moves: [{unit, from, to, state, result}], runningPhases, problems, ...}')
+    .action(async (o: { json?: boolean }) => {
+      const s = await rebalanceStatus(cfg());
+      if (o.json) console.log(JSON.stringify(s, null, 2));
+      else printStatus(s);
+    });
+  examples(status, 'rebalance status', "rebalance status --json | jq -r '.phase'");
+
+  for (const [verb, update, what] of [
+    ['pause', R.rebalancePauseUpdate, 'start no further move (running ones go on)'],
+    ['resume', R.rebalanceResumeUpdate, 'start moves again'],
+    ['cancel', R.rebalanceCancelUpdate, 'drop pending moves and cancel running ones (a move past its switch finishes)'],
+  ] as const) {
+    const c = rebalance
+      .command(verb)
+      .description(what)
+      .option('--actor <name>', 'operator identity for the audit log')
+      .option('--reason <text>', 'why')
+      .action((o: { actor?: string; reason?: string }) => sendUpdate(cfg(), update, o.actor || actorDefault(), o.reason));
+    examples(c, `rebalance ${verb}`, `rebalance ${verb} --reason "maintenance window"`);
+  }
+
+  const shards = program.commands.find((c) => c.name() === 'shards')!;
+  const drain = startOptions(shards.command('drain').description('move every unit off a shard (marked draining: nothing new goes there)')).requiredOption(
+    '--shard <name>',
+    'shard to drain',
+  );
+  drain.action((o: StartOpts & { shard: string }) => {
+    const config = cfg();
+    knownShard(config, o.shard);
+    return planAndStart(config, { kind: 'drain', shard: o.shard }, o);
+  });
+  examples(drain, 'shards drain --shard shard-c', 'shards drain --shard shard-c --max-concurrent 3 --wait --json');
+
+  const tenant = program.commands.find((c) => c.name() === 'tenant')!;
+  const isolate = startOptions(
+    tenant.command('isolate').description('give a tenant a shard of its own (moves it to an empty shard, or the others off its shard)'),
+  ).requiredOption('--tenant <id>', 'tenant to isolate');
+  isolate.action((o: StartOpts & { tenant: string }) => planAndStart(cfg(), { kind: 'isolate', tenant: validateTenantId(o.tenant) }, o));
+  examples(isolate, 'tenant isolate --tenant acme', 'tenant isolate --tenant acme --wait');
+}

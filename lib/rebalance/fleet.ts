@@ -1,0 +1,21 @@
+// Plans from the directory as it is now: the shards of the config's allowlist (status, capacity,
+// dedication from the shards table) and every tenant unit's placement and expected load.
+// Node-only (reads the directory); the arithmetic is lib/rebalance/plan.ts.
+import type { Queryable } from '../directory/db';
+import type { Config } from '../config';
+import { listShards } from '../directory/shards';
+import { listPlacements } from '../directory/placements';
+import { planMoves, type PlanOptions, type PlanScope, type RebalancePlan } from './plan';
+
+export async function planFromDirectory(directory: Queryable, config: Config, scope: PlanScope, opts: PlanOptions = {}): Promise<RebalancePlan> {
+  const known = new Set(config.shards.map((s) => s.name));
+  const shards = (await listShards(directory)).filter((s) => known.has(s.name));
+  // Tenant units first (issue 13): bucket units are not yet registered in the directory.
+  const { placements } = await listPlacements(directory, { kind: 'tenant' });
+  return planMoves(
+    shards.map((s) => ({ name: s.name, capacity: s.capacity, status: s.status, dedicatedTo: s.dedicatedTo })),
+    placements.map((p) => ({ unit: p.unit, shard: p.shard, load: p.expectedLoad, state: p.state })),
+    scope,
+    { headroomFraction: config.limits.headroomFraction, ...opts },
+  );
+}

@@ -1,0 +1,58 @@
+// The one way to start a rebalance run (CLI, tests): its fixed workflow id (one run of the fleet
+// at a time; a drain or an isolate is a run too), its input from config defaults plus the
+// caller's choices. Node-only (client).
+import { WorkflowExecutionAlreadyStartedError, type Client, type WorkflowHandle } from '@temporalio/client';
+import type { Config } from '../config';
+import { ShardctlError, invalidInput } from '../errors';
+import { REBALANCE_WORKFLOW_ID, type RebalanceInput } from '../../workflows/rebalance-messages';
+import type { PlanScope } from './plan';
+
+export const REBALANCE_WORKFLOW_TYPE = 'rebalanceWorkflow';
+
+export function rebalanceInputFor(
+  config: Config,
+  req: {
+    scope: PlanScope;
+    requestedBy: string;
+    maxConcurrent?: number;
+    perShardLimit?: number;
+    tolerance?: number;
+    maxMoves?: number;
+    soakSeconds?: number;
+    units?: string[];
+  },
+): RebalanceInput {
+  const maxConcurrent = req.maxConcurrent ?? 2;
+  const perShardLimit = req.perShardLimit ?? 1;
+  for (const [k, v] of Object.entries({ 'max-concurrent': maxConcurrent, 'per-shard': perShardLimit }))
+    if (!Number.isInteger(v) || v < 1 || v > 1000) throw invalidInput(`--${k} must be an integer in 1..1000, got ${v}`);
+  if (req.tolerance !== undefined && !(req.tolerance >= 0 && req.tolerance <= 10)) throw invalidInput(`--tolerance must be in 0..10, got ${req.tolerance}`);
+  return {
+    scope: req.scope,
+    requestedBy: req.requestedBy,
+    maxConcurrent,
+    perShardLimit,
+    tolerance: req.tolerance,
+    maxMoves: req.maxMoves,
+    units: req.units,
+    move: {
+      soakSeconds: req.soakSeconds ?? config.limits.soakSeconds,
+      approveCutover: 'auto',
+      lagThresholdMs: config.limits.lagThresholdMs,
+      fenceBudgetMs: config.limits.fenceBudgetMs,
+      rowsPerSecond: config.limits.rowsPerSecond,
+      copyBatchRows: config.limits.copyBatchRows,
+    },
+  };
+}
+
+/** Starts the run; a second one while one runs is refused, naming it. */
+export async function startRebalance(client: Client, taskQueue: string, input: RebalanceInput): Promise<WorkflowHandle> {
+  try {
+    return await client.workflow.start(REBALANCE_WORKFLOW_TYPE, { taskQueue, workflowId: REBALANCE_WORKFLOW_ID, args: [input] });
+  } catch (e) {
+    if (e instanceof WorkflowExecutionAlreadyStartedError)
+      throw new ShardctlError('AlreadyExists', `a rebalance is already running: workflow ${REBALANCE_WORKFLOW_ID}; see \`shardctl rebalance status\``);
+    throw e;
+  }
+}

@@ -1,0 +1,203 @@
+// The resharding planner (lib/rebalance/plan.ts) over hand-made fleets and random ones:
+// every unit ends on exactly one open shard it may live on, no target over its usable
+// capacity even mid-plan, no unit moved twice, no more moves than the tolerance needs, a
+// drained shard ends empty, an isolated tenant ends alone on its shard.
+import { describe, it, expect } from 'vitest';
+import { planMoves, applyPlan, type PlanShard, type PlanUnit, type RebalancePlan, type PlanScope } from '../../lib/rebalance/plan';
+
+function rng(seed: number) {
+  let s = seed >>> 0 || 1;
+  return () => {
+    s ^= s << 13;
+    s ^= s >>> 17;
+    s ^= s << 5;
+    return (s >>> 0) / 2 ** 32;
+  };
+}
+
+const shard = (name: string, capacity = 100, status: PlanShard['status'] = 'open', dedicatedTo?: string): PlanShard => ({
+  name,
+  capacity,
+  status,
+  dedicatedTo,
+});
+const unit = (u: string, s: string, load = 1): PlanUnit => ({ unit: u, shard: s, load, state: 'active' });
+
+/** Utilisation band violation of the open, undedicated shards after `moves`, as the planner defines it. */
+function violation(shards: PlanShard[], units: PlanUnit[], moves: RebalancePlan['moves'], tol: number): number {
+  const at = applyPlan(units, moves);
+  const set = shards.filter((s) => s.status === 'open' && !s.dedicatedTo);
+  const load = new Map(set.map((s) => [s.name, 0]));
+  for (const u of units) if (load.has(at.get(u.unit)!)) load.set(at.get(u.unit)!, load.get(at.get(u.unit)!)! + u.load);
+  const mean = [...load.values()].reduce((a, b) => a + b, 0) / set.reduce((a, s) => a + s.capacity, 0);
+  let v = 0;
+  for (const s of set) v += Math.max(0, load.get(s.name)! - s.capacity * mean * (1 + tol)) + Math.max(0, s.capacity * mean * (1 - tol) - load.get(s.name)!);
+  return v;
+}
+
+/** The invariants every plan keeps, whatever its scope. */
+function checkInvariants(shards: PlanShard[], units: PlanUnit[], plan: RebalancePlan, headroom: number) {
+  const byName = new Map(shards.map((s) => [s.name, s]));
+  const units2 = plan.moves.map((m) => m.unit);
+  expect(new Set(units2).size, 'no unit moves twice').toBe(units2.length);
+  const before = new Map(units.map((u) => [u.unit, u]));
+  for (const m of plan.moves) {
+    expect(before.get(m.unit)!.shard, `${m.unit} moves from where it is`).toBe(m.from);
+    expect(m.to).not.toBe(m.from);
+    expect(byName.get(m.to)?.status, `${m.unit} goes to an open shard`).toBe('open');
+    expect(m.reason.length).toBeGreaterThan(0);
+  }
+  // Mid-plan: every target holds at most its load now plus everything planned into it.
+  const incoming = new Map<string, number>();
+  for (const m of plan.moves) incoming.set(m.to, (incoming.get(m.to) ?? 0) + m.load);
+  for (const [name, inc] of incoming) {
+    const now = units.filter((u) => u.shard === name).reduce((a, u) => a + u.load, 0);
+    expect(now + inc, `${name} never over capacity`).toBeLessThanOrEqual(byName.get(name)!.capacity * (1 - headroom) + 1e-9);
+  }
+  // Every unit ends on exactly one shard of the inventory; when nothing was refused, an open one it may live on.
+  const at = applyPlan(units, plan.moves);
+  expect(at.size).toBe(units.length);
+  if (plan.problems.length === 0) {
+    for (const [u, s] of at) {
+      const sh = byName.get(s)!;
+      const dedicated = plan.dedicate?.shard === s ? plan.dedicate.tenant : sh.dedicatedTo;
+      // A fleet rebalance leaves nothing on a shard that is not open; drain and isolate touch only their shard.
+      if (plan.scope.kind === 'rebalance' || plan.moves.some((m) => m.unit === u)) expect(sh.status, `${u} ends on an open shard`).toBe('open');
+      if (plan.scope.kind === 'drain') expect(s, `${u} off the drained shard`).not.toBe(plan.scope.shard);
+      if (dedicated) expect(u, `${s} holds only ${dedicated}`).toBe(dedicated);
+    }
+  }
+}
+
+describe('rebalance plan', () => {
+  it('moves nothing when the fleet is already even', () => {
+    const shards = [shard('a'), shard('b'), shard('c')];
+    const units = [unit('t1', 'a'), unit('t2', 'b'), unit('t3', 'c')];
+    const p = planMoves(shards, units, { kind: 'rebalance' });
+    expect(p.moves).toEqual([]);
+    expect(p.balanced).toBe(true);
+  });
+
+  it('spreads three tenants on one shard over three shards in exactly two moves, with reasons', () => {
+    const shards = [shard('a'), shard('b'), shard('c')];
+    const units = [unit('t1', 'a'), unit('t2', 'a'), unit('t3', 'a')];
+    const p = planMoves(shards, units, { kind: 'rebalance' });
+    expect(p.moves).toHaveLength(2);
+    expect(new Set(p.moves.map((m) => m.to))).toEqual(new Set(['b', 'c']));
+    expect(p.moves[0].reason).toMatch(/a load 3 .* above the fleet mean/);
+    expect(p.shards.map((s) => s.loadAfter)).toEqual([1, 1, 1]);
+    expect(p.balanced).toBe(true);
+  });
+
+  it('prefers the lighter unit when either would balance', () => {
+    const p = planMoves([shard('a'), shard('b')], [unit('big', 'a', 10), unit('small', 'a', 4), unit('x', 'b', 6)], { kind: 'rebalance' });
+    expect(p.moves.map((m) => m.unit)).toEqual(['small']);
+  });
+
+  it('never plans a target over its usable capacity and says what it could not balance', () => {
+    const p = planMoves([shard('a', 100), shard('b', 10)], [unit('t1', 'a', 60), unit('t2', 'a', 30)], { kind: 'rebalance' }, { headroomFraction: 0.1 });
+    expect(p.moves).toEqual([]);
+    expect(p.balanced).toBe(false);
+    expect(p.problems[0]).toMatch(/outside ±20%/);
+  });
+
+  it('moves units off draining and closed shards in a fleet rebalance', () => {
+    const p = planMoves([shard('a'), shard('b'), shard('c', 100, 'draining')], [unit('t1', 'a'), unit('t2', 'c'), unit('t3', 'c')], { kind: 'rebalance' });
+    expect(p.moves.filter((m) => m.from === 'c')).toHaveLength(2);
+    expect(p.moves.find((m) => m.unit === 't2')!.reason).toBe('c is draining');
+  });
+
+  it('leaves a moving unit where it is and reports it when it had to leave', () => {
+    const p = planMoves([shard('a'), shard('b')], [{ ...unit('t1', 'a'), state: 'moving' }], { kind: 'drain', shard: 'a' });
+    expect(p.moves).toEqual([]);
+    expect(p.problems[0]).toMatch(/t1 must leave a .* is moving already/);
+  });
+
+  it('drains a shard onto the least loaded shards and leaves it empty', () => {
+    const shards = [shard('a'), shard('b'), shard('c')];
+    const units = [unit('t1', 'a', 5), unit('t2', 'a', 3), unit('t3', 'b', 4), unit('t4', 'c', 1)];
+    const p = planMoves(shards, units, { kind: 'drain', shard: 'a' });
+    expect(p.moves.map((m) => [m.unit, m.to])).toEqual([
+      ['t1', 'c'],
+      ['t2', 'b'],
+    ]);
+    expect(p.shards.find((s) => s.name === 'a')!.unitsAfter).toBe(0);
+  });
+
+  it('refuses to drain into a fleet without room, naming the unit', () => {
+    const p = planMoves([shard('a', 10), shard('b', 10)], [unit('t1', 'a', 8), unit('t2', 'b', 8)], { kind: 'drain', shard: 'a' });
+    expect(p.moves).toEqual([]);
+    expect(p.problems[0]).toMatch(/no open shard has room for t1/);
+  });
+
+  it('isolates a tenant by moving it to an empty shard when its shard holds others', () => {
+    const p = planMoves([shard('a'), shard('b'), shard('d')], [unit('hot', 'a', 5), unit('t2', 'a'), unit('t3', 'a'), unit('t4', 'b')], {
+      kind: 'isolate',
+      tenant: 'hot',
+    });
+    expect(p.moves).toEqual([expect.objectContaining({ unit: 'hot', from: 'a', to: 'd' })]);
+    expect(p.dedicate).toEqual({ shard: 'd', tenant: 'hot' });
+  });
+
+  it('isolates a tenant in place by moving the one other unit when no shard is empty', () => {
+    const p = planMoves([shard('a'), shard('b')], [unit('hot', 'a', 5), unit('t2', 'a'), unit('t3', 'b')], { kind: 'isolate', tenant: 'hot' });
+    expect(p.moves).toEqual([expect.objectContaining({ unit: 't2', from: 'a', to: 'b' })]);
+    expect(p.dedicate).toEqual({ shard: 'a', tenant: 'hot' });
+  });
+
+  it('keeps other units off a dedicated shard when rebalancing', () => {
+    const p = planMoves([shard('a'), shard('b'), shard('d', 100, 'open', 'hot')], [unit('hot', 'd'), unit('t1', 'a'), unit('t2', 'a'), unit('t3', 'a')], {
+      kind: 'rebalance',
+    });
+    expect(p.moves.every((m) => m.to !== 'd')).toBe(true);
+    expect(p.moves).toHaveLength(1);
+  });
+
+  it('never moves an excluded unit (a move that failed in this run)', () => {
+    const p = planMoves([shard('a'), shard('b')], [unit('t1', 'a'), unit('t2', 'a')], { kind: 'rebalance' }, { exclude: ['t1'] });
+    expect(p.moves.map((m) => m.unit)).toEqual(['t2']);
+  });
+
+  it('moves only the units it is limited to, counting the others for load', () => {
+    const p = planMoves([shard('a'), shard('b')], [unit('t1', 'a', 3), unit('t2', 'a', 3), unit('x', 'a', 2)], { kind: 'rebalance' }, { units: ['t1', 't2'] });
+    expect(p.moves.map((m) => [m.unit, m.to])).toEqual([['t1', 'b']]);
+  });
+
+  it('keeps its invariants on random fleets, for every scope', () => {
+    for (let seed = 1; seed <= 400; seed++) {
+      const r = rng(seed);
+      const nShards = 2 + Math.floor(r() * 6);
+      const shards: PlanShard[] = Array.from({ length: nShards }, (_, i) =>
+        shard(`s${i}`, 50 + Math.floor(r() * 200), r() < 0.15 ? 'draining' : r() < 0.05 ? 'closed' : 'open'),
+      );
+      if (!shards.some((s) => s.status === 'open')) shards[0].status = 'open';
+      const nUnits = Math.floor(r() * 40);
+      // Zipf-ish loads: a few heavy units, many light ones.
+      const units: PlanUnit[] = Array.from({ length: nUnits }, (_, i) =>
+        unit(`u${i}`, shards[Math.floor(r() ** 2 * nShards)].name, Math.max(0, Math.floor(30 / (1 + Math.floor(r() * 20))))),
+      );
+      const headroom = r() < 0.5 ? 0 : 0.1;
+      const tol = [0.05, 0.2, 0.5][Math.floor(r() * 3)];
+      const scopes: PlanScope[] = [{ kind: 'rebalance' }, { kind: 'drain', shard: shards[Math.floor(r() * nShards)].name }];
+      if (units.length) scopes.push({ kind: 'isolate', tenant: units[Math.floor(r() * units.length)].unit });
+      for (const scope of scopes) {
+        const plan = planMoves(shards, units, scope, { tolerance: tol, headroomFraction: headroom });
+        checkInvariants(shards, units, plan, headroom);
+        if (scope.kind === 'drain' && plan.problems.length === 0)
+          expect(plan.shards.find((s) => s.name === scope.shard)!.unitsAfter, `seed ${seed}: drained shard empty`).toBe(0);
+        if (scope.kind === 'rebalance') {
+          // Minimal: balancing stops at the first plan inside the band, so without its last move it was not.
+          const balancing = plan.moves.filter((m) => / above the fleet mean /.test(m.reason));
+          if (balancing.length) {
+            const withoutLast = plan.moves.slice(0, -1);
+            expect(violation(shards, units, withoutLast, tol), `seed ${seed}: last move was needed`).toBeGreaterThan(1e-9);
+          }
+          if (plan.balanced) expect(violation(shards, units, plan.moves, tol), `seed ${seed}: balanced means inside the band`).toBeLessThanOrEqual(1e-9);
+          // A fleet already inside the band with nothing forced to leave is left alone.
+          const forced = units.some((u) => shards.find((s) => s.name === u.shard)!.status !== 'open');
+          if (!forced && violation(shards, units, [], tol) <= 1e-9) expect(plan.moves, `seed ${seed}`).toEqual([]);
+        }
+      }
+    }
+  });
+});

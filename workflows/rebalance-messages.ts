@@ -1,0 +1,60 @@
+// The rebalance workflow's messages and status: one module the CLI imports too.
+import { defineQuery, defineUpdate } from '@temporalio/workflow';
+import type { Operator, MoveInput } from './messages';
+import type { PlanScope, PlannedMove, ShardSummary } from '../lib/rebalance/plan';
+
+/** The one rebalance run of the fleet at a time: a drain or an isolate is a rebalance too. */
+export const REBALANCE_WORKFLOW_ID = 'rebalance';
+
+export type RebalancePhase = 'planning' | 'running' | 'cancelling' | 'done' | 'cancelled' | 'failed';
+export type PlannedMoveState = 'pending' | 'running' | 'done' | 'failed' | 'cancelled' | 'dropped';
+
+export interface RebalanceMoveEntry extends PlannedMove {
+  /** The move workflow's id, derived from the unit (one move per unit at a time). */
+  workflowId: string;
+  state: PlannedMoveState;
+  /** Which plan of this run proposed it (1 = the first; later ones are re-plans after a failure). */
+  plan: number;
+  /** How it ended: the move's final phase, or why it failed. */
+  result?: string;
+}
+
+export interface RebalanceInput {
+  scope: PlanScope;
+  requestedBy: string;
+  maxConcurrent: number;
+  /** Moves out of and into one shard at a time (each direction counted apart). */
+  perShardLimit: number;
+  tolerance?: number;
+  maxMoves?: number;
+  /** Only these units may move (the others count for load); default every tenant unit. */
+  units?: string[];
+  /** Re-plans after failed moves before the run gives up; default 5. */
+  maxReplans?: number;
+  /** Every child move's input but its unit, target and id. */
+  move: Omit<MoveInput, 'moveId' | 'unit' | 'tenant' | 'target' | 'requestedBy' | 'resume'>;
+}
+
+export interface RebalanceStatus {
+  phase: RebalancePhase;
+  scope: PlanScope;
+  paused: boolean;
+  maxConcurrent: number;
+  perShardLimit: number;
+  plans: number;
+  moves: RebalanceMoveEntry[];
+  /** Load per shard as the latest plan expected it before and after. */
+  shards: ShardSummary[];
+  /** What the latest plan could not do. */
+  problems: string[];
+  balanced: boolean;
+  /** Shards marked for this run (draining, dedicated). */
+  marked: string[];
+  lastError: string;
+  operators: { startedBy: string; pausedBy?: string; cancelledBy?: string };
+}
+
+export const rebalanceStatusQuery = defineQuery<RebalanceStatus>('rebalanceStatus');
+export const rebalancePauseUpdate = defineUpdate<string, [Operator]>('rebalancePause');
+export const rebalanceResumeUpdate = defineUpdate<string, [Operator]>('rebalanceResume');
+export const rebalanceCancelUpdate = defineUpdate<string, [Operator]>('rebalanceCancel');

@@ -1,0 +1,211 @@
+// The rebalancer: plans from the directory (an activity), then runs the plan's moves as child
+// move workflows (id `move-<unit>`: never two moves of one unit), at most maxConcurrent at once
+// and perShardLimit out of and into each shard. A failed move is never retried: it is excluded,
+// the running moves finish, and the rest is planned again from the directory as it is then.
+// Pause stops starting moves; cancel also cancels the running ones (before their switch; a move
+// past it finishes). Children are abandoned, not terminated, if this workflow ends: a move is
+// never cut short by its parent. Resumable by replay; no state outside the history.
+import {
+  proxyActivities,
+  setHandler,
+  condition,
+  startChild,
+  getExternalWorkflowHandle,
+  ParentClosePolicy,
+  ChildWorkflowCancellationType,
+  ActivityFailure,
+  ChildWorkflowFailure,
+  allHandlersFinished,
+} from '@temporalio/workflow';
+import type { RetryPolicy } from '@temporalio/common';
+import { TypedSearchAttributes, WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
+import type { Activities } from '../activities';
+import * as R from './rebalance-messages';
+import { cancelSignal, type Operator } from './messages';
+import { moveTenantWorkflow } from './move';
+import { SA } from './search-attributes';
+import { moveWorkflowId } from '../lib/ids';
+import { PERMANENT_ERROR_TYPES } from '../lib/errors';
+import type { RebalancePlan } from '../lib/rebalance/plan';
+
+const retry: RetryPolicy = { initialInterval: '1s', backoffCoefficient: 2, maximumInterval: '30s', nonRetryableErrorTypes: [...PERMANENT_ERROR_TYPES] };
+const quick = proxyActivities<Activities>({ startToCloseTimeout: '2 minutes', heartbeatTimeout: '10 seconds', retry });
+
+const requireActor = (op: Operator) => {
+  if (!op || typeof op.actor !== 'string' || !op.actor.trim()) throw new Error('an operator identity (actor) is required');
+};
+
+export async function rebalanceWorkflow(input: R.RebalanceInput): Promise<R.RebalanceStatus> {
+  const st: R.RebalanceStatus = {
+    phase: 'planning',
+    scope: input.scope,
+    paused: false,
+    maxConcurrent: input.maxConcurrent,
+    perShardLimit: input.perShardLimit,
+    plans: 0,
+    moves: [],
+    shards: [],
+    problems: [],
+    balanced: false,
+    marked: [],
+    lastError: '',
+    operators: { startedBy: input.requestedBy },
+  };
+  let cancelRequested = false;
+  let failedSincePlan = false;
+  const running = () => st.moves.filter((m) => m.state === 'running');
+  const terminal = (p: R.RebalancePhase) => p === 'done' || p === 'cancelled' || p === 'failed';
+
+  setHandler(R.rebalanceStatusQuery, () => st);
+  setHandler(
+    R.rebalancePauseUpdate,
+    (op) => {
+      st.paused = true;
+      st.operators.pausedBy = op.actor;
+      return `paused: no new move starts; ${running().length} running move(s) go on`;
+    },
+    {
+      validator: (op) => {
+        requireActor(op);
+        if (terminal(st.phase) || st.phase === 'cancelling') throw new Error(`the rebalance is ${st.phase}; nothing to pause`);
+        if (st.paused) throw new Error('the rebalance is already paused');
+      },
+    },
+  );
+  setHandler(
+    R.rebalanceResumeUpdate,
+    () => {
+      st.paused = false;
+      st.operators.pausedBy = undefined;
+      return 'resumed';
+    },
+    {
+      validator: (op) => {
+        requireActor(op);
+        if (!st.paused) throw new Error('the rebalance is not paused');
+      },
+    },
+  );
+  setHandler(
+    R.rebalanceCancelUpdate,
+    (op) => {
+      cancelRequested = true;
+      st.operators.cancelledBy = op.actor;
+      return `cancelling: ${st.moves.filter((m) => m.state === 'pending').length} pending move(s) dropped, ${running().length} running move(s) asked to cancel`;
+    },
+    {
+      validator: (op) => {
+        requireActor(op);
+        if (terminal(st.phase) || st.phase === 'cancelling') throw new Error(`the rebalance is ${st.phase}; nothing to cancel`);
+      },
+    },
+  );
+
+  const adopt = (plan: RebalancePlan) => {
+    st.plans++;
+    st.shards = plan.shards;
+    st.problems = plan.problems;
+    st.balanced = plan.balanced;
+    for (const m of plan.moves) st.moves.push({ ...m, workflowId: moveWorkflowId(m.unit), state: 'pending', plan: st.plans });
+  };
+  const plan = async () => {
+    // Units this run moved or failed to move are never planned again in it.
+    const exclude = st.moves.filter((m) => m.state !== 'dropped' && m.state !== 'pending').map((m) => m.unit);
+    const p = await quick.planRebalance({ scope: input.scope, tolerance: input.tolerance, maxMoves: input.maxMoves, exclude, units: input.units });
+    st.marked.push(...(await quick.markPlanShards({ plan: p, actor: input.requestedBy })));
+    adopt(p);
+  };
+
+  /** The next pending move the limits allow now, in plan order. */
+  const nextStartable = (): R.RebalanceMoveEntry | undefined => {
+    const run = running();
+    if (run.length >= input.maxConcurrent) return undefined;
+    const out = (s: string) => run.filter((m) => m.from === s).length;
+    const into = (s: string) => run.filter((m) => m.to === s).length;
+    return st.moves.find((m) => m.state === 'pending' && out(m.from) < input.perShardLimit && into(m.to) < input.perShardLimit);
+  };
+
+  const runMove = async (m: R.RebalanceMoveEntry) => {
+    m.state = 'running';
+    try {
+      const child = await startChild(moveTenantWorkflow, {
+        workflowId: m.workflowId,
+        args: [{ ...input.move, moveId: '', unit: m.unit, tenant: m.unit, target: m.to, requestedBy: input.requestedBy }],
+        parentClosePolicy: ParentClosePolicy.ABANDON,
+        cancellationType: ChildWorkflowCancellationType.ABANDON,
+        typedSearchAttributes: new TypedSearchAttributes([
+          { key: SA.unit, value: m.unit },
+          { key: SA.target, value: m.to },
+          { key: SA.phase, value: 'plan' },
+        ]),
+      });
+      // A cancel requested while the child was starting reaches it now.
+      if (cancelRequested) await cancelChild(m);
+      const r = await child.result();
+      m.result = r.phase === 'done' ? 'done' : `${r.phase}${r.lastError ? `: ${r.lastError}` : ''}`.slice(0, 500);
+      m.state = r.phase === 'done' ? 'done' : r.phase === 'cancelled' && cancelRequested ? 'cancelled' : 'failed';
+    } catch (err) {
+      m.state = 'failed';
+      if (err instanceof WorkflowExecutionAlreadyStartedError) m.result = `a move of ${m.unit} is already running (${m.workflowId}); left alone`;
+      else if (err instanceof ChildWorkflowFailure) m.result = `move workflow ended ${err.cause?.message ?? err.message}`.slice(0, 500);
+      else throw err;
+    }
+    if (m.state === 'failed') {
+      st.lastError = `${m.unit}: ${m.result}`;
+      failedSincePlan = true;
+    }
+  };
+  const cancelChild = (m: R.RebalanceMoveEntry) =>
+    getExternalWorkflowHandle(m.workflowId)
+      .signal(cancelSignal, { actor: st.operators.cancelledBy ?? input.requestedBy, reason: 'rebalance cancelled' })
+      .catch(() => undefined);
+
+  try {
+    await plan();
+  } catch (err) {
+    const cause: any = err instanceof ActivityFailure ? err.cause : err;
+    st.lastError = `plan: ${cause?.message ?? String(err)}`.slice(0, 500);
+    st.phase = 'failed';
+    return st;
+  }
+  st.phase = 'running';
+  const children: Promise<void>[] = [];
+  const maxReplans = input.maxReplans ?? 5;
+  for (;;) {
+    await condition(
+      () =>
+        cancelRequested ||
+        (running().length === 0 && (failedSincePlan || !st.moves.some((m) => m.state === 'pending'))) ||
+        (!st.paused && !failedSincePlan && !!nextStartable()),
+    );
+    if (cancelRequested) break;
+    if (running().length === 0 && failedSincePlan) {
+      // A failure: drop what the old plan still had pending and plan again from the directory now.
+      for (const m of st.moves) if (m.state === 'pending') m.state = 'dropped';
+      failedSincePlan = false;
+      if (st.plans > maxReplans) {
+        st.problems = [...st.problems, `gave up after ${st.plans} plans: the last failure was ${st.lastError}`];
+        st.phase = 'failed';
+        await condition(allHandlersFinished);
+        return st;
+      }
+      await plan();
+      continue;
+    }
+    if (running().length === 0 && !st.moves.some((m) => m.state === 'pending')) break;
+    for (let m = nextStartable(); m && !st.paused && !failedSincePlan; m = nextStartable()) children.push(runMove(m));
+  }
+  if (cancelRequested) {
+    st.phase = 'cancelling';
+    for (const m of st.moves) if (m.state === 'pending') m.state = 'dropped';
+    await Promise.all(running().map(cancelChild));
+    await condition(() => running().length === 0);
+    await Promise.all(children);
+    st.phase = 'cancelled';
+  } else {
+    await Promise.all(children);
+    st.phase = st.moves.some((m) => m.state === 'failed') || st.problems.length ? 'failed' : 'done';
+  }
+  await condition(allHandlersFinished);
+  return st;
+}
