@@ -55,7 +55,8 @@ export class ChangeApplier {
   private tx: { finalLsn: string; skip: boolean; rows: number; incomplete: number } | null = null;
   private batch: UpsertBatch | null = null;
   /** The open target transaction: the source transactions it holds, not yet durable. */
-  private group: { lastEnd: string | null; txns: number; rows: number; incomplete: number; openedAt: number } | null = null;
+  /** `changed`: the source transactions among `txns` that changed rows (not only a logical message, e.g. another move's fence marker). */
+  private group: { lastEnd: string | null; txns: number; changed: number; rows: number; incomplete: number; openedAt: number } | null = null;
   /** Keys written in the open target transaction, per table, for the stream's delta (delta.ts). */
   private touched = new Map<string, Set<string>>();
   private touchedCount = 0;
@@ -113,7 +114,7 @@ export class ChangeApplier {
     const skip = upTo !== null && compareLsn(finalLsn, upTo) < 0;
     this.tx = { finalLsn, skip, rows: 0, incomplete: 0 };
     if (!skip && !this.group) {
-      this.group = { lastEnd: null, txns: 0, rows: 0, incomplete: 0, openedAt: Date.now() }; // before BEGIN: a failed BEGIN still needs a ROLLBACK
+      this.group = { lastEnd: null, txns: 0, changed: 0, rows: 0, incomplete: 0, openedAt: Date.now() }; // before BEGIN: a failed BEGIN still needs a ROLLBACK
       await this.client.query(this.beginSql);
     }
   }
@@ -158,6 +159,7 @@ export class ChangeApplier {
     }
     g.lastEnd = endLsn;
     g.txns++;
+    if (tx.rows + tx.incomplete > 0) g.changed++;
     g.rows += tx.rows;
     g.incomplete += tx.incomplete;
     return true;
@@ -180,7 +182,7 @@ export class ChangeApplier {
     this.touched = new Map();
     this.touchedCount = 0;
     this.applied = g.lastEnd;
-    this.stats.transactionsApplied += g.txns;
+    this.stats.transactionsApplied += g.changed;
     this.stats.rowsApplied += g.rows;
     this.stats.rowsSkippedIncomplete += g.incomplete;
     return true;
