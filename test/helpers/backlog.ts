@@ -61,15 +61,18 @@ export async function countApplications(shard: string, tenant: string) {
 }
 
 /** Activities that ran more than once (a retry after the restart), from the workflow history. */
-export async function retriedActivities(h: WorkflowHandle): Promise<{ name: string; attempt: number }[]> {
+export async function retriedActivities(h: WorkflowHandle): Promise<{ name: string; attempt: number; identity: string; lastFailure: string }[]> {
   const history = await h.fetchHistory();
   const names = new Map<string, string>();
-  const out: { name: string; attempt: number }[] = [];
+  const out: { name: string; attempt: number; identity: string; lastFailure: string }[] = [];
   for (const e of history.events ?? []) {
     const id = String(e.eventId);
     if (e.activityTaskScheduledEventAttributes) names.set(id, e.activityTaskScheduledEventAttributes.activityType?.name ?? '?');
     const st = e.activityTaskStartedEventAttributes;
-    if (st && (st.attempt ?? 1) > 1) out.push({ name: names.get(String(st.scheduledEventId)) ?? '?', attempt: st.attempt! });
+    if (st && (st.attempt ?? 1) > 1) {
+      // The last attempt's start names the worker that ran it and why the one before it failed.
+      out.push({ name: names.get(String(st.scheduledEventId)) ?? '?', attempt: st.attempt!, identity: st.identity ?? '', lastFailure: st.lastFailure?.message ?? '' });
+    }
   }
   return out;
 }

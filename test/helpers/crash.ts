@@ -110,6 +110,7 @@ export async function startTraffic(name: string, tenants: string[], rate = 40, r
   const router = await Router.create(config, routerOptions);
   const deps = createDeps(config);
   const logFile = path.join(ARTIFACTS, 'crash', `${name}.jsonl`);
+  fs.mkdirSync(path.dirname(logFile), { recursive: true });
   fs.rmSync(logFile, { force: true });
   const lg = startLoadgen({ config, router, s3For: (s) => deps.s3For(s), tenants, rate, durationMs: 600_000, logFile, concurrency: 4 });
   let stopping: Promise<void> | undefined;
