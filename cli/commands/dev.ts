@@ -15,7 +15,10 @@ export function registerDev(program: Command) {
   const up = dev
     .command('up')
     .description('start every part (idempotent)')
-    .option('--with-proxies', 'also start toxiproxy with a proxy in front of each server, and write .dev/config.proxied.json (installs toxiproxy with go install)')
+    .option(
+      '--with-proxies',
+      'also start toxiproxy with a proxy in front of each server, and write .dev/config.proxied.json (installs toxiproxy with go install)',
+    )
     .action(async (o: { withProxies?: boolean }) => {
       const t0 = Date.now();
       const st = s();

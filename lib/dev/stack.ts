@@ -416,7 +416,8 @@ async function upProxies(s: Stack, log: (m: string) => void) {
     const port = devProxyPort(s, server);
     via[server] = port;
     if (have[`dev-${server}`]) continue;
-    if (await portOpen(port)) throw new StackError(`port ${port} (toxiproxy's proxy for ${server}) is taken by another process; set SHARDCTL_DEV_TOXIPROXY_PORT`);
+    if (await portOpen(port))
+      throw new StackError(`port ${port} (toxiproxy's proxy for ${server}) is taken by another process; set SHARDCTL_DEV_TOXIPROXY_PORT`);
     await api.createProxy({ name: `dev-${server}`, listen: `127.0.0.1:${port}`, upstream: `127.0.0.1:${serverPort(s, server)}`, enabled: true });
   }
   fs.writeFileSync(p(s, 'config.proxied.json'), JSON.stringify(configVia(s, via), null, 2));

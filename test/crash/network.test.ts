@@ -10,7 +10,7 @@ import { uniq, shardPool } from '../helpers/stack';
 import * as H from '../helpers/move';
 import * as C from '../helpers/crash';
 import { NetLab, Link, ProxiedServer } from '../helpers/proxy';
-import { burst, countApplications, midApply, retriedActivities } from '../helpers/backlog';
+import { burst, countApplications, expectAppliedOnce, midApply, retriedActivities } from '../helpers/backlog';
 import * as M from '../../workflows/messages';
 import { addAcked, readLog, UnitBaseline } from '../../lib/loadgen';
 import { sleep } from '../../lib/dev/proc';
@@ -148,7 +148,11 @@ async function runCase(
     const w1 = C.spawnWorker(tq, { env: { SHARDCTL_CONFIG: w1Net.file }, faultPoint: o.faultPoint, faultLog, faultAction: 'stop' });
     workers.push(w1);
     await w1.ready;
-    const h = await H.startMove(suite.client, tq, H.moveInput(tenant, o.target, { soakSeconds: 3, copyBatchRows: 40, fenceBudgetMs: FENCE_BUDGET_MS, ...o.move }));
+    const h = await H.startMove(
+      suite.client,
+      tq,
+      H.moveInput(tenant, o.target, { soakSeconds: 3, copyBatchRows: 40, fenceBudgetMs: FENCE_BUDGET_MS, ...o.move }),
+    );
     const ctx: Ctx = {
       h,
       tq,
@@ -206,7 +210,9 @@ async function runCase(
     try {
       await o.after?.(ctx, status);
     } catch (e) {
-      row.outcome = `${status.phase}, then FAILED: ${String((e as Error)?.message ?? e).split('\n')[0].slice(0, 160)}`;
+      row.outcome = `${status.phase}, then FAILED: ${String((e as Error)?.message ?? e)
+        .split('\n')[0]
+        .slice(0, 160)}`;
       throw e;
     } finally {
       row.notes = notes.join('; ');
@@ -223,6 +229,20 @@ async function runCase(
     for (const w of workers) await C.stopWorker(w);
     await lab.healAll();
   }
+}
+
+/**
+ * With the move waiting for approval: counts applications on the target, writes a burst of 4000
+ * acked rows, approves, and returns once the (throttled) catch-up is applying them.
+ */
+async function backlogInCatchUp(c: Ctx) {
+  const apps = await countApplications(c.target, c.tenant);
+  await H.waitFor(c.h, (s) => s.awaitingApproval, 180_000);
+  const ids = await burst(c.tenant, 4000);
+  addAcked(c.baseline, 'public.events', ids);
+  await c.h.executeUpdate(M.approveUpdate, { args: [{ actor: 'network-suite' }] });
+  await midApply(c.target, c.tenant, ids.length);
+  return { apps, ids };
 }
 
 /** Resolves once the worker, which armed a fault point with action 'stop', has stopped itself there. */
@@ -277,41 +297,30 @@ function cutSourceInFrozenWindow(how: 'down' | 'blackhole') {
 }
 
 describe('network faults under live traffic', () => {
-  it(
-    'worker ↔ source shard down inside the frozen window: the tenant is unfrozen within its budget or switched, never left frozen',
-    { timeout: 360_000 },
-    async () => {
-      await runCase('worker-source down in frozen window', {
-        source: 'shard-a',
-        target: 'shard-b',
-        workerVia: ['shard-a'],
-        faultPoint: 'after-fence-raised',
-        move: {},
-        drive: cutSourceInFrozenWindow('down'),
-        after: async (c) => {
-          expect(c.frozen.longest(), 'longest stretch the tenant stayed frozen (ms)').toBeLessThanOrEqual(FROZEN_BOUND_MS);
-        },
-      });
-    },
-  );
-
-  it(
-    'worker ↔ source shard blackholed inside the frozen window: the tenant is unfrozen within its budget or switched, never left frozen',
-    { timeout: 360_000 },
-    async () => {
-      await runCase('worker-source blackhole in frozen window', {
-        source: 'shard-b',
-        target: 'shard-c',
-        workerVia: ['shard-b'],
-        faultPoint: 'after-fence-raised',
-        move: {},
-        drive: cutSourceInFrozenWindow('blackhole'),
-        after: async (c) => {
-          expect(c.frozen.longest(), 'longest stretch the tenant stayed frozen (ms)').toBeLessThanOrEqual(FROZEN_BOUND_MS);
-        },
-      });
-    },
-  );
+  (
+    [
+      ['down', 'shard-a', 'shard-b'],
+      ['blackhole', 'shard-b', 'shard-c'],
+    ] as const
+  ).forEach(([how, source, target]) => {
+    it(
+      `worker ↔ source shard ${how === 'down' ? 'down' : 'blackholed'} inside the frozen window: the tenant is unfrozen within its budget or switched, never left frozen`,
+      { timeout: 360_000 },
+      async () => {
+        await runCase(`worker-source ${how} in frozen window`, {
+          source,
+          target,
+          workerVia: [source],
+          faultPoint: 'after-fence-raised',
+          move: {},
+          drive: cutSourceInFrozenWindow(how),
+          after: async (c) => {
+            expect(c.frozen.longest(), 'longest stretch the tenant stayed frozen (ms)').toBeLessThanOrEqual(FROZEN_BOUND_MS);
+          },
+        });
+      },
+    );
+  });
 
   it(
     'worker ↔ Temporal blackholed during catch-up: a second worker takes the catch-up over, the zombie applies nothing twice, healed later',
@@ -326,35 +335,34 @@ describe('network faults under live traffic', () => {
           workerVia: ['temporal'],
           move: { approveCutover: 'manual', rowsPerSecond: 150 },
           drive: async (c) => {
-            apps = await countApplications(c.target, c.tenant);
-            await H.waitFor(c.h, (s) => s.awaitingApproval, 180_000);
-            ids = await burst(c.tenant, 4000);
-            addAcked(c.baseline, 'public.events', ids);
-            await c.h.executeUpdate(M.approveUpdate, { args: [{ actor: 'network-suite' }] });
-            await midApply(c.target, c.tenant, ids.length);
+            ({ apps, ids } = await backlogInCatchUp(c));
             const link = c.w1Links.temporal;
             await link.blackhole();
             const cutAt = Date.now();
             await c.second();
             while (Date.now() - cutAt < 25_000) await sleep(250);
-            c.notes.push(`first worker ${c.w1.proc.exitCode === null && c.w1.proc.signalCode === null ? 'alive' : `exited ${c.w1.proc.exitCode ?? c.w1.proc.signalCode}`} at the heal`);
+            c.notes.push(
+              `first worker ${c.w1.proc.exitCode === null && c.w1.proc.signalCode === null ? 'alive' : `exited ${c.w1.proc.exitCode ?? c.w1.proc.signalCode}`} at the heal`,
+            );
             await link.heal();
           },
           after: async (c) => {
             const retried = await retriedActivities(c.h);
-            const who = (identity: string) => (identity.startsWith(`${c.w1.proc.pid}@`) ? 'the cut-off worker' : identity.split('@')[0] === '' ? '?' : 'another worker');
+            const who = (identity: string) =>
+              identity.startsWith(`${c.w1.proc.pid}@`) ? 'the cut-off worker' : identity.split('@')[0] === '' ? '?' : 'another worker';
             c.notes.push(
               `activities retried: ${retried.map((a) => `${a.name} attempt ${a.attempt} on ${who(a.identity)} after "${a.lastFailure.slice(0, 60)}"`).join(', ') || 'none'}`,
             );
             const catchUps = retried.filter((a) => a.name === 'catchUp');
             expect(catchUps.length, 'a catch-up retried after the cut').toBeGreaterThan(0);
             // Temporal gave the cut-off worker's catch-up to another worker once its heartbeats stopped arriving.
-            expect(catchUps.some((a) => /heartbeat/i.test(a.lastFailure) && who(a.identity) === 'another worker'), JSON.stringify(catchUps)).toBe(true);
+            expect(
+              catchUps.some((a) => /heartbeat/i.test(a.lastFailure) && who(a.identity) === 'another worker'),
+              JSON.stringify(catchUps),
+            ).toBe(true);
             // Each burst row reached the target by exactly one application: the zombie's apply
             // session and its successor's never both applied a change.
-            const per = await apps!.perId(ids);
-            expect(per.size).toBe(ids.length);
-            expect([...per.entries()].filter(([, ops]) => ops.length !== 1 || ops[0] !== 'INSERT')).toEqual([]);
+            await expectAppliedOnce(apps!, ids);
           },
         });
       } finally {
@@ -435,12 +443,7 @@ describe('network faults under live traffic', () => {
           workerVia: ['shard-b'],
           move: { approveCutover: 'manual', rowsPerSecond: 150 },
           drive: async (c) => {
-            apps = await countApplications(c.target, c.tenant);
-            await H.waitFor(c.h, (s) => s.awaitingApproval, 180_000);
-            ids = await burst(c.tenant, 4000);
-            addAcked(c.baseline, 'public.events', ids);
-            await c.h.executeUpdate(M.approveUpdate, { args: [{ actor: 'network-suite' }] });
-            await midApply(c.target, c.tenant, ids.length);
+            ({ apps, ids } = await backlogInCatchUp(c));
             const link = c.w1Links[c.source];
             await link.blackhole();
             cutAt = Date.now();
@@ -455,9 +458,7 @@ describe('network faults under live traffic', () => {
                 ? `the worker gave up on the dead stream ${first.at - cutAt} ms into the cut (${first.type}: ${first.error.slice(0, 80)})`
                 : `the worker noticed nothing during the ${HALF_OPEN_MS / 1000} s cut; first failure ${failures[0] ? `${failures[0].at - cutAt} ms after the cut, at the heal (${failures[0].type}: ${failures[0].error.slice(0, 80)})` : 'never'}`,
             );
-            const per = await apps!.perId(ids);
-            expect(per.size).toBe(ids.length);
-            expect([...per.entries()].filter(([, ops]) => ops.length !== 1 || ops[0] !== 'INSERT')).toEqual([]);
+            await expectAppliedOnce(apps!, ids);
             const noticedMs = (failures[0]?.at ?? Infinity) - cutAt;
             expect(noticedMs, 'ms from the cut until the worker gave up on the half-open stream').toBeLessThanOrEqual(KEEPALIVE_BOUND_MS);
           },

@@ -11,7 +11,7 @@ import { projectRoot } from '../../lib/config';
 import * as M from '../../workflows/messages';
 import type { PgServerName } from '../../lib/dev/topology';
 import { addAcked, UnitBaseline } from '../../lib/loadgen';
-import { burst, countApplications, midApply, retriedActivities } from '../helpers/backlog';
+import { burst, countApplications, expectAppliedOnce, midApply, retriedActivities } from '../helpers/backlog';
 
 const rows: C.CaseRow[] = [];
 let worker: C.ChildWorker;
@@ -190,9 +190,7 @@ describe('server restarts mid-move', () => {
         },
         after: async ({ h }) => {
           expect((await retriedActivities(h)).map((a) => a.name)).toEqual(expect.arrayContaining([expect.stringMatching(/^(catchUp|cutover)$/)]));
-          const per = await apps!.perId(ids);
-          expect(per.size).toBe(ids.length);
-          expect([...per.entries()].filter(([, ops]) => ops.length !== 1 || ops[0] !== 'INSERT')).toEqual([]);
+          await expectAppliedOnce(apps!, ids);
         },
       });
     } finally {
@@ -220,9 +218,7 @@ describe('server restarts mid-move', () => {
         after: async ({ h }) => {
           expect((await retriedActivities(h)).map((a) => a.name)).toEqual(expect.arrayContaining([expect.stringMatching(/^(catchUp|cutover)$/)]));
           // Each burst row reached the target by exactly one application: one INSERT, no upsert.
-          const per = await apps!.perId(ids);
-          expect(per.size).toBe(ids.length);
-          expect([...per.entries()].filter(([, ops]) => ops.length !== 1 || ops[0] !== 'INSERT')).toEqual([]);
+          await expectAppliedOnce(apps!, ids);
         },
       });
     } finally {

@@ -71,7 +71,12 @@ export async function retriedActivities(h: WorkflowHandle): Promise<{ name: stri
     const st = e.activityTaskStartedEventAttributes;
     if (st && (st.attempt ?? 1) > 1) {
       // The last attempt's start names the worker that ran it and why the one before it failed.
-      out.push({ name: names.get(String(st.scheduledEventId)) ?? '?', attempt: st.attempt!, identity: st.identity ?? '', lastFailure: st.lastFailure?.message ?? '' });
+      out.push({
+        name: names.get(String(st.scheduledEventId)) ?? '?',
+        attempt: st.attempt!,
+        identity: st.identity ?? '',
+        lastFailure: st.lastFailure?.message ?? '',
+      });
     }
   }
   return out;
@@ -91,3 +96,9 @@ export async function midApply(target: string, tenant: string, total: number): P
   }
 }
 
+/** Each id reached the target by exactly one application: one INSERT, no second apply as an upsert. */
+export async function expectAppliedOnce(apps: Awaited<ReturnType<typeof countApplications>>, ids: string[]) {
+  const per = await apps.perId(ids);
+  expect(per.size).toBe(ids.length);
+  expect([...per.entries()].filter(([, ops]) => ops.length !== 1 || ops[0] !== 'INSERT')).toEqual([]);
+}

@@ -8,6 +8,7 @@ import path from 'node:path';
 import { stackAt, configVia, PROXIED_SERVERS, ProxiedServer, serverPort, Stack } from '../../lib/dev/stack';
 import { downToxiproxy, ToxiproxyApi, Toxic, upToxiproxy } from '../../lib/dev/toxiproxy';
 import { projectRoot, Config } from '../../lib/config';
+import { pidAlive, portOpen } from '../../lib/dev/proc';
 
 export type { ProxiedServer };
 
@@ -89,19 +90,32 @@ export class NetLab {
   static async start(dir: string): Promise<NetLab> {
     const stack = stackAt(projectRoot());
     const api = await upToxiproxy(stack, stack.ports.toxiproxy, (m) => process.stderr.write(`toxiproxy: ${m}\n`));
-    // Links of an earlier run that died before its close(): their ports are about to be reused.
-    for (const name of Object.keys(await api.proxies())) if (name.startsWith('lab-')) await api.deleteProxy(name);
+    // Links of a test process that died before its close(): their ports are about to be reused.
+    for (const name of Object.keys(await api.proxies())) {
+      const owner = /^lab(\d+)-/.exec(name)?.[1];
+      if (owner && !pidAlive(Number(owner))) await api.deleteProxy(name);
+    }
     fs.mkdirSync(dir, { recursive: true });
     return new NetLab(stack, api, dir);
   }
 
   /** The link client → server (created on first use). */
   async link(client: string, server: ProxiedServer): Promise<Link> {
-    const name = `lab-${client}-${server}`;
+    // Named by this process: another test file's lab on the same toxiproxy keeps its own links.
+    const name = `lab${process.pid}-${client}-${server}`;
     let l = this.links.get(name);
     if (l) return l;
-    const port = this.nextPort++;
-    await this.api.createProxy({ name, listen: `127.0.0.1:${port}`, upstream: `127.0.0.1:${serverPort(this.stack, server)}`, enabled: true });
+    const taken = new Set(Object.values(await this.api.proxies()).map((x) => Number(x.listen.split(':').pop())));
+    let port = this.nextPort++;
+    for (let tries = 0; ; tries++, port = this.nextPort++) {
+      if (taken.has(port) || (await portOpen(port))) continue;
+      try {
+        await this.api.createProxy({ name, listen: `127.0.0.1:${port}`, upstream: `127.0.0.1:${serverPort(this.stack, server)}`, enabled: true });
+        break;
+      } catch (e) {
+        if (tries > 50 || !/in use/i.test(String((e as Error).message))) throw e;
+      }
+    }
     l = new Link(this.api, name, port);
     this.links.set(name, l);
     return l;
@@ -132,6 +146,8 @@ export class NetLab {
   async close(o: { stopServer?: boolean } = {}): Promise<void> {
     for (const name of this.links.keys()) await this.api.deleteProxy(name).catch(() => {});
     this.links.clear();
-    if (o.stopServer) await downToxiproxy(this.stack);
+    // Only when nothing else has proxies on it (another lab, `dev up --with-proxies`).
+    const others = Object.keys(await this.api.proxies().catch(() => ({})));
+    if (o.stopServer && others.length === 0) await downToxiproxy(this.stack);
   }
 }

@@ -9,7 +9,7 @@ let lab: NetLab;
 beforeAll(async () => {
   lab = await NetLab.start(path.join(__dirname, '..', '..', 'test-results', 'network', 'netlab'));
 }, 600_000);
-afterAll(async () => lab?.close());
+afterAll(async () => lab?.close({ stopServer: true }));
 
 async function client(dsn: string): Promise<Client> {
   const c = new Client({ connectionString: dsn, connectionTimeoutMillis: 1500, query_timeout: 1500 });
