@@ -11,7 +11,7 @@ bash scripts/ensure-deps.sh || { echo "0 passed, 1 failed"; exit 1; }
 mkdir -p test-results
 sc() { node cli/shardctl.js "$@"; }
 # Reports of an earlier run must never stand in for this one's.
-rm -f test-results/vitest-*.json test-results/crash-report.md test-results/crash-restarts-report.md test-results/crash-pause-report.md
+rm -f test-results/vitest-*.json test-results/crash-report.md test-results/crash-restarts-report.md test-results/crash-pause-report.md test-results/network-report.md
 
 export SHARDCTL_WORKER_LOG=${SHARDCTL_WORKER_LOG:-ERROR}   # in-process test workers: expected activity retries are not news
 steps=()
@@ -50,6 +50,7 @@ else
     [ -f test-results/crash-report.md ] && { echo "== crash suite report (test-results/crash-report.md)"; cat test-results/crash-report.md; }
     [ -f test-results/crash-restarts-report.md ] && cat test-results/crash-restarts-report.md
     [ -f test-results/crash-pause-report.md ] && cat test-results/crash-pause-report.md
+    [ -f test-results/network-report.md ] && { echo "== network-fault report (test-results/network-report.md)"; cat test-results/network-report.md; }
   else
     echo "dev stack failed to start" >&2
     steps+=("dev-stack=1")

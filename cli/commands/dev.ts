@@ -15,10 +15,14 @@ export function registerDev(program: Command) {
   const up = dev
     .command('up')
     .description('start every part (idempotent)')
-    .action(async () => {
+    .option(
+      '--with-proxies',
+      'also start toxiproxy with a proxy in front of each server, and write .dev/config.proxied.json (installs toxiproxy with go install)',
+    )
+    .action(async (o: { withProxies?: boolean }) => {
       const t0 = Date.now();
       const st = s();
-      await stack.up(st, log);
+      await stack.up(st, log, { withProxies: o.withProxies });
       const parts = await stack.status(st);
       printStatus(parts);
       const env = stack.stackEnv(st);

@@ -27,6 +27,12 @@ export function spawnDaemon(cmd: string, args: string[], logFile: string, env: N
   return child.pid;
 }
 
+/** The path of `bin` on PATH, or undefined. */
+export function onPath(bin: string): string | undefined {
+  const r = run('sh', ['-c', `command -v ${bin}`]);
+  return r.code === 0 ? r.stdout.trim() : undefined;
+}
+
 export function pidAlive(pid: number | undefined): boolean {
   if (!pid) return false;
   try {

@@ -6,12 +6,13 @@ import path from 'node:path';
 import http from 'node:http';
 import { S3Client, CreateBucketCommand, ListBucketsCommand } from '@aws-sdk/client-s3';
 import * as T from './topology';
-import { run, spawnDaemon, pidAlive, readPid, stopGroup, portOpen, sleep, tail } from './proc';
+import { run, spawnDaemon, pidAlive, readPid, stopGroup, portOpen, sleep, tail, onPath } from './proc';
 import { StackError } from './stack-error';
 import { downPostgresServers, findPgBin, pgDsn, pgHealthy, prepareDevShards, restartPostgres, upPostgresServers } from './postgres';
 import { findPgHome, removeRelocatedData } from './pg-home';
 import { listWorkers, RunningWorker, stopCheckoutWorkers as stopWorkersOf } from './workers';
 import { Config } from '../config';
+import { downToxiproxy, upToxiproxy } from './toxiproxy';
 
 export { StackError, findPgBin, pgDsn, restartPostgres };
 
@@ -22,6 +23,8 @@ export interface StackPorts {
   temporalHttp: number;
   temporalMetrics: number;
   s3: number;
+  /** toxiproxy's HTTP API (started only on demand: `dev up --with-proxies`, the network-fault suite); its proxies listen above it. */
+  toxiproxy: number;
   pg: Record<T.PgServerName, number>;
 }
 
@@ -48,6 +51,7 @@ export function stackAt(root: string, env: NodeJS.ProcessEnv = process.env): Sta
     temporalHttp: num(env.SHARDCTL_DEV_TEMPORAL_HTTP_PORT, temporal + 1),
     temporalMetrics: num(env.SHARDCTL_DEV_TEMPORAL_METRICS_PORT, temporal + 2),
     s3: num(env.SHARDCTL_DEV_S3_PORT, base.s3),
+    toxiproxy: num(env.SHARDCTL_DEV_TOXIPROXY_PORT, base.toxiproxy ?? T.DEFAULT_PORTS.toxiproxy),
     pg,
   };
   const all = Object.entries({ ...ports, ...ports.pg }).filter((e): e is [string, number] => typeof e[1] === 'number');
@@ -82,11 +86,6 @@ function pythonEnv(s: Stack): NodeJS.ProcessEnv {
   const prev = process.env.PYTHONPATH;
   const dir = toolsDir(s, 'moto');
   return { ...process.env, PYTHONPATH: prev ? `${dir}:${prev}` : dir };
-}
-
-function onPath(bin: string): string | undefined {
-  const r = run('sh', ['-c', `command -v ${bin}`]);
-  return r.code === 0 ? r.stdout.trim() : undefined;
 }
 
 function pipInstall(s: Stack, which: 'temporal' | 'moto', pkgs: string[], log: (m: string) => void) {
@@ -298,7 +297,12 @@ export function stackEnv(s: Stack) {
   };
 }
 
-export async function up(s: Stack, log: (m: string) => void = () => {}): Promise<void> {
+export interface UpOptions {
+  /** Also start toxiproxy with one proxy in front of each server, and write .dev/config.proxied.json. */
+  withProxies?: boolean;
+}
+
+export async function up(s: Stack, log: (m: string) => void = () => {}, o: UpOptions = {}): Promise<void> {
   for (const d of ['logs', 'run']) fs.mkdirSync(p(s, d), { recursive: true });
   fs.writeFileSync(p(s, 'stack.json'), JSON.stringify(s.ports, null, 2));
   const config = stackConfig(s);
@@ -316,6 +320,7 @@ export async function up(s: Stack, log: (m: string) => void = () => {}): Promise
     upTemporal(s, log),
     upS3(s, log),
   ]);
+  if (o.withProxies) await upProxies(s, log);
 }
 
 export interface PartStatus {
@@ -357,7 +362,7 @@ function stopCheckoutWorkers(s: Stack, log: (m: string) => void) {
 export async function down(s: Stack, log: (m: string) => void = () => {}): Promise<void> {
   // Workers first: this checkout's would otherwise keep polling a server that is going away.
   await stopCheckoutWorkers(s, log);
-  const tasks: Promise<void>[] = [downPostgresServers(s, log)];
+  const tasks: Promise<void>[] = [downPostgresServers(s, log), downToxiproxy(s, log)];
   for (const part of ['temporal', 's3']) {
     const pid = readPid(p(s, 'run', `${part}.pid`));
     if (pidAlive(pid)) tasks.push(stopGroup(pid!).then(() => log(`stopped ${part}`)));
@@ -378,6 +383,47 @@ export async function reset(s: Stack, log: (m: string) => void = () => {}): Prom
 }
 
 // ---------------------------------------------------------------- fault injection for the crash suite
+
+/** The servers a proxy can stand in front of (S3 is not proxied). */
+export type ProxiedServer = T.PgServerName | 'temporal';
+export const PROXIED_SERVERS: readonly ProxiedServer[] = [...T.PG_SERVERS, 'temporal'];
+
+export function serverPort(s: Stack, server: ProxiedServer): number {
+  return server === 'temporal' ? s.ports.temporal : s.ports.pg[server];
+}
+
+/** The stack's config, with each server of `via` reached through that local port (a proxy) instead. */
+export function configVia(s: Stack, via: Partial<Record<ProxiedServer, number>>): Config {
+  const pg = { ...s.ports.pg };
+  for (const n of T.PG_SERVERS) pg[n] = via[n] ?? pg[n];
+  return stackConfig({ ...s, ports: { ...s.ports, temporal: via.temporal ?? s.ports.temporal, pg } });
+}
+
+/** The listen ports of `dev up --with-proxies`: toxiproxy's API port + 1, + 2, ... one per server. */
+export function devProxyPort(s: Stack, server: ProxiedServer): number {
+  return s.ports.toxiproxy + 1 + PROXIED_SERVERS.indexOf(server);
+}
+
+/**
+ * `dev up --with-proxies`: toxiproxy with a proxy `dev-<server>` in front of each server, and
+ * .dev/config.proxied.json naming them, so a worker or CLI started with
+ * SHARDCTL_CONFIG=.dev/config.proxied.json can be cut off, slowed or reset through the toxiproxy API.
+ */
+async function upProxies(s: Stack, log: (m: string) => void) {
+  const api = await upToxiproxy(s, s.ports.toxiproxy, log);
+  const have = await api.proxies();
+  const via: Partial<Record<ProxiedServer, number>> = {};
+  for (const server of PROXIED_SERVERS) {
+    const port = devProxyPort(s, server);
+    via[server] = port;
+    if (have[`dev-${server}`]) continue;
+    if (await portOpen(port))
+      throw new StackError(`port ${port} (toxiproxy's proxy for ${server}) is taken by another process; set SHARDCTL_DEV_TOXIPROXY_PORT`);
+    await api.createProxy({ name: `dev-${server}`, listen: `127.0.0.1:${port}`, upstream: `127.0.0.1:${serverPort(s, server)}`, enabled: true });
+  }
+  fs.writeFileSync(p(s, 'config.proxied.json'), JSON.stringify(configVia(s, via), null, 2));
+  log(`proxies up (toxiproxy API http://127.0.0.1:${s.ports.toxiproxy}); config through them: ${path.relative(s.root, p(s, 'config.proxied.json'))}`);
+}
 
 /** Stops and restarts the Temporal dev server; its SQLite file keeps every workflow. */
 export async function restartTemporal(s: Stack, downMs = 0): Promise<void> {

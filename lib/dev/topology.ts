@@ -10,6 +10,7 @@ export const DEFAULT_PORTS = {
   temporal: 17233,
   temporalUi: 18233,
   s3: 19000,
+  toxiproxy: 18474,
   pg: { directory: 15432, 'shard-a': 15433, 'shard-b': 15434, 'shard-c': 15435 } as Record<PgServerName, number>,
 };
 

@@ -9,7 +9,7 @@ import type { WorkflowHandle } from '@temporalio/client';
 import { testConfig, uniq, shardPool, directoryPool, closePools } from './stack';
 import { buildWorkflowBundle } from '../../worker';
 import * as H from './move';
-import { Router } from '../../lib/router';
+import { Router, type RouterOptions } from '../../lib/router';
 import { createDeps } from '../../activities/deps';
 import { startLoadgen, verifyLog, readLog, LoadgenHandle, snapshotUnit, unitLeftovers, UnitBaseline } from '../../lib/loadgen';
 import { shardByName } from '../../lib/config';
@@ -50,7 +50,10 @@ export async function stopStragglers(keep: (ChildWorker | undefined)[] = []): Pr
 }
 
 /** `faultAction: 'stop'` makes the armed point SIGSTOP the worker instead of killing it (the pause nemesis). */
-export function spawnWorker(taskQueue: string, opts: { faultPoint?: string; faultLog?: string; faultAction?: 'kill' | 'stop' } = {}): ChildWorker {
+export function spawnWorker(
+  taskQueue: string,
+  opts: { faultPoint?: string; faultLog?: string; faultAction?: 'kill' | 'stop'; env?: NodeJS.ProcessEnv } = {},
+): ChildWorker {
   const log = path.join(ARTIFACTS, 'crash', `worker-${taskQueue}-${Date.now()}.log`);
   fs.mkdirSync(path.dirname(log), { recursive: true });
   const out = fs.openSync(log, 'a');
@@ -60,6 +63,7 @@ export function spawnWorker(taskQueue: string, opts: { faultPoint?: string; faul
     SHARDCTL_FAULT_POINT: opts.faultPoint ?? '',
     SHARDCTL_FAULT_LOG: opts.faultLog ?? '',
     SHARDCTL_FAULT_ACTION: opts.faultAction ?? 'kill',
+    ...opts.env,
   };
   const proc = spawn(process.execPath, [path.join(ROOT, 'cli', 'shardctl.js'), 'worker', '--task-queue', taskQueue], {
     cwd: ROOT,
@@ -95,20 +99,24 @@ export async function stopWorker(w: ChildWorker | undefined) {
 
 export interface Traffic {
   lg: LoadgenHandle;
+  router: Router;
   logFile: string;
   stop(): Promise<void>;
 }
 
-export async function startTraffic(name: string, tenants: string[], rate = 40): Promise<Traffic> {
+/** `routerOptions`: e.g. the router's own path to the directory (the network-fault suite). */
+export async function startTraffic(name: string, tenants: string[], rate = 40, routerOptions: RouterOptions = {}): Promise<Traffic> {
   const config = testConfig();
-  const router = await Router.create(config);
+  const router = await Router.create(config, routerOptions);
   const deps = createDeps(config);
   const logFile = path.join(ARTIFACTS, 'crash', `${name}.jsonl`);
+  fs.mkdirSync(path.dirname(logFile), { recursive: true });
   fs.rmSync(logFile, { force: true });
   const lg = startLoadgen({ config, router, s3For: (s) => deps.s3For(s), tenants, rate, durationMs: 600_000, logFile, concurrency: 4 });
   let stopping: Promise<void> | undefined;
   const traffic: Traffic = {
     lg,
+    router,
     logFile,
     stop() {
       liveTraffic.delete(traffic);
