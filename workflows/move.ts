@@ -10,6 +10,7 @@ import {
   workflowInfo,
   continueAsNew,
   CancellationScope,
+  ActivityCancellationType,
   isCancellation,
   ActivityFailure,
   patched,
@@ -33,6 +34,14 @@ const retry: RetryPolicy = {
 // Every activity heartbeats each second while it runs: a killed worker is noticed in seconds.
 const quick = proxyActivities<Activities>({ startToCloseTimeout: '5 minutes', heartbeatTimeout: '10 seconds', retry });
 const long = proxyActivities<Activities>({ startToCloseTimeout: '2 hours', heartbeatTimeout: '10 seconds', retry });
+// A cancelled table copy is waited for until it has stopped: the cancel's clean-up must not run
+// while it can still commit a batch on the target (it did: rows left behind after a cancel).
+const copying = proxyActivities<Activities>({
+  startToCloseTimeout: '2 hours',
+  heartbeatTimeout: '10 seconds',
+  retry,
+  cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+});
 // The cutover holds the write pause: a killed worker must be noticed within seconds.
 const cut = proxyActivities<Activities>({ startToCloseTimeout: '2 minutes', heartbeatTimeout: '5 seconds', retry });
 
@@ -212,7 +221,7 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
         await waitIfPaused();
         // Batches are sized in bytes by the copy; copyBatchRows (tests) only caps their rows.
         const batchRows = input.copyBatchRows;
-        const r = await step(`copy ${t.table}`, () => long.copyTable({ ...ref(), table: t.table, ...(batchRows ? { batchRows } : {}), rowsPerSecond }));
+        const r = await step(`copy ${t.table}`, () => copying.copyTable({ ...ref(), table: t.table, ...(batchRows ? { batchRows } : {}), rowsPerSecond }));
         t.rowsCopied = r.rowsCopied;
         t.done = true;
         // Rows written during the copy raise the total (lib/move-progress): the ETA never goes negative.

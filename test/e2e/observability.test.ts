@@ -44,7 +44,8 @@ beforeAll(async () => {
     cwd: ROOT,
     env: { ...process.env, [MARK_VAR]: mark, SHARDCTL_LOG_LEVEL: 'debug' },
   });
-  await worker.waitFor('worker: polling', 120_000);
+  // The JSON line itself (stdout), not only the stderr banner: under load the two arrive in either order.
+  await worker.waitFor('"msg":"worker polling"', 120_000);
   const started = worker
     .output()
     .split('\n')

@@ -285,14 +285,12 @@ describe('activities delivered twice', () => {
     const target = ref.target;
     const cut = { ...ref, direction: 'forward' as const, epoch: 1, fenceBudgetMs: 10_000, actor: 'twice-test' };
     const results = await atOnce(() => act.cutover(cut), CUTOVER_TAKEN_OVER);
-    // One may lose the race to freeze (and says so); whoever went on switched to epoch 2.
-    expect(
-      results.some((r) => r.ok),
-      JSON.stringify(results),
-    ).toBe(true);
+    // One may lose the race to freeze (and says so), and the newer apply session ends the older
+    // one's: both may give up (each unfreezes, fail open). Whoever went on switched to epoch 2.
     for (const r of results) if (r.ok) expect(r.newEpoch).toBe(2);
-    // A third, late delivery only confirms.
-    expect(await act.cutover(cut)).toMatchObject({ ok: true, newEpoch: 2, alreadyDone: true });
+    const switched = results.some((r) => r.ok);
+    // The next delivery (Temporal's retry) confirms the switch, or makes it if neither did.
+    expect(await act.cutover(cut), JSON.stringify(results)).toMatchObject({ ok: true, newEpoch: 2, alreadyDone: switched });
     expect(await H.placement(tenant)).toMatchObject({ shard: target, epoch: 2, state: 'active', moveId: null });
     expect(await fenceOf('shard-a', tenant)).toEqual({ epoch: 2, owned: false, frozen: false });
     expect(await fenceOf(target, tenant)).toEqual({ epoch: 2, owned: true, frozen: false });
