@@ -15,7 +15,10 @@ import type { Finding } from '../../lib/doctor/findings';
 let env: Awaited<ReturnType<typeof H.moveEnv>>;
 
 async function doctor(...args: string[]): Promise<{ code: number; findings: Finding[]; stderr: string; stdout: string }> {
-  const r = await runCli(['doctor', '--json', ...args], { timeoutMs: 60_000 });
+  // `--config F` (a global option) goes before the verb.
+  const at = args.indexOf('--config');
+  const global = at >= 0 ? args.splice(at, 2) : [];
+  const r = await runCli([...global, 'doctor', '--json', ...args], { timeoutMs: 60_000 });
   const body = r.stdout ? JSON.parse(r.stdout) : { findings: [] };
   return { code: r.code, findings: body.findings ?? [], stderr: r.stderr, stdout: r.stdout };
 }
@@ -181,17 +184,24 @@ describe('shardctl doctor', () => {
   });
 
   it('reports a tenant table without the fence trigger, fixed by shards prepare', async () => {
-    const table = `doc_${uniq('t').replace(/-/g, '_')}`;
-    await shardPool('shard-c').query(`create table public.${table} (tenant_id text not null, id int not null, primary key (tenant_id, id))`);
+    // In a schema of its own, named only in this test's config: every suite prepares the shared
+    // stack's shards, and a concurrent prepare would fence a table in public before doctor looks.
+    const schema = `doc_${uniq('s').replace(/-/g, '_')}`;
+    const base = testConfig();
+    const cfg = configFile({ ...base, tenant: { ...base.tenant, schemas: [...base.tenant.schemas, schema] } });
+    await shardPool('shard-c').query(
+      `create schema ${schema}; create table ${schema}.t (tenant_id text not null, id int not null, primary key (tenant_id, id))`,
+    );
     try {
-      const f = (await doctor()).findings.find((x) => x.id === 'unfenced-tables:shard-c')!;
-      expect(f.message).toContain(`public.${table}`);
+      const f = (await doctor('--config', cfg.file)).findings.find((x) => x.id === 'unfenced-tables:shard-c')!;
+      expect(f?.message).toContain(`${schema}.t`);
       expect(f.fix).toBe('shardctl shards prepare --shard shard-c');
-      const prep = await runCli(['shards', 'prepare', '--shard', 'shard-c']);
+      const prep = await runCli(['--config', cfg.file, 'shards', 'prepare', '--shard', 'shard-c']);
       expect(prep.code, prep.stdout + prep.stderr).toBe(0);
-      expect(ids((await doctor()).findings)).not.toContain('unfenced-tables:shard-c');
+      expect(ids((await doctor('--config', cfg.file)).findings)).not.toContain('unfenced-tables:shard-c');
     } finally {
-      await shardPool('shard-c').query(`drop table public.${table}`);
+      await shardPool('shard-c').query(`drop schema ${schema} cascade`);
+      cfg.remove();
     }
   });
 
