@@ -1,6 +1,8 @@
 // Shared plumbing of the move activities: input schemas, table discovery, heartbeats and the
 // typed, non-retryable failures workflows branch on.
-import { copyBlobPrefix, tenantBlobPrefix, type CopyBlobPrefixOptions } from '../../lib/blobs';
+import { copyBlobPrefix, tenantBlobPrefix, type CopyBlobPrefixOptions, type CopyBlobPrefixResult, type ShardBucket } from '../../lib/blobs';
+import { getPlacement } from '../../lib/directory/placements';
+import { getUnitFence } from '../../lib/shard/fence';
 import { sameS3Endpoint } from '../../lib/s3';
 import { shardByName } from '../../lib/config';
 import { z } from 'zod';
@@ -89,15 +91,62 @@ export function activityKey(): string | null {
   }
 }
 
-/** Delta-syncs a unit's blob prefix from one shard's bucket to another's (see lib/blobs/copy.ts). */
-export function syncUnitBlobs(deps: Deps, from: string, to: string, unit: string, opts: Pick<CopyBlobPrefixOptions, 'onProgress' | 'hashUnchanged'> = {}) {
-  const src = shardByName(deps.config, from);
-  const dst = shardByName(deps.config, to);
+/** A shard's bucket as the blob modules want it: the shard that claims it, its client and name. */
+export function shardBucket(deps: Deps, shard: string): ShardBucket {
+  return { shard, s3: deps.s3For(shard), bucket: shardByName(deps.config, shard).bucket };
+}
+
+/**
+ * The fence of a blob sync from `from` to `to`: it starts only while `from` owns the unit, and
+ * the check it returns throws once the directory no longer shows `from` at that same epoch, or
+ * `to`'s fence owns the unit. Run after the observation that justifies a delete, it keeps a sync
+ * Temporal gave up on (heartbeat timeout, a partitioned worker) from deleting anything from the
+ * bucket that owns the unit again after a rollback: whatever made the object vanish from the
+ * source after the switch back (the rollback clean-up) happened before the check, so it sees it.
+ */
+export async function blobSyncFence(deps: Deps, from: string, to: string, unit: string): Promise<() => Promise<void>> {
+  const dir = deps.directoryPool();
+  const p0 = await getPlacement(dir, unit);
+  if (!p0 || p0.shard !== from) {
+    throw new ShardctlError(
+      'PreconditionFailed',
+      `refusing to sync the blobs of ${unit} from ${from} to ${to}: the directory shows ${p0 ? `${p0.shard} epoch ${p0.epoch}` : 'no placement'}, not ${from}, as the owner`,
+    );
+  }
+  return async () => {
+    const [p, f] = await Promise.all([getPlacement(dir, unit), getUnitFence(deps.shardPool(to), unit)]);
+    if (!p || p.shard !== from || p.epoch !== p0.epoch || f?.owned) {
+      throw new ShardctlError(
+        'PreconditionFailed',
+        `blob sync of ${unit} from ${from} to ${to} stopped: it started while ${from} owned the unit at epoch ${p0.epoch}; now the directory shows ` +
+          `${p ? `${p.shard} epoch ${p.epoch} ${p.state}` : 'no placement'} and ${to}'s fence ${f?.owned ? `owns it at epoch ${f.epoch}` : 'does not own it'}: nothing more is copied or deleted`,
+      );
+    }
+  };
+}
+
+/**
+ * Delta-syncs a unit's blob prefix from one shard's bucket to another's (see lib/blobs/copy.ts),
+ * fenced by blobSyncFence, stopped by the activity's cancellation, and through both shards' blob
+ * ledgers (unchanged objects are not read; objects written behind shardctl's back are left alone).
+ * The cutover calls this too (its final delta under the fence).
+ */
+export async function syncUnitBlobs(
+  deps: Deps,
+  from: string,
+  to: string,
+  unit: string,
+  opts: Pick<CopyBlobPrefixOptions, 'onProgress' | 'hashUnchanged' | 'signal'> = {},
+): Promise<CopyBlobPrefixResult> {
+  const stillSyncing = await blobSyncFence(deps, from, to, unit);
   return copyBlobPrefix({
-    src: { s3: deps.s3For(from), bucket: src.bucket },
-    dst: { s3: deps.s3For(to), bucket: dst.bucket },
+    src: shardBucket(deps, from),
+    dst: shardBucket(deps, to),
     prefix: tenantBlobPrefix(unit),
     sameEndpoint: sameS3Endpoint(deps.config, from, to),
+    signal: opts.signal ?? activitySignal(),
+    stillSyncing,
+    ledger: { src: deps.shardPool(from), dst: deps.shardPool(to), unit },
     ...opts,
   });
 }
