@@ -15,7 +15,7 @@ import { unownedWritesSinceDisown } from '../../lib/shard/write-audit';
 import { recordMoveEvent } from '../../lib/directory/moves';
 import { dropPublicationAndSlot } from '../../lib/cdc';
 import { deleteTenantRows } from '../../lib/copy';
-import { deleteBlobPrefix, tenantBlobPrefix, deleteManifest, listBlobs, loadLedger, forgetLedger, outOfBandObjects } from '../../lib/blobs';
+import { deleteBlobPrefix, tenantBlobPrefix, deleteManifest, listBlobs, loadLedger, forgetLedger, outOfBandObjects, assertMayDelete } from '../../lib/blobs';
 
 const withEpoch = moveRef.extend({ epoch: z.number().int().positive(), actor: z.string().min(1) });
 const dropInput = moveRef.extend({ direction: z.enum(['forward', 'reverse']) });
@@ -50,6 +50,8 @@ export function createLifecycleActivities(deps: Deps) {
         `refusing to delete ${ref.unit} on ${side}: it is the owner (directory ${p?.shard ?? 'missing'}, fence owned=${fence?.owned})`,
       );
     }
+    // Before anything is deleted: this side's bucket is its own and the owner's is another one.
+    await assertMayDelete(shardBucket(deps, side), shardBucket(deps, p.shard), `delete the copy of ${ref.unit} on ${side}`);
     const pool = deps.shardPool(side);
     const tables = await tenantTables(deps, side);
     await deleteTenantRows({
