@@ -92,7 +92,13 @@ export function createDataActivities(deps: Deps) {
       });
     },
 
-    async copyBlobs(input: z.infer<typeof setupInput>): Promise<{ copied: number; total: number; bytes: number; deleted: number }> {
+    /**
+     * Syncs the unit's blobs in a direction. Objects written behind shardctl's back in the receiving
+     * bucket (a late upload to the old owner) are left there and named in `outOfBand`; retire refuses while they exist.
+     */
+    async copyBlobs(
+      input: z.infer<typeof setupInput>,
+    ): Promise<{ copied: number; total: number; bytes: number; deleted: number; outOfBand: { key: string; change: string }[] }> {
       const ref = parse(setupInput, input);
       return typed(async () => {
         const { from, to } = ends(ref, ref.direction);
@@ -100,7 +106,7 @@ export function createDataActivities(deps: Deps) {
         await ensureManifestTable(deps.shardPool(to));
         await recordManifest(deps.shardPool(to), ref.moveId, r.manifest);
         if (ref.direction === 'forward') await deps.faultPoint('after-copy');
-        return { copied: r.copied, total: r.manifest.length, bytes: r.bytes, deleted: r.deleted };
+        return { copied: r.copied, total: r.manifest.length, bytes: r.bytes, deleted: r.deleted, outOfBand: r.outOfBand.slice(0, 20) };
       });
     },
 
