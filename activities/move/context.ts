@@ -1,6 +1,13 @@
 // Shared plumbing of the move activities: input schemas, table discovery, heartbeats and the
 // typed, non-retryable failures workflows branch on.
-import { copyBlobPrefix, tenantBlobPrefix, type CopyBlobPrefixOptions, type CopyBlobPrefixResult, type ShardBucket } from '../../lib/blobs';
+import {
+  compareBlobPrefixes,
+  copyBlobPrefix,
+  tenantBlobPrefix,
+  type CopyBlobPrefixOptions,
+  type CopyBlobPrefixResult,
+  type ShardBucket,
+} from '../../lib/blobs';
 import { getPlacement } from '../../lib/directory/placements';
 import { getUnitFence } from '../../lib/shard/fence';
 import { sameS3Endpoint } from '../../lib/s3';
@@ -148,5 +155,16 @@ export async function syncUnitBlobs(
     stillSyncing,
     ledger: { src: deps.shardPool(from), dst: deps.shardPool(to), unit },
     ...opts,
+  });
+}
+
+/** Compares the unit's blobs on two shards by key, size and sha256, reading only what the ledgers cannot vouch for. */
+export function compareUnitBlobs(deps: Deps, from: string, to: string, unit: string) {
+  return compareBlobPrefixes({
+    src: shardBucket(deps, from),
+    dst: shardBucket(deps, to),
+    prefix: tenantBlobPrefix(unit),
+    ledger: { src: deps.shardPool(from), dst: deps.shardPool(to), unit },
+    signal: activitySignal(),
   });
 }

@@ -178,8 +178,8 @@ export function createLifecycleActivities(deps: Deps) {
         }
         // Objects that reached the source's bucket behind shardctl's back after the switch (a late
         // upload, a delete): the bucket differs from what the syncs left there.
-        const odd = await blobsWrittenOutsideShardctl(ref, ref.source, 'retire');
-        if (odd) throw new ShardctlError('PreconditionFailed', odd);
+        const oddBlobs = await blobsWrittenOutsideShardctl(ref, ref.source, 'retire');
+        if (oddBlobs) throw new ShardctlError('PreconditionFailed', oddBlobs);
         // Stop reverse replication first: nothing may write the source copy while it is deleted.
         // Dropping the slot stops the stream; evicting the apply session rolls back whatever a
         // late applier still holds open, and without its slot it cannot start again.

@@ -25,7 +25,7 @@ import { BlobEntry, isContentEtag, isNotFound, isPreconditionFailed, listBlobs, 
 import type { ManifestEntry } from './manifest';
 import { assertBucketOf } from './marker';
 import { assertTenantBlobPrefix } from './prefix';
-import { Ledger, LedgerEntry, loadLedger, OutOfBandObject, outOfBandChange, recordLedger, forgetLedger, replaceLedger } from './ledger';
+import { Ledger, LedgerEntry, ledgerSaysEqual, loadLedger, OutOfBandObject, outOfBandChange, recordLedger, forgetLedger, replaceLedger } from './ledger';
 import { BucketRef, DEFAULT_LIMITS, serverCopyObject, streamCopyObject, TransferLimits } from './transfer';
 
 export type { BucketRef } from './transfer';
@@ -87,15 +87,6 @@ export interface CopyBlobPrefixResult {
 
 const MAX_ATTEMPTS_PER_KEY = 5;
 
-/** The destination object is the one the ledger says was copied from this very source object. */
-function knownEqual(e: BlobEntry, d: BlobEntry | undefined, r: LedgerEntry | undefined, rs: LedgerEntry | undefined): string | null | false {
-  if (!d || !r || r.etag === null || r.etag !== d.etag || r.size !== d.size) return false;
-  if (r.srcEtag === e.etag && r.srcSize === e.size) return r.sha256;
-  // Copied the other way: the source object is the copy of this destination object.
-  if (rs && rs.etag === e.etag && rs.size === e.size && rs.srcEtag === d.etag && rs.srcSize === d.size) return rs.sha256 ?? r.sha256;
-  return false;
-}
-
 export async function copyBlobPrefix(opts: CopyBlobPrefixOptions): Promise<CopyBlobPrefixResult> {
   const { src, dst, prefix, sameEndpoint, signal } = opts;
   assertTenantBlobPrefix(prefix);
@@ -154,7 +145,7 @@ export async function copyBlobPrefix(opts: CopyBlobPrefixOptions): Promise<CopyB
       outOfBand.push({ key: e.key, change });
       continue;
     }
-    const known = knownEqual(e, d, r, srcLedger.get(e.key));
+    const known = ledgerSaysEqual(e, d, r, srcLedger.get(e.key));
     if (known !== false) {
       stats.skipped++;
       if (known) manifest[i] = { key: e.key, size: e.size, sha256: known };
@@ -200,9 +191,13 @@ export async function copyBlobPrefix(opts: CopyBlobPrefixOptions): Promise<CopyB
   /** Brings one key in line with the source and returns its manifest entry and ledger row. */
   const syncOnce = async (e: BlobEntry): Promise<{ m?: ManifestEntry; row: LedgerEntry }> => {
     const d = dstByKey.get(e.key);
+    const r = dstLedger.get(e.key);
+    // The destination still holds what a sync copied from an older version of this source object:
+    // it differs, no need to read both to find out.
+    const changedSinceCopy = !!d && !!r && r.etag === d.etag && r.size === d.size && (r.srcEtag !== e.etag || r.srcSize !== e.size);
     let srcHash: ObjectHash | undefined;
     let same = false;
-    if (d && d.size === e.size) {
+    if (d && d.size === e.size && !changedSinceCopy) {
       if (isContentEtag(e.etag) && e.etag === d.etag) same = true;
       else {
         srcHash = await hashSrc(e);

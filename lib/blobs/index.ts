@@ -16,3 +16,5 @@ export type { BucketMarker, ShardBucket } from './marker';
 export { bucketIdentity, sharedBucketProblems, shardBucketIdentity } from './bucket-identity';
 export { loadLedger, recordLedger, forgetLedger, replaceLedger, outOfBandObjects, outOfBandChange } from './ledger';
 export type { Ledger, LedgerEntry, OutOfBandObject, OutOfBandChange } from './ledger';
+export { compareBlobPrefixes } from './verify';
+export { ledgerSaysEqual } from './ledger';

@@ -141,3 +141,22 @@ export function outOfBandObjects(listing: readonly BlobEntry[], ledger: Ledger):
   for (const [key, row] of ledger) if (!listed.has(key) && outOfBandChange(undefined, row)) out.push({ key, change: 'deleted' });
   return out.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
 }
+
+/**
+ * Whether the ledgers prove the destination object `d` holds the source object `e`'s bytes without
+ * reading either: `d` is what a sync left there, copied from exactly `e` (or `e` is what a sync
+ * copied from exactly `d`, the other way). Returns the sha256 when known (null: equal, hash
+ * unknown), or false when the ledgers cannot tell.
+ */
+export function ledgerSaysEqual(
+  e: Pick<BlobEntry, 'etag' | 'size'>,
+  d: Pick<BlobEntry, 'etag' | 'size'> | undefined,
+  dstRow: LedgerEntry | undefined,
+  srcRow: LedgerEntry | undefined,
+): string | null | false {
+  if (!d || !dstRow || dstRow.etag === null || dstRow.etag !== d.etag || dstRow.size !== d.size) return false;
+  if (dstRow.srcEtag === e.etag && dstRow.srcSize === e.size) return dstRow.sha256;
+  if (srcRow && srcRow.etag === e.etag && srcRow.size === e.size && srcRow.srcEtag === d.etag && srcRow.srcSize === d.size)
+    return srcRow.sha256 ?? dstRow.sha256;
+  return false;
+}
