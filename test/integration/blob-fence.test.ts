@@ -185,4 +185,19 @@ describe('blob writes that bypass the router after the switch', () => {
     await expect(act.retireSource({ ...ref, epoch: 2, actor: 'blob-fence-test' })).resolves.toEqual({ retired: true });
     expect(await keysOn(SOURCE, tenant)).toEqual([]);
   });
+
+  it('an upload that reached the new owner after a rollback switched back blocks the rollback clean-up, naming the key', async () => {
+    const { tenant, ref } = await B.switchedTenant(act, refs, 'bf-rb', SOURCE, TARGET);
+    await act.catchUp({ ...ref, direction: 'reverse', maxDurationMs: 20_000, mode: 'now' });
+    const back = await act.cutover({ ...ref, direction: 'reverse', epoch: 2, fenceBudgetMs: 10_000, actor: 'blob-fence-test' });
+    expect(back, JSON.stringify(back)).toMatchObject({ ok: true, newEpoch: 3 });
+    // A writer still routed to the target uploads there, behind the router.
+    const [late] = await B.putDirect(deps.s3For(TARGET), TARGET, tenant, 1, 'after-rollback');
+    const before = await keysOn(TARGET, tenant);
+    await expect(act.cleanupAfterRollback({ ...ref, epoch: 3, actor: 'blob-fence-test' })).rejects.toMatchObject({
+      type: 'PreconditionFailed',
+      message: expect.stringMatching(new RegExp(`refusing to clean up after the rollback: 1 object\\(s\\) .* of shard-b .*\\(${late} written\\)`)),
+    });
+    expect(await keysOn(TARGET, tenant)).toEqual(before);
+  });
 });
