@@ -128,6 +128,8 @@ export function createLifecycleActivities(deps: Deps) {
         await dropReplicationOf(ref, 'reverse');
         await deps.faultPoint('mid-cancel');
         await deleteCopy(ref, ref.target);
+        // The source stays the owner: what the syncs recorded of its bucket is no longer needed.
+        await forgetLedger(deps.shardPool(ref.source), ref.unit);
         await forgetUnownedFence(deps.shardPool(ref.target), ref.unit);
         await forgetMoveProgress(deps.shardPool(ref.source), ref.moveId);
         return { cleaned: true as const };
@@ -187,6 +189,7 @@ export function createLifecycleActivities(deps: Deps) {
         await evictApplySessions(deps.shardPool(ref.source), applyLockKey(ref.moveId, 'reverse'));
         await dropReplicationOf(ref, 'forward');
         await deleteCopy(ref, ref.source, 'mid-retire');
+        await forgetLedger(deps.shardPool(ref.target), ref.unit);
         await forgetMoveProgress(deps.shardPool(ref.target), ref.moveId);
         // The source keeps its fence row (owned = false): a tombstone that still refuses stale routers.
         return { retired: true as const };
