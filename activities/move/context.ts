@@ -10,6 +10,7 @@ import {
 } from '../../lib/blobs';
 import { getPlacement } from '../../lib/directory/placements';
 import { getUnitFence } from '../../lib/shard/fence';
+import { replicationNames } from '../../lib/ids';
 import { sameS3Endpoint } from '../../lib/s3';
 import { shardByName } from '../../lib/config';
 import { z } from 'zod';
@@ -103,15 +104,21 @@ export function shardBucket(deps: Deps, shard: string): ShardBucket {
   return { shard, s3: deps.s3For(shard), bucket: shardByName(deps.config, shard).bucket };
 }
 
+/** The move and direction a blob sync works for (the cutover's own syncs run inside its freeze and pass none). */
+export interface BlobSyncMove {
+  moveId: string;
+  direction: 'forward' | 'reverse';
+}
+
 /**
  * The fence of a blob sync from `from` to `to`: it starts only while `from` owns the unit, and
  * the check it returns throws once the directory no longer shows `from` at that same epoch, or
- * `to`'s fence owns the unit. Run after the observation that justifies a delete, it keeps a sync
+ * `to`'s fence owns the unit, or (given the move) the move's slot for this direction is gone. Run after the observation that justifies a delete, it keeps a sync
  * Temporal gave up on (heartbeat timeout, a partitioned worker) from deleting anything from the
  * bucket that owns the unit again after a rollback: whatever made the object vanish from the
  * source after the switch back (the rollback clean-up) happened before the check, so it sees it.
  */
-export async function blobSyncFence(deps: Deps, from: string, to: string, unit: string): Promise<() => Promise<void>> {
+export async function blobSyncFence(deps: Deps, from: string, to: string, unit: string, move?: BlobSyncMove): Promise<() => Promise<void>> {
   const dir = deps.directoryPool();
   const p0 = await getPlacement(dir, unit);
   if (!p0 || p0.shard !== from) {
@@ -120,8 +127,25 @@ export async function blobSyncFence(deps: Deps, from: string, to: string, unit: 
       `refusing to sync the blobs of ${unit} from ${from} to ${to}: the directory shows ${p0 ? `${p0.shard} epoch ${p0.epoch}` : 'no placement'}, not ${from}, as the owner`,
     );
   }
+  // A cancel, a rollback clean-up or a retire drops the move's slot for this direction first (the
+  // epoch does not change on a cancel): a sync of a move that no longer replicates has no business.
+  const slot = move && replicationNames(move.moveId, move.direction).slot;
+  const slotGone = async () =>
+    slot !== undefined && ((await deps.shardPool(from).query('select 1 from pg_replication_slots where slot_name = $1', [slot])).rowCount ?? 0) === 0;
+  if (await slotGone()) {
+    throw new ShardctlError(
+      'PreconditionFailed',
+      `refusing to sync the blobs of ${unit} from ${from} to ${to}: move ${move!.moveId} has no ${move!.direction} replication slot (cancelled or finished)`,
+    );
+  }
   return async () => {
-    const [p, f] = await Promise.all([getPlacement(dir, unit), getUnitFence(deps.shardPool(to), unit)]);
+    const [p, f, gone] = await Promise.all([getPlacement(dir, unit), getUnitFence(deps.shardPool(to), unit), slotGone()]);
+    if (gone) {
+      throw new ShardctlError(
+        'PreconditionFailed',
+        `blob sync of ${unit} from ${from} to ${to} stopped: move ${move!.moveId} dropped its ${move!.direction} slot (cancelled or finished): nothing more is copied or deleted`,
+      );
+    }
     if (!p || p.shard !== from || p.epoch !== p0.epoch || f?.owned) {
       throw new ShardctlError(
         'PreconditionFailed',
@@ -143,18 +167,19 @@ export async function syncUnitBlobs(
   from: string,
   to: string,
   unit: string,
-  opts: Pick<CopyBlobPrefixOptions, 'onProgress' | 'hashUnchanged' | 'signal'> = {},
+  opts: Pick<CopyBlobPrefixOptions, 'onProgress' | 'hashUnchanged' | 'signal'> & { move?: BlobSyncMove } = {},
 ): Promise<CopyBlobPrefixResult> {
-  const stillSyncing = await blobSyncFence(deps, from, to, unit);
+  const { move, ...rest } = opts;
+  const stillSyncing = await blobSyncFence(deps, from, to, unit, move);
   return copyBlobPrefix({
     src: shardBucket(deps, from),
     dst: shardBucket(deps, to),
     prefix: tenantBlobPrefix(unit),
     sameEndpoint: sameS3Endpoint(deps.config, from, to),
-    signal: opts.signal ?? activitySignal(),
     stillSyncing,
     ledger: { src: deps.shardPool(from), dst: deps.shardPool(to), unit },
-    ...opts,
+    ...rest,
+    signal: rest.signal ?? activitySignal(),
   });
 }
 

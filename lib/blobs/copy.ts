@@ -9,8 +9,9 @@
 // Safety (each a refusal, never a silent skip of the check):
 //  - both buckets prove by their identity markers that they are their shards' own, and differ;
 //  - `stillSyncing` (the caller's fence: its move still holds this direction) runs before every
-//    delete batch, after the observation that justifies the delete, and shortly before any copy
-//    starts; `signal` (the activity's cancellation) stops the sync between and inside requests;
+//    delete batch and every object written, after the observation or read that justifies it (a
+//    write already in flight when the fence moves is the one that can still land);
+//    `signal` (the activity's cancellation) stops the sync between and inside requests;
 //  - with the ledger (./ledger), an object unchanged on both sides since the last sync is skipped
 //    without being read, and in a tracked destination an object shardctl did not put there (or
 //    one it left there that was changed or deleted) is never overwritten or deleted: it is
@@ -63,10 +64,10 @@ export interface CopyBlobPrefixOptions {
   signal?: AbortSignal;
   /**
    * The caller's fence: throws when this sync may no longer write into dst (its move no longer
-   * holds this direction). Run before every delete batch and at most `fenceIntervalMs` before a copy starts.
+   * holds this direction). Run before every delete batch and every object written, after the read
+   * that justifies it.
    */
   stillSyncing?: () => Promise<void>;
-  fenceIntervalMs?: number;
   /** Both shards' blob ledgers for the unit (see ./ledger). */
   ledger?: { src: Pool; dst: Pool; unit: string };
 }
@@ -110,23 +111,11 @@ export async function copyBlobPrefix(opts: CopyBlobPrefixOptions): Promise<CopyB
   const dstByKey = new Map(dstList.map((e) => [e.key, e]));
   const srcKeys = new Set(srcList.map((e) => e.key));
 
-  let checkedAt = Number.NEGATIVE_INFINITY;
-  let checking: Promise<void> | undefined;
-  const fenceBeforeCopy = async () => {
+  // Right before anything is written to the destination (after the read it copies, so whatever
+  // happened before that read — a cancel, a switch — is seen): the caller's fence, and the signal.
+  const fenceBeforeWrite = async () => {
     signal?.throwIfAborted();
-    if (!opts.stillSyncing || Date.now() - checkedAt < (opts.fenceIntervalMs ?? 1000)) return;
-    const started = Date.now();
-    checking ??= opts.stillSyncing().then(
-      () => {
-        checkedAt = started;
-        checking = undefined;
-      },
-      (e) => {
-        checking = undefined;
-        throw e;
-      },
-    );
-    await checking;
+    await opts.stillSyncing?.();
   };
   const deleteOpts = { owner: src, signal, beforeBatch: opts.stillSyncing ? () => opts.stillSyncing!() : undefined };
 
@@ -175,7 +164,7 @@ export async function copyBlobPrefix(opts: CopyBlobPrefixOptions): Promise<CopyB
 
   // Copies in flight are recorded first: a sync killed mid-copy leaves rows that say "ours".
   if (opts.ledger && work.length > 0) {
-    await fenceBeforeCopy();
+    await fenceBeforeWrite();
     await recordLedger(
       opts.ledger.dst,
       opts.ledger.unit,
@@ -225,14 +214,14 @@ export async function copyBlobPrefix(opts: CopyBlobPrefixOptions): Promise<CopyB
       srcHash ??= knownSha ? { sha256: knownSha, size: e.size } : await hashSrc(e);
       return { m: { key: e.key, size: srcHash.size, sha256: srcHash.sha256 }, row: row(d!.etag, srcHash.sha256) };
     }
-    await fenceBeforeCopy();
     let dstEtag: string;
     if (sameEndpoint) {
       srcHash ??= await hashSrc(e);
+      await fenceBeforeWrite();
       dstEtag = (await serverCopyObject(src, dst, e, limits, signal)).dstEtag;
     } else {
       stats.objectsRead++;
-      const copied = await streamCopyObject(src, dst, e, limits, signal);
+      const copied = await streamCopyObject(src, dst, e, limits, signal, fenceBeforeWrite);
       srcHash = copied;
       dstEtag = copied.dstEtag;
     }

@@ -77,10 +77,18 @@ export async function streamCopyObject(
   entry: BlobEntry,
   limits: TransferLimits,
   signal?: AbortSignal,
+  /** Runs once the source answered, before anything is written to the destination: throw to refuse. */
+  beforeWrite?: () => Promise<void>,
 ): Promise<ObjectHash & CopiedObject> {
   const abortSignal = signal;
   const got = await src.s3.send(new GetObjectCommand({ Bucket: src.bucket, Key: entry.key, IfMatch: `"${entry.etag}"` }), { abortSignal });
   const body = got.Body as Readable;
+  try {
+    await beforeWrite?.();
+  } catch (e) {
+    body.destroy();
+    throw e;
+  }
   const length = got.ContentLength;
   if (length === undefined) {
     body.destroy();
