@@ -304,7 +304,16 @@ export const MUTATIONS: Mutation[] = [
     from: 'if (!p || p.shard !== from || p.epoch !== p0.epoch || f?.owned) {',
     to: 'if (!p) {',
     testFile: 'test/integration/stale-blob-sync.test.ts',
-    testName: 'still running through a rollback, deletes nothing from the bucket that owns the tenant again',
+    testName: "an abandoned rollback attempt's blob delta",
+  },
+  {
+    id: 'blob-sync-slot',
+    guarantee: "a move's blob sync stops once the move dropped its slot for the direction (a cancel changes no epoch): nothing is copied into the target after a cancel (issue 15, §5.5)",
+    file: 'activities/move/context.ts',
+    from: '    if (gone) {',
+    to: '    if (gone && false) {',
+    testFile: 'test/integration/stale-blob-sync.test.ts',
+    testName: 'still running after the move was cancelled, copies nothing into the target and leaves nothing there',
   },
   {
     id: 'blob-delete-fenced',
