@@ -4,7 +4,9 @@
 import { expect } from 'vitest';
 import { randomBytes } from 'node:crypto';
 import { PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
-import { testConfig } from './stack';
+import { testConfig, shardPool, directoryPool } from './stack';
+import { compareAndSetPlacement } from '../../lib/directory/placements';
+import { setUnitFence } from '../../lib/shard/fence';
 import * as H from './move';
 import type { createActivities } from '../../activities';
 import { s3ClientFor } from '../../lib/s3';
@@ -53,16 +55,36 @@ export function heldClient(shard: string, command: 'GetObjectCommand' | 'PutObje
   return { s3, release, reached, held: () => held };
 }
 
-/** A seeded tenant moved from source to target by the move's own activities (epoch 2), reverse replication set up. */
-export async function switchedTenant(act: Activities, refs: MoveRef[], prefix: string, source: string, target: string, seed = { rows: 40, blobs: 5 }) {
-  const tenant = await H.newTenant(source, prefix);
-  await H.seed(tenant, seed.rows, seed.blobs);
+/** A planned move of the tenant with its forward replication set up (its rows copied unless `copyRows` is false). */
+export async function plannedMove(act: Activities, refs: MoveRef[], tenant: string, source: string, target: string, copyRows = true): Promise<MoveRef> {
   const plan = await act.planMove({ unit: tenant, target });
   expect(plan.ok, plan.reasons.join('; ')).toBe(true);
   const ref = { moveId: plan.moveId, unit: tenant, source, target };
   refs.push(ref);
   await act.setupReplication({ ...ref, direction: 'forward' });
-  for (const t of plan.tables) await act.copyTable({ ...ref, table: t.table, batchRows: 5000, rowsPerSecond: 0 });
+  if (copyRows) for (const t of plan.tables) await act.copyTable({ ...ref, table: t.table, batchRows: 5000, rowsPerSecond: 0 });
+  return ref;
+}
+
+/** The switch of a unit from source (epoch 1) to target (epoch 2) by hand, as a completed cutover leaves fences and directory. */
+export async function switchByHand(tenant: string, source: string, target: string, actor: string) {
+  await setUnitFence(shardPool(target), { unit: tenant, epoch: 2, owned: true, frozen: false });
+  const cas = await compareAndSetPlacement(
+    directoryPool(),
+    tenant,
+    { shard: source, epoch: 1, state: 'active' },
+    { shard: target, state: 'active', moveId: null },
+    { actor, action: 'test-setup' },
+  );
+  expect(cas.ok).toBe(true);
+  await setUnitFence(shardPool(source), { unit: tenant, epoch: 2, owned: false, frozen: false });
+}
+
+/** A seeded tenant moved from source to target by the move's own activities (epoch 2), reverse replication set up. */
+export async function switchedTenant(act: Activities, refs: MoveRef[], prefix: string, source: string, target: string, seed = { rows: 40, blobs: 5 }) {
+  const tenant = await H.newTenant(source, prefix);
+  await H.seed(tenant, seed.rows, seed.blobs);
+  const ref = await plannedMove(act, refs, tenant, source, target);
   await act.copyBlobs({ ...ref, direction: 'forward' });
   await act.catchUp({ ...ref, direction: 'forward', maxDurationMs: 20_000, mode: 'now' });
   const v = await act.validateMove({ ...ref, direction: 'forward' });

@@ -86,12 +86,7 @@ describe('the blob delta reads only what changed', () => {
     const listed = await listBlobs(src.s3, src.bucket, tenantBlobPrefix(tenant));
     expect(listed.every((e) => /-2$/.test(e.etag) && e.size === 9 * MIB)).toBe(true);
 
-    const plan = await act.planMove({ unit: tenant, target: TARGET });
-    expect(plan.ok, plan.reasons.join('; ')).toBe(true);
-    const ref = { moveId: plan.moveId, unit: tenant, source: SOURCE, target: TARGET };
-    refs.push(ref);
-    await act.setupReplication({ ...ref, direction: 'forward' });
-    for (const t of plan.tables) await act.copyTable({ ...ref, table: t.table, batchRows: 5000, rowsPerSecond: 0 });
+    const ref = await B.plannedMove(act, refs, tenant, SOURCE, TARGET);
     const copy = await readsDuring(() => act.copyBlobs({ ...ref, direction: 'forward' }));
     expect(copy.result).toMatchObject({ copied: OBJECTS, total: OBJECTS });
     expect(copy.reads).toBe(OBJECTS); // each source object read once, to hash what is copied

@@ -6,14 +6,13 @@
 // delete in the old owner's bucket) are kept by the reverse sync and block retire, naming the key.
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { DeleteObjectCommand, PutObjectCommand, type S3Client } from '@aws-sdk/client-s3';
-import { testConfig, closePools, shardPool, directoryPool } from '../helpers/stack';
+import { testConfig, closePools, shardPool } from '../helpers/stack';
 import * as H from '../helpers/move';
 import * as B from '../helpers/blobs';
 import { createActivities } from '../../activities';
 import { createDeps, Deps } from '../../activities/deps';
 import { Router } from '../../lib/router';
-import { freezeSource, setUnitFence, unfreeze } from '../../lib/shard/fence';
-import { compareAndSetPlacement } from '../../lib/directory/placements';
+import { freezeSource, unfreeze } from '../../lib/shard/fence';
 import { blobKeyOf } from '../../lib/blobs/fenced';
 
 const SOURCE = 'shard-a';
@@ -49,20 +48,6 @@ function held(shard: string, command: 'PutObjectCommand' | 'DeleteObjectCommand'
   const h = B.heldClient(shard, command);
   clients.push(h.s3);
   return h;
-}
-
-/** The switch of a unit from SOURCE (epoch 1) to TARGET (epoch 2), as the cutover leaves it. */
-async function switchByHand(tenant: string) {
-  await setUnitFence(shardPool(TARGET), { unit: tenant, epoch: 2, owned: true, frozen: false });
-  const cas = await compareAndSetPlacement(
-    directoryPool(),
-    tenant,
-    { shard: SOURCE, epoch: 1, state: 'active' },
-    { shard: TARGET, state: 'active', moveId: null },
-    { actor: 'blob-fence-test', action: 'test-setup' },
-  );
-  expect(cas.ok).toBe(true);
-  await setUnitFence(shardPool(SOURCE), { unit: tenant, epoch: 2, owned: false, frozen: false });
 }
 
 /** True once a session waits for the fence's advisory lock (class 421) on the shard. */
@@ -128,7 +113,7 @@ describe('blob writes through the router are fenced like rows', () => {
         return op === 'PUT' ? route.blobs.put(name, 'v2') : route.blobs.delete(name);
       });
       await inside;
-      await switchByHand(tenant);
+      await B.switchByHand(tenant, SOURCE, TARGET, 'blob-fence-test');
       release();
       await write;
       expect(shards).toEqual([SOURCE, TARGET]); // refused on the old owner, retried on the new one

@@ -13,9 +13,7 @@ import { createActivities } from '../../activities';
 import { createDeps, Deps } from '../../activities/deps';
 import { Config, parseConfig } from '../../lib/config';
 import { prepareAllShards } from '../../lib/shard/prepare';
-import { compareAndSetPlacement } from '../../lib/directory/placements';
-import { setUnitFence } from '../../lib/shard/fence';
-import { directoryPool } from '../helpers/stack';
+import * as B from '../helpers/blobs';
 
 const SOURCE = 'shard-a';
 const TARGET = 'shard-b';
@@ -116,16 +114,7 @@ describe('two shards on one bucket are refused', () => {
 
     // The switch done (by hand, as a completed cutover leaves it): retiring the source would
     // delete from the bucket the new owner uses.
-    await setUnitFence(shardPool(TARGET), { unit: tenant, epoch: 2, owned: true, frozen: false });
-    const cas = await compareAndSetPlacement(
-      directoryPool(),
-      tenant,
-      { shard: SOURCE, epoch: 1, state: 'active' },
-      { shard: TARGET, state: 'active', moveId: null },
-      { actor: 'shared-bucket-test', action: 'test-setup' },
-    );
-    expect(cas.ok).toBe(true);
-    await setUnitFence(shardPool(SOURCE), { unit: tenant, epoch: 2, owned: false, frozen: false });
+    await B.switchByHand(tenant, SOURCE, TARGET, 'shared-bucket-test');
     const rowsBefore = await H.rowCount(SOURCE, tenant);
     await expect(act.retireSource({ ...ref, epoch: 2, actor: 'shared-bucket-test' })).rejects.toMatchObject({
       type: 'PreconditionFailed',

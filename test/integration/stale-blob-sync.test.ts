@@ -94,11 +94,7 @@ describe('a blob sync Temporal gave up on', () => {
   it('still running after the move was cancelled, copies nothing into the target and leaves nothing there', async () => {
     const tenant = await H.newTenant(SOURCE, 'stale-cancel');
     await B.putDirect(deps.s3For(SOURCE), SOURCE, tenant, 20, 'docs');
-    const plan = await act.planMove({ unit: tenant, target: TARGET });
-    expect(plan.ok, plan.reasons.join('; ')).toBe(true);
-    const ref = { moveId: plan.moveId, unit: tenant, source: SOURCE, target: TARGET };
-    refs.push(ref);
-    await act.setupReplication({ ...ref, direction: 'forward' });
+    const ref = await B.plannedMove(act, refs, tenant, SOURCE, TARGET, false);
     const held = heldReads(SOURCE);
     const stale = createActivities(withClient(SOURCE, held.s3))
       .copyBlobs({ ...ref, direction: 'forward' })
