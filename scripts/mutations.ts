@@ -301,7 +301,7 @@ export const MUTATIONS: Mutation[] = [
     id: 'blob-sync-fence',
     guarantee: 'a blob sync stops once its move no longer holds the direction (a stale sync deletes nothing from the owner after a rollback) (issue 15)',
     file: 'activities/move/context.ts',
-    from: 'if (!p || p.shard !== from || p.epoch !== p0.epoch || f?.owned) {',
+    from: 'if (!p || p.shard !== from || p.epoch !== p0.epoch) {',
     to: 'if (!p) {',
     testFile: 'test/integration/stale-blob-sync.test.ts',
     testName: "an abandoned rollback attempt's blob delta",

@@ -9,7 +9,6 @@ import {
   type ShardBucket,
 } from '../../lib/blobs';
 import { getPlacement } from '../../lib/directory/placements';
-import { getUnitFence } from '../../lib/shard/fence';
 import { replicationNames } from '../../lib/ids';
 import { sameS3Endpoint } from '../../lib/s3';
 import { shardByName } from '../../lib/config';
@@ -111,12 +110,15 @@ export interface BlobSyncMove {
 }
 
 /**
- * The fence of a blob sync from `from` to `to`: it starts only while `from` owns the unit, and
- * the check it returns throws once the directory no longer shows `from` at that same epoch, or
- * `to`'s fence owns the unit, or (given the move) the move's slot for this direction is gone. Run after the observation that justifies a delete, it keeps a sync
- * Temporal gave up on (heartbeat timeout, a partitioned worker) from deleting anything from the
- * bucket that owns the unit again after a rollback: whatever made the object vanish from the
- * source after the switch back (the rollback clean-up) happened before the check, so it sees it.
+ * The fence of a blob sync from `from` to `to`: it starts only while the directory shows `from`
+ * as the owner, and the check it returns throws once the directory no longer shows `from` at that
+ * same epoch, or (given the move) the move's slot for this direction is gone. Run after the
+ * observation that justifies a delete, it keeps a sync Temporal gave up on (heartbeat timeout, a
+ * partitioned worker) from deleting anything from the bucket that owns the unit again after a
+ * rollback: whatever made the object vanish from the source after the switch back (the rollback
+ * clean-up) happened before the check, so it sees it. The destination's fence is not asked: it
+ * accepts the next epoch a moment before the directory switches (and keeps that acceptance when
+ * the worker dies there), and until the directory says so the source is still the one to mirror.
  */
 export async function blobSyncFence(deps: Deps, from: string, to: string, unit: string, move?: BlobSyncMove): Promise<() => Promise<void>> {
   const dir = deps.directoryPool();
@@ -139,18 +141,18 @@ export async function blobSyncFence(deps: Deps, from: string, to: string, unit: 
     );
   }
   return async () => {
-    const [p, f, gone] = await Promise.all([getPlacement(dir, unit), getUnitFence(deps.shardPool(to), unit), slotGone()]);
+    const [p, gone] = await Promise.all([getPlacement(dir, unit), slotGone()]);
     if (gone) {
       throw new ShardctlError(
         'PreconditionFailed',
         `blob sync of ${unit} from ${from} to ${to} stopped: move ${move!.moveId} dropped its ${move!.direction} slot (cancelled or finished): nothing more is copied or deleted`,
       );
     }
-    if (!p || p.shard !== from || p.epoch !== p0.epoch || f?.owned) {
+    if (!p || p.shard !== from || p.epoch !== p0.epoch) {
       throw new ShardctlError(
         'PreconditionFailed',
         `blob sync of ${unit} from ${from} to ${to} stopped: it started while ${from} owned the unit at epoch ${p0.epoch}; now the directory shows ` +
-          `${p ? `${p.shard} epoch ${p.epoch} ${p.state}` : 'no placement'} and ${to}'s fence ${f?.owned ? `owns it at epoch ${f.epoch}` : 'does not own it'}: nothing more is copied or deleted`,
+          `${p ? `${p.shard} epoch ${p.epoch} ${p.state}` : 'no placement'}: nothing more is copied or deleted`,
       );
     }
   };
