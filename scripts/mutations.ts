@@ -280,6 +280,15 @@ export const MUTATIONS: Mutation[] = [
     testName: 'at start-up and at plan when the config spells the bucket twice',
   },
   {
+    id: 'plan-shared-bucket',
+    guarantee: 'plan refuses a move between two shards on one bucket, whatever config built it (issue 15)',
+    file: 'activities/move/plan.ts',
+    from: '        reasons.push(...(await bucketProblems(p.shard, target, unit)));',
+    to: '        void bucketProblems;',
+    testFile: 'test/integration/shared-bucket.test.ts',
+    testName: 'at start-up and at plan when the config spells the bucket twice',
+  },
+  {
     id: 'marker-names-shard',
     guarantee: 'a copy into or a delete from a bucket whose identity marker names another shard is refused (issue 15, DESIGN.md §2)',
     file: 'lib/blobs/marker.ts',
@@ -308,7 +317,8 @@ export const MUTATIONS: Mutation[] = [
   },
   {
     id: 'blob-sync-slot',
-    guarantee: "a move's blob sync stops once the move dropped its slot for the direction (a cancel changes no epoch): nothing is copied into the target after a cancel (issue 15, §5.5)",
+    guarantee:
+      "a move's blob sync stops once the move dropped its slot for the direction (a cancel changes no epoch): nothing is copied into the target after a cancel (issue 15, §5.5)",
     file: 'activities/move/context.ts',
     from: '    if (gone) {',
     to: '    if (gone && false) {',
