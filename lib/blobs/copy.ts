@@ -162,13 +162,19 @@ export async function copyBlobPrefix(opts: CopyBlobPrefixOptions): Promise<CopyB
   };
   for (const o of outOfBand) opts.onProgress?.({ key: o.key, action: 'out-of-band', done, total, ...stats });
 
-  // Copies in flight are recorded first: a sync killed mid-copy leaves rows that say "ours".
-  if (opts.ledger && work.length > 0) {
+  // Copies in flight are recorded first: a sync killed mid-copy leaves rows that say "ours". An
+  // untracked destination's extras are adopted the same way (this sync deletes them; if it dies
+  // first, the next one, then tracked, must not mistake them for objects written behind its back).
+  const pending = [
+    ...work.map(({ e }) => ({ key: e.key, srcEtag: e.etag as string | null, srcSize: e.size as number | null })),
+    ...(tracked ? [] : extras.map((key) => ({ key, srcEtag: null, srcSize: null }))),
+  ];
+  if (opts.ledger && pending.length > 0) {
     await fenceBeforeWrite();
     await recordLedger(
       opts.ledger.dst,
       opts.ledger.unit,
-      work.map(({ e }) => ({ key: e.key, etag: null, size: null, sha256: null, srcEtag: e.etag, srcSize: e.size })),
+      pending.map((p) => ({ ...p, etag: null, size: null, sha256: null })),
     );
   }
 
