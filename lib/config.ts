@@ -5,6 +5,7 @@ import { ShardctlError } from './errors';
 import fs from 'node:fs';
 import path from 'node:path';
 import { MAX_BUCKETS } from './buckets/units';
+import { sharedBucketProblems } from './blobs/bucket-identity';
 
 const shardName = z.string().regex(/^[a-z][a-z0-9-]{0,62}$/, 'shard names are lower-case letters, digits and dashes');
 const datasetName = z.string().regex(/^[a-z][a-z0-9_]{0,31}$/, 'dataset names are 1-32 lower-case letters, digits and underscores, starting with a letter');
@@ -129,6 +130,9 @@ export function parseConfig(raw: unknown, source = 'config'): Config {
     if (names.has(s.name)) throw new ConfigError(`invalid configuration in ${source}:\n  shards: duplicate shard name ${s.name}`);
     names.add(s.name);
   }
+  // Two shards on one bucket: each one's undo or retire would delete the other's objects.
+  const shared = sharedBucketProblems(res.data.shards, res.data.s3.endpoint);
+  if (shared.length) throw new ConfigError(`invalid configuration in ${source}:\n${shared.map((m) => `  shards: ${m}`).join('\n')}`);
   const datasets = new Set<string>();
   res.data.datasets.forEach((d, i) => {
     const bad = (msg: string) => new ConfigError(`invalid configuration in ${source}:\n  datasets.${i}: ${msg}`);

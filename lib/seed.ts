@@ -4,16 +4,15 @@
 // document's blob is put into the bucket of the shard the transaction runs on before the row
 // naming it commits there.
 import { randomBytes, randomUUID } from 'node:crypto';
-import { PutObjectCommand } from '@aws-sdk/client-s3';
 import type { PoolClient } from 'pg';
 import type { Config } from './config';
-import { shardByName } from './config';
 import { invalidInput } from './errors';
 import { validateTenantId } from './ids';
 import { tenantBlobPrefix } from './blobs/prefix';
 import { forEachLimit } from './blobs/concurrency';
 import { incompressibleText } from './loadgen/model';
-import { S3For, shardOfTransaction, TenantRouter } from './loadgen/route';
+import { S3For, blobsOfTransaction, shardOfTransaction, TenantRouter } from './loadgen/route';
+import { blobNameOf, type TenantBlobs } from './blobs/fenced';
 import { ownedClients } from './loadgen/clients';
 import { Router } from './router';
 
@@ -98,10 +97,10 @@ async function seedWith(opts: SeedOptions, tenant: string, plan: ReturnType<type
     elapsedMs: 0,
   };
   const grant = { tenants: [tenant] };
-  const write = async (fn: (tx: PoolClient, shard: string) => Promise<void>) => {
+  const write = async (fn: (tx: PoolClient, shard: string, blobs: TenantBlobs) => Promise<void>) => {
     await router.withTenant(tenant, grant, 'write', async (tx, route) => {
       const shard = shardOfTransaction(opts.config, tx, route);
-      await fn(tx, shard);
+      await fn(tx, shard, blobsOfTransaction(opts.config, tx, route, tenant, s3For));
       sum.shard = shard;
     });
     sum.transactions++;
@@ -139,13 +138,12 @@ async function seedWith(opts: SeedOptions, tenant: string, plan: ReturnType<type
           : null;
       return { id, account: pick(accountIds), title: `Document ${idx + 1}`, body, large, blob };
     });
-    await write(async (tx, shard) => {
-      const bucket = shardByName(opts.config, shard).bucket;
-      const s3 = s3For(shard);
+    await write(async (tx, _shard, blobs) => {
       const withBlob = docs.filter((d) => d.blob);
-      // Retried attempts (stale route) put again, into the bucket of the shard they run on.
+      // Retried attempts (stale route) put again, into the bucket of the shard they run on; each
+      // put is fenced by this transaction (lib/blobs/fenced.ts).
       await forEachLimit(withBlob, 8, async (d) => {
-        await s3.send(new PutObjectCommand({ Bucket: bucket, Key: d.blob!.key, Body: d.blob!.content, ContentType: 'application/octet-stream' }));
+        await blobs.put(blobNameOf(tenant, d.blob!.key), d.blob!.content);
       });
       await tx.query(
         `insert into public.documents (tenant_id, id, account_id, title, body, blob_key)

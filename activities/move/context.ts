@@ -1,6 +1,15 @@
 // Shared plumbing of the move activities: input schemas, table discovery, heartbeats and the
 // typed, non-retryable failures workflows branch on.
-import { copyBlobPrefix, tenantBlobPrefix, type CopyBlobPrefixOptions } from '../../lib/blobs';
+import {
+  compareBlobPrefixes,
+  copyBlobPrefix,
+  tenantBlobPrefix,
+  type CopyBlobPrefixOptions,
+  type CopyBlobPrefixResult,
+  type ShardBucket,
+} from '../../lib/blobs';
+import { getPlacement } from '../../lib/directory/placements';
+import { replicationNames } from '../../lib/ids';
 import { sameS3Endpoint } from '../../lib/s3';
 import { shardByName } from '../../lib/config';
 import { z } from 'zod';
@@ -89,15 +98,100 @@ export function activityKey(): string | null {
   }
 }
 
-/** Delta-syncs a unit's blob prefix from one shard's bucket to another's (see lib/blobs/copy.ts). */
-export function syncUnitBlobs(deps: Deps, from: string, to: string, unit: string, opts: Pick<CopyBlobPrefixOptions, 'onProgress' | 'hashUnchanged'> = {}) {
-  const src = shardByName(deps.config, from);
-  const dst = shardByName(deps.config, to);
+/** A shard's bucket as the blob modules want it: the shard that claims it, its client and name. */
+export function shardBucket(deps: Deps, shard: string): ShardBucket {
+  return { shard, s3: deps.s3For(shard), bucket: shardByName(deps.config, shard).bucket };
+}
+
+/** The move and direction a blob sync works for (the cutover's own syncs run inside its freeze and pass none). */
+export interface BlobSyncMove {
+  moveId: string;
+  direction: 'forward' | 'reverse';
+}
+
+/**
+ * The fence of a blob sync from `from` to `to`: it starts only while the directory shows `from`
+ * as the owner, and the check it returns throws once the directory no longer shows `from` at that
+ * same epoch, or (given the move) the move's slot for this direction is gone. Run after the
+ * observation that justifies a delete, it keeps a sync Temporal gave up on (heartbeat timeout, a
+ * partitioned worker) from deleting anything from the bucket that owns the unit again after a
+ * rollback: whatever made the object vanish from the source after the switch back (the rollback
+ * clean-up) happened before the check, so it sees it. The destination's fence is not asked: it
+ * accepts the next epoch a moment before the directory switches (and keeps that acceptance when
+ * the worker dies there), and until the directory says so the source is still the one to mirror.
+ */
+export async function blobSyncFence(deps: Deps, from: string, to: string, unit: string, move?: BlobSyncMove): Promise<() => Promise<void>> {
+  const dir = deps.directoryPool();
+  const p0 = await getPlacement(dir, unit);
+  if (!p0 || p0.shard !== from) {
+    throw new ShardctlError(
+      'PreconditionFailed',
+      `refusing to sync the blobs of ${unit} from ${from} to ${to}: the directory shows ${p0 ? `${p0.shard} epoch ${p0.epoch}` : 'no placement'}, not ${from}, as the owner`,
+    );
+  }
+  // A cancel, a rollback clean-up or a retire drops the move's slot for this direction first (the
+  // epoch does not change on a cancel): a sync of a move that no longer replicates has no business.
+  const slot = move && replicationNames(move.moveId, move.direction).slot;
+  const slotGone = async () =>
+    slot !== undefined && ((await deps.shardPool(from).query('select 1 from pg_replication_slots where slot_name = $1', [slot])).rowCount ?? 0) === 0;
+  if (await slotGone()) {
+    throw new ShardctlError(
+      'PreconditionFailed',
+      `refusing to sync the blobs of ${unit} from ${from} to ${to}: move ${move!.moveId} has no ${move!.direction} replication slot (cancelled or finished)`,
+    );
+  }
+  return async () => {
+    const [p, gone] = await Promise.all([getPlacement(dir, unit), slotGone()]);
+    if (gone) {
+      throw new ShardctlError(
+        'PreconditionFailed',
+        `blob sync of ${unit} from ${from} to ${to} stopped: move ${move!.moveId} dropped its ${move!.direction} slot (cancelled or finished): nothing more is copied or deleted`,
+      );
+    }
+    if (!p || p.shard !== from || p.epoch !== p0.epoch) {
+      throw new ShardctlError(
+        'PreconditionFailed',
+        `blob sync of ${unit} from ${from} to ${to} stopped: it started while ${from} owned the unit at epoch ${p0.epoch}; now the directory shows ` +
+          `${p ? `${p.shard} epoch ${p.epoch} ${p.state}` : 'no placement'}: nothing more is copied or deleted`,
+      );
+    }
+  };
+}
+
+/**
+ * Delta-syncs a unit's blob prefix from one shard's bucket to another's (see lib/blobs/copy.ts),
+ * fenced by blobSyncFence, stopped by the activity's cancellation, and through both shards' blob
+ * ledgers (unchanged objects are not read; objects written behind shardctl's back are left alone).
+ * The cutover calls this too (its final delta under the fence).
+ */
+export async function syncUnitBlobs(
+  deps: Deps,
+  from: string,
+  to: string,
+  unit: string,
+  opts: Pick<CopyBlobPrefixOptions, 'onProgress' | 'hashUnchanged' | 'signal'> & { move?: BlobSyncMove } = {},
+): Promise<CopyBlobPrefixResult> {
+  const { move, ...rest } = opts;
+  const stillSyncing = await blobSyncFence(deps, from, to, unit, move);
   return copyBlobPrefix({
-    src: { s3: deps.s3For(from), bucket: src.bucket },
-    dst: { s3: deps.s3For(to), bucket: dst.bucket },
+    src: shardBucket(deps, from),
+    dst: shardBucket(deps, to),
     prefix: tenantBlobPrefix(unit),
     sameEndpoint: sameS3Endpoint(deps.config, from, to),
-    ...opts,
+    stillSyncing,
+    ledger: { src: deps.shardPool(from), dst: deps.shardPool(to), unit },
+    ...rest,
+    signal: rest.signal ?? activitySignal(),
+  });
+}
+
+/** Compares the unit's blobs on two shards by key, size and sha256, reading only what the ledgers cannot vouch for. */
+export function compareUnitBlobs(deps: Deps, from: string, to: string, unit: string) {
+  return compareBlobPrefixes({
+    src: shardBucket(deps, from),
+    dst: shardBucket(deps, to),
+    prefix: tenantBlobPrefix(unit),
+    ledger: { src: deps.shardPool(from), dst: deps.shardPool(to), unit },
+    signal: activitySignal(),
   });
 }

@@ -5,7 +5,7 @@ import { randomUUID } from 'node:crypto';
 import { shardByName } from '../../lib/config';
 import { z } from 'zod';
 import type { Deps } from '../deps';
-import { moveRef, tenantTables, beat, activitySignal, parse, typed, syncUnitBlobs } from './context';
+import { moveRef, tenantTables, beat, activitySignal, parse, typed, syncUnitBlobs, compareUnitBlobs } from './context';
 import { replicationNames } from '../../lib/ids';
 import { ensurePublicationAndSlot, applyChangesUntil, currentWalLsn, slotLagBytes } from '../../lib/cdc';
 import { copyTenantTable } from '../../lib/copy';
@@ -13,7 +13,7 @@ import { recordReverseStart, hasStreamProgress } from '../../lib/cdc/progress';
 import { startDelta } from '../../lib/cdc/delta';
 import { switchDetail } from '../../lib/directory/moves';
 import { validateTenant, formatMismatch, persistentMismatches } from '../../lib/validate';
-import { recordManifest, ensureManifestTable, manifestOf, compareBlobManifests, tenantBlobPrefix } from '../../lib/blobs';
+import { recordManifest, ensureManifestTable } from '../../lib/blobs';
 import { activityLog } from '../../lib/obs/log';
 
 const direction = z.enum(['forward', 'reverse']);
@@ -111,15 +111,21 @@ export function createDataActivities(deps: Deps) {
       });
     },
 
-    async copyBlobs(input: z.infer<typeof setupInput>): Promise<{ copied: number; total: number; bytes: number; deleted: number }> {
+    /**
+     * Syncs the unit's blobs in a direction. Objects written behind shardctl's back in the receiving
+     * bucket (a late upload to the old owner) are left there and named in `outOfBand`; retire refuses while they exist.
+     */
+    async copyBlobs(
+      input: z.infer<typeof setupInput>,
+    ): Promise<{ copied: number; total: number; bytes: number; deleted: number; outOfBand: { key: string; change: string }[] }> {
       const ref = parse(setupInput, input);
       return typed(async () => {
         const { from, to } = ends(ref, ref.direction);
-        const r = await syncUnitBlobs(deps, from, to, ref.unit, { onProgress: (p: unknown) => beat(p) });
+        const r = await syncUnitBlobs(deps, from, to, ref.unit, { onProgress: (p: unknown) => beat(p), move: ref });
         await ensureManifestTable(deps.shardPool(to));
         await recordManifest(deps.shardPool(to), ref.moveId, r.manifest);
         if (ref.direction === 'forward') await deps.faultPoint('after-copy');
-        return { copied: r.copied, total: r.manifest.length, bytes: r.bytes, deleted: r.deleted };
+        return { copied: r.copied, total: r.manifest.length, bytes: r.bytes, deleted: r.deleted, outOfBand: r.outOfBand.slice(0, 20) };
       });
     },
 
@@ -233,13 +239,10 @@ export function createDataActivities(deps: Deps) {
         const mismatches: string[] = report.ok ? [] : formatMismatch(report).split('\n').filter(Boolean).slice(0, 20);
         // Blobs: sync the delta first (new objects keep arriving before the fence), then compare;
         // like rows, only a difference that persists across rounds is reported.
-        const fs = shardByName(deps.config, from);
-        const ts = shardByName(deps.config, to);
-        const prefix = tenantBlobPrefix(ref.unit);
+        // Unchanged objects are not read: the ledgers prove them equal (lib/blobs/verify.ts).
         const blobDiff = async () => {
-          await syncUnitBlobs(deps, from, to, ref.unit);
-          const [a, b] = await Promise.all([manifestOf(deps.s3For(from), fs.bucket, prefix), manifestOf(deps.s3For(to), ts.bucket, prefix)]);
-          const d = compareBlobManifests(a, b);
+          await syncUnitBlobs(deps, from, to, ref.unit, { move: ref });
+          const d = await compareUnitBlobs(deps, from, to, ref.unit);
           return new Map<string, string>([
             ...d.missing.map((k): [string, string] => [`m|${k}`, `blob ${k}: missing on ${to}`]),
             ...d.extra.map((k): [string, string] => [`x|${k}`, `blob ${k}: extra on ${to}`]),

@@ -1,10 +1,9 @@
 // cancel, rollback clean-up, retire and the move record. Deleting is irreversible, so each
 // deleting step re-checks, against the directory and the fences, that the side it deletes is
 // not the owner, immediately before it deletes.
-import { shardByName } from '../../lib/config';
 import { z } from 'zod';
 import type { Deps } from '../deps';
-import { moveRef, tenantTables, parse, typed, activityKey } from './context';
+import { moveRef, tenantTables, parse, typed, activityKey, shardBucket } from './context';
 import { ends } from './data';
 import { replicationNames } from '../../lib/ids';
 import { ShardctlError } from '../../lib/errors';
@@ -16,7 +15,7 @@ import { unownedWritesSinceDisown } from '../../lib/shard/write-audit';
 import { recordMoveEvent } from '../../lib/directory/moves';
 import { dropPublicationAndSlot } from '../../lib/cdc';
 import { deleteTenantRows } from '../../lib/copy';
-import { deleteBlobPrefix, tenantBlobPrefix, deleteManifest } from '../../lib/blobs';
+import { deleteBlobPrefix, tenantBlobPrefix, deleteManifest, listBlobs, loadLedger, forgetLedger, outOfBandObjects, assertMayDelete } from '../../lib/blobs';
 
 const withEpoch = moveRef.extend({ epoch: z.number().int().positive(), actor: z.string().min(1) });
 const dropInput = moveRef.extend({ direction: z.enum(['forward', 'reverse']) });
@@ -58,6 +57,8 @@ export function createLifecycleActivities(deps: Deps) {
         `refusing to delete ${ref.unit} on ${side}: it is the owner (directory ${p?.shard ?? 'missing'}, fence owned=${fence?.owned})`,
       );
     }
+    // Before anything is deleted: this side's bucket is its own and the owner's is another one.
+    await assertMayDelete(shardBucket(deps, side), shardBucket(deps, p.shard), `delete the copy of ${ref.unit} on ${side}`);
     const pool = deps.shardPool(side);
     const tables = await tenantTables(deps, side);
     await deleteTenantRows({
@@ -68,10 +69,32 @@ export function createLifecycleActivities(deps: Deps) {
       batchRows: deps.config.limits.copyBatchRows,
       onBatch: faultName ? () => deps.faultPoint(faultName) : undefined,
     });
-    const shard = shardByName(deps.config, side);
-    await deleteBlobPrefix(deps.s3For(side), shard.bucket, tenantBlobPrefix(ref.unit));
+    // The owner's bucket is proven (by the identity markers) not to be this one before any batch.
+    await deleteBlobPrefix(shardBucket(deps, side), tenantBlobPrefix(ref.unit), { owner: shardBucket(deps, p.shard) });
+    await forgetLedger(pool, ref.unit);
     await forgetMoveProgress(pool, ref.moveId);
     await deleteManifest(pool, ref.moveId);
+  }
+
+  /**
+   * Objects of the unit in `side`'s bucket that differ from what shardctl left there (its blob
+   * ledger): written, changed or deleted behind its back since `side` stopped owning the unit.
+   * Returns a refusal an operator can act on, or undefined.
+   */
+  async function blobsWrittenOutsideShardctl(ref: z.infer<typeof moveRef>, side: string, verb: string): Promise<string | undefined> {
+    const b = shardBucket(deps, side);
+    const [listing, ledger] = await Promise.all([listBlobs(b.s3, b.bucket, tenantBlobPrefix(ref.unit)), loadLedger(deps.shardPool(side), ref.unit)]);
+    if (ledger.size === 0) return undefined; // never synced through the ledger: nothing to compare with
+    const odd = outOfBandObjects(listing, ledger);
+    if (odd.length === 0) return undefined;
+    const shown = odd
+      .slice(0, 5)
+      .map((o) => `${o.key} ${o.change}`)
+      .join('; ');
+    return (
+      `refusing to ${verb}: ${odd.length} object(s) of ${ref.unit} in bucket ${b.bucket} of ${side} were written, changed or deleted outside shardctl after it stopped owning the unit (${shown}); ` +
+      `reconcile them with the owner, then accept the bucket as it is with \`delete from shardctl.blob_ledger where unit = '${ref.unit}'\` on ${side}, and ${verb} again`
+    );
   }
 
   return {
@@ -112,6 +135,8 @@ export function createLifecycleActivities(deps: Deps) {
         await dropReplicationOf(ref, 'reverse');
         await deps.faultPoint('mid-cancel');
         await deleteCopy(ref, ref.target);
+        // The source stays the owner: what the syncs recorded of its bucket is no longer needed.
+        await forgetLedger(deps.shardPool(ref.source), ref.unit);
         await forgetUnownedFence(deps.shardPool(ref.target), ref.unit);
         await forgetMoveProgress(deps.shardPool(ref.source), ref.moveId);
         return { cleaned: true as const };
@@ -124,7 +149,11 @@ export function createLifecycleActivities(deps: Deps) {
       return typed(async () => {
         await dropReplicationOf(ref, 'forward');
         await dropReplicationOf(ref, 'reverse');
+        // The target owned the unit during soak: an upload that reached it after the switch back is kept.
+        const odd = await blobsWrittenOutsideShardctl(ref, ref.target, 'clean up after the rollback');
+        if (odd) throw new ShardctlError('PreconditionFailed', odd);
         await deleteCopy(ref, ref.target);
+        await forgetLedger(deps.shardPool(ref.source), ref.unit);
         await forgetMoveProgress(deps.shardPool(ref.source), ref.moveId);
         return { cleaned: true as const };
       });
@@ -156,6 +185,10 @@ export function createLifecycleActivities(deps: Deps) {
             `refusing to retire: ${written.count} writes reached the source copy of ${ref.unit} outside shardctl after the switch (e.g. by ${written.example || 'unknown'}); reconcile them, clear shardctl.unowned_writes for the unit on ${ref.source}, then retire again — or roll back`,
           );
         }
+        // Objects that reached the source's bucket behind shardctl's back after the switch (a late
+        // upload, a delete): the bucket differs from what the syncs left there.
+        const oddBlobs = await blobsWrittenOutsideShardctl(ref, ref.source, 'retire');
+        if (oddBlobs) throw new ShardctlError('PreconditionFailed', oddBlobs);
         // Stop reverse replication first: nothing may write the source copy while it is deleted.
         // Dropping the slot stops the stream; evicting the apply session rolls back whatever a
         // late applier still holds open, and without its slot it cannot start again.
@@ -163,6 +196,7 @@ export function createLifecycleActivities(deps: Deps) {
         await evictApplySessions(deps.shardPool(ref.source), applyLockKey(ref.moveId, 'reverse'));
         await dropReplicationOf(ref, 'forward');
         await deleteCopy(ref, ref.source, 'mid-retire');
+        await forgetLedger(deps.shardPool(ref.target), ref.unit);
         await forgetMoveProgress(deps.shardPool(ref.target), ref.moveId);
         // The source keeps its fence row (owned = false): a tombstone that still refuses stale routers.
         return { retired: true as const };

@@ -13,7 +13,8 @@ import { globalUniqueKeys, firstKeyCollision, collisionReason } from '../../lib/
 import { runCutover } from '../../lib/cutover/steps';
 import { dryRunCutoverSteps } from '../../lib/cutover/dry-run';
 import { moveIdFor } from '../../lib/ids';
-import { tenantTables, parse, typed, activityRunId } from './context';
+import { tenantTables, parse, typed, activityRunId, shardBucket } from './context';
+import { assertBucketOf, sharedBucketProblems } from '../../lib/blobs';
 import { shardByName } from '../../lib/config';
 
 const planInput = z.object({
@@ -60,6 +61,24 @@ export function createPlanActivities(deps: Deps) {
   /** The same question `shards list` answers: tenant tables carrying the enabled fence trigger. */
   const fenced = async (shard: string) => new Set((await fenceStatus(deps.shardPool(shard), deps.config)).fenced);
 
+  /** Two shards on one bucket: by the config's spelling, then by the buckets' identity markers. */
+  async function bucketProblems(source: string, target: string, unit: string): Promise<string[]> {
+    const shared = sharedBucketProblems([shardByName(deps.config, source), shardByName(deps.config, target)], deps.config.s3.endpoint);
+    if (shared.length) return shared;
+    const out: string[] = [];
+    const markers = await Promise.all(
+      [source, target].map((shard) =>
+        assertBucketOf(shardBucket(deps, shard), `move ${unit} from ${source} to ${target}`).catch((e: Error) => {
+          out.push(e.message);
+          return undefined;
+        }),
+      ),
+    );
+    if (markers[0] && markers[1] && markers[0].id === markers[1].id)
+      out.push(`shards ${source} and ${target} share one bucket (identity marker id ${markers[0].id})`);
+    return out;
+  }
+
   return {
     async planMove(input: z.infer<typeof planInput>): Promise<PlanResult> {
       const { unit, target, fenceBudgetMs, runId } = parse(planInput, input);
@@ -98,6 +117,7 @@ export function createPlanActivities(deps: Deps) {
             reasons.push(`table ${tableKey(t)} on ${target} has no enabled fence trigger; run \`shardctl shards prepare --shard ${target}\``);
           }
         }
+        reasons.push(...(await bucketProblems(p.shard, target, unit)));
         const tables: PlanResult['tables'] = [];
         if (reasons.length === 0) {
           const tp = deps.shardPool(target);

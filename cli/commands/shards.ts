@@ -22,7 +22,7 @@ export function register(program: Command) {
       if (o.shard) knownShard(config, o.shard); // unknown shard: one line, before any connection
       const pools = poolsFor(config);
       try {
-        const results = await prepareAllShards(config, pools.get, { shard: o.shard, demoSchema: !!o.demoSchema });
+        const results = await prepareAllShards(config, pools.get, { shard: o.shard, demoSchema: !!o.demoSchema, s3For: pools.s3For });
         for (const r of results) {
           if (r.error) {
             console.log(`${r.shard}: FAILED: ${r.error}`);
@@ -31,6 +31,7 @@ export function register(program: Command) {
           }
           const changed = r.changed.length ? `, ${r.changed.length} newly fenced` : '';
           console.log(`${r.shard}: ${r.tables.length} tenant table(s) fenced${changed}${r.tables.length ? `: ${r.tables.join(', ')}` : ''}`);
+          console.log(`  bucket identity marker: ${r.bucketMarker === 'created' ? 'written' : 'present'}`);
           for (const p of r.problems) console.log(`  warning: ${p}`);
         }
       } finally {
@@ -99,5 +100,5 @@ async function describeShard(config: Config, name: string, pool: Pool): Promise<
 
 function poolsFor(config: Config) {
   const c = createConnections(config, { max: 2, connectionTimeoutMillis: 5000 });
-  return { get: c.shardPool, close: c.close };
+  return { get: c.shardPool, s3For: c.s3For, close: c.close };
 }

@@ -1,10 +1,22 @@
-// Delta sync of a tenant's blob prefix from the source bucket to the target bucket (copy phase
-// and the final delta under the fence). Idempotent and resumable by re-running: afterwards the
-// destination prefix holds exactly the source's keys with the source's bytes, and the returned
-// manifest is the sha256 of each source object as copied (ETags are not content hashes).
-// Destination keys the source no longer has are deleted, so the prefix must be an exact
-// tenant prefix. A source object overwritten mid-copy fails its conditional read (412) and is
-// re-read; one deleted mid-copy is deleted at the destination too.
+// Delta sync of a tenant's blob prefix from the source bucket to the target bucket (copy phase,
+// validation, soak and the final delta under the fence). Idempotent and resumable by re-running:
+// afterwards the destination prefix holds the source's keys with the source's bytes, and the
+// returned manifest is the sha256 of each source object as copied (ETags are not content hashes).
+// Destination keys the source no longer has are deleted, so the prefix must be an exact tenant
+// prefix. A source object overwritten mid-copy fails its conditional read (412) and is re-read;
+// one deleted mid-copy is deleted at the destination too.
+//
+// Safety (each a refusal, never a silent skip of the check):
+//  - both buckets prove by their identity markers that they are their shards' own, and differ;
+//  - `stillSyncing` (the caller's fence: its move still holds this direction) runs before every
+//    delete batch and every object written, after the observation or read that justifies it (a
+//    write already in flight when the fence moves is the one that can still land);
+//    `signal` (the activity's cancellation) stops the sync between and inside requests;
+//  - with the ledger (./ledger), an object unchanged on both sides since the last sync is skipped
+//    without being read, and in a tracked destination an object shardctl did not put there (or
+//    one it left there that was changed or deleted) is never overwritten or deleted: it is
+//    reported in `outOfBand` for the operator, and blocks retire.
+import type { Pool } from 'pg';
 import { HeadObjectCommand } from '@aws-sdk/client-s3';
 import { ShardctlError } from '../errors';
 import { forEachLimit } from './concurrency';
@@ -12,14 +24,16 @@ import { deleteKeys } from './delete';
 import { hashObject, ObjectHash } from './hash';
 import { BlobEntry, isContentEtag, isNotFound, isPreconditionFailed, listBlobs, normalizeEtag } from './list';
 import type { ManifestEntry } from './manifest';
+import { assertBucketOf } from './marker';
 import { assertTenantBlobPrefix } from './prefix';
+import { Ledger, LedgerEntry, ledgerSaysEqual, loadLedger, OutOfBandObject, outOfBandChange, recordLedger, forgetLedger, replaceLedger } from './ledger';
 import { BucketRef, DEFAULT_LIMITS, serverCopyObject, streamCopyObject, TransferLimits } from './transfer';
 
 export type { BucketRef } from './transfer';
 
 export interface BlobCopyProgress {
   key: string;
-  action: 'copied' | 'skipped' | 'deleted';
+  action: 'copied' | 'skipped' | 'deleted' | 'out-of-band';
   done: number;
   total: number;
   copied: number;
@@ -43,95 +57,208 @@ export interface CopyBlobPrefixOptions {
   /**
    * Hash unchanged objects for the manifest (default true). The final delta under the fence
    * passes false: it must not read every object of the tenant inside the write pause, and its
-   * manifest then lists only what it copied.
+   * manifest then lists only what it copied or what the ledger knows.
    */
   hashUnchanged?: boolean;
+  /** Stops the sync (the activity's cancellation). */
+  signal?: AbortSignal;
+  /**
+   * The caller's fence: throws when this sync may no longer write into dst (its move no longer
+   * holds this direction). Run before every delete batch and every object written, after the read
+   * that justifies it.
+   */
+  stillSyncing?: () => Promise<void>;
+  /** Both shards' blob ledgers for the unit (see ./ledger). */
+  ledger?: { src: Pool; dst: Pool; unit: string };
 }
 
 export interface CopyBlobPrefixResult {
-  /** Every source object now at the destination, in source listing order. */
+  /** Every source object now at the destination, in source listing order (unchanged ones only when their hash is known). */
   manifest: ManifestEntry[];
   copied: number;
   skipped: number;
   deleted: number;
   /** Bytes written to the destination. */
   bytes: number;
+  /** Objects read in full (copied or hashed), on either side. */
+  objectsRead: number;
+  /** Destination objects written, changed or deleted behind shardctl's back, left as they are. */
+  outOfBand: OutOfBandObject[];
 }
 
 const MAX_ATTEMPTS_PER_KEY = 5;
 
 export async function copyBlobPrefix(opts: CopyBlobPrefixOptions): Promise<CopyBlobPrefixResult> {
-  const { src, dst, prefix, sameEndpoint } = opts;
+  const { src, dst, prefix, sameEndpoint, signal } = opts;
   assertTenantBlobPrefix(prefix);
   if (src.bucket === dst.bucket && (sameEndpoint || src.s3 === dst.s3)) {
     throw new ShardctlError('InvalidInput', `source and destination are the same bucket ${src.bucket}`);
   }
   const limits: TransferLimits = { ...DEFAULT_LIMITS, ...opts.limits };
-  const [srcList, dstList] = await Promise.all([listBlobs(src.s3, src.bucket, prefix), listBlobs(dst.s3, dst.bucket, prefix)]);
+  const [srcMarker, dstMarker, srcList, dstList, srcLedger, dstLedger] = await Promise.all([
+    assertBucketOf(src, `copy ${prefix} from ${src.shard}`, signal),
+    assertBucketOf(dst, `copy ${prefix} into ${dst.shard}`, signal),
+    listBlobs(src.s3, src.bucket, prefix, { signal }),
+    listBlobs(dst.s3, dst.bucket, prefix, { signal }),
+    opts.ledger ? loadLedger(opts.ledger.src, opts.ledger.unit) : (new Map() as Ledger),
+    opts.ledger ? loadLedger(opts.ledger.dst, opts.ledger.unit) : (new Map() as Ledger),
+  ]);
+  if (srcMarker.id === dstMarker.id) {
+    throw new ShardctlError('PreconditionFailed', `refusing to copy ${prefix}: ${src.shard} and ${dst.shard} are one bucket (marker id ${srcMarker.id})`);
+  }
+  // A destination with ledger rows for the unit is tracked: only shardctl's own objects there are touched.
+  const tracked = opts.ledger !== undefined && dstLedger.size > 0;
   const dstByKey = new Map(dstList.map((e) => [e.key, e]));
   const srcKeys = new Set(srcList.map((e) => e.key));
-  const extras = dstList.filter((e) => !srcKeys.has(e.key)).map((e) => e.key);
 
-  const stats = { copied: 0, skipped: 0, deleted: 0, bytes: 0 };
+  // Right before anything is written to the destination (after the read it copies, so whatever
+  // happened before that read — a cancel, a switch — is seen): the caller's fence, and the signal.
+  const fenceBeforeWrite = async () => {
+    signal?.throwIfAborted();
+    await opts.stillSyncing?.();
+  };
+  const deleteOpts = { owner: src, signal, beforeBatch: opts.stillSyncing ? () => opts.stillSyncing!() : undefined };
+
+  const outOfBand: OutOfBandObject[] = [];
+  const stats = { copied: 0, skipped: 0, deleted: 0, bytes: 0, objectsRead: 0 };
+  const manifest: (ManifestEntry | undefined)[] = new Array(srcList.length);
+  const dstRows: LedgerEntry[] = [];
+  const forgotten: string[] = [];
+  const work: { e: BlobEntry; i: number }[] = [];
+
+  for (const [i, e] of srcList.entries()) {
+    const d = dstByKey.get(e.key);
+    const r = dstLedger.get(e.key);
+    const change = tracked ? outOfBandChange(d, r) : undefined;
+    if (change) {
+      outOfBand.push({ key: e.key, change });
+      continue;
+    }
+    const known = ledgerSaysEqual(e, d, r, srcLedger.get(e.key));
+    if (known !== false) {
+      stats.skipped++;
+      if (known) manifest[i] = { key: e.key, size: e.size, sha256: known };
+      dstRows.push({ ...r!, sha256: known, srcEtag: e.etag, srcSize: e.size });
+      continue;
+    }
+    work.push({ e, i });
+  }
+  const extras: string[] = [];
+  for (const d of dstList) {
+    if (srcKeys.has(d.key)) continue;
+    const change = tracked ? outOfBandChange(d, dstLedger.get(d.key)) : undefined;
+    if (change) outOfBand.push({ key: d.key, change });
+    else extras.push(d.key);
+  }
+  // Rows of objects gone from both sides: nothing to track.
+  for (const key of dstLedger.keys()) if (!srcKeys.has(key) && !dstByKey.has(key)) forgotten.push(key);
+
   const total = srcList.length + extras.length;
-  let done = 0;
+  let done = stats.skipped + outOfBand.length;
   const report = (key: string, action: BlobCopyProgress['action']) => {
     done++;
-    opts.onProgress?.({ key, action, done, total, ...stats });
+    const { objectsRead: _r, ...shown } = stats;
+    opts.onProgress?.({ key, action, done, total, ...shown });
+  };
+  for (const o of outOfBand) opts.onProgress?.({ key: o.key, action: 'out-of-band', done, total, ...stats });
+
+  // Copies in flight are recorded first: a sync killed mid-copy leaves rows that say "ours". An
+  // untracked destination's extras are adopted the same way (this sync deletes them; if it dies
+  // first, the next one, then tracked, must not mistake them for objects written behind its back).
+  const pending = [
+    ...work.map(({ e }) => ({ key: e.key, srcEtag: e.etag as string | null, srcSize: e.size as number | null })),
+    ...(tracked ? [] : extras.map((key) => ({ key, srcEtag: null, srcSize: null }))),
+  ];
+  if (opts.ledger && pending.length > 0) {
+    await fenceBeforeWrite();
+    await recordLedger(
+      opts.ledger.dst,
+      opts.ledger.unit,
+      pending.map((p) => ({ ...p, etag: null, size: null, sha256: null })),
+    );
+  }
+
+  const hashSrc = async (e: BlobEntry): Promise<ObjectHash> => {
+    stats.objectsRead++;
+    return hashObject(src.s3, src.bucket, e.key, e.etag, signal);
   };
 
-  /** Brings one key in line with the source and returns its manifest entry. */
-  const syncOnce = async (e: BlobEntry): Promise<ManifestEntry | undefined> => {
+  /** Brings one key in line with the source and returns its manifest entry and ledger row. */
+  const syncOnce = async (e: BlobEntry): Promise<{ m?: ManifestEntry; row: LedgerEntry }> => {
     const d = dstByKey.get(e.key);
+    const r = dstLedger.get(e.key);
+    // The destination still holds what a sync copied from an older version of this source object:
+    // it differs, no need to read both to find out.
+    const changedSinceCopy = !!d && !!r && r.etag === d.etag && r.size === d.size && (r.srcEtag !== e.etag || r.srcSize !== e.size);
     let srcHash: ObjectHash | undefined;
     let same = false;
-    if (d && d.size === e.size) {
+    if (d && d.size === e.size && !changedSinceCopy) {
       if (isContentEtag(e.etag) && e.etag === d.etag) same = true;
       else {
-        srcHash = await hashObject(src.s3, src.bucket, e.key, e.etag);
-        const dstHash = await hashObject(dst.s3, dst.bucket, e.key).catch((err) => {
+        srcHash = await hashSrc(e);
+        stats.objectsRead++;
+        const dstHash = await hashObject(dst.s3, dst.bucket, e.key, undefined, signal).catch((err) => {
           if (isNotFound(err)) return undefined;
           throw err;
         });
         same = dstHash !== undefined && dstHash.size === srcHash.size && dstHash.sha256 === srcHash.sha256;
       }
     }
+    const row = (dstEtag: string, sha: string | null): LedgerEntry => ({
+      key: e.key,
+      etag: dstEtag,
+      size: e.size,
+      sha256: sha,
+      srcEtag: e.etag,
+      srcSize: e.size,
+    });
     if (same) {
       stats.skipped++;
       report(e.key, 'skipped');
-      if (opts.hashUnchanged === false && !srcHash) return undefined;
-      srcHash ??= await hashObject(src.s3, src.bucket, e.key, e.etag);
-    } else {
-      if (sameEndpoint) {
-        srcHash ??= await hashObject(src.s3, src.bucket, e.key, e.etag);
-        await serverCopyObject(src, dst, e, limits);
-      } else {
-        srcHash = await streamCopyObject(src, dst, e, limits);
-      }
-      stats.copied++;
-      stats.bytes += srcHash.size;
-      report(e.key, 'copied');
+      const knownSha = srcHash?.sha256 ?? (srcLedger.get(e.key)?.etag === e.etag ? srcLedger.get(e.key)?.sha256 : null) ?? null;
+      if (opts.hashUnchanged === false && !knownSha) return { row: row(d!.etag, null) };
+      srcHash ??= knownSha ? { sha256: knownSha, size: e.size } : await hashSrc(e);
+      return { m: { key: e.key, size: srcHash.size, sha256: srcHash.sha256 }, row: row(d!.etag, srcHash.sha256) };
     }
-    return { key: e.key, size: srcHash.size, sha256: srcHash.sha256 };
+    let dstEtag: string;
+    if (sameEndpoint) {
+      srcHash ??= await hashSrc(e);
+      await fenceBeforeWrite();
+      dstEtag = (await serverCopyObject(src, dst, e, limits, signal)).dstEtag;
+    } else {
+      stats.objectsRead++;
+      const copied = await streamCopyObject(src, dst, e, limits, signal, fenceBeforeWrite);
+      srcHash = copied;
+      dstEtag = copied.dstEtag;
+    }
+    stats.copied++;
+    stats.bytes += srcHash.size;
+    report(e.key, 'copied');
+    return { m: { key: e.key, size: srcHash.size, sha256: srcHash.sha256 }, row: row(dstEtag, srcHash.sha256) };
   };
 
-  const manifest: (ManifestEntry | undefined)[] = new Array(srcList.length);
-  await forEachLimit(srcList, opts.concurrency ?? 8, async (listed, i) => {
+  await forEachLimit(work, opts.concurrency ?? 8, async ({ e: listed, i }) => {
     let e = listed;
     for (let attempt = 1; ; attempt++) {
+      signal?.throwIfAborted();
       try {
-        manifest[i] = await syncOnce(e);
+        const r = await syncOnce(e);
+        manifest[i] = r.m;
+        dstRows.push(r.row);
         return;
       } catch (err) {
         if (!(isPreconditionFailed(err) || isNotFound(err)) || attempt >= MAX_ATTEMPTS_PER_KEY) throw err;
       }
       // The source object changed or vanished since it was listed: look again.
-      const head = await src.s3.send(new HeadObjectCommand({ Bucket: src.bucket, Key: e.key })).catch((err) => {
+      const head = await src.s3.send(new HeadObjectCommand({ Bucket: src.bucket, Key: e.key }), { abortSignal: signal }).catch((err) => {
         if (isNotFound(err)) return undefined;
         throw err;
       });
       if (!head) {
-        await deleteKeys(dst.s3, dst.bucket, [e.key]);
+        // Deleted at the source: delete here too, unless the caller's fence, checked after the
+        // 404 (so after whatever deleted it), says this direction is no longer ours.
+        await deleteKeys(dst, [e.key], deleteOpts);
+        forgotten.push(e.key);
         if (dstByKey.has(e.key)) stats.deleted++;
         report(e.key, 'deleted');
         return;
@@ -142,12 +269,39 @@ export async function copyBlobPrefix(opts: CopyBlobPrefixOptions): Promise<CopyB
 
   // Deletes propagate: what the source no longer has goes from the destination too.
   if (extras.length > 0) {
-    await deleteKeys(dst.s3, dst.bucket, extras);
+    await deleteKeys(dst, extras, deleteOpts);
+    forgotten.push(...extras);
     for (const key of extras) {
       stats.deleted++;
       report(key, 'deleted');
     }
   }
 
-  return { manifest: manifest.filter((m): m is ManifestEntry => m !== undefined), ...stats };
+  if (opts.ledger) {
+    const { unit } = opts.ledger;
+    await recordLedger(opts.ledger.dst, unit, dstRows);
+    await forgetLedger(opts.ledger.dst, unit, forgotten);
+    // The source as this sync saw it: what shardctl knows it held, should it become a destination.
+    // Only while the sync still holds its direction (a stale sync must not rewrite the old owner's record).
+    await opts.stillSyncing?.();
+    const shaOf = new Map(manifest.filter((m): m is ManifestEntry => m !== undefined).map((m) => [m.key, m.sha256]));
+    await replaceLedger(
+      opts.ledger.src,
+      unit,
+      srcList.map((e) => {
+        const rs = srcLedger.get(e.key);
+        const same = rs && rs.etag === e.etag && rs.size === e.size;
+        return {
+          key: e.key,
+          etag: e.etag,
+          size: e.size,
+          sha256: shaOf.get(e.key) ?? (same ? rs.sha256 : null),
+          srcEtag: same ? rs.srcEtag : null,
+          srcSize: same ? rs.srcSize : null,
+        };
+      }),
+    );
+  }
+
+  return { manifest: manifest.filter((m): m is ManifestEntry => m !== undefined), ...stats, outOfBand };
 }

@@ -14,8 +14,8 @@ export interface ObjectHash {
 }
 
 /** Streams one object through sha256. With ifMatch, fails with 412 if the object changed. */
-export async function hashObject(s3: S3Client, bucket: string, key: string, ifMatch?: string): Promise<ObjectHash> {
-  const res = await s3.send(new GetObjectCommand({ Bucket: bucket, Key: key, IfMatch: ifMatch ? `"${ifMatch}"` : undefined }));
+export async function hashObject(s3: S3Client, bucket: string, key: string, ifMatch?: string, signal?: AbortSignal): Promise<ObjectHash> {
+  const res = await s3.send(new GetObjectCommand({ Bucket: bucket, Key: key, IfMatch: ifMatch ? `"${ifMatch}"` : undefined }), { abortSignal: signal });
   const h = createHash('sha256');
   let size = 0;
   for await (const chunk of res.Body as Readable) {

@@ -1,5 +1,5 @@
 // Tenant blob movement (Node side: S3 and pg). Workflows import the pure modules directly:
-// ./manifest (compareBlobManifests) and ./prefix (tenantBlobPrefix).
+// ./manifest (compareBlobManifests), ./prefix (tenantBlobPrefix), ./bucket-identity.
 export { tenantBlobPrefix, assertTenantBlobPrefix } from './prefix';
 export { compareBlobManifests, manifestsEqual } from './manifest';
 export type { ManifestEntry, BlobManifestDiff, BlobDifference } from './manifest';
@@ -9,4 +9,12 @@ export { hashObject, manifestOf } from './hash';
 export { copyBlobPrefix } from './copy';
 export type { BucketRef, BlobCopyProgress, CopyBlobPrefixOptions, CopyBlobPrefixResult } from './copy';
 export { deleteBlobPrefix, deleteKeys } from './delete';
+export type { DeleteOptions } from './delete';
 export { ensureManifestTable, recordManifest, loadManifest, deleteManifest } from './store';
+export { BUCKET_MARKER_KEY, readBucketMarker, ensureBucketMarker, assertBucketOf, assertMayDelete } from './marker';
+export type { BucketMarker, ShardBucket } from './marker';
+export { bucketIdentity, sharedBucketProblems, shardBucketIdentity } from './bucket-identity';
+export { loadLedger, recordLedger, forgetLedger, replaceLedger, outOfBandObjects, outOfBandChange } from './ledger';
+export type { Ledger, LedgerEntry, OutOfBandObject, OutOfBandChange } from './ledger';
+export { compareBlobPrefixes } from './verify';
+export { ledgerSaysEqual } from './ledger';

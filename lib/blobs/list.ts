@@ -18,11 +18,13 @@ export function isContentEtag(etag: string): boolean {
   return /^[0-9a-f]{32}$/i.test(etag);
 }
 
-export async function listBlobs(s3: S3Client, bucket: string, prefix: string, opts: { pageSize?: number } = {}): Promise<BlobEntry[]> {
+export async function listBlobs(s3: S3Client, bucket: string, prefix: string, opts: { pageSize?: number; signal?: AbortSignal } = {}): Promise<BlobEntry[]> {
   const out: BlobEntry[] = [];
   let token: string | undefined;
   do {
-    const page = await s3.send(new ListObjectsV2Command({ Bucket: bucket, Prefix: prefix, ContinuationToken: token, MaxKeys: opts.pageSize }));
+    const page = await s3.send(new ListObjectsV2Command({ Bucket: bucket, Prefix: prefix, ContinuationToken: token, MaxKeys: opts.pageSize }), {
+      abortSignal: opts.signal,
+    });
     for (const o of page.Contents ?? []) {
       // Defensive: a server that ignored Prefix must never widen what we copy or delete.
       if (o.Key === undefined || !o.Key.startsWith(prefix)) continue;

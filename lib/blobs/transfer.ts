@@ -14,18 +14,16 @@ import {
   GetObjectCommand,
   HeadObjectCommand,
   PutObjectCommand,
-  S3Client,
   UploadPartCommand,
   UploadPartCopyCommand,
   type CompletedPart,
 } from '@aws-sdk/client-s3';
-import type { BlobEntry } from './list';
+import { normalizeEtag, type BlobEntry } from './list';
 import type { ObjectHash } from './hash';
+import type { ShardBucket } from './marker';
 
-export interface BucketRef {
-  s3: S3Client;
-  bucket: string;
-}
+/** A shard's bucket: copies prove by its identity marker that it is the shard's own (./marker). */
+export type BucketRef = ShardBucket;
 
 export interface TransferLimits {
   /** Streamed objects larger than this go up as a multipart upload. */
@@ -68,9 +66,29 @@ function headersOf(r: ObjectHeaders): ObjectHeaders {
 }
 
 /** Copies one object by streaming it through this process; returns the hash of what was written. */
-export async function streamCopyObject(src: BucketRef, dst: BucketRef, entry: BlobEntry, limits: TransferLimits): Promise<ObjectHash> {
-  const got = await src.s3.send(new GetObjectCommand({ Bucket: src.bucket, Key: entry.key, IfMatch: `"${entry.etag}"` }));
+/** What a copy left at the destination: the ETag the destination gave it. */
+export interface CopiedObject {
+  dstEtag: string;
+}
+
+export async function streamCopyObject(
+  src: BucketRef,
+  dst: BucketRef,
+  entry: BlobEntry,
+  limits: TransferLimits,
+  signal?: AbortSignal,
+  /** Runs once the source answered, before anything is written to the destination: throw to refuse. */
+  beforeWrite?: () => Promise<void>,
+): Promise<ObjectHash & CopiedObject> {
+  const abortSignal = signal;
+  const got = await src.s3.send(new GetObjectCommand({ Bucket: src.bucket, Key: entry.key, IfMatch: `"${entry.etag}"` }), { abortSignal });
   const body = got.Body as Readable;
+  try {
+    await beforeWrite?.();
+  } catch (e) {
+    body.destroy();
+    throw e;
+  }
   const length = got.ContentLength;
   if (length === undefined) {
     body.destroy();
@@ -79,9 +97,10 @@ export async function streamCopyObject(src: BucketRef, dst: BucketRef, entry: Bl
   const headers = headersOf(got);
   const hash = createHash('sha256');
   let size = 0;
+  let dstEtag: string | undefined;
   try {
     if (length > limits.multipartThresholdBytes) {
-      await multipartUpload(dst, entry.key, headers, length, limits.partSizeBytes, body, (c) => {
+      dstEtag = await multipartUpload(dst, entry.key, headers, length, limits.partSizeBytes, body, signal, (c) => {
         hash.update(c);
         size += c.length;
       });
@@ -95,15 +114,15 @@ export async function streamCopyObject(src: BucketRef, dst: BucketRef, entry: Bl
       });
       const piping = pipeline(body, tee);
       piping.catch(() => {}); // observed through Promise.all below
-      const put = dst.s3.send(new PutObjectCommand({ Bucket: dst.bucket, Key: entry.key, Body: tee, ContentLength: length, ...headers }));
-      await Promise.all([put, piping]);
+      const put = dst.s3.send(new PutObjectCommand({ Bucket: dst.bucket, Key: entry.key, Body: tee, ContentLength: length, ...headers }), { abortSignal });
+      dstEtag = (await Promise.all([put, piping]))[0].ETag;
     }
   } finally {
     body.destroy();
   }
   // A short body would have been refused by the PUT's Content-Length; this is belt and braces.
   if (size !== length) throw new Error(`copied ${size} bytes of ${src.bucket}/${entry.key}, expected ${length}`);
-  return { sha256: hash.digest('hex'), size, etag: entry.etag };
+  return { sha256: hash.digest('hex'), size, etag: entry.etag, dstEtag: normalizeEtag(dstEtag) };
 }
 
 async function multipartUpload(
@@ -113,10 +132,11 @@ async function multipartUpload(
   length: number,
   wantedPartSize: number,
   body: Readable,
+  abortSignal: AbortSignal | undefined,
   onChunk: (c: Buffer) => void,
-): Promise<void> {
+): Promise<string | undefined> {
   const partSize = partSizeFor(length, wantedPartSize);
-  const { UploadId } = await dst.s3.send(new CreateMultipartUploadCommand({ Bucket: dst.bucket, Key: key, ...headers }));
+  const { UploadId } = await dst.s3.send(new CreateMultipartUploadCommand({ Bucket: dst.bucket, Key: key, ...headers }), { abortSignal });
   if (!UploadId) throw new Error(`CreateMultipartUpload ${dst.bucket}/${key} returned no UploadId`);
   const parts: CompletedPart[] = [];
   let pending: Buffer[] = [];
@@ -126,7 +146,9 @@ async function multipartUpload(
     pending = [];
     pendingBytes = 0;
     const PartNumber = parts.length + 1;
-    const r = await dst.s3.send(new UploadPartCommand({ Bucket: dst.bucket, Key: key, UploadId, PartNumber, Body, ContentLength: Body.length }));
+    const r = await dst.s3.send(new UploadPartCommand({ Bucket: dst.bucket, Key: key, UploadId, PartNumber, Body, ContentLength: Body.length }), {
+      abortSignal,
+    });
     parts.push({ ETag: r.ETag, PartNumber });
   };
   try {
@@ -138,7 +160,10 @@ async function multipartUpload(
       if (pendingBytes >= partSize) await flush();
     }
     if (pendingBytes > 0 || parts.length === 0) await flush();
-    await dst.s3.send(new CompleteMultipartUploadCommand({ Bucket: dst.bucket, Key: key, UploadId, MultipartUpload: { Parts: parts } }));
+    const done = await dst.s3.send(new CompleteMultipartUploadCommand({ Bucket: dst.bucket, Key: key, UploadId, MultipartUpload: { Parts: parts } }), {
+      abortSignal,
+    });
+    return done.ETag;
   } catch (e) {
     // An abandoned upload holds storage until aborted: never leave one behind.
     await dst.s3.send(new AbortMultipartUploadCommand({ Bucket: dst.bucket, Key: key, UploadId })).catch(() => {});
@@ -152,16 +177,19 @@ export function copySourceOf(bucket: string, key: string): string {
 }
 
 /** Copies one object inside the S3 endpoint (the client of dst must be able to read src). */
-export async function serverCopyObject(src: BucketRef, dst: BucketRef, entry: BlobEntry, limits: TransferLimits): Promise<void> {
+export async function serverCopyObject(src: BucketRef, dst: BucketRef, entry: BlobEntry, limits: TransferLimits, signal?: AbortSignal): Promise<CopiedObject> {
+  const abortSignal = signal;
   const CopySource = copySourceOf(src.bucket, entry.key);
   const CopySourceIfMatch = `"${entry.etag}"`;
   if (entry.size <= limits.serverCopyMaxBytes) {
-    await dst.s3.send(new CopyObjectCommand({ Bucket: dst.bucket, Key: entry.key, CopySource, CopySourceIfMatch, MetadataDirective: 'COPY' }));
-    return;
+    const r = await dst.s3.send(new CopyObjectCommand({ Bucket: dst.bucket, Key: entry.key, CopySource, CopySourceIfMatch, MetadataDirective: 'COPY' }), {
+      abortSignal,
+    });
+    return { dstEtag: normalizeEtag(r.CopyObjectResult?.ETag) };
   }
-  const head = await src.s3.send(new HeadObjectCommand({ Bucket: src.bucket, Key: entry.key, IfMatch: CopySourceIfMatch }));
+  const head = await src.s3.send(new HeadObjectCommand({ Bucket: src.bucket, Key: entry.key, IfMatch: CopySourceIfMatch }), { abortSignal });
   const partSize = partSizeFor(entry.size, limits.partSizeBytes);
-  const { UploadId } = await dst.s3.send(new CreateMultipartUploadCommand({ Bucket: dst.bucket, Key: entry.key, ...headersOf(head) }));
+  const { UploadId } = await dst.s3.send(new CreateMultipartUploadCommand({ Bucket: dst.bucket, Key: entry.key, ...headersOf(head) }), { abortSignal });
   if (!UploadId) throw new Error(`CreateMultipartUpload ${dst.bucket}/${entry.key} returned no UploadId`);
   try {
     const parts: CompletedPart[] = [];
@@ -178,10 +206,14 @@ export async function serverCopyObject(src: BucketRef, dst: BucketRef, entry: Bl
           CopySourceIfMatch,
           CopySourceRange: `bytes=${start}-${end}`,
         }),
+        { abortSignal },
       );
       parts.push({ ETag: r.CopyPartResult?.ETag, PartNumber });
     }
-    await dst.s3.send(new CompleteMultipartUploadCommand({ Bucket: dst.bucket, Key: entry.key, UploadId, MultipartUpload: { Parts: parts } }));
+    const done = await dst.s3.send(new CompleteMultipartUploadCommand({ Bucket: dst.bucket, Key: entry.key, UploadId, MultipartUpload: { Parts: parts } }), {
+      abortSignal,
+    });
+    return { dstEtag: normalizeEtag(done.ETag) };
   } catch (e) {
     await dst.s3.send(new AbortMultipartUploadCommand({ Bucket: dst.bucket, Key: entry.key, UploadId })).catch(() => {});
     throw e;

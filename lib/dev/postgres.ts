@@ -184,7 +184,7 @@ export async function downPostgresServers(s: PgStack, log: (m: string) => void):
 export async function prepareDevShards(config: Config): Promise<void> {
   const conns = createConnections(config, { max: 1, connectionTimeoutMillis: 5000 });
   try {
-    const results = await prepareAllShards(config, conns.shardPool);
+    const results = await prepareAllShards(config, conns.shardPool, { s3For: conns.s3For });
     const bad = results.filter((r) => r.error);
     if (bad.length) throw new StackError(`could not prepare the dev shards: ${bad.map((b) => `${b.shard}: ${b.error}`).join('; ')}`);
   } finally {

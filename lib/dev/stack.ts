@@ -311,15 +311,10 @@ export async function up(s: Stack, log: (m: string) => void = () => {}, o: UpOpt
   // Tools first (pip may take a while); then the servers, Postgres in parallel with the others.
   ensureTemporal(s, log);
   ensureMoto(s, log);
-  await Promise.all([
-    (async () => {
-      await upPostgresServers(s, log);
-      // A fresh stack is ready to use: its shards carry schema shardctl and the fence.
-      await prepareDevShards(config);
-    })(),
-    upTemporal(s, log),
-    upS3(s, log),
-  ]);
+  await Promise.all([upPostgresServers(s, log), upTemporal(s, log), upS3(s, log)]);
+  // A fresh stack is ready to use: its shards carry schema shardctl and the fence, its buckets
+  // their identity markers (so it waits for the S3 server and its buckets too).
+  await prepareDevShards(config);
   if (o.withProxies) await upProxies(s, log);
 }
 

@@ -142,7 +142,7 @@ export async function checkUnit(o: {
   return { findings, ownerRows };
 }
 
-/** Everything of the unit on a shard that does not own it: rows, objects, manifest rows of a move. */
+/** Everything of the unit on a shard that does not own it: rows, objects, blob ledger rows, manifest rows of a move. */
 export async function unitLeftovers(o: { config: Config; tenant: string; pool: Pool; s3: S3Client; bucket: string; moveIds?: string[] }): Promise<string[]> {
   const out: string[] = [];
   for (const t of await unitTables(o.config, o.pool)) {
@@ -151,6 +151,11 @@ export async function unitLeftovers(o: { config: Config; tenant: string; pool: P
   }
   const objects = await listBlobs(o.s3, o.bucket, tenantBlobPrefix(o.tenant));
   if (objects.length) out.push(`${objects.length} objects under ${o.bucket}/${tenantBlobPrefix(o.tenant)}`);
+  const ledger = await o.pool.query(`select count(*)::int as n from shardctl.blob_ledger where unit = $1`, [o.tenant]).catch((e) => {
+    if (e?.code === '42P01') return { rows: [{ n: 0 }] }; // no ledger table on this shard: nothing recorded
+    throw e;
+  });
+  if (ledger.rows[0].n) out.push(`${ledger.rows[0].n} blob ledger rows`);
   if (o.moveIds?.length) {
     const m = await o.pool.query(`select count(*)::int as n from shardctl.blob_manifest where move_id = any($1)`, [o.moveIds]).catch((e) => {
       if (e?.code === '42P01') return { rows: [{ n: 0 }] }; // no manifest table on this shard: nothing recorded

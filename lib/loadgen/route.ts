@@ -1,10 +1,12 @@
 // What loadgen and seed need from the router, as a structural type (any router with this
 // `withTenant` works), and how a write learns which shard its transaction runs on: blobs go
-// into that shard's bucket before the row that names them commits there.
+// into that shard's bucket, fenced by the transaction, before the row that names them commits there.
 import type { Pool, PoolClient } from 'pg';
 import type { S3Client } from '@aws-sdk/client-s3';
 import type { Config } from '../config';
 import { ShardctlError } from '../errors';
+import { shardByName } from '../config';
+import { tenantBlobs, type TenantBlobs } from '../blobs/fenced';
 
 export interface TenantGrant {
   tenants: string[] | '*';
@@ -72,4 +74,15 @@ export async function currentPlacements(directory: Pool, tenants: string[]): Pro
   const missing = tenants.filter((t) => !out.has(t));
   if (missing.length) throw new ShardctlError('NotFound', `no placement in the directory for tenant(s) ${missing.join(', ')}`);
   return out;
+}
+
+/**
+ * The tenant's blobs in the bucket of the shard the transaction runs on, fenced by that
+ * transaction (lib/blobs/fenced.ts): the router's own when it passes them, else over `tx`.
+ */
+export function blobsOfTransaction(config: Config, tx: PoolClient, route: unknown, unit: string, s3For: S3For): TenantBlobs {
+  const own = (route as { blobs?: TenantBlobs } | undefined)?.blobs;
+  if (own && typeof own.put === 'function') return own;
+  const shard = shardOfTransaction(config, tx, route);
+  return tenantBlobs(tx, unit, { shard, s3: s3For(shard), bucket: shardByName(config, shard).bucket });
 }

@@ -4,16 +4,15 @@
 // transaction certainly rolled back; anything else is 'unknown' (see classify.ts).
 import { setTimeout as delay } from 'node:timers/promises';
 import { performance } from 'node:perf_hooks';
-import { DeleteObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
 import type { Config } from '../config';
-import { shardByName } from '../config';
 import { validateTenantId } from '../ids';
 import { invalidInput } from '../errors';
 import { classifyFailure, errorMessage, errorTypeOf } from './classify';
 import { LogWriter } from './log';
 import { applyWrite, diffRow, observedState, readRows, setDocumentBlob } from './model';
 import { PlannedRead, PlannedWrite, SlotPlanner } from './plan';
-import { S3For, shardOfTransaction, TenantGrant, TenantRouter } from './route';
+import { S3For, blobsOfTransaction, shardOfTransaction, TenantGrant, TenantRouter } from './route';
+import { blobNameOf } from '../blobs/fenced';
 import { Router } from '../router';
 import { ownedClients } from './clients';
 import { LatencyRecorder, LoadgenStats, formatStats, zeroOutcomes } from './stats';
@@ -128,11 +127,10 @@ export function startLoadgen(opts: LoadgenOptions): LoadgenHandle {
           commitSent = false;
           shard = shardOfTransaction(opts.config, tx, route);
           if (w.blob) {
-            // The object goes into the bucket of the shard this transaction runs on, before the
-            // row naming it can commit there: an acked blob_key never points at a missing object.
-            await clients
-              .s3For(shard)
-              .send(new PutObjectCommand({ Bucket: shardByName(opts.config, shard).bucket, Key: w.blob.blobKey, Body: w.blob.content }));
+            // The object goes into the bucket of the shard this transaction runs on, fenced by it
+            // and before the row naming it can commit there: an acked blob_key never points at a
+            // missing object, and a cutover's fence waits for the upload.
+            await blobsOfTransaction(opts.config, tx, route, w.tenant, clients.s3For).put(blobNameOf(w.tenant, w.blob.blobKey), w.blob.content);
             await setDocumentBlob(tx, w.tenant, w.key, w.blob.blobKey);
           } else if (w.blobDelete) {
             await setDocumentBlob(tx, w.tenant, w.key, null);
@@ -146,12 +144,13 @@ export function startLoadgen(opts: LoadgenOptions): LoadgenHandle {
       const latencyMs = Math.round((performance.now() - t0) * 10) / 10;
       lat.write.add(latencyMs);
       // A blob delete counts once the row no longer names the object; the object itself goes
-      // only then (a refused delete must leave it), from the bucket the row committed next to.
+      // only then (a refused delete must leave it), in a fenced transaction of its own on the
+      // tenant's owner now (the unit may have moved since the row committed).
       let objectDeleted: boolean | undefined;
       if (w.blobDelete && shard) {
-        objectDeleted = await clients
-          .s3For(shard)
-          .send(new DeleteObjectCommand({ Bucket: shardByName(opts.config, shard).bucket, Key: w.blobDelete.blobKey }))
+        const name = blobNameOf(w.tenant, w.blobDelete.blobKey);
+        objectDeleted = await router
+          .withTenant(w.tenant, grant, 'write', (tx, route) => blobsOfTransaction(opts.config, tx, route, w.tenant, clients.s3For).delete(name), routerOpts)
           .then(
             () => true,
             () => false,

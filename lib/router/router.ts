@@ -17,6 +17,9 @@ import { Placement, PlacementCache, UnitObservation } from './snapshot';
 import { wrapTxClient } from './tx-client';
 import { ScatterOptions, ScatterPlan, ScatterResult, ShardTarget, planScatter, runScatter, secretRedactor } from './scatter';
 import { validateShardName } from '../ids';
+import type { S3Client } from '@aws-sdk/client-s3';
+import { s3ClientFor } from '../s3';
+import { tenantBlobs, type PutBlobOptions, type TenantBlobs } from '../blobs/fenced';
 
 export type Mode = 'read' | 'write';
 export type Isolation = 'read committed' | 'repeatable read' | 'serializable';
@@ -36,6 +39,8 @@ export interface RouterOptions {
   poolMax?: number;
   /** Connect timeout for directory and shard connections (default 2000 ms). */
   connectTimeoutMs?: number;
+  /** S3 clients of the shards' buckets (blob API); default: one per shard from the config, closed with the router. */
+  s3For?: (shard: string) => S3Client;
 }
 
 export interface TenantCallOptions {
@@ -69,7 +74,19 @@ export interface RouterMetrics {
  * again from scratch (possibly on another shard), so it must not keep side effects outside the
  * transaction, and must not release or keep the client (it is revoked after the call).
  */
-export type TenantFn<T> = (tx: PoolClient) => Promise<T>;
+export type TenantFn<T> = (tx: PoolClient, route: TenantRoute) => Promise<T>;
+
+/**
+ * Where a tenant transaction runs, and the tenant's blobs there, fenced by the same transaction:
+ * a PUT or DELETE passes the shard's write check (and holds the unit's lock) before it touches
+ * the bucket, so it is refused exactly when a row write would be (lib/blobs/fenced.ts).
+ */
+export interface TenantRoute {
+  unit: string;
+  shard: string;
+  epoch: number;
+  blobs: TenantBlobs;
+}
 
 const ISOLATIONS: ReadonlySet<string> = new Set(['read committed', 'repeatable read', 'serializable']);
 
@@ -77,6 +94,7 @@ export class Router {
   private readonly cache = new PlacementCache();
   private readonly pools = new Map<string, Pool>();
   private readonly scatterPools = new Map<string, Pool>();
+  private readonly s3s = new Map<string, S3Client>();
   private readonly redact: (text: string) => string;
   /** The directory's shards inventory as last read (fleet reads fall back to it when the directory is down). */
   private knownShards: string[] | undefined;
@@ -207,6 +225,27 @@ export class Router {
     }
   }
 
+  /** Writes a blob of the tenant into its owner's bucket, fenced like a row write (see TenantRoute); retried like withTenant. */
+  putBlob(
+    tenantId: string,
+    grant: Grant,
+    name: string,
+    body: Uint8Array | string,
+    opts: TenantCallOptions & PutBlobOptions = {},
+  ): Promise<{ key: string; etag: string }> {
+    return this.withTenant(tenantId, grant, 'write', (_tx, route) => route.blobs.put(name, body, opts), opts);
+  }
+
+  /** The blob's bytes from its owner's bucket (undefined when absent); refused on a shard that does not own the tenant. */
+  getBlob(tenantId: string, grant: Grant, name: string, opts: TenantCallOptions = {}): Promise<Buffer | undefined> {
+    return this.withTenant(tenantId, grant, 'read', (_tx, route) => route.blobs.get(name), opts);
+  }
+
+  /** Deletes a blob of the tenant from its owner's bucket, fenced like a row write. */
+  deleteBlob(tenantId: string, grant: Grant, name: string, opts: TenantCallOptions = {}): Promise<{ key: string }> {
+    return this.withTenant(tenantId, grant, 'write', (_tx, route) => route.blobs.delete(name), opts);
+  }
+
   /**
    * Runs one read-only statement on every shard of the directory (or `shards`, or the owners of
    * `units`), at most `concurrency` at a time, each in a READ ONLY transaction whose statement
@@ -307,6 +346,8 @@ export class Router {
     this.pools.clear();
     this.scatterPools.clear();
     await Promise.all(pools.map((p) => p.end().catch(() => {})));
+    for (const c of this.s3s.values()) c.destroy();
+    this.s3s.clear();
   }
 
   // ---- one attempt ------------------------------------------------------------------------
@@ -326,7 +367,8 @@ export class Router {
         String(p.epoch),
         p.epoch,
       ]);
-      const result = await fn(tx.client);
+      const route: TenantRoute = { unit: p.unit, shard: p.shard, epoch: p.epoch, blobs: tenantBlobs(tx.client, p.unit, this.bucketOf(p.shard)) };
+      const result = await fn(tx.client, route);
       const done = await client.query('commit');
       if (done.command === 'ROLLBACK') throw this.abortedAtCommit(p.unit, tx.firstError());
       return result;
@@ -354,6 +396,14 @@ export class Router {
       `transaction for tenant ${unit} was rolled back at commit: an error inside the callback was caught and not rethrown (${msg}); nothing was committed`,
       { tenant: unit, code: (cause as { code?: unknown })?.code },
     );
+  }
+
+  private bucketOf(shard: string): { shard: string; s3: S3Client; bucket: string } {
+    const sc = this.config.shards.find((s) => s.name === shard);
+    if (!sc) throw new ShardctlError('ConfigError', `the directory places units on shard ${shard}, which this router's configuration does not list`, { shard });
+    let s3 = this.opts.s3For?.(shard) ?? this.s3s.get(shard);
+    if (!s3) this.s3s.set(shard, (s3 = s3ClientFor(this.config, shard)));
+    return { shard, s3, bucket: sc.bucket };
   }
 
   private poolFor(shard: string): Pool {

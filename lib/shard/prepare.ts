@@ -11,6 +11,9 @@ import { DEMO_SCHEMA_SQL } from '../demo/schema';
 import { fenceTriggerFunctionSql, installShardSchema } from './schema';
 import { listTenantTables, movabilityProblems, TenantTable } from './tables';
 import { checkRoutingHash, recordDatasetBuckets } from './datasets';
+import type { S3Client } from '@aws-sdk/client-s3';
+import { s3ClientFor } from '../s3';
+import { ensureBucketMarker } from '../blobs/marker';
 
 export const FENCE_TRIGGER_NAME = 'shardctl_fence';
 
@@ -28,6 +31,8 @@ export interface PrepareResult {
 
 export interface ShardPrepareResult extends PrepareResult {
   shard: string;
+  /** The shard's bucket identity marker (lib/blobs/marker.ts): claimed by this run, or already the shard's. */
+  bucketMarker?: 'created' | 'present';
   /** Set when this shard failed; the other shards are still attempted. */
   error?: string;
 }
@@ -92,20 +97,32 @@ export async function prepareShard(pool: Pool, config: Config, opts: { demoSchem
   }
 }
 
-/** Prepares every configured shard (or the one named); an unknown name throws before any I/O. */
+/**
+ * Prepares every configured shard (or the one named): its Postgres, then its bucket's identity
+ * marker (written once; a bucket another shard already claimed fails this shard). An unknown
+ * name throws before any I/O. S3 clients come from `s3For`, or from the config (closed after).
+ */
 export async function prepareAllShards(
   config: Config,
   shardPool: (name: string) => Pool,
-  opts: { shard?: string; demoSchema?: boolean } = {},
+  opts: { shard?: string; demoSchema?: boolean; s3For?: (shard: string) => S3Client } = {},
 ): Promise<ShardPrepareResult[]> {
   const names = opts.shard ? [shardByName(config, opts.shard).name] : config.shards.map((s) => s.name);
+  const own = new Map<string, S3Client>();
+  const s3For = opts.s3For ?? ((name: string) => own.get(name) ?? own.set(name, s3ClientFor(config, name)).get(name)!);
   const out: ShardPrepareResult[] = [];
-  for (const shard of names) {
-    try {
-      out.push({ shard, ...(await prepareShard(shardPool(shard), config, { demoSchema: opts.demoSchema })) });
-    } catch (e: any) {
-      out.push({ shard, tables: [], problems: [], changed: [], error: e?.message ?? String(e) });
+  try {
+    for (const shard of names) {
+      try {
+        const r = await prepareShard(shardPool(shard), config, { demoSchema: opts.demoSchema });
+        const m = await ensureBucketMarker({ shard, s3: s3For(shard), bucket: shardByName(config, shard).bucket });
+        out.push({ shard, ...r, bucketMarker: m.created ? 'created' : 'present' });
+      } catch (e: any) {
+        out.push({ shard, tables: [], problems: [], changed: [], error: e?.message ?? String(e) });
+      }
     }
+  } finally {
+    for (const c of own.values()) c.destroy();
   }
   return out;
 }

@@ -30,6 +30,8 @@ import {
   deleteManifest,
   ManifestEntry,
   BlobCopyProgress,
+  ShardBucket,
+  ensureBucketMarker,
 } from '../../lib/blobs';
 import { copySourceOf } from '../../lib/blobs/transfer';
 
@@ -42,6 +44,8 @@ let s3a: S3Client;
 let s3b: S3Client;
 let bucketA: string;
 let bucketB: string;
+let A: ShardBucket;
+let B: ShardBucket;
 const cleanupPrefixes: string[] = [];
 const cleanupMoves: string[] = [];
 
@@ -120,23 +124,24 @@ async function expectDestinationEquals(prefix: string, objects: Map<string, Buff
   expect(compareBlobManifests(manifest, await manifestOf(s3b, bucketB, prefix))).toEqual({ missing: [], extra: [], different: [] });
 }
 
-beforeAll(() => {
+beforeAll(async () => {
   const config = testConfig();
   deps = createDeps(config);
   s3a = deps.s3For('shard-a');
   s3b = deps.s3For('shard-b');
   bucketA = config.shards[0].bucket;
   bucketB = config.shards[1].bucket;
+  A = { shard: 'shard-a', s3: s3a, bucket: bucketA };
+  B = { shard: 'shard-b', s3: s3b, bucket: bucketB };
+  // What `shards prepare` writes: copies and deletes refuse a bucket without its shard's marker.
+  for (const side of [A, B]) await ensureBucketMarker(side);
 });
 
 afterAll(async () => {
   for (const p of cleanupPrefixes) {
-    for (const [s3, bucket] of [
-      [s3a, bucketA],
-      [s3b, bucketB],
-    ] as const) {
+    for (const side of [A, B]) {
       // Tricky neighbour prefixes are valid tenant prefixes too (`<id>x`), so the guard allows them.
-      await deleteBlobPrefix(s3, bucket, p).catch(() => {});
+      await deleteBlobPrefix(side, p).catch(() => {});
     }
   }
   const pool = shardPool('shard-b');
@@ -237,8 +242,8 @@ describe('copyBlobPrefix', () => {
       const objects = await seedTenant(t.prefix, sameEndpoint ? 60 : 150);
       // A stale destination key the source never had is removed by the first copy.
       await put(s3b, bucketB, `${t.prefix}stale`, Buffer.from('stale'));
-      const src = { s3: s3a, bucket: bucketA };
-      const dst = { s3: s3b, bucket: bucketB };
+      const src = A;
+      const dst = B;
       const totalBytes = [...objects.values()].reduce((n, b) => n + b.length, 0);
 
       const progress: BlobCopyProgress[] = [];
@@ -291,8 +296,8 @@ describe('copyBlobPrefix', () => {
     await put(s3a, bucketA, `${t.prefix}big`, big);
     await put(s3a, bucketA, `${t.prefix}small`, Buffer.from('small'));
     const r = await copyBlobPrefix({
-      src: { s3: s3a, bucket: bucketA },
-      dst: { s3: s3b, bucket: bucketB },
+      src: A,
+      dst: B,
       prefix: t.prefix,
       sameEndpoint: true,
       limits: { serverCopyMaxBytes: 8 * MIB, partSizeBytes: 5 * MIB },
@@ -324,7 +329,7 @@ describe('copyBlobPrefix', () => {
       },
     } as unknown as S3Client;
 
-    const r = await copyBlobPrefix({ src: { s3: meddlingSrc, bucket: bucketA }, dst: { s3: s3b, bucket: bucketB }, prefix: t.prefix, sameEndpoint: false });
+    const r = await copyBlobPrefix({ src: { ...A, s3: meddlingSrc }, dst: B, prefix: t.prefix, sameEndpoint: false });
     expect(r).toMatchObject({ copied: 1, deleted: 1 });
     expect(r.manifest).toEqual([{ key: changed, size: v2.length, sha256: sha256(v2) }]);
     expect((await get(s3b, bucketB, changed)).equals(v2)).toBe(true);
@@ -332,8 +337,8 @@ describe('copyBlobPrefix', () => {
   });
 
   it('refuses a prefix that is not exactly tenants/<id>/ and copying a bucket onto itself', async () => {
-    const src = { s3: s3a, bucket: bucketA };
-    const dst = { s3: s3b, bucket: bucketB };
+    const src = A;
+    const dst = B;
     for (const prefix of ['', 'tenants/', 'tenants/abc', 'tenants/abc/def/', 'Tenants/abc/']) {
       await expect(copyBlobPrefix({ src, dst, prefix, sameEndpoint: true })).rejects.toMatchObject({ type: 'InvalidInput' });
     }
@@ -349,13 +354,13 @@ describe('deleteBlobPrefix', () => {
     await Promise.all(keys.map((k) => put(s3a, bucketA, k, Buffer.from(k))));
     const send = vi.spyOn(s3a, 'send');
     try {
-      expect(await deleteBlobPrefix(s3a, bucketA, t.prefix, { batchSize: 7 })).toEqual({ deleted: 31 });
+      expect(await deleteBlobPrefix(A, t.prefix, { batchSize: 7 })).toEqual({ deleted: 31 });
       expect(send.mock.calls.filter(([c]) => c instanceof DeleteObjectsCommand)).toHaveLength(5);
     } finally {
       send.mockRestore();
     }
     expect(await listBlobs(s3a, bucketA, t.prefix)).toEqual([]);
-    expect(await deleteBlobPrefix(s3a, bucketA, t.prefix)).toEqual({ deleted: 0 });
+    expect(await deleteBlobPrefix(A, t.prefix)).toEqual({ deleted: 0 });
     await expectNeighboursUntouched(neighbours);
   });
 
@@ -377,9 +382,9 @@ describe('deleteBlobPrefix', () => {
       `tenants/${t.id}//`,
     ];
     for (const prefix of bad) {
-      await expect(deleteBlobPrefix(s3a, bucketA, prefix)).rejects.toMatchObject({ type: 'InvalidInput' });
+      await expect(deleteBlobPrefix(A, prefix)).rejects.toMatchObject({ type: 'InvalidInput' });
     }
-    await expect(deleteBlobPrefix(s3a, bucketA, t.prefix, { batchSize: 1001 })).rejects.toMatchObject({ type: 'InvalidInput' });
+    await expect(deleteBlobPrefix(A, t.prefix, { batchSize: 1001 })).rejects.toMatchObject({ type: 'InvalidInput' });
     expect(await exists(s3a, bucketA, key)).toBe(true);
   });
 });
@@ -423,7 +428,7 @@ describe('blob manifest on the target shard', () => {
     const t = newTenant('rec');
     const objects = new Map([...Array(12).keys()].map((i) => [`${t.prefix}f${i}`, binaryBody(100 + i)] as [string, Buffer]));
     for (const [k, b] of objects) await put(s3a, bucketA, k, b);
-    const r = await copyBlobPrefix({ src: { s3: s3a, bucket: bucketA }, dst: { s3: s3b, bucket: bucketB }, prefix: t.prefix, sameEndpoint: false });
+    const r = await copyBlobPrefix({ src: A, dst: B, prefix: t.prefix, sameEndpoint: false });
     const pool = shardPool('shard-b');
     const moveId = `move-${t.id}`;
     cleanupMoves.push(moveId);

@@ -1,0 +1,99 @@
+// Blob writes fenced like rows (DESIGN.md §3): inside a tenant transaction on the shard that owns
+// the unit, a PUT or DELETE first runs the shard's write check (shardctl.assert_writable: stale
+// epoch, not owned, frozen — and the unit's shared lock, held until the transaction ends), then
+// touches the object in that shard's bucket. A cutover's fence takes that lock exclusively, so it
+// waits for every blob write in flight, and once it is up no blob write under the old epoch reaches
+// the old owner's bucket. Reads check ownership like every router read (assert_readable).
+//
+// What this does not cover: an S3 request the client gave up on that the server still applies
+// later, and writers that bypass the router (foreign tools, old configs). Those are what the blob
+// ledger (./ledger) catches: they block retire and rollback clean-up with the key.
+import type { PoolClient } from 'pg';
+import { DeleteObjectCommand, GetObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
+import { invalidInput } from '../errors';
+import { isNotFound, normalizeEtag } from './list';
+import type { ShardBucket } from './marker';
+import { tenantBlobPrefix } from './prefix';
+
+export interface PutBlobOptions {
+  contentType?: string;
+  metadata?: Record<string, string>;
+}
+
+/** A tenant's blobs inside one fenced transaction (see Router.withTenant's route). */
+export interface TenantBlobs {
+  /** The object key of `name` (its bucket prefix is `tenants/<unit>/`). */
+  keyOf(name: string): string;
+  put(name: string, body: Uint8Array | string, opts?: PutBlobOptions): Promise<{ key: string; etag: string }>;
+  /** The object's bytes, or undefined when there is none. */
+  get(name: string): Promise<Buffer | undefined>;
+  delete(name: string): Promise<{ key: string }>;
+}
+
+const MAX_NAME_BYTES = 900;
+
+/** `name` under the unit's prefix: relative, no empty, `.` or `..` segments, no control characters. */
+export function blobKeyOf(unit: string, name: string): string {
+  if (typeof name !== 'string' || name.length === 0) throw invalidInput('a blob name is a non-empty string');
+  const segments = name.split('/');
+  // eslint-disable-next-line no-control-regex
+  if (segments.some((s) => s === '' || s === '.' || s === '..') || /[\u0000-\u001f\u007f]/.test(name) || Buffer.byteLength(name) > MAX_NAME_BYTES) {
+    throw invalidInput(
+      `invalid blob name ${JSON.stringify(name.slice(0, 80))}: relative, '/'-separated, no empty, '.' or '..' segments, no control characters, at most ${MAX_NAME_BYTES} bytes`,
+    );
+  }
+  return `${tenantBlobPrefix(unit)}${name}`;
+}
+
+/** The name of a key under the unit's prefix (the inverse of blobKeyOf). */
+export function blobNameOf(unit: string, key: string): string {
+  const prefix = tenantBlobPrefix(unit);
+  if (!key.startsWith(prefix)) throw invalidInput(`blob key ${JSON.stringify(key.slice(0, 120))} is not under ${prefix}`);
+  return key.slice(prefix.length);
+}
+
+/**
+ * The unit's blobs in `bucket` (the bucket of the shard `tx` runs on), fenced by `tx`. The caller
+ * keeps `tx` open until the object calls return, and commits after them.
+ */
+export function tenantBlobs(tx: Pick<PoolClient, 'query'>, unit: string, bucket: ShardBucket, signal?: AbortSignal): TenantBlobs {
+  // Once passed, the check holds until the transaction ends: the unit's shared lock it took keeps
+  // every fence change out. So it runs once per transaction (also keeping concurrent puts from
+  // issuing queries on one client at once).
+  let checked: Promise<unknown> | undefined;
+  const writable = () => (checked ??= tx.query('select shardctl.assert_writable($1)', [unit]));
+  return {
+    keyOf: (name) => blobKeyOf(unit, name),
+    async put(name, body, opts = {}) {
+      const key = blobKeyOf(unit, name);
+      await writable();
+      const r = await bucket.s3.send(
+        new PutObjectCommand({
+          Bucket: bucket.bucket,
+          Key: key,
+          Body: body,
+          ContentType: opts.contentType ?? 'application/octet-stream',
+          Metadata: opts.metadata,
+        }),
+        { abortSignal: signal },
+      );
+      return { key, etag: normalizeEtag(r.ETag) };
+    },
+    async get(name) {
+      const key = blobKeyOf(unit, name);
+      try {
+        const r = await bucket.s3.send(new GetObjectCommand({ Bucket: bucket.bucket, Key: key }), { abortSignal: signal });
+        return Buffer.from(await r.Body!.transformToByteArray());
+      } catch (e) {
+        if (isNotFound(e)) return undefined;
+        throw e;
+      }
+    },
+    async delete(name) {
+      const key = blobKeyOf(unit, name);
+      await writable();
+      await bucket.s3.send(new DeleteObjectCommand({ Bucket: bucket.bucket, Key: key }), { abortSignal: signal });
+      return { key };
+    },
+  };
+}

@@ -1,0 +1,135 @@
+// Blob syncs that stop when told (issue 15). A reverse blob sync Temporal gave up on (heartbeat
+// timeout, a partitioned worker) kept running through a rollback and deleted, from the bucket that
+// owned the tenant again, every key it could no longer find on its old source. Here the stale sync
+// is a real copyBlobs activity whose reads of the source bucket are held at the S3 client while a
+// real rollback (reverse cutover, then its clean-up) runs; released, it must delete nothing.
+// And a sync stops at its activity's cancellation signal, copying nothing more.
+import { describe, it, expect, beforeAll, afterAll } from 'vitest';
+import type { S3Client } from '@aws-sdk/client-s3';
+import { testConfig, closePools, shardPool } from '../helpers/stack';
+import * as H from '../helpers/move';
+import { createActivities } from '../../activities';
+import { createDeps, Deps } from '../../activities/deps';
+import { syncUnitBlobs } from '../../activities/move/context';
+import * as B from '../helpers/blobs';
+
+const SOURCE = 'shard-a';
+const TARGET = 'shard-b';
+let deps: Deps;
+let act: ReturnType<typeof createActivities>;
+const refs: B.MoveRef[] = [];
+const clients: S3Client[] = [];
+
+beforeAll(async () => {
+  await H.prepareStack();
+  deps = createDeps(testConfig());
+  act = createActivities(deps);
+});
+afterAll(async () => {
+  await B.dropReplications(act, refs);
+  for (const c of clients) c.destroy();
+  await deps?.close();
+  await closePools();
+});
+
+/** Deps whose S3 client for `shard` is `s3` (everything else shared with the test's deps). */
+const withClient = (shard: string, s3: S3Client): Deps => ({ ...deps, s3For: (s) => (s === shard ? s3 : deps.s3For(s)) });
+const keysOn = (shard: string, tenant: string) => B.keysOn(deps.s3For, shard, tenant);
+function heldReads(shard: string) {
+  const h = B.heldClient(shard, 'GetObjectCommand');
+  clients.push(h.s3);
+  return { ...h, reads: h.reached };
+}
+
+describe('a blob sync Temporal gave up on', () => {
+  const staleSyncs = {
+    // The soak's reverse sync (the issue's case): Temporal gave up on its worker.
+    'a soak reverse sync': (d: Deps, ref: B.MoveRef) => createActivities(d).copyBlobs({ ...ref, direction: 'reverse' }),
+    // A rollback cutover attempt Temporal gave up on, its blob delta still running: the cutover
+    // calls syncUnitBlobs without a move, so only the directory and the fence stop it.
+    "an abandoned rollback attempt's blob delta": (d: Deps, ref: B.MoveRef) => syncUnitBlobs(d, ref.target, ref.source, ref.unit, { hashUnchanged: false }),
+  };
+  for (const [kind, startSync] of Object.entries(staleSyncs)) {
+    it(`${kind}, still running through a rollback, deletes nothing from the bucket that owns the tenant again`, async () => {
+      const { tenant, ref } = await B.switchedTenant(act, refs, 'stale', SOURCE, TARGET);
+      // Written on the new owner during soak: the reverse sync has them to copy back.
+      const soakKeys = await B.putDirect(deps.s3For(TARGET), TARGET, tenant, 30, 'soak');
+      const everything = await keysOn(TARGET, tenant);
+      expect(everything).toHaveLength(35);
+
+      // The soak's reverse sync, on a worker Temporal lost touch with: it has listed both buckets
+      // and its reads of the new owner's objects hang.
+      const held = heldReads(TARGET);
+      const stale = startSync(withClient(TARGET, held.s3), ref).then(
+        () => 'finished',
+        (e: Error) => e,
+      );
+      await held.reads;
+
+      // The rollback: reverse cutover (its own blob delta copies the soak's objects back), then the
+      // clean-up deletes the target's copy, so the stale sync's source no longer has any of them.
+      await act.catchUp({ ...ref, direction: 'reverse', maxDurationMs: 20_000, mode: 'now' });
+      const back = await act.cutover({ ...ref, direction: 'reverse', epoch: 2, fenceBudgetMs: 10_000, actor: 'stale-sync-test' });
+      expect(back, JSON.stringify(back)).toMatchObject({ ok: true, newEpoch: 3 });
+      await act.cleanupAfterRollback({ ...ref, epoch: 3, actor: 'stale-sync-test' });
+      expect(await H.placement(tenant)).toMatchObject({ shard: SOURCE, epoch: 3, state: 'active' });
+      expect(await keysOn(TARGET, tenant)).toEqual([]);
+      expect(await keysOn(SOURCE, tenant)).toEqual(everything);
+
+      held.release();
+      const outcome = await stale;
+      expect(held.held()).toBeGreaterThan(0);
+      // Every object of the owner is still there, the soak's too.
+      const left = await keysOn(SOURCE, tenant);
+      expect(
+        soakKeys.filter((k) => !left.includes(k)),
+        `${everything.length - left.length} of the owner's ${everything.length} objects deleted`,
+      ).toEqual([]);
+      expect(left).toEqual(everything);
+      expect(outcome).toBeInstanceOf(Error);
+      expect((outcome as Error).message).toMatch(/blob sync of .* from shard-b to shard-a stopped: /);
+    });
+  }
+
+  it('still running after the move was cancelled, copies nothing into the target and leaves nothing there', async () => {
+    const tenant = await H.newTenant(SOURCE, 'stale-cancel');
+    await B.putDirect(deps.s3For(SOURCE), SOURCE, tenant, 20, 'docs');
+    const ref = await B.plannedMove(act, refs, tenant, SOURCE, TARGET, false);
+    const held = heldReads(SOURCE);
+    const stale = createActivities(withClient(SOURCE, held.s3))
+      .copyBlobs({ ...ref, direction: 'forward' })
+      .then(
+        () => 'finished',
+        (e: Error) => e,
+      );
+    await held.reads;
+    // The cancel changes no epoch: only the move's dropped slot tells the stale sync it is over.
+    await act.cancelMove({ ...ref, epoch: 1, actor: 'stale-sync-test' });
+    held.release();
+    const outcome = await stale;
+    expect(await keysOn(TARGET, tenant)).toEqual([]);
+    const ledger = await shardPool(TARGET).query('select count(*)::int as n from shardctl.blob_ledger where unit = $1', [tenant]);
+    expect(ledger.rows[0].n).toBe(0);
+    expect(outcome).toBeInstanceOf(Error);
+    expect((outcome as Error).message).toMatch(/stopped: move .* dropped its forward slot/);
+  });
+
+  it("stops at its activity's cancellation signal and copies nothing more", async () => {
+    const tenant = await H.newTenant(SOURCE, 'abort');
+    const plan = await act.planMove({ unit: tenant, target: TARGET });
+    expect(plan.ok, plan.reasons.join('; ')).toBe(true);
+    await B.putDirect(deps.s3For(SOURCE), SOURCE, tenant, 20, 'docs');
+    const held = heldReads(SOURCE);
+    const cancel = new AbortController();
+    const sync = syncUnitBlobs(withClient(SOURCE, held.s3), SOURCE, TARGET, tenant, { signal: cancel.signal }).then(
+      () => 'finished',
+      (e: Error) => e,
+    );
+    await held.reads;
+    cancel.abort(new Error('activity cancelled (heartbeat timeout)'));
+    held.release();
+    const outcome = await sync;
+    expect(await keysOn(TARGET, tenant)).toEqual([]);
+    expect(outcome).toBeInstanceOf(Error);
+  });
+});
