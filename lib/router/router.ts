@@ -5,7 +5,7 @@
 // Fleet reads (scatter) run one read-only statement on many shards; see scatter.ts.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { openPool } from '../connections';
-import type { Pool, PoolClient } from 'pg';
+import { escapeLiteral, type Pool, type PoolClient } from 'pg';
 import type { Config } from '../config';
 import { IncompleteResult, ShardctlError, invalidInput } from '../errors';
 import { validateTenantId } from '../ids';
@@ -32,7 +32,10 @@ export interface RouterOptions {
   freezeCache?: boolean;
   /** Directory DSN; default config.directory.dsn. */
   directoryDsn?: string;
-  /** Connections per shard pool (default 10). */
+  /**
+   * Connections per shard pool (default 10). Size it to the caller's concurrency, the number of
+   * tenant transactions it runs at once on one shard: a call beyond it waits for a connection.
+   */
   poolMax?: number;
   /** Connect timeout for directory and shard connections (default 2000 ms). */
   connectTimeoutMs?: number;
@@ -134,8 +137,8 @@ export class Router {
   }
 
   /**
-   * Runs `fn` in a transaction on the shard owning `tenantId`, with shardctl.unit/epoch set
-   * before anything else. Input and grant are checked before any I/O. Retries stale routes
+   * Runs `fn` in a transaction on the shard owning `tenantId`, opened (with shardctl.unit/epoch
+   * set and, for writes, the fence checked) before anything else. Input and grant are checked before any I/O. Retries stale routes
    * (after refreshing the entry) and serialization failures within the retry budget, and waits
    * out a frozen unit (writes) within the deadline. See TenantFn for the idempotency contract.
    */
@@ -317,15 +320,9 @@ export class Router {
     const tx = wrapTxClient(client);
     let broken: Error | undefined;
     try {
-      const iso = isolation ? ` isolation level ${isolation}` : '';
-      await client.query(mode === 'read' ? `begin${iso} read only` : `begin${iso}`);
-      // Unit and epoch first, in the same statement as the ownership check: nothing of fn's runs
+      // BEGIN and the route check in one round trip (a simple-query batch): nothing of fn's runs
       // on a shard that does not own the unit at our epoch, and no write goes without the epoch.
-      await client.query(`select set_config('shardctl.unit', $1, true), set_config('shardctl.epoch', $2, true), shardctl.assert_readable($1, $3)`, [
-        p.unit,
-        String(p.epoch),
-        p.epoch,
-      ]);
+      await client.query(openTransactionSql(p, mode, isolation));
       const result = await fn(tx.client);
       const done = await client.query('commit');
       if (done.command === 'ROLLBACK') throw this.abortedAtCommit(p.unit, tx.firstError());
@@ -533,6 +530,20 @@ export class Router {
     this.listener = listener;
     await listener.start();
   }
+}
+
+/**
+ * The statements that open a tenant transaction, as one simple query (so literals, not
+ * parameters: the unit is a validated tenant id, quoted all the same). A write transaction is
+ * checked once, here (lib/shard/fence-sql.ts: the unit's lock held shared until it ends, the fence
+ * read, the transaction marked checked); a read proves ownership at the epoch.
+ */
+export function openTransactionSql(p: Pick<Placement, 'unit' | 'epoch'>, mode: Mode, isolation: Isolation | undefined): string {
+  if (!Number.isSafeInteger(p.epoch) || p.epoch < 0) throw invalidInput(`epoch must be a non-negative integer, got ${p.epoch}`);
+  const iso = isolation ? ` isolation level ${isolation}` : '';
+  const unit = escapeLiteral(p.unit);
+  if (mode === 'write') return `begin${iso}; select shardctl.begin_unit_write(${unit}, ${p.epoch})`;
+  return `begin${iso} read only; select set_config('shardctl.unit', ${unit}, true), set_config('shardctl.epoch', '${p.epoch}', true), shardctl.assert_readable(${unit}, ${p.epoch})`;
 }
 
 function withDeadline<T>(p: Promise<T>, deadline: number): Promise<T> {

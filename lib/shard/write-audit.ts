@@ -2,7 +2,8 @@
 // it, by a session that bypasses the fence (session_replication_role = replica) and is not one
 // of shardctl's own data-plane sessions (application_name 'shardctl…'). Routed writes to an
 // unowned unit are refused by the fence; this catches the rest (manual fixes, foreign tools).
-// The trigger fires only in replica sessions (WHEN clause), so ordinary writes pay nothing.
+// The trigger is enabled for replica sessions only (ENABLE REPLICA): ordinary writes never call
+// it, and pay no per-row WHEN either.
 import type { Pool, PoolClient } from 'pg';
 import type { TenantTable } from './tables';
 import { PINNED_SEARCH_PATH } from './schema';
@@ -45,21 +46,18 @@ $fn$;`,
 
 async function hasAuditTrigger(c: PoolClient, t: TenantTable, fn: string): Promise<boolean> {
   const r = await c.query(
-    `select 1 from pg_trigger g where g.tgrelid = $1::regclass and g.tgname = $2 and g.tgenabled = 'A'
-        and g.tgfoid = $3::regproc`,
+    `select 1 from pg_trigger g where g.tgrelid = $1::regclass and g.tgname = $2 and g.tgenabled = 'R'
+        and g.tgfoid = $3::regproc and g.tgqual is null`,
     [t.qualified, WRITE_AUDIT_TRIGGER, fn],
   );
   return (r.rowCount ?? 0) > 0;
 }
 
-/** Installs the audit trigger on a tenant table (idempotent); ENABLE ALWAYS so replica sessions fire it. */
+/** Installs the audit trigger on a tenant table (idempotent); ENABLE REPLICA: only replica sessions fire it. */
 export async function installWriteAudit(c: PoolClient, t: TenantTable, fn: string): Promise<boolean> {
   if (await hasAuditTrigger(c, t, fn)) return false;
-  await c.query(
-    `create or replace trigger ${WRITE_AUDIT_TRIGGER} after insert or update or delete on ${t.qualified}
-       for each row when (pg_catalog.current_setting('session_replication_role') operator(pg_catalog.=) 'replica') execute function ${fn}()`,
-  );
-  await c.query(`alter table ${t.qualified} enable always trigger ${WRITE_AUDIT_TRIGGER}`);
+  await c.query(`create or replace trigger ${WRITE_AUDIT_TRIGGER} after insert or update or delete on ${t.qualified} for each row execute function ${fn}()`);
+  await c.query(`alter table ${t.qualified} enable replica trigger ${WRITE_AUDIT_TRIGGER}`);
   return true;
 }
 
