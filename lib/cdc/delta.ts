@@ -52,8 +52,16 @@ export async function startDelta(pool: Pool, moveId: string, stream: string, tok
 export async function recordTouched(client: ClientBase, moveId: string, stream: string, touched: Map<string, Set<string>>, overflow: boolean): Promise<void> {
   const tables: string[] = [];
   const keys: string[] = [];
-  for (const [t, ks] of touched) for (const k of ks) (tables.push(t), keys.push(k));
-  if (overflow) (tables.push(OVERFLOW), keys.push('overflow'));
+  for (const [t, ks] of touched) {
+    for (const k of ks) {
+      tables.push(t);
+      keys.push(k);
+    }
+  }
+  if (overflow) {
+    tables.push(OVERFLOW);
+    keys.push('overflow');
+  }
   if (!keys.length) return;
   await client.query({
     name: 'shardctl_cdc_record_delta',
