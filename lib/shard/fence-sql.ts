@@ -38,6 +38,8 @@
 //  - Writers need USAGE on schema shardctl and SELECT on shardctl.fence and shardctl.settings;
 //    REPEATABLE READ / SERIALIZABLE writers also UPDATE on a column of shardctl.fence (FOR SHARE).
 
+import { createHash } from 'node:crypto';
+
 export const FENCE_LOCK_CLASS = 421;
 
 /**
@@ -51,11 +53,6 @@ export const PINNED_SEARCH_PATH = 'set search_path = pg_catalog, pg_temp';
 export const FENCE_TRIGGER_NAME = 'shardctl_fence';
 /** The trigger on old rows (UPDATE, DELETE). */
 export const FENCE_OLD_ROWS_TRIGGER = 'shardctl_fence_old_rows';
-/**
- * The version of the triggers' definitions, passed as their last argument: prepare replaces a
- * trigger whose arguments differ (an older shardctl's), and leaves one that matches alone.
- */
-export const FENCE_VERSION = '2';
 
 /** The fence's functions (schema `shardctl`); part of shardSchemaSql. */
 export function fenceFunctionsSql(): string {
@@ -184,9 +181,23 @@ const quoteLiteral = (s: string) => `'${s.replace(/'/g, "''")}'`;
 
 /** The two fence triggers of one tenant table (row triggers: partitions inherit them). */
 export function fenceTriggersSql(qualified: string, column: string): string[] {
+  return triggersSql(qualified, column, FENCE_VERSION);
+}
+
+function triggersSql(qualified: string, column: string, version: string): string[] {
   const trigger = (name: string, events: string, row: 'new' | 'old') =>
     `create or replace trigger ${name} after ${events} on ${qualified} for each row
       when ((${row}.${quoteIdent(column)})::pg_catalog.text operator(pg_catalog.<>) shardctl.checked_unit())
-      execute function shardctl.refuse_row_of_unit(${quoteLiteral(column)}, '${row}', '${FENCE_VERSION}')`;
+      execute function shardctl.refuse_row_of_unit(${quoteLiteral(column)}, '${row}', '${version}')`;
   return [trigger(FENCE_TRIGGER_NAME, 'insert or update', 'new'), trigger(FENCE_OLD_ROWS_TRIGGER, 'update or delete', 'old')];
 }
+
+/**
+ * The version of the triggers' definition, passed as their last argument: a digest of the
+ * definition itself, so prepare replaces a trigger defined otherwise (an older shardctl's, or
+ * one edited by hand through CREATE OR REPLACE) and leaves one that matches alone.
+ */
+export const FENCE_VERSION = createHash('sha256')
+  .update(triggersSql('<table>', '<column>', '').join('\n'))
+  .digest('hex')
+  .slice(0, 16);
