@@ -35,7 +35,8 @@ interface Scenario {
   /** How the fenced side opens its transactions (the plain side always uses set_config). */
   open?: Open;
   rowsFactor?: number;
-  writers?: number;
+  /** Three round trips per transaction, as the router sends them (BEGIN batch, a parameterized INSERT, COMMIT). */
+  asRouterSends?: boolean;
 }
 
 const SCENARIOS: Scenario[] = [
@@ -51,6 +52,15 @@ const SCENARIOS: Scenario[] = [
   { name: '1 row/tx, one shared tenant, RC', rowsPerStatement: 1, sharedTenant: true, isolation: 'read committed', syncCommit: false },
   { name: '1 row/tx, own tenant, RR', rowsPerStatement: 1, sharedTenant: false, isolation: 'repeatable read', syncCommit: false },
   { name: '1 row/tx, one shared tenant, RR', rowsPerStatement: 1, sharedTenant: true, isolation: 'repeatable read', syncCommit: false },
+  {
+    name: '1 row/tx, own tenant, RC, 3 round trips',
+    rowsPerStatement: 1,
+    sharedTenant: false,
+    isolation: 'read committed',
+    syncCommit: false,
+    asRouterSends: true,
+    rowsFactor: 1 / 2,
+  },
   {
     name: '1 row/tx, own tenant, RC, outside the router',
     rowsPerStatement: 1,
@@ -161,6 +171,14 @@ async function runWriter(c: Client, table: string, tenant: string, writer: numbe
       ? `select shardctl.begin_unit_write('${tenant}', 1)`
       : `select set_config('shardctl.unit', '${tenant}', true), set_config('shardctl.epoch', '1', true)`;
   const base = writer * 10_000_000;
+  if (sc.asRouterSends) {
+    for (let i = 0; i < total; i++) {
+      await c.query(`begin isolation level ${sc.isolation}; ${opening}`);
+      await c.query(`insert into ${table} (tenant_id, id, payload) values ($1, $2, 'payload')`, [tenant, base + i]);
+      await c.query('commit');
+    }
+    return;
+  }
   for (let i = 0; i < total; i += sc.rowsPerStatement) {
     const from = base + i;
     const to = from + sc.rowsPerStatement - 1;
@@ -195,9 +213,9 @@ async function routerVsDirect(
   const router = await Router.create(config, { poolMax: writers, listen: false });
   const direct = new Pool({ connectionString: dsn, max: writers });
   const works: Array<{ name: string; sql: (tenant: string, n: number) => string; perCaller: number }> = [
-    { name: 'router tx / direct tx, 0.5 ms sleep', sql: () => 'select pg_sleep(0.0005)', perCaller: 300 },
+    { name: '0.5 ms sleep', sql: () => 'select pg_sleep(0.0005)', perCaller: 300 },
     {
-      name: 'router tx / direct tx, 100-row insert',
+      name: '100-row insert',
       sql: (tenant, n) => `insert into ${schema}.plain select '${tenant}', g, 'payload' from generate_series(${n * 100}, ${n * 100 + 99}) g`,
       perCaller: 150,
     },
@@ -208,38 +226,42 @@ async function routerVsDirect(
     await Promise.all(tenants.map(async () => (await direct.query('select 1')).rowCount));
     console.log(`\n${'router vs. direct connection'.padEnd(46)} ${'direct tx/s'.padStart(13)} ${'router tx/s'.padStart(14)}  router/direct time`);
     let n = 0;
-    for (const w of works) {
-      const best: Record<string, number> = { router: 0, direct: 0 };
-      for (let r = 0; r < rounds; r++) {
-        for (const side of r % 2 === 0 ? ['direct', 'router'] : ['router', 'direct']) {
-          await direct.query(`truncate ${schema}.plain`);
-          const t0 = process.hrtime.bigint();
-          await Promise.all(
-            tenants.map(async (tenant) => {
-              for (let i = 0; i < w.perCaller; i++) {
-                const sql = w.sql(tenant, n++);
-                if (side === 'router') {
-                  await router.withTenant(tenant, { tenants: [tenant] }, 'write', async (tx) => tx.query(sql));
-                } else {
-                  const c = await direct.connect();
-                  try {
-                    await c.query('begin');
-                    await c.query(sql);
-                    await c.query('commit');
-                  } finally {
-                    c.release();
+    // One caller: the latency of a transaction. All callers: throughput (on a small machine, CPU).
+    for (const callers of [1, writers]) {
+      for (const w of works) {
+        const best: Record<string, number> = { router: 0, direct: 0 };
+        for (let r = 0; r < rounds; r++) {
+          for (const side of r % 2 === 0 ? ['direct', 'router'] : ['router', 'direct']) {
+            await direct.query(`truncate ${schema}.plain`);
+            const t0 = process.hrtime.bigint();
+            await Promise.all(
+              tenants.slice(0, callers).map(async (tenant) => {
+                for (let i = 0; i < w.perCaller; i++) {
+                  const sql = w.sql(tenant, n++);
+                  if (side === 'router') {
+                    await router.withTenant(tenant, { tenants: [tenant] }, 'write', async (tx) => tx.query(sql));
+                  } else {
+                    const c = await direct.connect();
+                    try {
+                      await c.query('begin');
+                      await c.query(sql);
+                      await c.query('commit');
+                    } finally {
+                      c.release();
+                    }
                   }
                 }
-              }
-            }),
-          );
-          const secs = Number(process.hrtime.bigint() - t0) / 1e9;
-          best[side] = Math.max(best[side], (w.perCaller * writers) / secs);
+              }),
+            );
+            const secs = Number(process.hrtime.bigint() - t0) / 1e9;
+            best[side] = Math.max(best[side], (w.perCaller * callers) / secs);
+          }
         }
+        const name = `${w.name}, ${callers} caller${callers === 1 ? '' : 's'}`;
+        console.log(
+          `${name.padEnd(46)} ${best.direct.toFixed(0).padStart(13)} ${best.router.toFixed(0).padStart(14)}  ${(best.direct / best.router).toFixed(3).padStart(18)}`,
+        );
       }
-      console.log(
-        `${w.name.padEnd(46)} ${best.direct.toFixed(0).padStart(13)} ${best.router.toFixed(0).padStart(14)}  ${(best.direct / best.router).toFixed(3).padStart(18)}`,
-      );
     }
   } finally {
     await router.close();

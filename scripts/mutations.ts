@@ -157,6 +157,16 @@ export const MUTATIONS: Mutation[] = [
     reinstall: PREPARE,
   },
   {
+    id: 'write-audit-replica',
+    guarantee: "retire's evidence: a replica-role write to an unowned unit by a session not shardctl's own is recorded (§4.8)",
+    file: 'lib/shard/write-audit.ts',
+    from: 'await c.query(`alter table ${t.qualified} enable replica trigger ${WRITE_AUDIT_TRIGGER}`);',
+    to: '// (mutated: the audit trigger stays an origin-session trigger)',
+    testFile: 'test/integration/prepare.test.ts',
+    testName: 'installs the write audit: a replica-role write to a unit this shard does not own is recorded',
+    reinstall: PREPARE,
+  },
+  {
     id: 'prepare-allow-unfenced',
     guarantee: 'a write without an epoch is refused unless configured otherwise (§3), as prepare sets it',
     file: 'lib/shard/prepare.ts',

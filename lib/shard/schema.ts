@@ -1,6 +1,6 @@
-// The shard-side schema `shardctl`: the fence table, the fence check every tenant-table write
-// runs inside its own transaction (DESIGN.md §3), and the move progress table that apply and
-// copy commit together with the rows they describe. Installed idempotently by `shards prepare`.
+// The shard-side schema `shardctl`: the fence table and the fence's functions (DESIGN.md §3), and
+// the move progress table that apply and copy commit together with the rows they describe.
+// Installed idempotently by `shards prepare`.
 //
 // It also holds the routing hash (`shardctl.stable_hash`, `shardctl.bucket_of`) of bucketed
 // datasets, so a shard computes a key's bucket exactly as the router does.

@@ -11,7 +11,9 @@ import { DEMO_TABLES } from '../../lib/demo/schema';
 import { SQLSTATE } from '../../lib/errors';
 import { Config, projectRoot, shardByName } from '../../lib/config';
 import { Pool as PgPool } from 'pg';
-import { hardenPool } from '../../lib/pg';
+import { hardenPool, inTransaction } from '../../lib/pg';
+import { setUnitFence } from '../../lib/shard/fence';
+import { unownedWritesSinceDisown } from '../../lib/shard/write-audit';
 
 const SHARD = 'shard-a';
 let pool: Pool;
@@ -202,6 +204,29 @@ describe('prepareShard', () => {
     // A partition's trigger turned off makes the whole table unfenced (plan and cutover refuse it).
     await pool.query(`alter table ${schema}.p1 disable trigger ${FENCE_TRIGGER_NAME}`);
     expect((await fenceStatus(pool, config)).unfenced).toEqual([`${schema}.p`]);
+  });
+
+  it("installs the write audit: a replica-role write to a unit this shard does not own is recorded, unless the session is shardctl's own", async () => {
+    const { schema, config } = await ownSchema();
+    await createTenantTable(schema, 'a');
+    await prepareShard(pool, config);
+    const unit = uniq('audit');
+    await setUnitFence(pool, { unit, epoch: 2, owned: false, frozen: false });
+    try {
+      for (const app of ['manual-fix', 'shardctl-apply']) {
+        await inTransaction(pool, async (c) => {
+          await c.query(`select set_config('application_name', $1, true)`, [app]);
+          await c.query('set local session_replication_role = replica');
+          await c.query(`insert into ${schema}.a values ($1, $2, $3)`, [unit, app.length, app]);
+        });
+      }
+      const r = await pool.query('select application_name, op, table_name from shardctl.unowned_writes where unit = $1', [unit]);
+      expect(r.rows).toEqual([{ application_name: 'manual-fix', op: 'INSERT', table_name: `${schema}.a` }]);
+      expect(await unownedWritesSinceDisown(pool, unit)).toEqual({ count: 1, example: 'manual-fix' });
+    } finally {
+      await pool.query('delete from shardctl.unowned_writes where unit = $1', [unit]);
+      await pool.query('delete from shardctl.fence where unit = $1', [unit]);
+    }
   });
 
   it('changes nothing when it fails', async () => {
