@@ -93,9 +93,7 @@ $fn$;
 create or replace function shardctl.check_unrouted_write() returns text
 language plpgsql volatile ${PINNED_SEARCH_PATH} as $fn$
 declare
-  v_unit text := pg_catalog.current_setting('shardctl.unit', true);
-  v_epoch_txt text := pg_catalog.current_setting('shardctl.epoch', true);
-${CHECK_DECLARE}
+${SETTINGS_DECLARE}
 begin
 ${unroutedPlpgsql('v_unit', 'v_epoch_txt', 'return null;')}
 ${routeCheckPlpgsql('v_unit', 'v_epoch_txt::bigint')}
@@ -122,9 +120,7 @@ $fn$;
 create or replace function shardctl.assert_writable(p_row_unit text) returns void
 language plpgsql volatile ${PINNED_SEARCH_PATH} as $fn$
 declare
-  v_unit text := pg_catalog.current_setting('shardctl.unit', true);
-  v_epoch_txt text := pg_catalog.current_setting('shardctl.epoch', true);
-${CHECK_DECLARE}
+${SETTINGS_DECLARE}
 begin
 ${unroutedPlpgsql('v_unit', 'v_epoch_txt', 'return;')}
   if p_row_unit is distinct from v_unit then
@@ -139,6 +135,11 @@ $fn$;
 const CHECK_DECLARE = `  v_set text;
   v_locked boolean;
   f record;`;
+
+/** The route a writer outside the router set, and the check's variables. */
+const SETTINGS_DECLARE = `  v_unit text := pg_catalog.current_setting('shardctl.unit', true);
+  v_epoch_txt text := pg_catalog.current_setting('shardctl.epoch', true);
+${CHECK_DECLARE}`;
 
 /** A write without unit or epoch: refused (SC428) unless the shard allows unfenced writes (then `allowed`). */
 function unroutedPlpgsql(unit: string, epochTxt: string, allowed: string): string {
