@@ -5,7 +5,8 @@
 // Fleet reads (scatter) run one read-only statement on many shards; see scatter.ts.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { openPool } from '../connections';
-import { escapeLiteral, type Pool, type PoolClient } from 'pg';
+import type { Pool, PoolClient } from 'pg';
+import { Isolation, Mode, openTransactionSql } from './open-tx';
 import type { Config } from '../config';
 import { IncompleteResult, ShardctlError, invalidInput } from '../errors';
 import { validateTenantId } from '../ids';
@@ -18,8 +19,7 @@ import { wrapTxClient } from './tx-client';
 import { ScatterOptions, ScatterPlan, ScatterResult, ShardTarget, planScatter, runScatter, secretRedactor } from './scatter';
 import { validateShardName } from '../ids';
 
-export type Mode = 'read' | 'write';
-export type Isolation = 'read committed' | 'repeatable read' | 'serializable';
+export type { Mode, Isolation } from './open-tx';
 
 export interface RouterOptions {
   /** Full-refresh interval; default config.limits.routerSnapshotTtlMs. */
@@ -530,20 +530,6 @@ export class Router {
     this.listener = listener;
     await listener.start();
   }
-}
-
-/**
- * The statements that open a tenant transaction, as one simple query (so literals, not
- * parameters: the unit is a validated tenant id, quoted all the same). A write transaction is
- * checked once, here (lib/shard/fence-sql.ts: the unit's lock held shared until it ends, the fence
- * read, the transaction marked checked); a read proves ownership at the epoch.
- */
-export function openTransactionSql(p: Pick<Placement, 'unit' | 'epoch'>, mode: Mode, isolation: Isolation | undefined): string {
-  if (!Number.isSafeInteger(p.epoch) || p.epoch < 0) throw invalidInput(`epoch must be a non-negative integer, got ${p.epoch}`);
-  const iso = isolation ? ` isolation level ${isolation}` : '';
-  const unit = escapeLiteral(p.unit);
-  if (mode === 'write') return `begin${iso}; select shardctl.begin_unit_write(${unit}, ${p.epoch})`;
-  return `begin${iso} read only; select set_config('shardctl.unit', ${unit}, true), set_config('shardctl.epoch', '${p.epoch}', true), shardctl.assert_readable(${unit}, ${p.epoch})`;
 }
 
 function withDeadline<T>(p: Promise<T>, deadline: number): Promise<T> {
