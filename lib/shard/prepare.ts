@@ -112,7 +112,7 @@ export async function prepareAllShards(
 export interface FenceStatus {
   schemaInstalled: boolean;
   tenantTables: string[];
-  /** Tenant tables carrying an enabled shardctl_fence trigger. */
+  /** Tenant tables carrying both fence triggers, enabled, on them and on each of their partitions. */
   fenced: string[];
   /** Tenant tables without it (or with it disabled): their writes are not fenced. */
   unfenced: string[];
