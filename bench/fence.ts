@@ -1,7 +1,7 @@
 // The fence's cost on the write path (issue 11), on one shard no move touches, in a schema of its
 // own: the same writes into a table carrying the fence (installed by the real prepareShard) and
-// into a plain one of the same shape. Every transaction sets unit and epoch on both tables, so the
-// ratio is the check's cost alone. Writers send one simple-query batch per transaction (one round
+// into a plain one of the same shape. A fenced transaction opens as the router opens it
+// (begin_unit_write); a plain one sets the same unit and epoch, so the ratio is the check's cost alone. Writers send one simple-query batch per transaction (one round
 // trip), with synchronous_commit off: a commit flush would hide the check's CPU cost in noise.
 // And the router: a transaction through Router.withTenant into the fenced table against a direct
 // BEGIN; INSERT; <0.5 ms of work>; COMMIT into the plain one, one client, warm cache.
@@ -13,6 +13,7 @@ import { ensureDirectory } from '../lib/directory/ensure';
 import { createTenant } from '../lib/tenants';
 import { Router } from '../lib/router';
 import { timed } from './measure';
+import { openTransactionSql } from '../lib/router/open-tx';
 
 export const FENCE_SCHEMA = 'shardctl_bench_fence';
 
@@ -70,14 +71,19 @@ export async function writeRun(ctx: FenceContext, sc: WriteScenario, table: 'fen
   return (sc.rowsPerWriter * writers.length) / seconds;
 }
 
+/** The fenced side opens as the router opens (lib/router/open-tx.ts); the plain one sets the same unit and epoch. */
+function open(table: string, tenant: string): string {
+  if (table.endsWith('.fenced')) return openTransactionSql({ unit: tenant, epoch: 1 }, 'write', undefined);
+  return `begin; select set_config('shardctl.unit', '${tenant}', true), set_config('shardctl.epoch', '1', true)`;
+}
+
 async function runWriter(c: Client, table: string, tenant: string, writer: number, sc: WriteScenario): Promise<void> {
   const base = writer * 10_000_000;
   for (let i = 0; i < sc.rowsPerWriter; i += sc.rowsPerStatement) {
     const from = base + i;
     const to = from + sc.rowsPerStatement - 1;
     await c.query(
-      `begin;
-       select set_config('shardctl.unit', '${tenant}', true), set_config('shardctl.epoch', '1', true);
+      `${open(table, tenant)};
        insert into ${table} (tenant_id, id, payload) select '${tenant}', g, 'payload' from generate_series(${from}, ${to}) g;
        commit;`,
     );

@@ -64,7 +64,9 @@ export function register(program: Command) {
       if (!(readFraction >= 0 && readFraction <= 1)) throw invalidInput('--read-fraction must be between 0 and 1');
       const config = loadConfig({ file: o.config });
       const deps = createDeps(config);
-      const router = await Router.create(config);
+      const concurrency = positive(o.concurrency, '--concurrency');
+      // One connection per writer on each shard: none waits for a connection behind another.
+      const router = await Router.create(config, { poolMax: concurrency });
       const stop = new AbortController();
       const onSignal = () => stop.abort();
       process.once('SIGINT', onSignal);
@@ -78,7 +80,7 @@ export function register(program: Command) {
           rate,
           durationMs,
           logFile: o.log,
-          concurrency: positive(o.concurrency, '--concurrency'),
+          concurrency,
           seed: o.seed !== undefined ? Number(o.seed) : undefined,
           readFraction,
           intents: !!o.intents,

@@ -224,7 +224,8 @@ export function startLoadgen(opts: LoadgenOptions): LoadgenHandle {
   const done = (async () => {
     try {
       if (!opts.router) {
-        router = ownRouter = await Router.create(opts.config);
+        // Its pools sized to the slots: a slot never waits for a connection behind another slot.
+        router = ownRouter = await Router.create(opts.config, { poolMax: concurrency });
         started = Date.now();
         end = started + opts.durationMs;
       }

@@ -6,6 +6,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { openPool } from '../connections';
 import type { Pool, PoolClient } from 'pg';
+import { Isolation, Mode, openTransactionSql } from './open-tx';
 import type { Config } from '../config';
 import { IncompleteResult, ShardctlError, invalidInput } from '../errors';
 import { validateTenantId } from '../ids';
@@ -21,8 +22,7 @@ import type { S3Client } from '@aws-sdk/client-s3';
 import { s3ClientFor } from '../s3';
 import { tenantBlobs, type PutBlobOptions, type TenantBlobs } from '../blobs/fenced';
 
-export type Mode = 'read' | 'write';
-export type Isolation = 'read committed' | 'repeatable read' | 'serializable';
+export type { Mode, Isolation } from './open-tx';
 
 export interface RouterOptions {
   /** Full-refresh interval; default config.limits.routerSnapshotTtlMs. */
@@ -35,7 +35,10 @@ export interface RouterOptions {
   freezeCache?: boolean;
   /** Directory DSN; default config.directory.dsn. */
   directoryDsn?: string;
-  /** Connections per shard pool (default 10). */
+  /**
+   * Connections per shard pool (default 10). Size it to the caller's concurrency, the number of
+   * tenant transactions it runs at once on one shard: a call beyond it waits for a connection.
+   */
   poolMax?: number;
   /** Connect timeout for directory and shard connections (default 2000 ms). */
   connectTimeoutMs?: number;
@@ -152,8 +155,8 @@ export class Router {
   }
 
   /**
-   * Runs `fn` in a transaction on the shard owning `tenantId`, with shardctl.unit/epoch set
-   * before anything else. Input and grant are checked before any I/O. Retries stale routes
+   * Runs `fn` in a transaction on the shard owning `tenantId`, opened (with shardctl.unit/epoch
+   * set and, for writes, the fence checked) before anything else. Input and grant are checked before any I/O. Retries stale routes
    * (after refreshing the entry) and serialization failures within the retry budget, and waits
    * out a frozen unit (writes) within the deadline. See TenantFn for the idempotency contract.
    */
@@ -358,15 +361,9 @@ export class Router {
     const tx = wrapTxClient(client);
     let broken: Error | undefined;
     try {
-      const iso = isolation ? ` isolation level ${isolation}` : '';
-      await client.query(mode === 'read' ? `begin${iso} read only` : `begin${iso}`);
-      // Unit and epoch first, in the same statement as the ownership check: nothing of fn's runs
+      // BEGIN and the route check in one round trip (a simple-query batch): nothing of fn's runs
       // on a shard that does not own the unit at our epoch, and no write goes without the epoch.
-      await client.query(`select set_config('shardctl.unit', $1, true), set_config('shardctl.epoch', $2, true), shardctl.assert_readable($1, $3)`, [
-        p.unit,
-        String(p.epoch),
-        p.epoch,
-      ]);
+      await client.query(openTransactionSql(p, mode, isolation));
       const route: TenantRoute = { unit: p.unit, shard: p.shard, epoch: p.epoch, blobs: tenantBlobs(tx.client, p.unit, this.bucketOf(p.shard)) };
       const result = await fn(tx.client, route);
       const done = await client.query('commit');

@@ -1,24 +1,27 @@
 // Prepares a shard for moves: installs schema `shardctl` (with the routing hash; each bucketed
-// dataset's B is recorded, and a changed B refused), optionally the demo schema, and the
-// fence trigger on every tenant table — in one transaction under an advisory lock, so two
-// prepares serialize and a failure leaves the shard as it was. Idempotent: a table whose
-// trigger is already exactly ours is left alone (no table lock taken on a re-run).
+// dataset's B is recorded, and a changed B refused), optionally the demo schema, and the fence
+// (lib/shard/fence-sql.ts: two AFTER ROW triggers whose WHEN refuses rows of another unit, the
+// route checked once per transaction) on every tenant table — in one transaction under an advisory lock, so two prepares serialize
+// and a failure leaves the shard as it was. Idempotent: a table whose fence is already exactly
+// ours is left alone (no table lock taken on a re-run); an older shardctl's fence is replaced.
 import { writeAuditSchemaSql, installWriteAudit } from './write-audit';
 import type { Pool, PoolClient } from 'pg';
 import { Config, shardByName } from '../config';
 import { ShardctlError } from '../errors';
 import { DEMO_SCHEMA_SQL } from '../demo/schema';
-import { fenceTriggerFunctionSql, installShardSchema } from './schema';
+import { installShardSchema } from './schema';
 import { listTenantTables, movabilityProblems, TenantTable } from './tables';
 import { checkRoutingHash, recordDatasetBuckets } from './datasets';
 import type { S3Client } from '@aws-sdk/client-s3';
 import { s3ClientFor } from '../s3';
 import { ensureBucketMarker } from '../blobs/marker';
+import { FENCE_OLD_ROWS_TRIGGER, FENCE_TRIGGER_NAME, FENCE_VERSION, fenceTriggersSql } from './fence-sql';
 
-export const FENCE_TRIGGER_NAME = 'shardctl_fence';
+export { FENCE_TRIGGER_NAME } from './fence-sql';
 
-/** BEFORE (2) | ROW (1) | INSERT (4) | DELETE (8) | UPDATE (16): pg_trigger.tgtype of our trigger. */
-const FENCE_TRIGGER_TYPE = 31;
+/** pg_trigger.tgtype, AFTER: ROW (1) | INSERT (4) | UPDATE (16) for new rows; ROW | DELETE (8) | UPDATE for old rows. */
+const NEW_ROWS_TRIGGER_TYPE = 21;
+const OLD_ROWS_TRIGGER_TYPE = 25;
 
 export interface PrepareResult {
   /** Tenant tables that carry the fence after prepare (`schema.name`). */
@@ -51,8 +54,6 @@ export async function prepareShard(pool: Pool, config: Config, opts: { demoSchem
       await recordDatasetBuckets(c, config.datasets);
     }
     if (opts.demoSchema) await c.query(DEMO_SCHEMA_SQL);
-    const fn = fenceTriggerFunctionSql(config.tenant.column);
-    await c.query(fn.sql);
     const audit = writeAuditSchemaSql(config.tenant.column);
     await c.query(audit.sql);
     const tables = await listTenantTables(c, config.tenant);
@@ -60,16 +61,14 @@ export async function prepareShard(pool: Pool, config: Config, opts: { demoSchem
     for (const t of tables) {
       // `changed` names each table whose shardctl triggers (fence or write audit) this run created or repaired.
       const auditChanged = await installWriteAudit(c, t, audit.fn);
-      if (await hasOurTrigger(c, t, fn.name)) {
+      if (await hasTableFence(c, t.qualified, config.tenant.column)) {
         if (auditChanged) changed.push(displayName(t));
         continue;
       }
-      await c.query(
-        `create or replace trigger ${FENCE_TRIGGER_NAME} before insert or update or delete on ${t.qualified}
-           for each row execute function ${fn.name}()`,
-      );
+      await installTableFence(c, t.qualified, config.tenant.column);
       changed.push(displayName(t));
     }
+    await dropUnusedRowCheck(c, config.tenant.column);
     await c.query(
       `insert into shardctl.settings(key, value) values ('allow_unfenced_writes', $1)
        on conflict (key) do update set value = excluded.value where shardctl.settings.value is distinct from excluded.value`,
@@ -130,7 +129,7 @@ export async function prepareAllShards(
 export interface FenceStatus {
   schemaInstalled: boolean;
   tenantTables: string[];
-  /** Tenant tables carrying an enabled shardctl_fence trigger. */
+  /** Tenant tables carrying both fence triggers, enabled, on them and on each of their partitions. */
   fenced: string[];
   /** Tenant tables without it (or with it disabled): their writes are not fenced. */
   unfenced: string[];
@@ -140,22 +139,63 @@ export interface FenceStatus {
 export async function fenceStatus(db: Pool | PoolClient, config: Config): Promise<FenceStatus> {
   const r = await db.query(`select to_regclass('shardctl.fence') is not null as installed`);
   const tables = await listTenantTables(db, config.tenant);
-  const fn = fenceTriggerFunctionSql(config.tenant.column);
   const fenced: string[] = [];
   const unfenced: string[] = [];
-  for (const t of tables) ((await hasOurTrigger(db, t, fn.name)) ? fenced : unfenced).push(displayName(t));
+  for (const t of tables) ((await hasTableFence(db, t.qualified, config.tenant.column)) ? fenced : unfenced).push(displayName(t));
   return { schemaInstalled: r.rows[0].installed, tenantTables: tables.map(displayName), fenced, unfenced };
 }
 
-/** Exactly our trigger: right function, BEFORE ROW on all three events, no WHEN, enabled for origin sessions. */
-async function hasOurTrigger(db: Pool | PoolClient, t: TenantTable, fnName: string): Promise<boolean> {
+/**
+ * Installs the fence on one tenant table, replacing an older one: its two row triggers (which
+ * its partitions inherit, present and future). Takes the table's lock; run inside prepare's
+ * transaction.
+ */
+export async function installTableFence(c: PoolClient, qualified: string, column: string): Promise<void> {
+  // Dropped first: an older shardctl's BEFORE trigger of that name has clones on the partitions
+  // that CREATE OR REPLACE would not turn into AFTER triggers.
+  for (const name of [FENCE_TRIGGER_NAME, FENCE_OLD_ROWS_TRIGGER]) await c.query(`drop trigger if exists ${name} on ${qualified}`);
+  for (const sql of fenceTriggersSql(qualified, column)) await c.query(sql);
+}
+
+/**
+ * Exactly our fence on the table and on each of its partitions: both triggers, ours (function,
+ * timing, events, arguments of this version, a WHEN clause), enabled for origin sessions. A
+ * missing, disabled, replica-only or older trigger says no.
+ */
+export async function hasTableFence(db: Pool | PoolClient, qualified: string, column: string): Promise<boolean> {
+  const args = (row: string) => [column, row, FENCE_VERSION].map((a) => Buffer.concat([Buffer.from(a, 'utf8'), Buffer.from([0])]));
   const r = await db.query(
-    `select 1 from pg_trigger tg
-      where tg.tgrelid = $1::regclass and tg.tgname = $2 and tg.tgfoid = to_regprocedure($3 || '()')
-        and tg.tgtype = $4 and tg.tgenabled = 'O' and tg.tgqual is null and tg.tgattr = ''::int2vector`,
-    [t.qualified, FENCE_TRIGGER_NAME, fnName, FENCE_TRIGGER_TYPE],
+    `with tree as (select $1::regclass::oid as relid union select relid::oid from pg_partition_tree($1::regclass)),
+          wanted(name, type, args) as (values ($2::name, $3::int2, $4::bytea), ($5::name, $6::int2, $7::bytea))
+     select bool_and(exists (
+              select 1 from pg_trigger tg
+               where tg.tgrelid = tree.relid and tg.tgname = wanted.name and tg.tgfoid = to_regprocedure('shardctl.refuse_row_of_unit()')
+                 and tg.tgtype = wanted.type and tg.tgenabled = 'O' and tg.tgqual is not null and tg.tgattr = ''::int2vector
+                 and tg.tgargs = wanted.args)) as ok
+       from tree cross join wanted`,
+    [
+      qualified,
+      FENCE_TRIGGER_NAME,
+      NEW_ROWS_TRIGGER_TYPE,
+      Buffer.concat(args('new')),
+      FENCE_OLD_ROWS_TRIGGER,
+      OLD_ROWS_TRIGGER_TYPE,
+      Buffer.concat(args('old')),
+    ],
   );
-  return (r.rowCount ?? 0) > 0;
+  return r.rows[0].ok === true;
+}
+
+/** The per-row trigger function of shardctl before version 2, once no trigger uses it any more. */
+async function dropUnusedRowCheck(c: PoolClient, column: string): Promise<void> {
+  const fn = `shardctl.fence_check_${column.replace(/[^a-z0-9_]/gi, '_').toLowerCase()}()`;
+  await c.query(
+    `do $do$ begin
+       if to_regprocedure($q$${fn}$q$) is not null and not exists (select 1 from pg_trigger where tgfoid = to_regprocedure($q$${fn}$q$)) then
+         drop function ${fn};
+       end if;
+     end $do$`,
+  );
 }
 
 function displayName(t: TenantTable): string {

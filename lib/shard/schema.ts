@@ -1,39 +1,18 @@
-// The shard-side schema `shardctl`: the fence table, the fence check every tenant-table write
-// runs inside its own transaction (DESIGN.md §3), and the move progress table that apply and
-// copy commit together with the rows they describe. Installed idempotently by `shards prepare`.
+// The shard-side schema `shardctl`: the fence table and the fence's functions (DESIGN.md §3), and
+// the move progress table that apply and copy commit together with the rows they describe.
+// Installed idempotently by `shards prepare`.
 //
 // It also holds the routing hash (`shardctl.stable_hash`, `shardctl.bucket_of`) of bucketed
 // datasets, so a shard computes a key's bucket exactly as the router does.
 //
-// Fence protocol:
-//  - Writers set `shardctl.unit` and `shardctl.epoch` (SET LOCAL / set_config(..., true)).
-//  - The BEFORE ROW trigger takes a shared, transaction-scoped advisory lock on the unit, then
-//    reads the unit's fence row. Read committed: a VOLATILE plpgsql function takes a fresh
-//    snapshot per query, so after the lock it sees any committed fence. Repeatable read and
-//    serializable: the row is read FOR SHARE, which fails with 40001 if the fence changed after
-//    the transaction's snapshot — a stale snapshot can never slip a write through.
-//  - Fence changes take the same advisory lock exclusively (setUnitFence), so they wait for
-//    in-flight writers, and commit before any later writer can pass.
-//  - The check runs per row, so the trigger inlines it (no nested call per row) and takes the
-//    lock as a plpgsql simple expression; shardctl.assert_writable is the same check, callable.
-//  - The check runs as the writing role: it needs USAGE on schema shardctl and SELECT on
-//    shardctl.fence and shardctl.settings; REPEATABLE READ / SERIALIZABLE writers also need
-//    UPDATE on some column of shardctl.fence (FOR SHARE), e.g. GRANT UPDATE (updated_at).
-//  - The move's own data-plane sessions (copy, change-apply, cancel/retire cleanup) run with
-//    session_replication_role = replica, under which ordinary triggers do not fire.
+// The fence itself (functions, triggers, constraint, protocol) is in lib/shard/fence-sql.ts.
 import type { PoolClient } from 'pg';
 import { MAX_BUCKETS } from '../buckets/units';
+import { PINNED_SEARCH_PATH, fenceFunctionsSql } from './fence-sql';
+
+export { FENCE_LOCK_CLASS, PINNED_SEARCH_PATH } from './fence-sql';
 
 export const SHARD_SCHEMA_VERSION = 1;
-
-export const FENCE_LOCK_CLASS = 421;
-
-/**
- * Every shardctl function runs with this search_path, whatever the caller's: a role with CREATE
- * on some schema early in its own path could otherwise shadow `current_setting`, `hashtext` or
- * an operator and pass the fence under a stale epoch. Calls are schema-qualified as well.
- */
-export const PINNED_SEARCH_PATH = 'set search_path = pg_catalog, pg_temp';
 
 export function shardSchemaSql(): string {
   return `
@@ -86,17 +65,7 @@ create table if not exists shardctl.settings (
   value text not null
 );
 
--- Refuses (raises) unless this transaction may write rows of unit p_row_unit at its epoch.
--- The fence triggers inline the same check (writeCheckPlpgsql); this is for other callers.
-create or replace function shardctl.assert_writable(p_row_unit text) returns void
-language plpgsql volatile ${PINNED_SEARCH_PATH} as $fn$
-declare
-${WRITE_CHECK_DECLARE}
-begin
-${writeCheckPlpgsql('p_row_unit')}
-end
-$fn$;
-
+${fenceFunctionsSql()}
 -- Reads check ownership too, so a stale router never serves a moved tenant's old copy.
 create or replace function shardctl.assert_readable(p_unit text, p_epoch bigint) returns void
 language plpgsql volatile ${PINNED_SEARCH_PATH} as $fn$
@@ -138,83 +107,6 @@ begin
 end
 $fn$;
 `;
-}
-
-/** The trigger function for tables whose tenant column is `column` (one function per name). */
-export function fenceTriggerFunctionSql(column: string): { name: string; sql: string } {
-  const safe = column.replace(/[^a-z0-9_]/gi, '_').toLowerCase();
-  const name = `shardctl.fence_check_${safe}`;
-  const col = `"${column.replace(/"/g, '""')}"`;
-  // The common case (the row's unit is unchanged) runs the check inline: a nested function
-  // call per row costs about as much as the check itself. A tenant change checks the old unit
-  // first, exactly as two calls of assert_writable would.
-  const sql = `
-create or replace function ${name}() returns trigger
-language plpgsql volatile ${PINNED_SEARCH_PATH} as $fn$
-declare
-  v_row_unit text;
-${WRITE_CHECK_DECLARE}
-begin
-  if tg_op = 'DELETE' then
-    v_row_unit := old.${col}::text;
-  else
-    if tg_op = 'UPDATE' and old.${col} is distinct from new.${col} then
-      perform shardctl.assert_writable(old.${col}::text);
-    end if;
-    v_row_unit := new.${col}::text;
-  end if;
-${writeCheckPlpgsql('v_row_unit')}
-  if tg_op = 'DELETE' then
-    return old;
-  end if;
-  return new;
-end
-$fn$;`;
-  return { name, sql };
-}
-
-const WRITE_CHECK_DECLARE = `  v_unit text := pg_catalog.current_setting('shardctl.unit', true);
-  v_epoch_txt text := pg_catalog.current_setting('shardctl.epoch', true);
-  v_epoch bigint;
-  v_locked boolean;
-  f record;`;
-
-/**
- * The write check, as plpgsql statements over `rowUnit` (a text expression): raises SC428 /
- * SC403 / SC421 / SC423 or falls through. The shared lock is taken by an assignment (plpgsql
- * evaluates it as a simple expression, without a full executor run as PERFORM would); it comes
- * before the fence read so that, in read committed, the read's fresh snapshot sees any fence
- * change that committed while we waited.
- */
-function writeCheckPlpgsql(rowUnit: string): string {
-  return `
-  if v_epoch_txt is null or v_epoch_txt = '' or v_unit is null or v_unit = '' then
-    if not exists (select 1 from shardctl.settings where key = 'allow_unfenced_writes' and value = 'true') then
-      raise exception 'shardctl: write to unit % carries no epoch (fail closed)', ${rowUnit}
-        using errcode = 'SC428', hint = 'write through the shardctl router, which sets shardctl.unit and shardctl.epoch';
-    end if;
-  else
-    if ${rowUnit} is distinct from v_unit then
-      raise exception 'shardctl: row of unit % written in a transaction opened for unit %', ${rowUnit}, v_unit
-        using errcode = 'SC403';
-    end if;
-    v_epoch := v_epoch_txt::bigint;
-    v_locked := pg_catalog.pg_advisory_xact_lock_shared(${FENCE_LOCK_CLASS}, pg_catalog.hashtext(v_unit)) is null;
-    if pg_catalog.current_setting('transaction_isolation') = 'read committed' then
-      select epoch, owned, frozen into f from shardctl.fence where unit = v_unit;
-    else
-      -- Fails with 40001 if the fence row changed after this transaction's snapshot.
-      select epoch, owned, frozen into f from shardctl.fence where unit = v_unit for share;
-    end if;
-    if not found or not f.owned or f.epoch <> v_epoch then
-      raise exception 'shardctl: stale route for unit % at epoch % (shard has %)', v_unit, v_epoch,
-        case when not found then 'no fence' when not f.owned then 'no ownership' else 'epoch ' || f.epoch end
-        using errcode = 'SC421';
-    end if;
-    if f.frozen then
-      raise exception 'shardctl: unit % is frozen for cutover', v_unit using errcode = 'SC423';
-    end if;
-  end if;`;
 }
 
 export async function installShardSchema(client: PoolClient): Promise<void> {

@@ -2,9 +2,9 @@
 // it, by a session that bypasses the fence (session_replication_role = replica) and is not one
 // of shardctl's own data-plane sessions (application_name 'shardctl…'). Routed writes to an
 // unowned unit are refused by the fence; this catches the rest (manual fixes, foreign tools).
-// The trigger fires only in replica sessions that are not shardctl's (WHEN clause, evaluated
-// without a function call), so ordinary writes and the move's own copy and apply pay nothing:
-// no per-row PL/pgSQL call, no queued after-trigger event.
+// The trigger is enabled for replica sessions only (ENABLE REPLICA), and its WHEN clause (evaluated
+// without a function call) skips shardctl's own sessions: ordinary writes never see it, and the
+// move's copy and apply pay only the WHEN: no per-row PL/pgSQL call, no queued after-trigger event.
 import type { Pool, PoolClient } from 'pg';
 import type { TenantTable } from './tables';
 import { PINNED_SEARCH_PATH } from './schema';
@@ -45,29 +45,27 @@ $fn$;`,
   };
 }
 
-/** When the audit fires: a session bypassing the fence that is not one of shardctl's own. */
-const AUDIT_WHEN =
-  `pg_catalog.current_setting('session_replication_role') operator(pg_catalog.=) 'replica'` +
-  ` and pg_catalog.current_setting('application_name') operator(pg_catalog.!~~) 'shardctl%'`;
+/** When the audit fires, within replica sessions (ENABLE REPLICA): a session that is not one of shardctl's own. */
+const AUDIT_WHEN = `pg_catalog.current_setting('application_name') operator(pg_catalog.!~~) 'shardctl%'`;
 
 async function hasAuditTrigger(c: PoolClient, t: TenantTable, fn: string): Promise<boolean> {
   // An older install (WHEN on the replica role alone) fired for the move's own sessions: replaced.
   const r = await c.query(
-    `select 1 from pg_trigger g where g.tgrelid = $1::regclass and g.tgname = $2 and g.tgenabled = 'A'
+    `select 1 from pg_trigger g where g.tgrelid = $1::regclass and g.tgname = $2 and g.tgenabled = 'R'
         and g.tgfoid = $3::regproc and pg_catalog.pg_get_triggerdef(g.oid) like '%application_name%shardctl%'`,
     [t.qualified, WRITE_AUDIT_TRIGGER, fn],
   );
   return (r.rowCount ?? 0) > 0;
 }
 
-/** Installs the audit trigger on a tenant table (idempotent); ENABLE ALWAYS so replica sessions fire it. */
+/** Installs the audit trigger on a tenant table (idempotent); ENABLE REPLICA: only replica sessions fire it. */
 export async function installWriteAudit(c: PoolClient, t: TenantTable, fn: string): Promise<boolean> {
   if (await hasAuditTrigger(c, t, fn)) return false;
   await c.query(
     `create or replace trigger ${WRITE_AUDIT_TRIGGER} after insert or update or delete on ${t.qualified}
        for each row when (${AUDIT_WHEN}) execute function ${fn}()`,
   );
-  await c.query(`alter table ${t.qualified} enable always trigger ${WRITE_AUDIT_TRIGGER}`);
+  await c.query(`alter table ${t.qualified} enable replica trigger ${WRITE_AUDIT_TRIGGER}`);
   return true;
 }
 

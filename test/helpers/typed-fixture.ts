@@ -3,7 +3,8 @@
 // shard, and a seeder that writes through the replica role.
 import type { Pool } from 'pg';
 import { randomBytes } from 'node:crypto';
-import { installShardSchema, fenceTriggerFunctionSql } from '../../lib/shard/schema';
+import { installShardSchema } from '../../lib/shard/schema';
+import { installTableFence } from '../../lib/shard/prepare';
 import { quoteIdent, listTenantTables, TenantTable } from '../../lib/shard/tables';
 import { inTransaction } from '../../lib/pg';
 
@@ -54,12 +55,8 @@ export function typedFixture(schema: string) {
       // Same lock as `shards prepare`, so concurrent installers of shardctl's functions serialise.
       await c.query(`select pg_advisory_xact_lock(hashtextextended('shardctl.prepare', 0))`);
       await installShardSchema(c);
-      const fn = fenceTriggerFunctionSql(TENANT_COL);
-      await c.query(fn.sql);
       await c.query(DDL);
-      for (const t of ['parents', 'children', 'tagged']) {
-        await c.query(`create trigger shardctl_fence before insert or update or delete on ${S}.${t} for each row execute function ${fn.name}()`);
-      }
+      for (const t of ['parents', 'children', 'tagged']) await installTableFence(c, `${S}.${t}`, TENANT_COL);
     });
   }
 

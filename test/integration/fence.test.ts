@@ -1,6 +1,9 @@
 // Proof of DESIGN.md §3 against a real shard: the fence check refuses stale, foreign, unrouted
 // and frozen writes before any row changes; a fence change waits for in-flight writers and, once
-// it returns, no write under the old state commits — at every isolation level.
+// it returns, no write under the old state commits — at every isolation level. Each check is
+// proven both for a transaction opened as the router opens it (shardctl.begin_unit_write, checked
+// once) and for a writer outside the router that only sets unit and epoch (checked by the
+// statement trigger).
 import { describe, it, expect, beforeAll, afterAll, afterEach } from 'vitest';
 import type { Pool, PoolClient } from 'pg';
 import { randomBytes } from 'node:crypto';
@@ -13,10 +16,15 @@ import { SQLSTATE } from '../../lib/errors';
 
 const SHARD = 'shard-a';
 type Isolation = 'read committed' | 'repeatable read' | 'serializable';
+/** How a transaction carries its route: the router's begin_unit_write, or set_config only. */
+type Via = 'router' | 'settings';
+const VIAS: Via[] = ['router', 'settings'];
+const VIA_NAME: Record<Via, string> = { router: "opened by the router's begin_unit_write", settings: 'unit and epoch set by a writer outside the router' };
 interface Route {
   unit?: string;
   epoch?: number | string;
   isolation?: Isolation;
+  via?: Via;
 }
 
 let pool: Pool;
@@ -64,6 +72,11 @@ async function begin(route: Route): Promise<PoolClient> {
   const c = await pool.connect();
   open.add(c);
   await c.query(`begin isolation level ${route.isolation ?? 'read committed'}`);
+  if (route.via === 'router') {
+    // The check runs here, once, and holds the unit's lock until the transaction ends.
+    await c.query('select shardctl.begin_unit_write($1, $2)', [route.unit, route.epoch]);
+    return c;
+  }
   if (route.unit !== undefined) await c.query(`select set_config('shardctl.unit', $1, true)`, [route.unit]);
   if (route.epoch !== undefined) await c.query(`select set_config('shardctl.epoch', $1, true)`, [String(route.epoch)]);
   return c;
@@ -125,36 +138,105 @@ async function waitForLockWaiter(unit: string, mode: 'ExclusiveLock' | 'ShareLoc
   throw new Error(`nobody waited for the fence lock of ${unit} in ${mode}`);
 }
 
-describe('fence check on tenant-table writes', () => {
-  it('refuses a stale epoch with SC421 before any row changes (insert, multi-row insert, update, delete)', async () => {
-    const unit = await newUnit({ epoch: 2 });
-    await inTx({ unit, epoch: 2 }, (c) => insertAccounts(c, unit, ['a']));
-    expect(await outcome(inTx({ unit, epoch: 1 }, (c) => insertAccounts(c, unit, ['b', 'c', 'd'])))).toBe(SQLSTATE.staleRoute);
-    expect(await outcome(inTx({ unit, epoch: 1 }, (c) => c.query(`update public.accounts set name = 'z' where tenant_id = $1`, [unit])))).toBe(
-      SQLSTATE.staleRoute,
-    );
-    expect(await outcome(inTx({ unit, epoch: 1 }, (c) => c.query('delete from public.accounts where tenant_id = $1', [unit])))).toBe(SQLSTATE.staleRoute);
-    // An epoch the shard has not accepted (ahead of it) is not this shard's either.
-    expect(await outcome(inTx({ unit, epoch: 3 }, (c) => insertAccounts(c, unit, ['e'])))).toBe(SQLSTATE.staleRoute);
-    expect(await accountNames(unit)).toEqual(['a']);
-  });
+for (const via of VIAS) {
+  describe(`fence check on tenant-table writes (${VIA_NAME[via]})`, () => {
+    it('refuses a stale epoch with SC421 before any row changes (insert, multi-row insert, update, delete)', async () => {
+      const unit = await newUnit({ epoch: 2 });
+      await inTx({ unit, epoch: 2, via }, (c) => insertAccounts(c, unit, ['a']));
+      expect(await outcome(inTx({ unit, epoch: 1, via }, (c) => insertAccounts(c, unit, ['b', 'c', 'd'])))).toBe(SQLSTATE.staleRoute);
+      expect(await outcome(inTx({ unit, epoch: 1, via }, (c) => c.query(`update public.accounts set name = 'z' where tenant_id = $1`, [unit])))).toBe(
+        SQLSTATE.staleRoute,
+      );
+      expect(await outcome(inTx({ unit, epoch: 1, via }, (c) => c.query('delete from public.accounts where tenant_id = $1', [unit])))).toBe(
+        SQLSTATE.staleRoute,
+      );
+      // An epoch the shard has not accepted (ahead of it) is not this shard's either.
+      expect(await outcome(inTx({ unit, epoch: 3, via }, (c) => insertAccounts(c, unit, ['e'])))).toBe(SQLSTATE.staleRoute);
+      expect(await accountNames(unit)).toEqual(['a']);
+    });
 
-  it('refuses a row of another unit with SC403, leaving no part of a multi-row insert', async () => {
-    const unit = await newUnit();
-    const other = await newUnit();
-    const code = await outcome(
-      inTx({ unit, epoch: 1 }, (c) => c.query(`insert into public.accounts(tenant_id, name) values ($1, 'a'), ($1, 'b'), ($2, 'c')`, [unit, other])),
-    );
-    expect(code).toBe(SQLSTATE.wrongUnit);
-    expect(await accountNames(unit)).toEqual([]);
-    expect(await accountNames(other)).toEqual([]);
-  });
+    it('refuses a row of another unit with SC403, leaving no part of a multi-row insert', async () => {
+      const unit = await newUnit();
+      const other = await newUnit();
+      const code = await outcome(
+        inTx({ unit, epoch: 1, via }, (c) => c.query(`insert into public.accounts(tenant_id, name) values ($1, 'a'), ($1, 'b'), ($2, 'c')`, [unit, other])),
+      );
+      expect(code).toBe(SQLSTATE.wrongUnit);
+      expect(await accountNames(unit)).toEqual([]);
+      expect(await accountNames(other)).toEqual([]);
+    });
 
+    it("refuses to update or delete another unit's rows with SC403, changing none of them", async () => {
+      const unit = await newUnit();
+      const other = await newUnit();
+      await inTx({ unit: other, epoch: 1, via }, (c) => insertAccounts(c, other, ['x', 'y']));
+      const rename = (c: PoolClient) => c.query(`update public.accounts set name = name || '!' where tenant_id = $1`, [other]);
+      const remove = (c: PoolClient) => c.query('delete from public.accounts where tenant_id = $1', [other]);
+      const both = (c: PoolClient) => c.query('delete from public.accounts where tenant_id = any($1)', [[unit, other]]);
+      for (const write of [rename, remove, both]) expect(await outcome(inTx({ unit, epoch: 1, via }, write))).toBe(SQLSTATE.wrongUnit);
+      expect(await accountNames(other)).toEqual(['x', 'y']);
+    });
+
+    it('refuses writes to a frozen unit with SC423 while reads continue', async () => {
+      const unit = await newUnit();
+      await inTx({ unit, epoch: 1, via }, (c) => insertAccounts(c, unit, ['a']));
+      expect((await setUnitFence(pool, { unit, epoch: 1, owned: true, frozen: true })).ok).toBe(true);
+      expect(await outcome(inTx({ unit, epoch: 1, via }, (c) => insertAccounts(c, unit, ['b'])))).toBe(SQLSTATE.frozen);
+      expect(await outcome(inTx({ unit, epoch: 1, via }, (c) => c.query('delete from public.accounts where tenant_id = $1', [unit])))).toBe(SQLSTATE.frozen);
+      // A read transaction proves ownership only (the router opens reads this way).
+      const read = await inTx({ unit, epoch: 1 }, async (c) => {
+        await c.query('select shardctl.assert_readable($1, $2)', [unit, 1]);
+        return (await c.query('select name from public.accounts where tenant_id = $1', [unit])).rows.map((r) => r.name);
+      });
+      expect(read).toEqual(['a']);
+    });
+
+    it('refuses writes and reads of a unit this shard does not own, or has never heard of, with SC421', async () => {
+      const unowned = await newUnit({ owned: false });
+      const unknown = await newUnit({}, { fence: false });
+      for (const unit of [unowned, unknown]) {
+        expect(await outcome(inTx({ unit, epoch: 1, via }, (c) => insertAccounts(c, unit, ['a'])))).toBe(SQLSTATE.staleRoute);
+        expect(await outcome(pool.query('select shardctl.assert_readable($1, 1)', [unit]))).toBe(SQLSTATE.staleRoute);
+        expect(await accountNames(unit)).toEqual([]);
+      }
+    });
+
+    it('checks an update that changes tenant_id against both the old and the new unit', async () => {
+      const from = await newUnit();
+      const to = await newUnit();
+      await inTx({ unit: from, epoch: 1, via }, (c) => insertAccounts(c, from, ['a']));
+      const move = (c: PoolClient) => c.query('update public.accounts set tenant_id = $2 where tenant_id = $1', [from, to]);
+      expect(await outcome(inTx({ unit: from, epoch: 1, via }, move))).toBe(SQLSTATE.wrongUnit); // new row is not `from`'s
+      expect(await outcome(inTx({ unit: to, epoch: 1, via }, move))).toBe(SQLSTATE.wrongUnit); // old row is not `to`'s
+      expect(await accountNames(from)).toEqual(['a']);
+      expect(await accountNames(to)).toEqual([]);
+    });
+
+    it('a transaction writes only the unit it was checked for: after it switches its settings to another unit, that unit is refused (SC403)', async () => {
+      const unit = await newUnit();
+      const open = await newUnit();
+      const frozen = await newUnit({ frozen: true });
+      for (const other of [open, frozen]) {
+        const write = inTx({ unit, epoch: 1, via }, async (c) => {
+          await insertAccounts(c, unit, [`before-${other}`]);
+          await c.query(`select set_config('shardctl.unit', $1, true), set_config('shardctl.epoch', '1', true)`, [other]);
+          await insertAccounts(c, other, ['switched']);
+        });
+        expect(await outcome(write)).toBe(SQLSTATE.wrongUnit);
+        expect(await accountNames(other)).toEqual([]);
+      }
+      expect(await accountNames(unit)).toEqual([]);
+    });
+  });
+}
+
+describe('writes without a route', () => {
   it('refuses a write that carries no epoch with SC428 (fail closed)', async () => {
     const unit = await newUnit();
     expect(await outcome(inTx({}, (c) => insertAccounts(c, unit, ['a'])))).toBe(SQLSTATE.noEpoch);
     expect(await outcome(inTx({ unit }, (c) => insertAccounts(c, unit, ['a'])))).toBe(SQLSTATE.noEpoch);
     expect(await outcome(inTx({ unit, epoch: '' }, (c) => insertAccounts(c, unit, ['a'])))).toBe(SQLSTATE.noEpoch);
+    expect(await outcome(inTx({ unit: '', epoch: 1, via: 'router' }, (c) => insertAccounts(c, unit, ['a'])))).toBe(SQLSTATE.noEpoch);
     expect(await accountNames(unit)).toEqual([]);
   });
 
@@ -177,106 +259,113 @@ describe('fence check on tenant-table writes', () => {
     expect(await accountNames(unit)).toEqual([]);
   });
 
-  it('refuses writes to a frozen unit with SC423 while reads continue', async () => {
+  it("a session's next transaction inherits neither the check nor the route of the one before", async () => {
     const unit = await newUnit();
-    await inTx({ unit, epoch: 1 }, (c) => insertAccounts(c, unit, ['a']));
-    expect((await setUnitFence(pool, { unit, epoch: 1, owned: true, frozen: true })).ok).toBe(true);
-    expect(await outcome(inTx({ unit, epoch: 1 }, (c) => insertAccounts(c, unit, ['b'])))).toBe(SQLSTATE.frozen);
-    expect(await outcome(inTx({ unit, epoch: 1 }, (c) => c.query('delete from public.accounts where tenant_id = $1', [unit])))).toBe(SQLSTATE.frozen);
-    const read = await inTx({ unit, epoch: 1 }, async (c) => {
-      await c.query('select shardctl.assert_readable($1, $2)', [unit, 1]);
-      return (await c.query('select name from public.accounts where tenant_id = $1', [unit])).rows.map((r) => r.name);
-    });
-    expect(read).toEqual(['a']);
+    const c = await pool.connect();
+    try {
+      await c.query('begin');
+      await c.query('select shardctl.begin_unit_write($1, 1)', [unit]);
+      await insertAccounts(c, unit, ['first']);
+      await c.query('commit');
+      // Unrouted on the same session: fail closed, whatever the last transaction set.
+      expect(await outcome(c.query(`insert into public.accounts(tenant_id, name) values ($1, 'bare')`, [unit]))).toBe(SQLSTATE.noEpoch);
+      expect((await setUnitFence(pool, { unit, epoch: 1, owned: true, frozen: true })).ok).toBe(true);
+      // The same unit and epoch set again by hand: checked afresh (a mark kept from before would let it through).
+      await c.query('begin');
+      await c.query(`select set_config('shardctl.unit', $1, true), set_config('shardctl.epoch', '1', true)`, [unit]);
+      expect(await outcome(insertAccounts(c, unit, ['second']))).toBe(SQLSTATE.frozen);
+      await c.query('rollback');
+    } finally {
+      c.release();
+    }
+    expect(await accountNames(unit)).toEqual(['first']);
   });
+});
 
-  it('refuses writes and reads of a unit this shard does not own, or has never heard of, with SC421', async () => {
-    const unowned = await newUnit({ owned: false });
-    const unknown = await newUnit({}, { fence: false });
-    for (const unit of [unowned, unknown]) {
-      expect(await outcome(inTx({ unit, epoch: 1 }, (c) => insertAccounts(c, unit, ['a'])))).toBe(SQLSTATE.staleRoute);
-      expect(await outcome(pool.query('select shardctl.assert_readable($1, 1)', [unit]))).toBe(SQLSTATE.staleRoute);
-      expect(await accountNames(unit)).toEqual([]);
+for (const via of VIAS) {
+  describe(`fence change ordering (${VIA_NAME[via]})`, () => {
+    const variants = [
+      'commits',
+      'rolls back',
+      'commits a write made in a released savepoint',
+      ...(via === 'router' ? ['has not written yet, then commits'] : []),
+    ];
+    for (const variant of variants) {
+      it(`a fence change waits for an in-flight writer that ${variant}, then refuses the old state`, async () => {
+        const unit = await newUnit();
+        const events: string[] = [];
+        const writer = await begin({ unit, epoch: 1, via });
+        const writesFirst = !variant.includes('not written');
+        if (variant.includes('savepoint')) await writer.query('savepoint s');
+        if (writesFirst) await insertAccounts(writer, unit, ['in-flight']);
+        if (variant.includes('savepoint')) await writer.query('release savepoint s');
+        events.push('writer began');
+
+        const fence = setUnitFence(pool, { unit, epoch: 1, owned: true, frozen: true }).then((r) => {
+          events.push('fence returned');
+          return r;
+        });
+        await waitForLockWaiter(unit, 'ExclusiveLock');
+        await new Promise((r) => setTimeout(r, 200)); // it stays blocked, not merely slow to start
+        // Checked before the fence: its write still commits, ahead of the fence.
+        if (!writesFirst) await insertAccounts(writer, unit, ['in-flight']);
+        events.push('writer ends');
+        await end(writer, variant === 'rolls back' ? 'rollback' : 'commit');
+        const r = await fence;
+
+        expect(r.ok).toBe(true);
+        expect(r.waitedMs).toBeGreaterThanOrEqual(150);
+        expect(events).toEqual(['writer began', 'writer ends', 'fence returned']);
+        expect(await accountNames(unit)).toEqual(variant === 'rolls back' ? [] : ['in-flight']);
+        expect(await outcome(inTx({ unit, epoch: 1, via }, (c) => insertAccounts(c, unit, ['after'])))).toBe(SQLSTATE.frozen);
+        expect(await accountNames(unit)).toEqual(variant === 'rolls back' ? [] : ['in-flight']);
+      });
+    }
+
+    it('a hand-off (owned=false, epoch+1) waits for the writer, then refuses the old epoch with SC421', async () => {
+      const unit = await newUnit();
+      const writer = await begin({ unit, epoch: 1, via });
+      await insertAccounts(writer, unit, ['in-flight']);
+      const fence = setUnitFence(pool, { unit, epoch: 2, owned: false, frozen: false });
+      await waitForLockWaiter(unit, 'ExclusiveLock');
+      await end(writer, 'commit');
+      expect((await fence).ok).toBe(true);
+      expect(await outcome(inTx({ unit, epoch: 1, via }, (c) => insertAccounts(c, unit, ['after'])))).toBe(SQLSTATE.staleRoute);
+      expect(await accountNames(unit)).toEqual(['in-flight']);
+    });
+
+    for (const isolation of ['read committed', 'repeatable read', 'serializable'] as const) {
+      it(`a ${isolation} write queued behind an in-progress fence change is refused once it commits`, async () => {
+        const unit = await newUnit();
+        const first = await begin({ unit, epoch: 1, via });
+        await insertAccounts(first, unit, ['first']);
+        const fence = setUnitFence(pool, { unit, epoch: 1, owned: true, frozen: true });
+        await waitForLockWaiter(unit, 'ExclusiveLock');
+
+        // The router's transaction queues at its first statement (which takes its snapshot, as
+        // the router's BEGIN batch does); the other writer at its first write, after a read.
+        const second = await begin({ isolation });
+        let write: Promise<string>;
+        if (via === 'router') {
+          write = outcome(second.query('select shardctl.begin_unit_write($1, 1)', [unit]).then(() => insertAccounts(second, unit, ['second'])));
+        } else {
+          await second.query(`select set_config('shardctl.unit', $1, true), set_config('shardctl.epoch', '1', true)`, [unit]);
+          await second.query('select count(*) from public.accounts where tenant_id = $1', [unit]); // snapshot taken now
+          write = outcome(insertAccounts(second, unit, ['second']));
+        }
+        await waitForLockWaiter(unit, 'ShareLock'); // queued behind the fence, not ahead of it
+        await end(first, 'commit');
+        expect((await fence).ok).toBe(true);
+
+        const code = await write;
+        if (isolation === 'read committed') expect(code).toBe(SQLSTATE.frozen);
+        else expect(REFUSED).toContain(code);
+        await end(second, 'rollback');
+        expect(await accountNames(unit)).toEqual(['first']);
+      });
     }
   });
-
-  it('checks an update that changes tenant_id against both the old and the new unit', async () => {
-    const from = await newUnit();
-    const to = await newUnit();
-    await inTx({ unit: from, epoch: 1 }, (c) => insertAccounts(c, from, ['a']));
-    const move = (c: PoolClient) => c.query('update public.accounts set tenant_id = $2 where tenant_id = $1', [from, to]);
-    expect(await outcome(inTx({ unit: from, epoch: 1 }, move))).toBe(SQLSTATE.wrongUnit); // new row is not `from`'s
-    expect(await outcome(inTx({ unit: to, epoch: 1 }, move))).toBe(SQLSTATE.wrongUnit); // old row is not `to`'s
-    expect(await accountNames(from)).toEqual(['a']);
-    expect(await accountNames(to)).toEqual([]);
-  });
-});
-
-describe('fence change ordering', () => {
-  for (const variant of ['commits', 'rolls back', 'commits a write made in a released savepoint'] as const) {
-    it(`a fence change waits for an in-flight writer that ${variant}, then refuses the old state`, async () => {
-      const unit = await newUnit();
-      const events: string[] = [];
-      const writer = await begin({ unit, epoch: 1 });
-      if (variant.includes('savepoint')) await writer.query('savepoint s');
-      await insertAccounts(writer, unit, ['in-flight']);
-      if (variant.includes('savepoint')) await writer.query('release savepoint s');
-      events.push('writer wrote');
-
-      const fence = setUnitFence(pool, { unit, epoch: 1, owned: true, frozen: true }).then((r) => {
-        events.push('fence returned');
-        return r;
-      });
-      await waitForLockWaiter(unit, 'ExclusiveLock');
-      await new Promise((r) => setTimeout(r, 200)); // it stays blocked, not merely slow to start
-      events.push('writer ends');
-      await end(writer, variant === 'rolls back' ? 'rollback' : 'commit');
-      const r = await fence;
-
-      expect(r.ok).toBe(true);
-      expect(r.waitedMs).toBeGreaterThanOrEqual(150);
-      expect(events).toEqual(['writer wrote', 'writer ends', 'fence returned']);
-      expect(await accountNames(unit)).toEqual(variant === 'rolls back' ? [] : ['in-flight']);
-      expect(await outcome(inTx({ unit, epoch: 1 }, (c) => insertAccounts(c, unit, ['after'])))).toBe(SQLSTATE.frozen);
-      expect(await accountNames(unit)).toEqual(variant === 'rolls back' ? [] : ['in-flight']);
-    });
-  }
-
-  it('a hand-off (owned=false, epoch+1) waits for the writer, then refuses the old epoch with SC421', async () => {
-    const unit = await newUnit();
-    const writer = await begin({ unit, epoch: 1 });
-    await insertAccounts(writer, unit, ['in-flight']);
-    const fence = setUnitFence(pool, { unit, epoch: 2, owned: false, frozen: false });
-    await waitForLockWaiter(unit, 'ExclusiveLock');
-    await end(writer, 'commit');
-    expect((await fence).ok).toBe(true);
-    expect(await outcome(inTx({ unit, epoch: 1 }, (c) => insertAccounts(c, unit, ['after'])))).toBe(SQLSTATE.staleRoute);
-    expect(await accountNames(unit)).toEqual(['in-flight']);
-  });
-
-  for (const isolation of ['read committed', 'repeatable read', 'serializable'] as const) {
-    it(`a ${isolation} write queued behind an in-progress fence change is refused once it commits`, async () => {
-      const unit = await newUnit();
-      const first = await begin({ unit, epoch: 1 });
-      await insertAccounts(first, unit, ['first']);
-      const fence = setUnitFence(pool, { unit, epoch: 1, owned: true, frozen: true });
-      await waitForLockWaiter(unit, 'ExclusiveLock');
-
-      const second = await begin({ unit, epoch: 1, isolation });
-      await second.query('select count(*) from public.accounts where tenant_id = $1', [unit]); // snapshot taken now
-      const write = outcome(insertAccounts(second, unit, ['second']));
-      await waitForLockWaiter(unit, 'ShareLock'); // queued behind the fence, not ahead of it
-      await end(first, 'commit');
-      expect((await fence).ok).toBe(true);
-
-      const code = await write;
-      if (isolation === 'read committed') expect(code).toBe(SQLSTATE.frozen);
-      else expect(REFUSED).toContain(code);
-      await end(second, 'rollback');
-      expect(await accountNames(unit)).toEqual(['first']);
-    });
-  }
-});
+}
 
 describe('a snapshot older than the fence cannot write', () => {
   const changes: Record<string, (unit: string) => Promise<void>> = {
@@ -292,33 +381,43 @@ describe('a snapshot older than the fence cannot write', () => {
       expect((await setUnitFence(pool, { unit, epoch: 1, owned: true, frozen: false })).ok).toBe(true);
     },
   };
-  for (const isolation of ['repeatable read', 'serializable'] as const) {
-    for (const [name, change] of Object.entries(changes)) {
-      it(`${isolation}: a write after a committed ${name} is refused and its row never appears`, async () => {
+  for (const via of VIAS) {
+    for (const isolation of ['repeatable read', 'serializable'] as const) {
+      for (const [name, change] of Object.entries(changes)) {
+        it(`${isolation}, ${via}: a write after a committed ${name} is refused and its row never appears`, async () => {
+          const unit = await newUnit();
+          // The snapshot predates the fence (taken by a read before the route check).
+          const w = await begin({ isolation });
+          try {
+            await w.query('select count(*) from public.accounts where tenant_id = $1', [unit]);
+            await change(unit);
+            const write =
+              via === 'router'
+                ? w.query('select shardctl.begin_unit_write($1, 1)', [unit]).then(() => insertAccounts(w, unit, ['stale']))
+                : w
+                    .query(`select set_config('shardctl.unit', $1, true), set_config('shardctl.epoch', '1', true)`, [unit])
+                    .then(() => insertAccounts(w, unit, ['stale']));
+            expect(REFUSED).toContain(await outcome(write));
+          } finally {
+            await end(w, 'rollback');
+          }
+          expect(await accountNames(unit)).toEqual([]);
+        });
+      }
+
+      it(`${isolation}, ${via}: a fence change of another unit does not refuse the write`, async () => {
         const unit = await newUnit();
-        const w = await begin({ unit, epoch: 1, isolation });
-        try {
-          await w.query('select count(*) from public.accounts where tenant_id = $1', [unit]); // snapshot predates the fence
-          await change(unit);
-          const code = await outcome(insertAccounts(w, unit, ['stale']));
-          expect(REFUSED).toContain(code);
-        } finally {
-          await end(w, 'rollback');
-        }
-        expect(await accountNames(unit)).toEqual([]);
+        const other = await newUnit();
+        const w = await begin({ isolation });
+        await w.query('select count(*) from public.accounts where tenant_id = $1', [unit]);
+        await changes.freeze(other);
+        if (via === 'router') await w.query('select shardctl.begin_unit_write($1, 1)', [unit]);
+        else await w.query(`select set_config('shardctl.unit', $1, true), set_config('shardctl.epoch', '1', true)`, [unit]);
+        await insertAccounts(w, unit, ['ok']);
+        await end(w, 'commit');
+        expect(await accountNames(unit)).toEqual(['ok']);
       });
     }
-
-    it(`${isolation}: a fence change of another unit does not refuse the write`, async () => {
-      const unit = await newUnit();
-      const other = await newUnit();
-      const w = await begin({ unit, epoch: 1, isolation });
-      await w.query('select count(*) from public.accounts where tenant_id = $1', [unit]);
-      await changes.freeze(other);
-      await insertAccounts(w, unit, ['ok']);
-      await end(w, 'commit');
-      expect(await accountNames(unit)).toEqual(['ok']);
-    });
   }
 });
 
@@ -331,6 +430,19 @@ describe('who may bypass or change the fence', () => {
     await end(c, 'commit');
     expect(await accountNames(unit)).toEqual(['applied']);
     expect(await outcome(inTx({}, (c) => insertAccounts(c, unit, ['direct'])))).toBe(SQLSTATE.noEpoch);
+  });
+
+  it('a replica-role session (the move copies and applies many units) writes rows of any unit, even while it carries a unit', async () => {
+    const a = await newUnit({ owned: false, epoch: 3 });
+    const b = await newUnit({ frozen: true });
+    const c = await begin({ unit: a, epoch: 3 });
+    await c.query('set local session_replication_role = replica');
+    await c.query(`insert into public.accounts(tenant_id, name) values ($1, 'a1'), ($2, 'b1'), ($2, 'b2')`, [a, b]);
+    await c.query(`update public.accounts set name = name || '!' where tenant_id = $1`, [b]);
+    await c.query(`delete from public.accounts where tenant_id = $1 and name = 'b2!'`, [b]);
+    await end(c, 'commit');
+    expect(await accountNames(a)).toEqual(['a1']);
+    expect(await accountNames(b)).toEqual(['b1!']);
   });
 
   it('a non-superuser role can neither change fence rows nor switch to the replica role', async () => {

@@ -11,7 +11,9 @@ import { DEMO_TABLES } from '../../lib/demo/schema';
 import { SQLSTATE } from '../../lib/errors';
 import { Config, projectRoot, shardByName } from '../../lib/config';
 import { Pool as PgPool } from 'pg';
-import { hardenPool } from '../../lib/pg';
+import { hardenPool, inTransaction } from '../../lib/pg';
+import { setUnitFence } from '../../lib/shard/fence';
+import { unownedWritesSinceDisown } from '../../lib/shard/write-audit';
 
 const SHARD = 'shard-a';
 let pool: Pool;
@@ -121,7 +123,15 @@ describe('prepareShard', () => {
   });
 
   it('upgrades shardctl functions installed without a pinned search_path', async () => {
-    const OURS = ['assert_writable', 'assert_readable', 'fence_check_tenant_id', 'audit_unowned_write_tenant_id'];
+    const OURS = [
+      'begin_unit_write',
+      'checked_unit',
+      'check_unrouted_write',
+      'refuse_row_of_unit',
+      'assert_writable',
+      'assert_readable',
+      'audit_unowned_write_tenant_id',
+    ];
     await prepareShard(pool, testConfig(), { demoSchema: true });
     const unpinned = async () =>
       (
@@ -139,11 +149,84 @@ describe('prepareShard', () => {
         [OURS],
       )
     ).rows;
-    expect(all).toHaveLength(4);
+    expect(all).toHaveLength(OURS.length);
     for (const { fn } of all) await pool.query(`alter function ${fn} reset search_path`);
     expect((await unpinned()).length).toBe(all.length);
     await prepareShard(pool, testConfig(), { demoSchema: true });
     expect(await unpinned()).toEqual([]);
+  });
+
+  it("upgrades an older shardctl's fence (a BEFORE ROW trigger per table) to this one, and drops its unused function", async () => {
+    const { schema, config } = await ownSchema();
+    await createTenantTable(schema, 'a');
+    await prepareShard(pool, config);
+    // What shardctl before version 2 left on a table: one BEFORE ROW trigger of the same name.
+    await pool.query(`create or replace function shardctl.fence_check_tenant_id() returns trigger language plpgsql
+                        set search_path = pg_catalog, pg_temp as $$ begin return new; end $$`);
+    await pool.query(`drop trigger shardctl_fence on ${schema}.a; drop trigger shardctl_fence_old_rows on ${schema}.a;
+                      create trigger shardctl_fence before insert or update or delete on ${schema}.a for each row execute function shardctl.fence_check_tenant_id()`);
+    expect((await fenceStatus(pool, config)).unfenced).toEqual([`${schema}.a`]);
+    const r = await prepareShard(pool, config);
+    expect(r.changed).toEqual([`${schema}.a`]);
+    expect((await fenceStatus(pool, config)).fenced).toEqual([`${schema}.a`]);
+    const triggers = await pool.query(`select tgname, tgtype from pg_trigger where tgrelid = $1::regclass and tgname like 'shardctl_fence%' order by tgname`, [
+      `${schema}.a`,
+    ]);
+    expect(triggers.rows).toEqual([
+      { tgname: 'shardctl_fence', tgtype: 21 },
+      { tgname: 'shardctl_fence_old_rows', tgtype: 25 },
+    ]);
+    expect((await pool.query(`select to_regprocedure('shardctl.fence_check_tenant_id()') as f`)).rows[0].f).toBeNull();
+    await expect(pool.query(`insert into ${schema}.a values ('t1', 1, 'x')`)).rejects.toMatchObject({ code: SQLSTATE.noEpoch });
+    expect((await prepareShard(pool, config)).changed).toEqual([]);
+  });
+
+  it('fences a partitioned tenant table and every partition of it, present and future', async () => {
+    const { schema, config } = await ownSchema();
+    await pool.query(`create table ${schema}.p (tenant_id text not null, id bigint not null, v text, primary key (tenant_id, id)) partition by hash (tenant_id);
+                      create table ${schema}.p0 partition of ${schema}.p for values with (modulus 2, remainder 0)`);
+    expect((await prepareShard(pool, config)).tables).toEqual([`${schema}.p`]);
+    await pool.query(`create table ${schema}.p1 partition of ${schema}.p for values with (modulus 2, remainder 1)`);
+    expect((await fenceStatus(pool, config)).fenced).toEqual([`${schema}.p`]);
+    // Written through a partition directly, or through the parent: both refused without a route.
+    for (const [remainder, partition] of [
+      [0, 'p0'],
+      [1, 'p1'],
+    ] as const) {
+      const r = await pool.query(
+        `select 't' || g as tenant from generate_series(1, 50) g where satisfies_hash_partition($1::regclass, 2, $2, 't' || g) limit 1`,
+        [`${schema}.p`, remainder],
+      );
+      for (const target of ['p', partition]) {
+        await expect(pool.query(`insert into ${schema}.${target} values ($1, 1, 'x')`, [r.rows[0].tenant])).rejects.toMatchObject({ code: SQLSTATE.noEpoch });
+      }
+    }
+    // A partition's trigger turned off makes the whole table unfenced (plan and cutover refuse it).
+    await pool.query(`alter table ${schema}.p1 disable trigger ${FENCE_TRIGGER_NAME}`);
+    expect((await fenceStatus(pool, config)).unfenced).toEqual([`${schema}.p`]);
+  });
+
+  it("installs the write audit: a replica-role write to a unit this shard does not own is recorded, unless the session is shardctl's own", async () => {
+    const { schema, config } = await ownSchema();
+    await createTenantTable(schema, 'a');
+    await prepareShard(pool, config);
+    const unit = uniq('audit');
+    await setUnitFence(pool, { unit, epoch: 2, owned: false, frozen: false });
+    try {
+      for (const app of ['manual-fix', 'shardctl-apply']) {
+        await inTransaction(pool, async (c) => {
+          await c.query(`select set_config('application_name', $1, true)`, [app]);
+          await c.query('set local session_replication_role = replica');
+          await c.query(`insert into ${schema}.a values ($1, $2, $3)`, [unit, app.length, app]);
+        });
+      }
+      const r = await pool.query('select application_name, op, table_name from shardctl.unowned_writes where unit = $1', [unit]);
+      expect(r.rows).toEqual([{ application_name: 'manual-fix', op: 'INSERT', table_name: `${schema}.a` }]);
+      expect(await unownedWritesSinceDisown(pool, unit)).toEqual({ count: 1, example: 'manual-fix' });
+    } finally {
+      await pool.query('delete from shardctl.unowned_writes where unit = $1', [unit]);
+      await pool.query('delete from shardctl.fence where unit = $1', [unit]);
+    }
   });
 
   it('changes nothing when it fails', async () => {

@@ -7,6 +7,7 @@ import { testConfig, uniq, shardPool, directoryPool, closePools } from '../helpe
 import { shardByName } from '../../lib/config';
 import { migrateDirectory } from '../../lib/directory/schema';
 import { setUnitFence } from '../../lib/shard/fence';
+import { FENCE_LOCK_CLASS } from '../../lib/shard/schema';
 import { Router, RouterOptions } from '../../lib/router';
 import { prepareShard } from '../../lib/shard/prepare';
 import { ShardctlError } from '../../lib/errors';
@@ -75,6 +76,20 @@ const insertAccount =
 const grantAll = { tenants: '*' as const };
 
 /** The port a shard's server listens on, from the stack's config (never a hard-coded default). */
+/** Waits until a backend on `shard` waits for the unit's fence lock in `mode`. */
+async function waitForFenceWaiter(t: string, shard: ShardName, mode: 'ExclusiveLock' | 'ShareLock' = 'ExclusiveLock'): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  while (Date.now() < deadline) {
+    const r = await shards[shard].query(
+      `select 1 from pg_locks where locktype = 'advisory' and classid = $1 and objid = hashtext($2)::oid and objsubid = 2 and mode = $3 and not granted`,
+      [FENCE_LOCK_CLASS, t, mode],
+    );
+    if (r.rowCount) return;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  throw new Error(`nobody waited for the fence lock of ${t} on ${shard} in ${mode}`);
+}
+
 function portOf(shard: string): string {
   return new URL(shardByName(testConfig(), shard).dsn).port;
 }
@@ -102,41 +117,65 @@ describe('router: stale routes', () => {
     expect(router.metrics().staleRetries).toBe(1);
   });
 
-  it('refuses a write whose fence moved mid-transaction in the row trigger, then retries fn from scratch on the new owner', async () => {
+  it('a hand-off raised while a write transaction is open waits for it: the write commits on the old owner first', async () => {
     const t = await newTenant('rt-midtx');
     const router = await newRouter();
-    const shardsSeen: string[] = [];
+    let handOff: Promise<void> | undefined;
+    let calls = 0;
     await router.withTenant(t, grantAll, 'write', async (tx) => {
-      shardsSeen.push(String((await tx.query('select inet_server_port() as p')).rows[0].p));
-      if (shardsSeen.length === 1) await switchOwner(t, 'shard-a', 'shard-b', 1); // after the start check passed
-      await tx.query('insert into public.accounts(tenant_id, name) values ($1, $2)', [t, `try-${shardsSeen.length}`]);
+      calls++;
+      // The transaction was checked when it opened and holds the unit's lock: the hand-off queues.
+      handOff ??= switchOwner(t, 'shard-a', 'shard-b', 1);
+      await waitForFenceWaiter(t, 'shard-a');
+      await tx.query('insert into public.accounts(tenant_id, name) values ($1, $2)', [t, 'before-hand-off']);
     });
-    expect(shardsSeen).toEqual([portOf('shard-a'), portOf('shard-b')]);
-    expect(await accounts('shard-a', t)).toBe(0);
-    expect((await shards['shard-b'].query('select name from public.accounts where tenant_id = $1', [t])).rows).toEqual([{ name: 'try-2' }]);
-  });
-
-  it('under repeatable read, a fence moved after the snapshot fails the write (40001), and the retries land on the new owner', async () => {
-    const t = await newTenant('rt-rr');
-    const router = await newRouter();
-    const ports: string[] = [];
-    await router.withTenant(
-      t,
-      grantAll,
-      'write',
-      async (tx) => {
-        ports.push(String((await tx.query('select inet_server_port() as p')).rows[0].p));
-        if (ports.length === 1) await switchOwner(t, 'shard-a', 'shard-b', 1); // the snapshot predates it
-        await tx.query('insert into public.accounts(tenant_id, name) values ($1, $2)', [t, 'rr']);
-      },
-      { isolation: 'repeatable read' },
-    );
-    expect(ports).toEqual([portOf('shard-a'), portOf('shard-b')]);
-    expect(router.metrics().serializationRetries).toBe(1);
-    expect(router.metrics().staleRetries).toBe(1);
-    expect(await accounts('shard-a', t)).toBe(0);
+    await handOff;
+    expect(calls).toBe(1);
+    expect(await accounts('shard-a', t)).toBe(1); // committed ahead of the fence (the move's stream carries it)
+    // The next write finds the old owner fenced and lands on the new one.
+    await router.withTenant(t, grantAll, 'write', insertAccount(t, 'after'));
+    expect(await accounts('shard-a', t)).toBe(1);
     expect(await accounts('shard-b', t)).toBe(1);
   });
+
+  for (const isolation of ['read committed', 'repeatable read'] as const) {
+    it(`a ${isolation} write queued behind an in-progress hand-off is refused when it commits, and the retries land on the new owner`, async () => {
+      const t = await newTenant('rt-queued');
+      const router = await newRouter();
+      // A hand-off in progress on shard-a: it holds the unit's lock exclusively, not yet committed.
+      const fence = await shards['shard-a'].connect();
+      try {
+        await fence.query('begin');
+        await fence.query('select pg_advisory_xact_lock($1, hashtext($2))', [FENCE_LOCK_CLASS, t]);
+        await fence.query('update shardctl.fence set owned = false where unit = $1', [t]);
+        const ports: string[] = [];
+        const write = router.withTenant(
+          t,
+          grantAll,
+          'write',
+          async (tx) => {
+            ports.push(String((await tx.query('select inet_server_port() as p')).rows[0].p));
+            await tx.query('insert into public.accounts(tenant_id, name) values ($1, $2)', [t, isolation]);
+          },
+          { isolation },
+        );
+        await waitForFenceWaiter(t, 'shard-a', 'ShareLock'); // the transaction's opening statement waits
+        await setUnitFence(shards['shard-b'], { unit: t, epoch: 2, owned: true, frozen: false });
+        await dir.query(`update shardctl.units set shard = 'shard-b', epoch = 2, updated_at = now() where unit = $1`, [t]);
+        await fence.query('commit');
+        await write;
+        expect(ports).toEqual([portOf('shard-b')]); // fn never ran on the old owner
+      } finally {
+        await fence.query('rollback').catch(() => {});
+        fence.release();
+      }
+      // Read committed sees the hand-off (stale route); repeatable read's snapshot predates it (40001, then stale).
+      expect(router.metrics().serializationRetries).toBe(isolation === 'read committed' ? 0 : 1);
+      expect(router.metrics().staleRetries).toBe(1);
+      expect(await accounts('shard-a', t)).toBe(0);
+      expect(await accounts('shard-b', t)).toBe(1);
+    });
+  }
 
   it('routes a stale read to the new owner instead of serving the old copy', async () => {
     const t = await newTenant('rt-read');

@@ -1,0 +1,21 @@
+// How the router opens a tenant transaction: BEGIN and the route check as one simple query, one
+// round trip (lib/shard/fence-sql.ts says what the check holds). Pure: no I/O.
+import { escapeLiteral } from 'pg';
+import { invalidInput } from '../errors';
+
+export type Mode = 'read' | 'write';
+export type Isolation = 'read committed' | 'repeatable read' | 'serializable';
+
+/**
+ * The statements that open a tenant transaction, as one simple query (so literals, not
+ * parameters: the unit is a validated tenant id, quoted all the same). A write transaction is
+ * checked here, once: the unit's lock held shared until it ends, the fence read, the transaction
+ * marked checked. A read proves ownership at the epoch.
+ */
+export function openTransactionSql(p: { unit: string; epoch: number }, mode: Mode, isolation: Isolation | undefined): string {
+  if (!Number.isSafeInteger(p.epoch) || p.epoch < 0) throw invalidInput(`epoch must be a non-negative integer, got ${p.epoch}`);
+  const iso = isolation ? ` isolation level ${isolation}` : '';
+  const unit = escapeLiteral(p.unit);
+  if (mode === 'write') return `begin${iso}; select shardctl.begin_unit_write(${unit}, ${p.epoch})`;
+  return `begin${iso} read only; select set_config('shardctl.unit', ${unit}, true), set_config('shardctl.epoch', '${p.epoch}', true), shardctl.assert_readable(${unit}, ${p.epoch})`;
+}

@@ -1,0 +1,208 @@
+// The shard's write gate (DESIGN.md §3) as SQL: checked once per transaction, never per row, so a
+// write pays a few per cent for it. Installed by `shards prepare` (lib/shard/prepare.ts).
+//
+// Protocol:
+//  - The router opens a write transaction with `begin; select shardctl.begin_unit_write(unit,
+//    epoch)` (one round trip). That function sets `shardctl.unit` / `shardctl.epoch`, takes the
+//    unit's advisory lock shared for the rest of the transaction, reads the fence row, refuses
+//    with SC421 / SC423 / SC428, and marks the transaction checked for the unit
+//    (`shardctl.checked`, transaction-local).
+//  - Every tenant table carries two AFTER ROW triggers whose WHEN clauses compare the row's
+//    tenant column with `shardctl.checked_unit()`: new rows (INSERT, UPDATE, COPY) and old rows
+//    (UPDATE, DELETE). A row of another unit fires the trigger, which refuses with SC403.
+//  - checked_unit() is declared IMMUTABLE on purpose: the executor folds it to a constant once
+//    per statement, when it prepares a WHEN clause for the statement's first row, so a row pays
+//    one text comparison evaluated in C. Folding calls it: in a transaction marked checked it
+//    returns the checked unit; otherwise (a writer outside the router, who set unit and epoch with
+//    set_config, or nothing) it runs the same check as begin_unit_write and marks the transaction,
+//    or fails closed (SC428). A statement that changes no row checks nothing and changes nothing.
+//    Trigger WHEN clauses are never planned, so no cached plan keeps a folded value; never call
+//    checked_unit() anywhere else (a query or plpgsql expression would cache one statement's unit
+//    and skip the check for the next ones).
+//  - A transaction writes the one unit it was checked for: rows of another unit are refused even
+//    if it changes `shardctl.unit` afterwards, and a changed epoch is not consulted again (the
+//    check it passed holds the unit's lock until it ends).
+//  - Read committed: the fence is read by a statement of its own after the lock, with a fresh
+//    snapshot, so it sees any fence that committed while we waited. Repeatable read and
+//    serializable: read FOR SHARE, which fails with 40001 if the fence changed after the
+//    transaction's snapshot (taken by its first statement, before the lock wait).
+//  - Fence changes take the lock exclusively (setUnitFence): they wait for every in-flight
+//    writer of the unit; a writer checked before a fence change holds the lock until it ends.
+//  - The move's own data-plane sessions (copy, change apply, cancel/retire clean-up) run with
+//    session_replication_role = replica: the triggers do not fire, whatever units they write.
+//  - The mark guards against mistakes (stale routes, unrouted writers, a pooled session's
+//    leftovers: it is transaction-local), not against a writer that sets `shardctl.checked`
+//    itself: a role that can write a tenant's table can corrupt that tenant's rows anyway. The
+//    functions pin their search_path; the triggers' WHEN clauses name every function and
+//    operator by schema (they are stored resolved).
+//  - Cost, measured on this repo's 2-core machine (`npm run bench`, its fence rows): begin_unit_write
+//    about 10 µs of server CPU (2 of them the pinned search_path, 6 the fence read), the fold about 5 µs
+//    per write statement, a row about 1 %. Small transactions feel the two plpgsql entries;
+//    statements of many rows barely notice.
+//  - Writers need USAGE on schema shardctl and SELECT on shardctl.fence and shardctl.settings;
+//    REPEATABLE READ / SERIALIZABLE writers also UPDATE on a column of shardctl.fence (FOR SHARE).
+
+import { createHash } from 'node:crypto';
+
+export const FENCE_LOCK_CLASS = 421;
+
+/**
+ * Every shardctl function runs with this search_path, whatever the caller's: a role with CREATE
+ * on some schema early in its own path could otherwise shadow `current_setting`, `hashtext` or
+ * an operator and pass the fence under a stale epoch. Calls are schema-qualified as well.
+ */
+export const PINNED_SEARCH_PATH = 'set search_path = pg_catalog, pg_temp';
+
+/** The trigger on new rows (the one operators see; `shards list` and the cutover check both). */
+export const FENCE_TRIGGER_NAME = 'shardctl_fence';
+/** The trigger on old rows (UPDATE, DELETE). */
+export const FENCE_OLD_ROWS_TRIGGER = 'shardctl_fence_old_rows';
+
+/** The fence's functions (schema `shardctl`); part of shardSchemaSql. */
+export function fenceFunctionsSql(): string {
+  return `
+-- The router's first statement of a write transaction.
+create or replace function shardctl.begin_unit_write(p_unit text, p_epoch bigint) returns void
+language plpgsql volatile ${PINNED_SEARCH_PATH} as $fn$
+declare
+${CHECK_DECLARE}
+begin
+  if p_unit is null or p_unit = '' or p_epoch is null then
+    raise exception 'shardctl: a write transaction needs a unit and an epoch, got % and %', p_unit, p_epoch using errcode = 'SC428';
+  end if;
+  v_set := pg_catalog.set_config('shardctl.unit', p_unit, true);
+  v_set := pg_catalog.set_config('shardctl.epoch', p_epoch::text, true);
+${routeCheckPlpgsql('p_unit', 'p_epoch')}
+  v_set := pg_catalog.set_config('shardctl.checked', p_unit, true);
+end
+$fn$;
+
+-- The unit this statement may write rows of, checked: only for the fence triggers' WHEN
+-- clauses, which fold it once per statement (lib/shard/fence-sql.ts). NULL: unfenced writes allowed.
+create or replace function shardctl.checked_unit() returns text
+language plpgsql immutable ${PINNED_SEARCH_PATH} as $fn$
+declare
+  v_unit text := pg_catalog.current_setting('shardctl.checked', true);
+begin
+  if v_unit <> '' then
+    return v_unit;
+  end if;
+  -- A non-volatile function's queries run on its caller's snapshot (and may not lock rows): the
+  -- check runs in a volatile function of its own, whose fence read takes a fresh snapshot.
+  return shardctl.check_unrouted_write();
+end
+$fn$;
+
+-- checked_unit()'s check of a transaction not opened by begin_unit_write: its settings' route.
+create or replace function shardctl.check_unrouted_write() returns text
+language plpgsql volatile ${PINNED_SEARCH_PATH} as $fn$
+declare
+${SETTINGS_DECLARE}
+begin
+${unroutedPlpgsql('v_unit', 'v_epoch_txt', 'return null;')}
+${routeCheckPlpgsql('v_unit', 'v_epoch_txt::bigint')}
+  v_set := pg_catalog.set_config('shardctl.checked', v_unit, true);
+  return v_unit;
+end
+$fn$;
+
+-- The fence triggers' function: fired (by their WHEN) only for a row of another unit.
+-- Arguments: the tenant column, which row ('new' or 'old'), the fence version.
+create or replace function shardctl.refuse_row_of_unit() returns trigger
+language plpgsql volatile ${PINNED_SEARCH_PATH} as $fn$
+declare
+  v_row jsonb := pg_catalog.to_jsonb(case when tg_argv[1] = 'old' then old else new end);
+begin
+  raise exception 'shardctl: % of a row of unit % in a transaction opened for unit %', pg_catalog.lower(tg_op),
+    v_row ->> tg_argv[0], pg_catalog.current_setting('shardctl.checked', true)
+    using errcode = 'SC403';
+end
+$fn$;
+
+-- Refuses (raises) unless this transaction may write rows of unit p_row_unit at its epoch; for
+-- callers other than the tables' triggers (the same check, without marking the transaction).
+create or replace function shardctl.assert_writable(p_row_unit text) returns void
+language plpgsql volatile ${PINNED_SEARCH_PATH} as $fn$
+declare
+${SETTINGS_DECLARE}
+begin
+${unroutedPlpgsql('v_unit', 'v_epoch_txt', 'return;')}
+  if p_row_unit is distinct from v_unit then
+    raise exception 'shardctl: row of unit % written in a transaction opened for unit %', p_row_unit, v_unit using errcode = 'SC403';
+  end if;
+${routeCheckPlpgsql('v_unit', 'v_epoch_txt::bigint')}
+end
+$fn$;
+`;
+}
+
+const CHECK_DECLARE = `  v_set text;
+  v_locked boolean;
+  f record;`;
+
+/** The route a writer outside the router set, and the check's variables. */
+const SETTINGS_DECLARE = `  v_unit text := pg_catalog.current_setting('shardctl.unit', true);
+  v_epoch_txt text := pg_catalog.current_setting('shardctl.epoch', true);
+${CHECK_DECLARE}`;
+
+/** A write without unit or epoch: refused (SC428) unless the shard allows unfenced writes (then `allowed`). */
+function unroutedPlpgsql(unit: string, epochTxt: string, allowed: string): string {
+  return `
+  if ${epochTxt} is null or ${epochTxt} = '' or ${unit} is null or ${unit} = '' then
+    if not exists (select 1 from shardctl.settings where key = 'allow_unfenced_writes' and value = 'true') then
+      raise exception 'shardctl: write carries no unit and epoch (fail closed)'
+        using errcode = 'SC428', hint = 'write through the shardctl router, which sets shardctl.unit and shardctl.epoch';
+    end if;
+    ${allowed}
+  end if;`;
+}
+
+/**
+ * The route check, as plpgsql statements over a unit and an epoch (expressions): takes the unit's
+ * lock shared (an assignment, which plpgsql evaluates as a simple expression), then reads the
+ * fence in a statement of its own, and raises SC421 / SC423 or falls through.
+ */
+function routeCheckPlpgsql(unit: string, epoch: string): string {
+  return `
+  v_locked := pg_catalog.pg_advisory_xact_lock_shared(${FENCE_LOCK_CLASS}, pg_catalog.hashtext(${unit})) is null;
+  if pg_catalog.current_setting('transaction_isolation') = 'read committed' then
+    select epoch, owned, frozen into f from shardctl.fence where unit = ${unit};
+  else
+    -- Fails with 40001 if the fence row changed after this transaction's snapshot.
+    select epoch, owned, frozen into f from shardctl.fence where unit = ${unit} for share;
+  end if;
+  if not found or not f.owned or f.epoch <> ${epoch} then
+    raise exception 'shardctl: stale route for unit % at epoch % (shard has %)', ${unit}, ${epoch},
+      case when not found then 'no fence' when not f.owned then 'no ownership' else 'epoch ' || f.epoch end
+      using errcode = 'SC421';
+  end if;
+  if f.frozen then
+    raise exception 'shardctl: unit % is frozen for cutover', ${unit} using errcode = 'SC423';
+  end if;`;
+}
+
+const quoteIdent = (ident: string) => `"${ident.replace(/"/g, '""')}"`;
+const quoteLiteral = (s: string) => `'${s.replace(/'/g, "''")}'`;
+
+/** The two fence triggers of one tenant table (row triggers: partitions inherit them). */
+export function fenceTriggersSql(qualified: string, column: string): string[] {
+  return triggersSql(qualified, column, FENCE_VERSION);
+}
+
+function triggersSql(qualified: string, column: string, version: string): string[] {
+  const trigger = (name: string, events: string, row: 'new' | 'old') =>
+    `create or replace trigger ${name} after ${events} on ${qualified} for each row
+      when ((${row}.${quoteIdent(column)})::pg_catalog.text operator(pg_catalog.<>) shardctl.checked_unit())
+      execute function shardctl.refuse_row_of_unit(${quoteLiteral(column)}, '${row}', '${version}')`;
+  return [trigger(FENCE_TRIGGER_NAME, 'insert or update', 'new'), trigger(FENCE_OLD_ROWS_TRIGGER, 'update or delete', 'old')];
+}
+
+/**
+ * The version of the triggers' definition, passed as their last argument: a digest of the
+ * definition itself, so prepare replaces a trigger defined otherwise (an older shardctl's, or
+ * one edited by hand through CREATE OR REPLACE) and leaves one that matches alone.
+ */
+export const FENCE_VERSION = createHash('sha256')
+  .update(triggersSql('<table>', '<column>', '').join('\n'))
+  .digest('hex')
+  .slice(0, 16);
