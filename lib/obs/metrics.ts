@@ -70,14 +70,15 @@ export function createMetrics(opts: MetricsOptions = {}) {
     return g;
   };
 
+  const counter = (name: string, help: string, labelNames: string[]) => new Counter({ name, help, labelNames, registers });
+
   const m = {
     registry,
-    activityFailures: new Counter({
-      name: 'shardctl_activity_failures_total',
-      help: 'Activity executions that failed, by activity and error type (retried ones count each time)',
-      labelNames: ['activity', 'type'],
-      registers,
-    }),
+    activityFailures: counter(
+      'shardctl_activity_failures_total',
+      'Activity executions that failed, by activity and error type (retried ones count each time)',
+      ['activity', 'type'],
+    ),
     activityDuration: new Histogram({
       name: 'shardctl_activity_duration_seconds',
       help: 'Activity execution time, by activity and outcome',
@@ -85,30 +86,13 @@ export function createMetrics(opts: MetricsOptions = {}) {
       buckets: [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800],
       registers,
     }),
-    rowsCopied: new Counter({
-      name: 'shardctl_rows_copied_total',
-      help: 'Rows copied by the copy phase on this worker, by source and target shard',
-      labelNames: ['source', 'target'],
-      registers,
-    }),
-    rowsApplied: new Counter({
-      name: 'shardctl_rows_applied_total',
-      help: 'Row changes applied from the replication stream on this worker, by direction',
-      labelNames: ['direction'],
-      registers,
-    }),
-    cutoverAttempts: new Counter({
-      name: 'shardctl_cutover_attempts_total',
-      help: 'Cutover attempts (one freeze each), by direction',
-      labelNames: ['direction'],
-      registers,
-    }),
-    cutoverAborts: new Counter({
-      name: 'shardctl_cutover_aborts_total',
-      help: 'Cutover attempts that unfroze without switching, by direction and reason',
-      labelNames: ['direction', 'reason'],
-      registers,
-    }),
+    rowsCopied: counter('shardctl_rows_copied_total', 'Rows copied by the copy phase on this worker, by source and target shard', ['source', 'target']),
+    rowsApplied: counter('shardctl_rows_applied_total', 'Row changes applied from the replication stream on this worker, by direction', ['direction']),
+    cutoverAttempts: counter('shardctl_cutover_attempts_total', 'Cutover attempts (one freeze each), by direction', ['direction']),
+    cutoverAborts: counter('shardctl_cutover_aborts_total', 'Cutover attempts that unfroze without switching, by direction and reason', [
+      'direction',
+      'reason',
+    ]),
     cutoverPause: new Histogram({
       name: 'shardctl_cutover_pause_ms',
       help: "The tenant's write pause of a cutover attempt in milliseconds (freeze to switch, or to unfreeze when aborted)",

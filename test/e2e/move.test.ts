@@ -6,8 +6,7 @@ import * as H from '../helpers/move';
 import * as C from '../helpers/crash';
 import { Router } from '../../lib/router';
 import { createDeps } from '../../activities/deps';
-import { startLoadgen, verifyLog } from '../../lib/loadgen';
-import * as M from '../../workflows/messages';
+import { startLoadgen } from '../../lib/loadgen';
 import { runJobWorker, enqueueJob } from '../../lib/jobs/worker';
 import { shardPool } from '../helpers/stack';
 
@@ -71,15 +70,7 @@ describe('tenant move, end to end', () => {
       await deps.close();
     }
     // The whole of each unit: every seeded and written row and object on its owner, nothing else.
-    const report = await verifyLog({ logFile, config, baselines });
-    expect({ missing: report.missing, wrong: report.wrongValue, refused: report.presentButRefused, blobs: report.blobMissing, unit: report.unit }).toEqual({
-      missing: [],
-      wrong: [],
-      refused: [],
-      blobs: [],
-      unit: [],
-    });
-    expect(report.ok).toBe(true);
+    const report = await C.expectLogVerified({ logFile, config, baselines });
 
     const p = await H.placement(tenant);
     expect(p).toMatchObject({ shard: 'shard-b', epoch: 2, state: 'active', moveId: null });

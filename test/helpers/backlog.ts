@@ -82,6 +82,26 @@ export async function retriedActivities(h: WorkflowHandle): Promise<{ name: stri
   return out;
 }
 
+/**
+ * The first argument of every scheduling of activity `name`, in history order, with the update
+ * requests (by name) that the workflow accepted before it.
+ */
+export async function scheduledActivityInputs(h: WorkflowHandle, name: string): Promise<{ input: Record<string, unknown>; updatesBefore: string[] }[]> {
+  const history = await h.fetchHistory();
+  const updates: string[] = [];
+  const out: { input: Record<string, unknown>; updatesBefore: string[] }[] = [];
+  for (const e of history.events ?? []) {
+    const accepted = e.workflowExecutionUpdateAcceptedEventAttributes?.acceptedRequest?.input?.name;
+    if (accepted) updates.push(accepted);
+    const sc = e.activityTaskScheduledEventAttributes;
+    if (sc?.activityType?.name === name) {
+      const data = sc.input?.payloads?.[0]?.data;
+      out.push({ input: data ? JSON.parse(Buffer.from(data).toString('utf8')) : {}, updatesBefore: [...updates] });
+    }
+  }
+  return out;
+}
+
 /** Waits until the apply has put some but not all of the burst on the target. */
 export async function midApply(target: string, tenant: string, total: number): Promise<number> {
   const deadline = Date.now() + 90_000;

@@ -96,9 +96,4 @@ export async function switchedTenant(act: Activities, refs: MoveRef[], prefix: s
   return { tenant, ref };
 }
 
-/** Drops every slot and publication of the moves (a slot pins WAL on the shared server). */
-export async function dropReplications(act: Activities, refs: MoveRef[]) {
-  for (const ref of refs) {
-    for (const direction of ['forward', 'reverse'] as const) await act.dropReplication({ ...ref, direction }).catch(() => {});
-  }
-}
+export { dropReplications } from './move';

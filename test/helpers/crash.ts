@@ -12,6 +12,7 @@ import * as H from './move';
 import { Router, type RouterOptions } from '../../lib/router';
 import { createDeps } from '../../activities/deps';
 import { startLoadgen, verifyLog, readLog, LoadgenHandle, snapshotUnit, unitLeftovers, UnitBaseline } from '../../lib/loadgen';
+import type { VerifyOptions, VerifyReport } from '../../lib/loadgen';
 import { shardByName } from '../../lib/config';
 import type { MoveStatus } from '../../workflows/messages';
 
@@ -234,6 +235,24 @@ export function assertTraffic(traffic: Traffic, unknownOutcomes: number, o: { ma
 export const readsOf = (t: Traffic) => `${t.lg.stats.reads.ok} ok, ${t.lg.stats.reads.failed} failed`;
 
 /** DESIGN.md §5 after a case: verify the whole unit, single owner, epochs, fences, leftovers, bystanders. */
+/**
+ * The whole of each unit checked against the traffic log: every seeded and acknowledged row and
+ * object on its owner, no refused or deleted write present, nothing of another unit.
+ */
+export async function expectLogVerified(opts: VerifyOptions): Promise<VerifyReport> {
+  const report = await verifyLog(opts);
+  expect({
+    missing: report.missing,
+    wrong: report.wrongValue,
+    refused: report.presentButRefused,
+    deleted: report.presentButDeleted,
+    blobs: report.blobMissing,
+    unit: report.unit,
+  }).toEqual({ missing: [], wrong: [], refused: [], deleted: [], blobs: [], unit: [] });
+  expect(report.ok).toBe(true);
+  return report;
+}
+
 export async function assertInvariants(o: {
   tenant: string;
   /** Tenants beside the moving one, on the source and on the target: never disturbed. */
@@ -250,16 +269,7 @@ export async function assertInvariants(o: {
   maxFailedReads?: number;
 }): Promise<{ acked: number; refused: number; unknown: number; reads: string }> {
   const config = testConfig();
-  const report = await verifyLog({ logFile: o.traffic.logFile, config, baselines: o.baselines });
-  expect({
-    missing: report.missing,
-    wrong: report.wrongValue,
-    refused: report.presentButRefused,
-    deleted: report.presentButDeleted,
-    blobs: report.blobMissing,
-    unit: report.unit,
-  }).toEqual({ missing: [], wrong: [], refused: [], deleted: [], blobs: [], unit: [] });
-  expect(report.ok).toBe(true);
+  const report = await expectLogVerified({ logFile: o.traffic.logFile, config, baselines: o.baselines });
   for (const t of [o.tenant, ...o.bystanders])
     expect(
       o.baselines.map((b) => b.tenant),

@@ -2,15 +2,17 @@
 // moves, and read the invariants (directory, fences, replication objects, fingerprints).
 import { Client as TemporalClient, Connection, WorkflowHandle } from '@temporalio/client';
 import { Pool } from 'pg';
-import { testConfig, shardPool, directoryPool, uniq } from './stack';
+import { testConfig, shardPool, directoryPool, uniq, closePools } from './stack';
 import { prepareAllShards } from '../../lib/shard/prepare';
 import { ensureDirectory } from '../../lib/directory/ensure';
 import { createTenant } from '../../lib/tenants';
 import { getPlacement } from '../../lib/directory/placements';
 import { Router } from '../../lib/router';
 import { seedTenant } from '../../lib/seed';
-import { createDeps } from '../../activities/deps';
-import { moveWorkflowId, replicationNamePattern } from '../../lib/ids';
+import { createDeps, type Deps } from '../../activities/deps';
+import { createActivities, type Activities } from '../../activities';
+import type { MoveRef } from './blobs';
+import { replicationNamePattern } from '../../lib/ids';
 import { startMove } from '../../lib/moves/start';
 import { startWorker } from '../../worker';
 import * as M from '../../workflows/messages';
@@ -49,6 +51,47 @@ export async function moveEnv(prefix: string) {
       await worker.shutdown();
     },
   };
+}
+
+/** A move's activities built in this process (no Temporal), for tests that call them in workflow order. */
+export interface InProcess {
+  deps: Deps;
+  act: Activities;
+  /** Present when asked for (`router: true`). */
+  router: Router;
+  close(): Promise<void>;
+}
+
+/**
+ * Activities on a prepared stack. `close` drops the slots and publications of every move in
+ * `refs` (a slot pins WAL on the shared server), destroys `clients`, closes the router and pools.
+ */
+export async function inProcessActivities(
+  o: { router?: boolean; faultPoint?: (name: string) => Promise<void>; refs?: MoveRef[]; clients?: { destroy(): void }[] } = {},
+): Promise<InProcess> {
+  await prepareStack();
+  const deps = createDeps(testConfig(), o.faultPoint ? { faultPoint: o.faultPoint } : {});
+  const act = createActivities(deps);
+  const router = o.router ? await Router.create(testConfig()) : (undefined as unknown as Router);
+  return {
+    deps,
+    act,
+    router,
+    async close() {
+      await dropReplications(act, o.refs ?? []);
+      for (const c of o.clients ?? []) c.destroy();
+      await router?.close();
+      await deps.close();
+      await closePools();
+    },
+  };
+}
+
+/** Drops every slot and publication of the moves (a slot pins WAL on the shared server). */
+export async function dropReplications(act: Activities, refs: MoveRef[]) {
+  for (const ref of refs) {
+    for (const direction of ['forward', 'reverse'] as const) await act.dropReplication({ ...ref, direction }).catch(() => {});
+  }
 }
 
 export async function newTenant(shard: string, prefix = 't'): Promise<string> {

@@ -4,34 +4,25 @@
 // in-process (no Temporal) and a real move is driven by calling them in workflow order, each one
 // twice in a row and several twice at once; the end state must equal a single delivery's.
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
-import { testConfig, closePools, shardPool, directoryPool } from '../helpers/stack';
+import { shardPool, directoryPool } from '../helpers/stack';
 import * as H from '../helpers/move';
-import { createActivities } from '../../activities';
-import { createDeps, Deps } from '../../activities/deps';
+import type { Activities } from '../../activities';
 import { Router } from '../../lib/router';
 import { replicationNames } from '../../lib/ids';
 import { compareAndSetPlacement } from '../../lib/directory/placements';
 import { freezeSource } from '../../lib/shard/fence';
 
-let deps: Deps;
-let act: ReturnType<typeof createActivities>;
+let act: Activities;
 let router: Router;
 /** The activities' fault hook (DESIGN.md crash points): a test makes it throw or hold a call. */
 let onFault: ((name: string) => Promise<void>) | undefined;
 
+let env: H.InProcess | undefined;
 beforeAll(async () => {
-  await H.prepareStack();
-  deps = createDeps(testConfig(), {
-    faultPoint: async (name) => onFault?.(name),
-  });
-  act = createActivities(deps);
-  router = await Router.create(testConfig());
+  env = await H.inProcessActivities({ router: true, faultPoint: async (name) => onFault?.(name) });
+  ({ act, router } = env);
 });
-afterAll(async () => {
-  await router?.close();
-  await deps?.close();
-  await closePools();
-});
+afterAll(() => env?.close());
 
 /** Two deliveries one after the other. */
 async function twice<T>(fn: () => Promise<T>): Promise<[T, T]> {

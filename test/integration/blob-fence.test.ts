@@ -6,11 +6,11 @@
 // delete in the old owner's bucket) are kept by the reverse sync and block retire, naming the key.
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { DeleteObjectCommand, PutObjectCommand, type S3Client } from '@aws-sdk/client-s3';
-import { testConfig, closePools, shardPool } from '../helpers/stack';
+import { testConfig, shardPool } from '../helpers/stack';
 import * as H from '../helpers/move';
 import * as B from '../helpers/blobs';
 import { createActivities } from '../../activities';
-import { createDeps, Deps } from '../../activities/deps';
+import { Deps } from '../../activities/deps';
 import { Router } from '../../lib/router';
 import { freezeSource, unfreeze } from '../../lib/shard/fence';
 import { blobKeyOf } from '../../lib/blobs/fenced';
@@ -23,17 +23,14 @@ const refs: B.MoveRef[] = [];
 const clients: S3Client[] = [];
 const routers: Router[] = [];
 
+let env: H.InProcess | undefined;
 beforeAll(async () => {
-  await H.prepareStack();
-  deps = createDeps(testConfig());
-  act = createActivities(deps);
+  env = await H.inProcessActivities({ refs, clients });
+  ({ deps, act } = env);
 });
 afterAll(async () => {
-  await B.dropReplications(act, refs);
   await Promise.all(routers.map((r) => r.close()));
-  for (const c of clients) c.destroy();
-  await deps?.close();
-  await closePools();
+  await env?.close();
 });
 
 const keysOn = (shard: string, tenant: string) => B.keysOn(deps.s3For, shard, tenant);

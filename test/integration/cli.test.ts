@@ -204,7 +204,8 @@ describe('read verbs on a directory that is not migrated', () => {
     return { rels: rels.rows.map((x) => x.r), cols: cols.rows.map((x) => x.c), schemas: schemas.rows.length, versions };
   }
 
-  it('refuses with exit 4, naming `shardctl directory migrate`, and changes nothing; after the migration they answer', async () => {
+  // About twenty CLI processes: on a loaded 2-core machine each takes seconds to start.
+  it('refuses with exit 4, naming `shardctl directory migrate`, and changes nothing; after the migration they answer', { timeout: 360_000 }, async () => {
     const name = uniq('dir_unmigrated').replace(/-/g, '_');
     const admin = directoryPool();
     await admin.query(`create database ${name}`);

@@ -5,28 +5,21 @@
 // target, or a row deleted there behind the stream (the write audit), still aborts the cutover; a
 // restarted delta (a superseded validation) is never trusted.
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
-import { testConfig, closePools, shardPool } from '../helpers/stack';
+import { shardPool } from '../helpers/stack';
 import * as H from '../helpers/move';
-import { createActivities } from '../../activities';
-import { createDeps, Deps } from '../../activities/deps';
+import type { Activities } from '../../activities';
 import { Router } from '../../lib/router';
 import { readDelta, startDelta } from '../../lib/cdc/delta';
 
-let deps: Deps;
-let act: ReturnType<typeof createActivities>;
+let act: Activities;
 let router: Router;
 
+let env: H.InProcess | undefined;
 beforeAll(async () => {
-  await H.prepareStack();
-  deps = createDeps(testConfig(), {});
-  act = createActivities(deps);
-  router = await Router.create(testConfig());
+  env = await H.inProcessActivities({ router: true });
+  ({ act, router } = env);
 });
-afterAll(async () => {
-  await router?.close();
-  await deps?.close();
-  await closePools();
-});
+afterAll(() => env?.close());
 
 const SOURCE = 'shard-a';
 const TARGET = 'shard-b';

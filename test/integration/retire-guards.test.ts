@@ -5,33 +5,24 @@
 // shards with the move's own activities, sets up one wrong state by hand, and asserts the
 // refusal and that every row and blob on the protected side is still there.
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
-import { testConfig, closePools, shardPool, directoryPool } from '../helpers/stack';
+import { shardPool, directoryPool } from '../helpers/stack';
 import * as H from '../helpers/move';
-import { createActivities } from '../../activities';
-import { createDeps, Deps } from '../../activities/deps';
+import type { Activities } from '../../activities';
 import { compareAndSetPlacement, PlacementState } from '../../lib/directory/placements';
 import { setUnitFence, getUnitFence, FenceState } from '../../lib/shard/fence';
 import type { TableFingerprint } from '../../lib/validate/fingerprint';
 
 const SOURCE = 'shard-a';
 const TARGET = 'shard-b';
-let deps: Deps;
-let act: ReturnType<typeof createActivities>;
+let act: Activities;
 const refs: { moveId: string; unit: string; source: string; target: string }[] = [];
 
+let env: H.InProcess | undefined;
 beforeAll(async () => {
-  await H.prepareStack();
-  deps = createDeps(testConfig(), { faultPoint: async () => {} });
-  act = createActivities(deps);
+  env = await H.inProcessActivities({ faultPoint: async () => {}, refs });
+  ({ act } = env);
 });
-afterAll(async () => {
-  // Leave no slot behind (a slot pins WAL on the shared server).
-  for (const ref of refs) {
-    for (const direction of ['forward', 'reverse'] as const) await act.dropReplication({ ...ref, direction }).catch(() => {});
-  }
-  await deps?.close();
-  await closePools();
-});
+afterAll(() => env?.close());
 
 /** A seeded tenant on the source, copied (rows and blobs) to the target by the move's activities. */
 async function copiedTenant(prefix: string) {

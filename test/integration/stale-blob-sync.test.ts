@@ -6,10 +6,10 @@
 // And a sync stops at its activity's cancellation signal, copying nothing more.
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import type { S3Client } from '@aws-sdk/client-s3';
-import { testConfig, closePools, shardPool } from '../helpers/stack';
+import { shardPool } from '../helpers/stack';
 import * as H from '../helpers/move';
 import { createActivities } from '../../activities';
-import { createDeps, Deps } from '../../activities/deps';
+import { Deps } from '../../activities/deps';
 import { syncUnitBlobs } from '../../activities/move/context';
 import * as B from '../helpers/blobs';
 
@@ -20,17 +20,12 @@ let act: ReturnType<typeof createActivities>;
 const refs: B.MoveRef[] = [];
 const clients: S3Client[] = [];
 
+let env: H.InProcess | undefined;
 beforeAll(async () => {
-  await H.prepareStack();
-  deps = createDeps(testConfig());
-  act = createActivities(deps);
+  env = await H.inProcessActivities({ refs, clients });
+  ({ deps, act } = env);
 });
-afterAll(async () => {
-  await B.dropReplications(act, refs);
-  for (const c of clients) c.destroy();
-  await deps?.close();
-  await closePools();
-});
+afterAll(() => env?.close());
 
 /** Deps whose S3 client for `shard` is `s3` (everything else shared with the test's deps). */
 const withClient = (shard: string, s3: S3Client): Deps => ({ ...deps, s3For: (s) => (s === shard ? s3 : deps.s3For(s)) });
