@@ -422,12 +422,12 @@ export const MUTATIONS: Mutation[] = [
   },
   {
     id: 'blob-write-fenced',
-    guarantee: "the router's blob PUT/DELETE runs the shard's write check in its transaction: an old owner refuses it after the switch (issue 15, §5.1)",
+    guarantee: "a blob PUT/DELETE runs the shard's write check in its transaction, a read transaction's too: a frozen unit's upload is refused (issue 15, §5.1; a write transaction is also checked at its BEGIN)",
     file: 'lib/blobs/fenced.ts',
     from: "const writable = () => (checked ??= tx.query('select shardctl.assert_writable($1)', [unit]));",
     to: 'const writable = async () => checked;',
     testFile: 'test/integration/blob-fence.test.ts',
-    testName: 'in a transaction the switch overtook is refused by the old owner and lands on the new one',
+    testName: "a cutover's fence waits for a blob upload in flight, and a frozen unit's upload is refused at its deadline",
   },
   {
     id: 'retire-blob-ledger',

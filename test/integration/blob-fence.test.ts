@@ -1,8 +1,8 @@
 // Blob writes fenced like rows (issue 15). The router's blob API (lib/blobs/fenced.ts) runs the
 // shard's write check, with the unit's shared lock, in the same transaction before it touches the
 // bucket: a cutover's fence waits for an upload in flight, a frozen unit's upload waits and is
-// refused at its deadline, and a PUT or DELETE in a transaction that the switch overtook is refused
-// by the old owner and lands on the new one. Writes that bypass the router (a late upload or a
+// refused at its deadline, and a PUT or DELETE through a router whose route went stale is refused
+// by the old owner before it touches the bucket and lands on the new one. Writes that bypass the router (a late upload or a
 // delete in the old owner's bucket) are kept by the reverse sync and block retire, naming the key.
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { DeleteObjectCommand, PutObjectCommand, type S3Client } from '@aws-sdk/client-s3';
@@ -80,47 +80,52 @@ describe('blob writes through the router are fenced like rows', () => {
     // Frozen: the upload waits for the cutover and, past its deadline, is refused without touching the bucket.
     await expect(router.putBlob(tenant, grant, 'docs/while-frozen', 'x', { deadlineMs: 400 })).rejects.toMatchObject({ type: 'Frozen' });
     await expect(router.deleteBlob(tenant, grant, 'docs/in-flight', { deadlineMs: 400 })).rejects.toMatchObject({ type: 'Frozen' });
+    // A read transaction passes a frozen unit's route check (reads continue), but its blob write
+    // still runs the write check first: refused, nothing uploaded.
+    await expect(router.withTenant(tenant, grant, 'read', (_tx, route) => route.blobs.put('docs/from-a-read', 'x'), { deadlineMs: 400 })).rejects.toMatchObject(
+      { type: 'Frozen' },
+    );
     expect(await keysOn(SOURCE, tenant)).toEqual([blobKeyOf(tenant, 'docs/in-flight')]);
     expect((await unfreeze(shardPool(SOURCE), tenant, 1)).ok).toBe(true);
     expect(await router.getBlob(tenant, grant, 'docs/in-flight')).toEqual(Buffer.from('uploaded before the fence'));
   });
 
   for (const op of ['PUT', 'DELETE'] as const) {
-    it(`a blob ${op} in a transaction the switch overtook is refused by the old owner and lands on the new one`, async () => {
+    // A write transaction holds the unit's lock from its BEGIN (begin_unit_write), so a switch can
+    // no longer overtake one in flight: the fence waits for it (the case above). What remains is a
+    // router whose route went stale: its transaction is refused at BEGIN by the old owner, before
+    // the bucket is touched, and retried on the new owner.
+    it(`a blob ${op} through a router whose route went stale is refused by the old owner before touching its bucket and lands on the new one`, async () => {
       const tenant = await H.newTenant(SOURCE, `bf-${op.toLowerCase()}`);
       const grant = { tenants: [tenant] };
       const name = 'docs/contract.pdf';
-      const router = await routerWith(SOURCE, deps.s3For(SOURCE));
+      // No LISTEN and an hour's TTL: the router learns of the switch only from the old owner's refusal.
+      const router = await Router.create(testConfig(), { listen: false, snapshotTtlMs: 3_600_000, fullReloadMs: 3_600_000 });
+      routers.push(router);
       // Both copies hold the object, as after the move's copy.
       if (op === 'DELETE') {
         await router.putBlob(tenant, grant, name, 'v1');
         await deps.s3For(TARGET).send(new PutObjectCommand({ Bucket: testConfig().shards[1].bucket, Key: blobKeyOf(tenant, name), Body: 'v1' }));
+      } else {
+        expect(await router.getBlob(tenant, grant, name)).toBeUndefined(); // the route is cached now
       }
       const before = { source: await keysOn(SOURCE, tenant), target: await keysOn(TARGET, tenant) };
-      // The transaction opens on the owner (its read check passes), then waits; the switch happens.
-      let release!: () => void;
-      const gate = new Promise<void>((r) => (release = r));
-      let entered!: () => void;
-      const inside = new Promise<void>((r) => (entered = r));
+      await B.switchByHand(tenant, SOURCE, TARGET, 'blob-fence-test');
+      const stale = router.metrics().staleRetries;
       const shards: string[] = [];
-      const write = router.withTenant(tenant, grant, 'write', async (_tx, route) => {
+      await router.withTenant(tenant, grant, 'write', async (_tx, route) => {
         shards.push(route.shard);
-        entered();
-        await gate;
         return op === 'PUT' ? route.blobs.put(name, 'v2') : route.blobs.delete(name);
       });
-      await inside;
-      await B.switchByHand(tenant, SOURCE, TARGET, 'blob-fence-test');
-      release();
-      await write;
-      expect(shards).toEqual([SOURCE, TARGET]); // refused on the old owner, retried on the new one
+      expect(router.metrics().staleRetries - stale, 'refused by the old owner once').toBe(1);
+      expect(shards).toEqual([TARGET]); // the transaction's work never ran on the old owner
       const key = blobKeyOf(tenant, name);
+      expect(await keysOn(SOURCE, tenant)).toEqual(before.source); // the old copy is retire's to delete
       if (op === 'PUT') {
-        expect(await keysOn(SOURCE, tenant)).toEqual(before.source);
         expect(await keysOn(TARGET, tenant)).toEqual([key]);
         expect(await router.getBlob(tenant, grant, name)).toEqual(Buffer.from('v2'));
       } else {
-        expect(await keysOn(SOURCE, tenant)).toEqual([key]); // the old copy is retire's to delete
+        expect(before.target).toEqual([key]);
         expect(await keysOn(TARGET, tenant)).toEqual([]);
         expect(await router.getBlob(tenant, grant, name)).toBeUndefined();
       }
