@@ -2,6 +2,7 @@
 // reason the operator can read, never thrown at them. It also runs the cutover's dry-run twin
 // (lib/cutover/dry-run.ts) over the same `runCutover` the move uses, so the steps it shows are
 // the steps the move will take.
+import { moveTargetProblems } from '../../lib/directory/choose';
 import { z } from 'zod';
 import type { Deps } from '../deps';
 import { getPlacement } from '../../lib/directory/placements';
@@ -98,13 +99,7 @@ export function createPlanActivities(deps: Deps) {
         if (reasons.length) return { ok: false, reasons, ...base, tables: [] };
         const s = await shardLoad(deps.directoryPool(), target);
         if (!s) reasons.push(`target ${target} is not in the directory's shard inventory`);
-        else {
-          const usable = s.capacity * (1 - deps.config.limits.headroomFraction);
-          if (s.status !== 'open') reasons.push(`target ${target} is ${s.status}, not open`);
-          if (s.load + p.expectedLoad > usable) {
-            reasons.push(`target ${target} lacks headroom: load ${s.load} + ${p.expectedLoad} > usable ${usable.toFixed(0)} of capacity ${s.capacity}`);
-          }
-        }
+        else reasons.push(...moveTargetProblems(s, unit, p.expectedLoad, deps.config.limits.headroomFraction));
         const [src, dst] = await Promise.all([tenantTables(deps, p.shard), tenantTables(deps, target)]);
         if (src.length === 0) reasons.push(`no tenant tables (column ${col}) found on ${p.shard}`);
         for (const t of src) reasons.push(...movabilityProblems(t, col));

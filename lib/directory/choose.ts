@@ -21,6 +21,21 @@ export function headroomAfter(s: ShardLoad, expectedLoad: number, headroomFracti
   return usableCapacity(s.capacity, headroomFraction) - s.load - expectedLoad;
 }
 
+/**
+ * Why `unit` (expected load `expectedLoad`) may not move onto shard `s`: not open, dedicated to
+ * another tenant, or short of headroom. Empty when it may.
+ */
+export function moveTargetProblems(s: ShardLoad, unit: string, expectedLoad: number, headroomFraction: number): string[] {
+  const reasons: string[] = [];
+  if (s.status !== 'open') reasons.push(`target ${s.name} is ${s.status}, not open`);
+  if (s.dedicatedTo && s.dedicatedTo !== unit) reasons.push(`target ${s.name} is dedicated to tenant ${s.dedicatedTo}: no other unit moves there`);
+  const usable = usableCapacity(s.capacity, headroomFraction);
+  if (s.load + expectedLoad > usable) {
+    reasons.push(`target ${s.name} lacks headroom: load ${s.load} + ${expectedLoad} > usable ${usable.toFixed(0)} of capacity ${s.capacity}`);
+  }
+  return reasons;
+}
+
 export function chooseShardForNewUnit(shards: readonly ShardLoad[], expectedLoad: number, headroomFraction: number): string {
   let best: { name: string; room: number } | undefined;
   for (const s of shards) {

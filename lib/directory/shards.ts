@@ -1,6 +1,7 @@
 // The shards inventory in the directory: which shards exist, their capacity and status. Config
 // is the source of connection details; the directory is the source of status and capacity.
 // Sync only adds missing shards, it never changes or removes existing rows.
+import type { ShardLoad } from './choose';
 import type { Pool } from 'pg';
 import type { Config } from '../config';
 import { ShardctlError, invalidInput } from '../errors';
@@ -118,14 +119,14 @@ export async function setShardDedication(pool: Pool, name: string, tenant: strin
   return updateShard(pool, name, { dedicatedTo: tenant }, { ...audit, action: 'shard.dedicate' });
 }
 
-/** A shard's status, capacity and the expected load of the units placed on it; undefined when unknown. */
-export async function shardLoad(db: Queryable, name: string): Promise<{ status: ShardStatus; capacity: number; load: number } | undefined> {
+/** A shard's status, capacity, dedication and the expected load of the units placed on it; undefined when unknown. */
+export async function shardLoad(db: Queryable, name: string): Promise<ShardLoad | undefined> {
   const r = await db.query(
-    `select s.status, s.capacity, coalesce((select sum(expected_load) from shardctl.units u where u.shard = s.name), 0) as load
+    `select s.status, s.capacity, s.dedicated_to, coalesce((select sum(expected_load) from shardctl.units u where u.shard = s.name), 0) as load
        from shardctl.shards s where s.name = $1`,
     [name],
   );
   if (!r.rowCount) return undefined;
   const s = r.rows[0];
-  return { status: s.status, capacity: Number(s.capacity), load: Number(s.load) };
+  return { name, status: s.status, capacity: Number(s.capacity), load: Number(s.load), dedicatedTo: s.dedicated_to ?? null };
 }

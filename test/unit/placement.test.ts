@@ -1,5 +1,5 @@
 import { describe, it, expect } from 'vitest';
-import { chooseShardForNewUnit, headroomAfter, usableCapacity, ShardLoad } from '../../lib/directory/choose';
+import { chooseShardForNewUnit, headroomAfter, moveTargetProblems, usableCapacity, ShardLoad } from '../../lib/directory/choose';
 import { ShardctlError } from '../../lib/errors';
 
 const shard = (name: string, load: number, capacity = 1000, status = 'open'): ShardLoad => ({ name, load, capacity, status });
@@ -53,5 +53,35 @@ describe('placement of a new unit', () => {
 
   it('places a zero-load unit on the emptiest shard', () => {
     expect(chooseShardForNewUnit([shard('a', 10), shard('b', 5)], 0, 0.1)).toBe('b');
+  });
+});
+
+describe('the target of a move', () => {
+  const target = (o: Partial<ShardLoad> = {}): ShardLoad => ({ name: 'shard-d', capacity: 1000, load: 100, status: 'open', dedicatedTo: null, ...o });
+
+  it('takes a unit onto an open, shared shard with room', () => {
+    expect(moveTargetProblems(target(), 'acme', 50, 0.1)).toEqual([]);
+  });
+
+  it('refuses a shard that is draining or closed, naming its status', () => {
+    expect(moveTargetProblems(target({ status: 'draining' }), 'acme', 1, 0.1)).toEqual(['target shard-d is draining, not open']);
+    expect(moveTargetProblems(target({ status: 'closed' }), 'acme', 1, 0.1)).toEqual(['target shard-d is closed, not open']);
+  });
+
+  it('refuses a shard dedicated to another tenant, and takes the tenant it is dedicated to', () => {
+    expect(moveTargetProblems(target({ dedicatedTo: 'globex' }), 'acme', 1, 0.1)).toEqual([
+      'target shard-d is dedicated to tenant globex: no other unit moves there',
+    ]);
+    expect(moveTargetProblems(target({ dedicatedTo: 'acme', load: 0 }), 'acme', 1, 0.1)).toEqual([]);
+  });
+
+  it('refuses a shard without headroom for the unit, keeping the reserved fraction free', () => {
+    // usable 900 of 1000; 850 + 50 fits exactly, 851 + 50 does not.
+    expect(moveTargetProblems(target({ load: 850 }), 'acme', 50, 0.1)).toEqual([]);
+    expect(moveTargetProblems(target({ load: 851 }), 'acme', 50, 0.1)).toEqual(['target shard-d lacks headroom: load 851 + 50 > usable 900 of capacity 1000']);
+  });
+
+  it('names every problem at once', () => {
+    expect(moveTargetProblems(target({ status: 'draining', dedicatedTo: 'globex', load: 2000 }), 'acme', 1, 0.1)).toHaveLength(3);
   });
 });
