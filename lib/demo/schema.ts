@@ -38,13 +38,26 @@ create table if not exists public.jobs (
   tenant_id text not null,
   id uuid not null default gen_random_uuid(),
   kind text not null,
-  state text not null default 'queued' check (state in ('queued', 'running', 'done', 'failed')),
+  state text not null default 'queued' constraint jobs_state_check check (state in ('queued', 'running', 'done', 'failed', 'dead')),
   run_at timestamptz not null default now(),
   attempts int not null default 0,
   payload jsonb not null default '{}',
   locked_by text,
   updated_at timestamptz not null default now(),
+  last_error text,
   primary key (tenant_id, id)
 );
+-- Tables created before the dead-letter state: altered once (no lock taken when already current).
+do $$
+begin
+  if exists (select 1 from pg_catalog.pg_constraint where conrelid = 'public.jobs'::regclass and conname = 'jobs_state_check'
+              and pg_catalog.pg_get_constraintdef(oid) not like '%dead%') then
+    alter table public.jobs drop constraint jobs_state_check,
+      add constraint jobs_state_check check (state in ('queued', 'running', 'done', 'failed', 'dead'));
+  end if;
+  if not exists (select 1 from pg_catalog.pg_attribute where attrelid = 'public.jobs'::regclass and attname = 'last_error' and not attisdropped) then
+    alter table public.jobs add column last_error text;
+  end if;
+end $$;
 create index if not exists jobs_claim on public.jobs (tenant_id, state, run_at);
 `;

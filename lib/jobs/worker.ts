@@ -2,13 +2,24 @@
 // the router, so every state change carries the unit's epoch and is gated by the shard fence
 // like any other write (a frozen unit's jobs stay queued; a moved unit's jobs are worked on
 // the new owner). Claims use FOR UPDATE SKIP LOCKED: two workers never claim the same job.
+//
+// Leases: a claimed job is held for leaseMs (mandatory, default 60 s), renewed while its handler
+// runs; every lease time is the shard's now(), at claim, renewal and expiry alike. A job whose
+// lease expired (its worker died) goes back to the queue, and after maxAttempts claims it goes to
+// the dead-letter state `dead` with its last error instead of looping. A completion refused
+// because the unit is frozen (a cutover) is retried, on the new owner after a switch, for as long
+// as the lease lasts: the job is never left running behind a worker that finished it. The lease
+// must outlast the cutover's fence budget (a frozen unit renews nothing).
 import { setTimeout as delay } from 'node:timers/promises';
 import type { PoolClient } from 'pg';
 import { ShardctlError, invalidInput } from '../errors';
 import type { Grant } from '../router/grant';
 import type { Router, TenantCallOptions } from '../router/router';
 
-export type JobState = 'queued' | 'running' | 'done' | 'failed';
+export type JobState = 'queued' | 'running' | 'done' | 'failed' | 'dead';
+
+/** A job's lease when the worker names none. */
+export const DEFAULT_JOB_LEASE_MS = 60_000;
 
 export interface Job {
   tenantId: string;
@@ -19,9 +30,13 @@ export interface Job {
   attempts: number;
   payload: unknown;
   lockedBy: string | null;
+  /** Why its last attempt ended without completing it (a handler error, an expired lease). */
+  lastError: string | null;
 }
 
-const JOB_COLUMNS = 'tenant_id, id, kind, state, run_at, attempts, payload, locked_by';
+const JOB_COLUMNS = 'tenant_id, id, kind, state, run_at, attempts, payload, locked_by, last_error';
+const MAX_ERROR_CHARS = 500;
+const errorText = (e: unknown) => String((e as Error)?.message ?? e).slice(0, MAX_ERROR_CHARS);
 
 function toJob(r: any): Job {
   return {
@@ -33,6 +48,7 @@ function toJob(r: any): Job {
     attempts: Number(r.attempts),
     payload: r.payload,
     lockedBy: r.locked_by,
+    lastError: r.last_error ?? null,
   };
 }
 
@@ -122,15 +138,27 @@ export interface JobRef extends TenantCallOptions {
 }
 
 /** Ends a job the worker holds in a final state; false when the worker no longer holds it. */
-function finishHeld(router: Router, tenant: string, grant: Grant, ref: JobRef, state: 'done' | 'failed'): Promise<boolean> {
+function finishHeld(router: Router, tenant: string, grant: Grant, ref: JobRef & { error?: string }, state: 'done' | 'failed'): Promise<boolean> {
   return transition(
     router,
     tenant,
     grant,
     ref,
-    `update public.jobs set state = $4, locked_by = null, updated_at = now()
+    `update public.jobs set state = $4, locked_by = null, updated_at = now(), last_error = coalesce($5, last_error)
       where tenant_id = $1 and id = $2 and state = 'running' and locked_by = $3`,
-    [tenant, checkJobId(ref.id), checkWorkerId(ref.workerId), state],
+    [tenant, checkJobId(ref.id), checkWorkerId(ref.workerId), state, ref.error ?? null],
+  );
+}
+
+/** Extends the lease of a job the worker holds (the shard's now()); false when it no longer holds it. */
+export function renewJobLease(router: Router, tenant: string, grant: Grant, ref: JobRef): Promise<boolean> {
+  return transition(
+    router,
+    tenant,
+    grant,
+    ref,
+    `update public.jobs set updated_at = now() where tenant_id = $1 and id = $2 and state = 'running' and locked_by = $3`,
+    [tenant, checkJobId(ref.id), checkWorkerId(ref.workerId)],
   );
 }
 
@@ -140,7 +168,7 @@ export function completeJob(router: Router, tenant: string, grant: Grant, ref: J
 }
 
 /** Puts a job the worker holds back in the queue (after `delayMs`); false when not held. */
-export function releaseJob(router: Router, tenant: string, grant: Grant, ref: JobRef & { delayMs?: number }): Promise<boolean> {
+export function releaseJob(router: Router, tenant: string, grant: Grant, ref: JobRef & { delayMs?: number; error?: string }): Promise<boolean> {
   const delayMs = ref.delayMs ?? 0;
   if (!Number.isFinite(delayMs) || delayMs < 0) throw invalidInput('delayMs must be a non-negative number');
   return transition(
@@ -148,32 +176,47 @@ export function releaseJob(router: Router, tenant: string, grant: Grant, ref: Jo
     tenant,
     grant,
     ref,
-    `update public.jobs set state = 'queued', locked_by = null, run_at = now() + make_interval(secs => $4::double precision / 1000), updated_at = now()
+    `update public.jobs set state = 'queued', locked_by = null, run_at = now() + make_interval(secs => $4::double precision / 1000), updated_at = now(),
+            last_error = coalesce($5, last_error)
       where tenant_id = $1 and id = $2 and state = 'running' and locked_by = $3`,
-    [tenant, checkJobId(ref.id), checkWorkerId(ref.workerId), delayMs],
+    [tenant, checkJobId(ref.id), checkWorkerId(ref.workerId), delayMs, ref.error ?? null],
   );
 }
 
 /** Gives up on a job the worker holds (no more attempts); false when not held. */
-export function failJob(router: Router, tenant: string, grant: Grant, ref: JobRef): Promise<boolean> {
+export function failJob(router: Router, tenant: string, grant: Grant, ref: JobRef & { error?: string }): Promise<boolean> {
   return finishHeld(router, tenant, grant, ref, 'failed');
 }
 
-/** Re-queues jobs left running longer than `leaseMs` (their worker died); returns how many. */
-export async function requeueExpiredJobs(router: Router, tenant: string, grant: Grant, opts: TenantCallOptions & { leaseMs: number }): Promise<number> {
+/**
+ * Jobs left running longer than `leaseMs` (their worker died, by the shard's clock): back to the
+ * queue, or to the dead-letter state `dead` once they were claimed `maxAttempts` times, each
+ * with the reason as its last error. One fenced transaction.
+ */
+export async function requeueExpiredJobs(
+  router: Router,
+  tenant: string,
+  grant: Grant,
+  opts: TenantCallOptions & { leaseMs: number; maxAttempts: number },
+): Promise<{ requeued: number; dead: number }> {
   if (!(opts.leaseMs > 0)) throw invalidInput('leaseMs must be positive');
+  if (!Number.isInteger(opts.maxAttempts) || opts.maxAttempts < 1) throw invalidInput('maxAttempts must be a positive integer');
   return router.withTenant(
     tenant,
     grant,
     'write',
-    async (tx) =>
-      (
-        await tx.query(
-          `update public.jobs set state = 'queued', locked_by = null, updated_at = now()
-            where tenant_id = $1 and state = 'running' and updated_at < now() - make_interval(secs => $2::double precision / 1000)`,
-          [tenant, opts.leaseMs],
-        )
-      ).rowCount ?? 0,
+    async (tx) => {
+      const r = await tx.query(
+        `update public.jobs set state = case when attempts >= $3 then 'dead' else 'queued' end, locked_by = null, updated_at = now(),
+                last_error = 'lease expired: worker ' || coalesce(locked_by, '?') || ' stopped without finishing attempt ' || attempts ||
+                             case when attempts >= $3 then ' of ' || $3 || ' (dead-letter)' else '' end
+          where tenant_id = $1 and state = 'running' and updated_at < now() - make_interval(secs => $2::double precision / 1000)
+          returning state`,
+        [tenant, opts.leaseMs, opts.maxAttempts],
+      );
+      const dead = r.rows.filter((x) => x.state === 'dead').length;
+      return { requeued: r.rows.length - dead, dead };
+    },
     opts,
   );
 }
@@ -195,7 +238,11 @@ export interface JobWorkerOptions {
   maxAttempts?: number;
   /** Delay before a failed job is retried (default 1000 ms). */
   retryDelayMs?: number;
-  /** When set, running jobs older than this are re-queued each round (dead workers). */
+  /**
+   * How long a claim holds a job without renewal (default DEFAULT_JOB_LEASE_MS). The worker renews
+   * it every leaseMs / 3 while the handler runs, and re-queues other workers' expired claims each
+   * round. Longer than the cutover's fence budget.
+   */
   leaseMs?: number;
   /** Per-call router options (e.g. a short deadline so a frozen unit does not stall others). */
   call?: TenantCallOptions;
@@ -210,6 +257,11 @@ export interface JobWorkerStats {
   failed: number;
   refusals: number;
   errors: number;
+  /** Expired claims of dead workers put back in the queue, and those sent to dead-letter. */
+  requeued: number;
+  dead: number;
+  /** Jobs whose lease was lost while their handler ran (another worker may run them again). */
+  leasesLost: number;
 }
 
 const isRefusal = (e: unknown) => e instanceof ShardctlError && (e.type === 'Frozen' || e.type === 'StaleRoute' || e.type === 'DirectoryUnavailable');
@@ -223,13 +275,16 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
  * Polls the tenants round-robin until `signal` aborts. A refused call (Frozen, StaleRoute,
  * DirectoryUnavailable) is a pause, not a failure: the tenant is skipped for this round and
  * the loop goes on. Handler errors release the job with a delay, or fail it after maxAttempts.
- * A job whose completion is refused stays running until requeued (leaseMs) — never lost.
+ * A refused completion is retried within the lease; past it, the job is re-queued — never lost.
  */
 export async function runJobWorker(o: JobWorkerOptions): Promise<JobWorkerStats> {
   const workerId = checkWorkerId(o.workerId);
-  const stats: JobWorkerStats = { claimed: 0, completed: 0, released: 0, failed: 0, refusals: 0, errors: 0 };
+  const stats: JobWorkerStats = { claimed: 0, completed: 0, released: 0, failed: 0, refusals: 0, errors: 0, requeued: 0, dead: 0, leasesLost: 0 };
   const batch = o.batch ?? 10;
   const maxAttempts = o.maxAttempts ?? 5;
+  const leaseMs = o.leaseMs ?? DEFAULT_JOB_LEASE_MS;
+  if (!Number.isFinite(leaseMs) || leaseMs <= 0) throw invalidInput('leaseMs must be a positive number of milliseconds (a lease is mandatory)');
+  if (!Number.isInteger(maxAttempts) || maxAttempts < 1) throw invalidInput('maxAttempts must be a positive integer');
   const call = o.call ?? {};
   const report = (err: unknown, tenant: string, jobId?: string) => {
     if (isRefusal(err)) stats.refusals++;
@@ -242,11 +297,14 @@ export async function runJobWorker(o: JobWorkerOptions): Promise<JobWorkerStats>
     for (const tenant of o.tenants) {
       if (o.signal.aborted) break;
       try {
-        if (o.leaseMs) await requeueExpiredJobs(o.router, tenant, o.grant, { ...call, leaseMs: o.leaseMs });
+        const expired = await requeueExpiredJobs(o.router, tenant, o.grant, { ...call, leaseMs, maxAttempts });
+        stats.requeued += expired.requeued;
+        stats.dead += expired.dead;
+        const claimedAt = Date.now();
         const jobs = await claimJobs(o.router, tenant, o.grant, { ...call, workerId, limit: batch });
         stats.claimed += jobs.length;
         if (jobs.length) worked = true;
-        for (const job of jobs) await runOne(o, job, tenant, workerId, maxAttempts, call, stats, report);
+        for (const job of jobs) await runOne(o, job, claimedAt, tenant, workerId, maxAttempts, leaseMs, call, stats, report);
       } catch (err) {
         if (isRefusal(err)) refused = true;
         report(err, tenant);
@@ -260,22 +318,70 @@ export async function runJobWorker(o: JobWorkerOptions): Promise<JobWorkerStats>
 async function runOne(
   o: JobWorkerOptions,
   job: Job,
+  claimedAt: number,
   tenant: string,
   workerId: string,
   maxAttempts: number,
+  leaseMs: number,
   call: TenantCallOptions,
   stats: JobWorkerStats,
   report: (err: unknown, tenant: string, jobId?: string) => void,
 ): Promise<void> {
   const ref = { ...call, id: job.id, workerId };
+  // When the lease was last taken or renewed (by our clock; the shard's decides expiry).
+  let leasedAt = claimedAt;
+  // A job of a batch waits for the ones before it: renew its lease before starting it.
+  if (Date.now() - leasedAt > leaseMs / 3) {
+    try {
+      const renewedAt = Date.now();
+      if (!(await renewJobLease(o.router, tenant, o.grant, ref))) {
+        stats.leasesLost++;
+        return; // re-queued meanwhile: another worker runs it
+      }
+      leasedAt = renewedAt;
+    } catch (e) {
+      report(e, tenant, job.id);
+      return; // still ours; its lease expires and it is re-queued
+    }
+  }
+  const job$ = new AbortController();
+  const stopJob = () => job$.abort(o.signal.reason);
+  o.signal.addEventListener('abort', stopJob, { once: true });
+  // Renew the lease while the handler runs; a lease found lost stops the handler (its signal).
+  let renewing = true;
+  const renewals = (async () => {
+    while (renewing && !job$.signal.aborted) {
+      await sleep(leaseMs / 3, job$.signal);
+      if (!renewing || job$.signal.aborted) break;
+      try {
+        const renewedAt = Date.now();
+        if (await renewJobLease(o.router, tenant, o.grant, ref)) leasedAt = renewedAt;
+        else {
+          stats.leasesLost++;
+          job$.abort(new ShardctlError('Conflict', `job ${job.id}: its lease was lost (re-queued after ${leaseMs} ms without renewal)`));
+        }
+      } catch (e) {
+        report(e, tenant, job.id); // frozen or unreachable: try again at the next renewal
+      }
+    }
+  })();
+  let failure: unknown;
   try {
-    await o.handler(job, { signal: o.signal });
+    await o.handler(job, { signal: job$.signal });
   } catch (err) {
-    report(err, tenant, job.id);
+    failure = err;
+  } finally {
+    renewing = false;
+    job$.abort();
+    o.signal.removeEventListener('abort', stopJob);
+    await renewals;
+  }
+  if (failure !== undefined) {
+    report(failure, tenant, job.id);
     try {
       if (job.attempts >= maxAttempts) {
-        if (await failJob(o.router, tenant, o.grant, ref)) stats.failed++;
-      } else if (await releaseJob(o.router, tenant, o.grant, { ...ref, delayMs: o.retryDelayMs ?? 1000 })) {
+        if (await failJob(o.router, tenant, o.grant, { ...ref, error: errorText(failure) })) stats.failed++;
+      } else if (await releaseJob(o.router, tenant, o.grant, { ...ref, delayMs: o.retryDelayMs ?? 1000, error: errorText(failure) })) {
         stats.released++;
       }
     } catch (e) {
@@ -283,9 +389,17 @@ async function runOne(
     }
     return;
   }
-  try {
-    if (await completeJob(o.router, tenant, o.grant, ref)) stats.completed++;
-  } catch (err) {
-    report(err, tenant, job.id);
+  // Completed: record it, retrying a refusal (a frozen unit, a route gone stale at a switch) for as
+  // long as the claim's lease lasts. Past it the job may be re-queued and run again: at least once.
+  for (;;) {
+    try {
+      if (await completeJob(o.router, tenant, o.grant, ref)) stats.completed++;
+      else stats.leasesLost++;
+      return;
+    } catch (err) {
+      report(err, tenant, job.id);
+      if (!isRefusal(err) || Date.now() - leasedAt > leaseMs || o.signal.aborted) return;
+      await sleep(o.pollMs, o.signal);
+    }
   }
 }

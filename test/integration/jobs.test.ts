@@ -7,6 +7,7 @@ import { migrateDirectory } from '../../lib/directory/schema';
 import { setUnitFence } from '../../lib/shard/fence';
 import { Router } from '../../lib/router';
 import { prepareShard } from '../../lib/shard/prepare';
+import { spawn } from 'node:child_process';
 import { enqueueJob, claimJobs, completeJob, releaseJob, runJobWorker, Job } from '../../lib/jobs/worker';
 
 let dir: Pool;
@@ -49,7 +50,30 @@ async function newTenant(prefix: string): Promise<string> {
 const freeze = (t: string, frozen: boolean) => setUnitFence(shardA, { unit: t, epoch: 1, owned: true, frozen });
 
 async function jobRows(t: string) {
-  return (await shardA.query('select id, state, attempts, locked_by from public.jobs where tenant_id = $1 order by id', [t])).rows;
+  return (await shardA.query('select id, state, attempts, locked_by, last_error from public.jobs where tenant_id = $1 order by id', [t])).rows;
+}
+
+/** Runs test/helpers/job-crasher.ts: a worker process that SIGKILLs itself inside its first job; resolves with how it ended. */
+function crashingWorker(
+  t: string,
+  workerId: string,
+  leaseMs: number,
+  maxAttempts: number,
+): Promise<{ signal: string | null; code: number | null; out: string }> {
+  return new Promise((resolve, reject) => {
+    const p = spawn(process.execPath, ['-r', 'tsx/cjs', 'test/helpers/job-crasher.ts', t, workerId, String(leaseMs), String(maxAttempts)], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    p.stdout.on('data', (d) => (out += d));
+    p.stderr.on('data', (d) => (out += d));
+    const timer = setTimeout(() => p.kill('SIGKILL'), 90_000);
+    p.on('error', reject);
+    p.on('exit', (code, signal) => {
+      clearTimeout(timer);
+      resolve({ code, signal, out });
+    });
+  });
 }
 
 async function enqueueMany(router: Router, t: string, n: number): Promise<string[]> {
@@ -151,6 +175,122 @@ describe('job worker', () => {
     expect(stats[0].refusals + stats[1].refusals).toBeGreaterThanOrEqual(2);
     expect(stats[0].errors + stats[1].errors).toBe(0);
     expect(refusals.every((e: any) => e.type === 'Frozen')).toBe(true);
+  });
+
+  it(
+    'a job whose worker process is killed inside it, maxAttempts times, goes to dead-letter with its last error; no worker runs it again',
+    { timeout: 240_000 },
+    async () => {
+      const t = await newTenant('jb-dead');
+      const router = await newRouter();
+      const [id] = await enqueueMany(router, t, 1);
+      const LEASE_MS = 300;
+      const MAX = 3;
+      for (let i = 1; i <= MAX; i++) {
+        // Each process re-queues the previous one's expired claim (a process starts in more than the lease), claims the job and dies in it.
+        const r = await crashingWorker(t, `crasher-${i}`, LEASE_MS, MAX);
+        expect(r, r.out).toMatchObject({ signal: 'SIGKILL' });
+        expect(r.out).toContain('crashing');
+        expect(await jobRows(t)).toMatchObject([{ id, state: 'running', attempts: i, locked_by: `crasher-${i}` }]);
+      }
+      await new Promise((r) => setTimeout(r, LEASE_MS + 100));
+      // A healthy worker finds the third expired claim: dead-letter, never handled.
+      const handled: string[] = [];
+      const ac = new AbortController();
+      const worker = runJobWorker({
+        router,
+        tenants: [t],
+        grant: { tenants: [t] },
+        workerId: 'healthy',
+        pollMs: 20,
+        leaseMs: LEASE_MS,
+        maxAttempts: MAX,
+        signal: ac.signal,
+        handler: async (j) => void handled.push(j.id),
+      });
+      try {
+        await vi.waitFor(async () => expect((await jobRows(t))[0].state).toBe('dead'), { timeout: 10_000, interval: 50 });
+        await new Promise((r) => setTimeout(r, 3 * LEASE_MS)); // rounds go on: nothing claims a dead job
+      } finally {
+        ac.abort();
+      }
+      const stats = await worker;
+      expect(handled).toEqual([]);
+      expect(stats).toMatchObject({ dead: 1, claimed: 0 });
+      const [row] = await jobRows(t);
+      expect(row).toMatchObject({ state: 'dead', attempts: MAX, locked_by: null });
+      expect(row.last_error).toMatch(/lease expired: worker crasher-3 stopped without finishing attempt 3 of 3 \(dead-letter\)/);
+    },
+  );
+
+  it('a completion refused because the unit froze (a cutover) is retried until it lands: the job ends done, run once, never left running', async () => {
+    const t = await newTenant('jb-complete-frozen');
+    const router = await newRouter();
+    const [id] = await enqueueMany(router, t, 1);
+    const handled: string[] = [];
+    const refusals: string[] = [];
+    const ac = new AbortController();
+    let unfreeze: Promise<unknown> | undefined;
+    const worker = runJobWorker({
+      router,
+      tenants: [t],
+      grant: { tenants: [t] },
+      workerId: 'w-frozen',
+      pollMs: 50,
+      leaseMs: 30_000,
+      signal: ac.signal,
+      call: { deadlineMs: 200 },
+      onError: (e: any) => refusals.push(e?.type),
+      handler: async (j) => {
+        handled.push(j.id);
+        // The cutover freezes the unit while the job finishes, and lifts it 1.5 s later.
+        await freeze(t, true);
+        unfreeze = new Promise((r) => setTimeout(r, 1500)).then(() => freeze(t, false));
+      },
+    });
+    try {
+      await vi.waitFor(() => expect(refusals).toContain('Frozen'), { timeout: 10_000, interval: 20 });
+      expect(await jobRows(t)).toMatchObject([{ id, state: 'running', locked_by: 'w-frozen' }]);
+      await vi.waitFor(async () => expect((await jobRows(t))[0].state).toBe('done'), { timeout: 15_000, interval: 50 });
+    } finally {
+      ac.abort();
+      await unfreeze;
+    }
+    const stats = await worker;
+    expect(handled).toEqual([id]);
+    expect(stats).toMatchObject({ completed: 1, leasesLost: 0 });
+    expect(await jobRows(t)).toMatchObject([{ id, state: 'done', attempts: 1, locked_by: null }]);
+  });
+
+  it('a handler running longer than its lease keeps the job: the lease is renewed, no other worker re-queues or runs it', async () => {
+    const t = await newTenant('jb-renew');
+    const router = await newRouter();
+    const [id] = await enqueueMany(router, t, 1);
+    const runs: string[] = [];
+    const ac = new AbortController();
+    const common = { router, tenants: [t], grant: { tenants: [t] }, pollMs: 30, leaseMs: 400, signal: ac.signal };
+    const slow = runJobWorker({
+      ...common,
+      workerId: 'slow',
+      handler: async (j, { signal }) => {
+        runs.push(`slow:${j.id}`);
+        await new Promise((r) => setTimeout(r, 2000)); // five leases long
+        expect(signal.aborted).toBe(false);
+      },
+    });
+    await vi.waitFor(() => expect(runs).toHaveLength(1), { timeout: 10_000, interval: 20 });
+    // A second worker polls (and re-queues expired claims) all through the slow job.
+    const other = runJobWorker({ ...common, workerId: 'other', handler: async (j) => void runs.push(`other:${j.id}`) });
+    try {
+      await vi.waitFor(async () => expect((await jobRows(t))[0].state).toBe('done'), { timeout: 15_000, interval: 50 });
+    } finally {
+      ac.abort();
+    }
+    const [s1, s2] = await Promise.all([slow, other]);
+    expect(runs).toEqual([`slow:${id}`]);
+    expect(s1).toMatchObject({ completed: 1, leasesLost: 0 });
+    expect(s2).toMatchObject({ requeued: 0, claimed: 0 });
+    expect(await jobRows(t)).toMatchObject([{ id, state: 'done', attempts: 1 }]);
   });
 
   it('refuses a worker whose grant does not cover the tenant, touching nothing', async () => {
