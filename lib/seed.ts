@@ -97,12 +97,20 @@ async function seedWith(opts: SeedOptions, tenant: string, plan: ReturnType<type
     elapsedMs: 0,
   };
   const grant = { tenants: [tenant] };
+  // A bulk batch may take longer than an application call's default deadline (which bounds every statement).
+  const SEED_CALL = { deadlineMs: 120_000 };
   const write = async (fn: (tx: PoolClient, shard: string, blobs: TenantBlobs) => Promise<void>) => {
-    await router.withTenant(tenant, grant, 'write', async (tx, route) => {
-      const shard = shardOfTransaction(opts.config, tx, route);
-      await fn(tx, shard, blobsOfTransaction(opts.config, tx, route, tenant, s3For));
-      sum.shard = shard;
-    });
+    await router.withTenant(
+      tenant,
+      grant,
+      'write',
+      async (tx, route) => {
+        const shard = shardOfTransaction(opts.config, tx, route);
+        await fn(tx, shard, blobsOfTransaction(opts.config, tx, route, tenant, s3For));
+        sum.shard = shard;
+      },
+      SEED_CALL,
+    );
     sum.transactions++;
   };
   const pick = <T>(xs: T[]) => xs[Math.floor(Math.random() * xs.length)];

@@ -10,12 +10,18 @@ export type Isolation = 'read committed' | 'repeatable read' | 'serializable';
  * The statements that open a tenant transaction, as one simple query (so literals, not
  * parameters: the unit is a validated tenant id, quoted all the same). A write transaction is
  * checked here, once: the unit's lock held shared until it ends, the fence read, the transaction
- * marked checked. A read proves ownership at the epoch.
+ * marked checked. A read proves ownership at the epoch. With `statementTimeoutMs`, every
+ * statement of the transaction (the lock wait of the check included) ends by then: the caller's
+ * deadline holds inside an attempt too.
  */
-export function openTransactionSql(p: { unit: string; epoch: number }, mode: Mode, isolation: Isolation | undefined): string {
+export function openTransactionSql(p: { unit: string; epoch: number }, mode: Mode, isolation: Isolation | undefined, statementTimeoutMs?: number): string {
   if (!Number.isSafeInteger(p.epoch) || p.epoch < 0) throw invalidInput(`epoch must be a non-negative integer, got ${p.epoch}`);
+  if (statementTimeoutMs !== undefined && !(Number.isSafeInteger(statementTimeoutMs) && statementTimeoutMs > 0)) {
+    throw invalidInput(`statementTimeoutMs must be a positive integer, got ${statementTimeoutMs}`);
+  }
   const iso = isolation ? ` isolation level ${isolation}` : '';
   const unit = escapeLiteral(p.unit);
-  if (mode === 'write') return `begin${iso}; select shardctl.begin_unit_write(${unit}, ${p.epoch})`;
-  return `begin${iso} read only; select set_config('shardctl.unit', ${unit}, true), set_config('shardctl.epoch', '${p.epoch}', true), shardctl.assert_readable(${unit}, ${p.epoch})`;
+  const timeout = statementTimeoutMs ? `; set local statement_timeout = ${statementTimeoutMs}` : '';
+  if (mode === 'write') return `begin${iso}${timeout}; select shardctl.begin_unit_write(${unit}, ${p.epoch})`;
+  return `begin${iso} read only${timeout}; select set_config('shardctl.unit', ${unit}, true), set_config('shardctl.epoch', '${p.epoch}', true), shardctl.assert_readable(${unit}, ${p.epoch})`;
 }

@@ -7,9 +7,13 @@ import { SQLSTATE } from '../errors';
  *  - stale: the shard does not own the unit at our epoch → refresh the route, retry elsewhere;
  *  - frozen: cutover in progress → wait with backoff until the deadline;
  *  - serialization: 40001 / 40P01 → retry the whole transaction;
+ *  - connect: no connection from the shard's pool in time (ConnectTimeout) → retry within the deadline;
  *  - other: propagate unchanged.
  */
-export type ErrorClass = 'stale' | 'frozen' | 'serialization' | 'other';
+export type ErrorClass = 'stale' | 'frozen' | 'serialization' | 'connect' | 'other';
+
+/** The router's mark on a failure to get a connection from a shard's pool before its connect timeout. */
+export const CONNECT_TIMEOUT = 'ConnectTimeout';
 
 const SERIALIZATION_CODES = new Set(['40001', '40P01']);
 
@@ -22,6 +26,7 @@ export function classifyError(err: unknown): ErrorClass {
       if (code === SQLSTATE.staleRoute) return 'stale';
       if (code === SQLSTATE.frozen) return 'frozen';
       if (SERIALIZATION_CODES.has(code)) return 'serialization';
+      if (code === CONNECT_TIMEOUT) return 'connect';
       // A string code that is none of ours (e.g. 23505, ECONNREFUSED) is final: do not dig further.
       return 'other';
     }

@@ -13,7 +13,10 @@ import { validateTenantId } from '../ids';
 import { DirectoryReader } from './directory-feed';
 import { PlacementListener } from '../directory/listen';
 import { Grant, assertGrantCovers, grantCoversAll } from './grant';
-import { STALE_BACKOFF, FROZEN_BACKOFF, backoffDelayMs, classifyError, nextWaitMs } from './retry';
+import { CONNECT_TIMEOUT, STALE_BACKOFF, FROZEN_BACKOFF, backoffDelayMs, classifyError, nextWaitMs } from './retry';
+
+/** SQLSTATE of a statement cancelled (here: by the statement timeout that carries the caller's deadline). */
+const QUERY_CANCELED = '57014';
 import { Placement, PlacementCache, UnitObservation } from './snapshot';
 import { wrapTxClient } from './tx-client';
 import { ScatterOptions, ScatterPlan, ScatterResult, ShardTarget, planScatter, runScatter, secretRedactor } from './scatter';
@@ -68,6 +71,8 @@ export interface RouterMetrics {
   staleRetries: number;
   frozenWaits: number;
   serializationRetries: number;
+  /** Attempts retried because the shard's pool gave no connection before its connect timeout. */
+  connectRetries: number;
   lastDirectoryError?: string;
 }
 
@@ -119,6 +124,7 @@ export class Router {
     staleRetries: 0,
     frozenWaits: 0,
     serializationRetries: 0,
+    connectRetries: 0,
     lastDirectoryError: undefined as string | undefined,
   };
   private readonly ttlMs: number;
@@ -180,7 +186,7 @@ export class Router {
     for (;;) {
       let err: unknown;
       try {
-        return await this.attempt(placement, mode, fn, opts.isolation);
+        return await this.attempt(placement, mode, fn, opts.isolation, deadline);
       } catch (e) {
         err = e;
       }
@@ -199,9 +205,19 @@ export class Router {
           );
         }
         await sleep(wait);
+        // The listener keeps the cache current: a switch during the wait sends the retry to the new owner.
+        placement = this.cache.get(unit) ?? placement;
         continue;
       }
       if (retries >= budget || Date.now() >= deadline) {
+        if (kind === 'connect') {
+          throw new ShardctlError(
+            'Unavailable',
+            `tenant ${unit}: no connection to shard ${placement.shard} within the deadline (${retries + 1} attempts, ${Date.now() - started} ms)`,
+            { tenant: unit, shard: placement.shard, retries },
+            true,
+          );
+        }
         if (kind === 'stale') {
           throw new ShardctlError(
             'StaleRoute',
@@ -213,6 +229,11 @@ export class Router {
         throw err;
       }
       retries++;
+      if (kind === 'connect') {
+        this.m.connectRetries++;
+        await sleep(Math.min(backoffDelayMs(retries - 1, STALE_BACKOFF), Math.max(0, deadline - Date.now())));
+        continue;
+      }
       if (kind === 'serialization') {
         this.m.serializationRetries++;
         await sleep(Math.min(backoffDelayMs(retries - 1, STALE_BACKOFF), Math.max(0, deadline - Date.now())));
@@ -334,6 +355,7 @@ export class Router {
       staleRetries: this.m.staleRetries,
       frozenWaits: this.m.frozenWaits,
       serializationRetries: this.m.serializationRetries,
+      connectRetries: this.m.connectRetries,
       lastDirectoryError: this.m.lastDirectoryError,
     };
   }
@@ -355,21 +377,44 @@ export class Router {
 
   // ---- one attempt ------------------------------------------------------------------------
 
-  private async attempt<T>(p: Placement, mode: Mode, fn: TenantFn<T>, isolation: Isolation | undefined): Promise<T> {
-    const client = await this.poolFor(p.shard).connect();
+  private async attempt<T>(p: Placement, mode: Mode, fn: TenantFn<T>, isolation: Isolation | undefined, deadline: number): Promise<T> {
+    let client: PoolClient;
+    try {
+      client = await this.poolFor(p.shard).connect();
+    } catch (e: any) {
+      // node-postgres says only "timeout exceeded when trying to connect": marked so the loop retries it in time.
+      if (/timeout exceeded when trying to connect/i.test(String(e?.message)))
+        throw Object.assign(new Error(`shard ${p.shard}: ${e.message}`, { cause: e }), { code: CONNECT_TIMEOUT });
+      throw e;
+    }
     this.m.transactions++;
     const tx = wrapTxClient(client);
     let broken: Error | undefined;
     try {
       // BEGIN and the route check in one round trip (a simple-query batch): nothing of fn's runs
       // on a shard that does not own the unit at our epoch, and no write goes without the epoch.
-      await client.query(openTransactionSql(p, mode, isolation));
+      // Every statement ends by the caller's deadline (at least 1 ms: the deadline may just have passed).
+      await client.query(openTransactionSql(p, mode, isolation, Math.max(1, Math.ceil(deadline - Date.now()))));
       const route: TenantRoute = { unit: p.unit, shard: p.shard, epoch: p.epoch, blobs: tenantBlobs(tx.client, p.unit, this.bucketOf(p.shard)) };
       const result = await fn(tx.client, route);
       const done = await client.query('commit');
       if (done.command === 'ROLLBACK') throw this.abortedAtCommit(p.unit, tx.firstError());
       return result;
-    } catch (err) {
+    } catch (err: any) {
+      if (err?.code === QUERY_CANCELED && Date.now() >= deadline - 1) {
+        await client.query('rollback').catch((e: Error) => {
+          broken = e;
+        });
+        throw new ShardctlError(
+          'TimedOut',
+          `tenant ${p.unit}: a statement on ${p.shard} ran past the call's deadline and was cancelled (rolled back)`,
+          {
+            tenant: p.unit,
+            shard: p.shard,
+          },
+          true,
+        );
+      }
       await client.query('rollback').catch((e: Error) => {
         broken = e;
       });

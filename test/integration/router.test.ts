@@ -311,6 +311,45 @@ describe('router: frozen units', () => {
     expect(await accounts('shard-a', t)).toBe(0);
   });
 
+  it('a switch during the frozen wait sends the retry to the new owner from the announced placement, with no stale attempt', async () => {
+    const t = await newTenant('rt-frzswitch');
+    const router = await newRouter({ listen: true });
+    await setUnitFence(shards['shard-a'], { unit: t, epoch: 1, owned: true, frozen: true });
+    const write = router.withTenant(
+      t,
+      grantAll,
+      'write',
+      async (tx, route) => {
+        await insertAccount(t)(tx);
+        return route.shard;
+      },
+      { deadlineMs: 10_000 },
+    );
+    await vi.waitFor(() => expect(router.metrics().frozenWaits).toBeGreaterThan(0), { timeout: 5000, interval: 10 });
+    // The cutover's switch: the target accepts epoch 2 and the directory names it (announced);
+    // the source stays frozen and owned at epoch 1 until the router has heard.
+    await setUnitFence(shards['shard-b'], { unit: t, epoch: 2, owned: true, frozen: false });
+    const c = await dir.connect();
+    try {
+      await c.query('begin');
+      await c.query(`update shardctl.units set shard = 'shard-b', epoch = 2, updated_at = now() where unit = $1`, [t]);
+      const gen = Number((await c.query('select value from shardctl.generation')).rows[0].value);
+      await c.query('select pg_notify($1, $2)', [
+        'shardctl_placement',
+        JSON.stringify({ unit: t, shard: 'shard-b', epoch: 2, state: 'active', generation: gen }),
+      ]);
+      await c.query('commit');
+    } finally {
+      c.release();
+    }
+    await vi.waitFor(() => expect(router.lookup(t)).toMatchObject({ shard: 'shard-b', epoch: 2 }), { timeout: 5000, interval: 10 });
+    expect(await write).toBe('shard-b');
+    expect(router.metrics().staleRetries).toBe(0); // never sent to the old owner after the switch
+    expect(await accounts('shard-b', t)).toBe(1);
+    expect(await accounts('shard-a', t)).toBe(0);
+    await setUnitFence(shards['shard-a'], { unit: t, epoch: 1, owned: false, frozen: false });
+  });
+
   it('reads continue while the unit is frozen', async () => {
     const t = await newTenant('rt-frzread');
     const router = await newRouter();
@@ -434,6 +473,68 @@ describe('router: transaction contract', () => {
     expect(calls).toBe(2);
     expect((await shards['shard-a'].query('select name from public.accounts where tenant_id = $1', [t])).rows).toEqual([{ name: 'attempt-2' }]);
     expect(router.metrics().serializationRetries).toBe(1);
+  });
+
+  it("a statement that outruns the call's deadline is cancelled by the shard and the call fails TimedOut, rolled back", async () => {
+    const t = await newTenant('rt-deadline');
+    const router = await newRouter();
+    const err = await router
+      .withTenant(
+        t,
+        grantAll,
+        'write',
+        async (tx) => {
+          await insertAccount(t)(tx);
+          await tx.query('select pg_sleep(30)');
+          return 'ok';
+        },
+        { deadlineMs: 800 },
+      )
+      .catch((e) => e);
+    expect(err).toMatchObject({ type: 'TimedOut', retriable: true });
+    expect(err.message).toMatch(/ran past the call's deadline/);
+    expect(await accounts('shard-a', t)).toBe(0);
+    // The shard is not left running it.
+    const running = await shards['shard-a'].query(`select count(*)::int as n from pg_stat_activity where query = 'select pg_sleep(30)' and state = 'active'`);
+    expect(running.rows[0].n).toBe(0);
+  });
+
+  it('a call that finds the shard pool exhausted retries its connection within the deadline instead of failing at the connect timeout', async () => {
+    const t = await newTenant('rt-pool');
+    const router = await newRouter({ poolMax: 1, connectTimeoutMs: 200 });
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    let holding!: () => void;
+    const held = new Promise<void>((r) => (holding = r));
+    const first = router.withTenant(
+      t,
+      grantAll,
+      'read',
+      async () => {
+        holding();
+        await gate;
+        return 'first';
+      },
+      { deadlineMs: 10_000 },
+    );
+    await held;
+    const second = router.withTenant(t, grantAll, 'write', insertAccount(t, 'second'), { deadlineMs: 10_000 });
+    await vi.waitFor(() => expect(router.metrics().connectRetries).toBeGreaterThan(0), { timeout: 5000, interval: 20 });
+    release();
+    expect(await first).toBe('first');
+    expect(await second).toBe('ok');
+    expect(await accounts('shard-a', t)).toBe(1);
+    // Past the deadline it says so, naming the shard.
+    let release2!: () => void;
+    const gate2 = new Promise<void>((r) => (release2 = r));
+    const hog = router.withTenant(t, grantAll, 'read', () => gate2, { deadlineMs: 10_000 });
+    await new Promise((r) => setTimeout(r, 100));
+    const err = await router.withTenant(t, grantAll, 'write', insertAccount(t, 'late'), { deadlineMs: 700 }).catch((e) => e);
+    release2();
+    await hog;
+    expect(err).toMatchObject({ type: 'Unavailable', retriable: true });
+    expect(err.message).toMatch(/no connection to shard shard-a within the deadline/);
+    expect(await accounts('shard-a', t)).toBe(1);
   });
 
   it('propagates an ordinary error unchanged and does not retry it', async () => {

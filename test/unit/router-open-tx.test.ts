@@ -15,6 +15,17 @@ describe('openTransactionSql', () => {
     );
   });
 
+  it("bounds every statement by the caller's deadline when asked", () => {
+    expect(openTransactionSql({ unit: 'acme', epoch: 3 }, 'write', undefined, 1234)).toBe(
+      "begin; set local statement_timeout = 1234; select shardctl.begin_unit_write('acme', 3)",
+    );
+    expect(openTransactionSql({ unit: 'acme', epoch: 1 }, 'read', undefined, 50)).toMatch(
+      /^begin read only; set local statement_timeout = 50; select set_config/,
+    );
+    for (const ms of [0, -5, 1.5, Number.NaN])
+      expect(() => openTransactionSql({ unit: 'acme', epoch: 1 }, 'write', undefined, ms)).toThrow(/statementTimeoutMs/);
+  });
+
   it('quotes the unit as a literal and refuses an epoch that is not a non-negative integer', () => {
     expect(openTransactionSql({ unit: "o'brien", epoch: 1 }, 'write', undefined)).toBe("begin; select shardctl.begin_unit_write('o''brien', 1)");
     for (const epoch of [-1, 1.5, Number.NaN, 2 ** 60]) expect(() => openTransactionSql({ unit: 'acme', epoch }, 'write', undefined)).toThrow(/epoch/);

@@ -24,6 +24,10 @@ describe('classifyError', () => {
     expect(classifyError(new ShardctlError('Frozen', 'x'))).toBe('other');
   });
 
+  it("maps the router's connect-timeout mark to connect (retried within the deadline)", () => {
+    expect(classifyError(pgError('ConnectTimeout'))).toBe('connect');
+  });
+
   it('follows cause chains so a wrapped stale route still retries', () => {
     expect(classifyError(new Error('wrapped', { cause: pgError('SC421') }))).toBe('stale');
     expect(classifyError(new Error('a', { cause: new Error('b', { cause: pgError('40001') }) }))).toBe('serialization');
