@@ -3,9 +3,6 @@
 // SHARDCTL_METRICS_ADDR / observability.metricsAddr) it serves Prometheus metrics on GET /metrics.
 import { Command } from 'commander';
 import { loadConfig, projectRoot } from '../../lib/config';
-import { startWorker } from '../../worker';
-import { createDeps } from '../../activities/deps';
-import { faultHookFromEnv } from '../../worker/faults';
 import { ensureDirectory } from '../../lib/directory/ensure';
 import { dsnHost } from '../../lib/directory/db';
 import { registerWorker } from '../../lib/dev/workers';
@@ -39,6 +36,13 @@ export function register(program: Command) {
       }
       const taskQueue: string = o.taskQueue ?? config.temporal.taskQueue;
       const log = createLogger(config, { level, base: { taskQueue } });
+      // Loaded here, not at the top: the Temporal worker (and its native bridge) takes about 1.5 s of
+      // CPU to load, which every other verb of the CLI would pay.
+      const [{ startWorker }, { createDeps }, { faultHookFromEnv }] = await Promise.all([
+        import('../../worker'),
+        import('../../activities/deps'),
+        import('../../worker/faults'),
+      ]);
       const metrics = createMetrics();
       const deps = createDeps(config, { faultPoint: faultHookFromEnv(), metrics });
       // The directory's schema is the worker's contract with the CLI: bring it up to date first.

@@ -247,6 +247,11 @@ describe('move lifecycle', () => {
     const RATE = 50;
     const h = await H.startMove(t.client, tq, H.moveInput(tenant, 'shard-b', { rowsPerSecond: RATE, copyBatchRows: 10, soakSeconds: 1 }));
     await H.waitFor(h, (x) => x.phase === 'copy', 60_000);
+    // The first table's copy is under way (scheduled at RATE) before anything is changed.
+    for (const until = Date.now() + 60_000; (await H.rowCount('shard-b', tenant)) === 0;) {
+      if (Date.now() > until) throw new Error('no row reached the target within 60 s of the copy phase');
+      await new Promise((r) => setTimeout(r, 50));
+    }
     await expect(h.executeUpdate(M.resumeUpdate, { args: [op] })).rejects.toMatchObject({ cause: { message: expect.stringMatching(/not paused/) } });
     expect(await h.executeUpdate(M.pauseUpdate, { args: [op] })).toBe('paused');
     const paused = await H.waitFor(h, (x) => x.paused);
@@ -282,7 +287,8 @@ describe('move lifecycle', () => {
     expect(done.paused).toBe(false);
   });
 
-  it('refuses a second move of the same tenant and bad input, from the CLI', { timeout: 60_000 }, async () => {
+  // Each CLI process takes seconds to start on a loaded 2-core machine.
+  it('refuses a second move of the same tenant and bad input, from the CLI', { timeout: 240_000 }, async () => {
     const tenant = await H.newTenant('shard-a', 'cl');
     const cli = (...args: string[]) =>
       spawnSync('node', ['cli/shardctl.js', ...args], { encoding: 'utf8', env: { ...process.env, SHARDCTL_TASK_QUEUE: uniq('idle') } });
