@@ -151,7 +151,6 @@ export function createDataActivities(deps: Deps) {
         const { from, to } = ends(ref, ref.direction);
         const t0 = Date.now();
         if (ref.direction === 'reverse') await ensureReverseStart(ref);
-        const untilLsn = ref.mode === 'now' ? await currentWalLsn(deps.shardPool(from)) : undefined;
         const names = replicationNames(ref.moveId, ref.direction);
         const fromShard = shardByName(deps.config, from);
         let beats = 0;
@@ -163,7 +162,8 @@ export function createDataActivities(deps: Deps) {
           ...names,
           moveId: ref.moveId,
           stream: ref.direction,
-          untilLsn,
+          // The source's position now, asked on the round's own bounded session (a pool query could hang on a silent source).
+          untilSourceNow: ref.mode === 'now',
           maxDurationMs: ref.maxDurationMs,
           idleStopMs: ref.idleStopMs,
           maxTxBytes: deps.config.limits.applyMaxTxBytes,
@@ -240,7 +240,7 @@ export function createDataActivities(deps: Deps) {
             ...names,
             moveId: ref.moveId,
             stream: ref.direction,
-            untilLsn: await currentWalLsn(deps.shardPool(from)),
+            untilSourceNow: true,
             maxDurationMs: 15_000,
             maxTxBytes: deps.config.limits.applyMaxTxBytes,
           });

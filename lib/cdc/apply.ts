@@ -48,6 +48,8 @@ export interface ApplyChangesOptions {
   stream: string;
   /** Stop once the applied LSN is >= this (e.g. the source WAL position recorded after the fence). */
   untilLsn?: string;
+  /** Stop at the source's WAL position when the round starts (asked on the round's own bounded session, so a silent source cannot hang the question). */
+  untilSourceNow?: boolean;
   /** Also stop once the transaction carrying this fence marker (lib/shard/fence.ts) is applied: everything before it is. */
   untilMarker?: string;
   /**
@@ -111,6 +113,7 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
   if (!opts.moveId || !opts.stream) throw new ShardctlError('InvalidInput', 'moveId and stream are required');
   if (!(opts.maxDurationMs > 0)) throw new ShardctlError('InvalidInput', 'maxDurationMs must be positive');
   if (opts.untilLsn !== undefined && !isLsn(opts.untilLsn)) throw new ShardctlError('InvalidInput', `untilLsn ${JSON.stringify(opts.untilLsn)} is not an LSN`);
+  if (opts.untilLsn !== undefined && opts.untilSourceNow) throw new ShardctlError('InvalidInput', 'untilLsn and untilSourceNow exclude each other');
   const startedAt = Date.now();
   const sourceName = opts.sourceName ?? 'the source shard';
   const targetName = opts.targetName ?? 'the target shard';
@@ -129,6 +132,7 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
     throw nameTimeout(e, `source shard ${sourceName}`, LINK.connectTimeoutMs);
   });
   const source = boundQueries(sourceClient, receiveTimeoutMs, `source shard ${sourceName}`);
+  let untilLsn = opts.untilLsn;
   alive();
   let targetClient: PoolClient | undefined;
   let target: (PoolClient & { timedOut: boolean }) | undefined;
@@ -141,6 +145,7 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
     targetBroken = true;
   };
   try {
+    if (opts.untilSourceNow) untilLsn = await currentWalLsn(source);
     targetClient = await opts.target.connect().catch((e) => {
       throw nameTimeout(e, `target shard ${targetName}`, opts.target.options.connectionTimeoutMillis ?? 0);
     });
@@ -192,7 +197,7 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
       });
     };
 
-    if (opts.untilLsn && a.applied && compareLsn(a.applied, opts.untilLsn) >= 0) {
+    if (untilLsn && a.applied && compareLsn(a.applied, untilLsn) >= 0) {
       stopReason = 'until';
     } else {
       const s = new ReplicationStream({
@@ -246,7 +251,7 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
           stopReason = 'aborted';
           break;
         }
-        const throttleDone = !!opts.untilLsn && compareLsn(a.pendingEnd ?? position(), opts.untilLsn) >= 0;
+        const throttleDone = !!untilLsn && compareLsn(a.pendingEnd ?? position(), untilLsn) >= 0;
         if (!a.inTransaction && opts.rowsPerSecond && opts.rowsPerSecond > 0 && !throttleDone) {
           const aheadMs = ((a.stats.rowsApplied + a.pendingRows) / opts.rowsPerSecond) * 1000 - (now - startedAt);
           if (aheadMs > 0) {
@@ -261,7 +266,7 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
           }
         }
         if (!a.inTransaction) {
-          const reachedUntil = markerReached || (!!opts.untilLsn && compareLsn(a.pendingEnd ?? position(), opts.untilLsn) >= 0);
+          const reachedUntil = markerReached || (!!untilLsn && compareLsn(a.pendingEnd ?? position(), untilLsn) >= 0);
           const idle = opts.idleStopMs !== undefined && caughtUpSince !== null && now - caughtUpSince >= opts.idleStopMs;
           const late = now >= softDeadline;
           // Group commit: the target transaction stays open only while more is already waiting.
@@ -291,7 +296,7 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
             await commitPending(); // a position is vouched for only with everything before it durable
             if (compareLsn(item.walEnd, position()) > 0) vouched = vouched ? maxLsn(vouched, item.walEnd) : item.walEnd;
             if (pingTarget && compareLsn(item.walEnd, pingTarget) >= 0) caughtUpSince ??= Date.now();
-            const reachesUntil = !!(vouched && opts.untilLsn && compareLsn(vouched, opts.untilLsn) >= 0);
+            const reachesUntil = !!(vouched && untilLsn && compareLsn(vouched, untilLsn) >= 0);
             if (vouched && (item.replyRequested || reachesUntil || Date.now() - lastRecordAt >= RECORD_INTERVAL_MS)) {
               await recordVouched();
               continue;
