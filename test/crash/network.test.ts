@@ -499,6 +499,72 @@ describe('network faults under live traffic', () => {
       },
     });
   });
+
+  it(
+    'worker ↔ target blackholed right after the switch committed (past the point of no return): the move only goes forward, one owner, nothing lost',
+    { timeout: 360_000 },
+    async () => {
+      await runCase('worker-target blackhole after switch', {
+        source: 'shard-c',
+        target: 'shard-b',
+        workerVia: ['shard-b'],
+        faultPoint: 'after-switch-committed',
+        move: {},
+        drive: async (c) => {
+          await stoppedAt(c.w1, c.faultLog, 'after-switch-committed');
+          const link = c.w1Links[c.target];
+          await link.blackhole();
+          const cutAt = Date.now();
+          process.kill(c.w1.proc.pid!, 'SIGCONT');
+          await c.second();
+          while (Date.now() - cutAt < CUT_MS) await sleep(250);
+          // Past the point of no return the directory names the target, whatever the worker could not reach.
+          const p = await H.placement(c.tenant);
+          c.notes.push(
+            `directory at the end of the ${CUT_MS / 1000} s cut: ${p?.shard} epoch ${p?.epoch} ${p?.state}; move phase ${(await c.h.query(M.statusQuery)).phase}`,
+          );
+          expect([p?.shard, p?.epoch]).toEqual([c.target, 2]);
+          await link.heal();
+        },
+      });
+    },
+  );
+
+  it(
+    'worker ↔ Temporal blackholed during the copy: another worker takes the copy over, the move completes and loses nothing',
+    { timeout: 360_000 },
+    async () => {
+      await runCase('worker-temporal blackhole in copy', {
+        source: 'shard-a',
+        target: 'shard-c',
+        workerVia: ['temporal'],
+        // Paced so the copy is still running when the cut comes.
+        move: { rowsPerSecond: 40 },
+        drive: async (c) => {
+          await H.waitFor(c.h, (s) => s.phase === 'copy', 60_000);
+          await sleep(1500);
+          const link = c.w1Links.temporal;
+          await link.blackhole();
+          const cutAt = Date.now();
+          await c.second();
+          while (Date.now() - cutAt < 25_000) await sleep(250);
+          await link.heal();
+        },
+        after: async (c) => {
+          const retried = await retriedActivities(c.h);
+          const who = (identity: string) => (identity.startsWith(`${c.w1.proc.pid}@`) ? 'the cut-off worker' : 'another worker');
+          c.notes.push(
+            `activities retried: ${retried.map((a) => `${a.name} attempt ${a.attempt} on ${who(a.identity)} after "${a.lastFailure.slice(0, 60)}"`).join(', ') || 'none'}`,
+          );
+          // The copy that was running at the cut was handed to the second worker once its heartbeats stopped arriving.
+          expect(
+            retried.some((a) => ['copyTable', 'copyBlobs'].includes(a.name) && /heartbeat/i.test(a.lastFailure) && who(a.identity) === 'another worker'),
+            JSON.stringify(retried),
+          ).toBe(true);
+        },
+      });
+    },
+  );
 });
 
 function pick(m: ReturnType<C.Traffic['router']['metrics']>) {
