@@ -565,6 +565,58 @@ describe('network faults under live traffic', () => {
       });
     },
   );
+
+  it(
+    'worker ↔ target blackholed mid-catch-up: the blocked apply stops heartbeating, so Temporal hands the catch-up on within the cut, and nothing is applied twice',
+    { timeout: 360_000 },
+    async () => {
+      let apps: Awaited<ReturnType<typeof countApplications>> | undefined;
+      let ids: string[] = [];
+      const logs: string[] = [];
+      let healedAt = 0;
+      try {
+        await runCase('worker-target blackhole in catch-up', {
+          source: 'shard-a',
+          target: 'shard-c',
+          workerVia: ['shard-c'],
+          move: { approveCutover: 'manual', rowsPerSecond: 150 },
+          drive: async (c) => {
+            ({ apps, ids } = await backlogInCatchUp(c));
+            const link = c.w1Links[c.target];
+            await link.blackhole();
+            const cutAt = Date.now();
+            logs.push(c.w1.log, (await c.second()).log);
+            // Shorter than the apply statement bound (30 s): only the missing heartbeats can end the attempt in the cut.
+            while (Date.now() - cutAt < 25_000) await sleep(250);
+            healedAt = Date.now();
+            await link.heal();
+          },
+          after: async (c) => {
+            // When each catch-up attempt started, from the workers' JSON lines (end time minus duration).
+            const starts = logs.flatMap((f) =>
+              fs
+                .readFileSync(f, 'utf8')
+                .split('\n')
+                .filter((l) => l.startsWith('{') && l.includes('"activity":"catchUp"') && l.includes('"durationMs"'))
+                .map((l) => JSON.parse(l) as { time: string; attempt: number; durationMs: number })
+                .map((r) => ({ attempt: r.attempt, startedAt: Date.parse(r.time) - r.durationMs })),
+            );
+            c.notes.push(
+              `catch-up attempts: ${starts.map((x) => `#${x.attempt} started ${x.startedAt < healedAt ? `${healedAt - x.startedAt} ms before` : `${x.startedAt - healedAt} ms after`} the heal`).join(', ')}`,
+            );
+            // A heartbeat from a timer would have kept the stuck attempt alive until the heal.
+            expect(
+              starts.filter((x) => x.attempt > 1 && x.startedAt < healedAt).length,
+              'catch-up attempts after the first that started before the heal',
+            ).toBeGreaterThan(0);
+            await expectAppliedOnce(apps!, ids);
+          },
+        });
+      } finally {
+        await apps?.drop();
+      }
+    },
+  );
 });
 
 function pick(m: ReturnType<C.Traffic['router']['metrics']>) {
