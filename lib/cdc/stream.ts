@@ -120,6 +120,9 @@ export class ReplicationStream {
       this.heardAt = Date.now();
       this.push({ kind: 'keepalive', walEnd, replyRequested: shouldRespond });
     });
+    s.on('start', () => {
+      this.heardAt = Date.now(); // the server answered START_REPLICATION: the deadline counts from here, not from a slow connect
+    });
     s.on('error', (e: Error) => this.fail(e));
     this.subscription = s.subscribe(this.plugin, this.opts.slot, this.opts.startLsn).then(
       () => this.fail(new Error('the replication connection ended')),
