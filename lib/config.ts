@@ -95,6 +95,14 @@ export const configSchema = z.object({
         .int()
         .positive()
         .default(512 * 1024 * 1024),
+      /**
+       * Catch-up gives a replication stream up after this long without a byte from the source
+       * (a half-open link), and bounds each control statement on the source; unset: the default of
+       * lib/cdc/stream.ts (10 s). Keep it under the activities' heartbeat timeout.
+       */
+      replicationReceiveTimeoutMs: z.number().int().min(500).optional(),
+      /** Each statement of the catch-up's apply session on the target gives up after this; unset: lib/cdc/apply.ts's default (30 s). */
+      applyStatementTimeoutMs: z.number().int().min(500).optional(),
       routerRetryBudget: z.number().int().positive().default(5),
       routerDeadlineMs: z.number().int().positive().default(5000),
       routerSnapshotTtlMs: z.number().int().positive().default(2000),

@@ -4,7 +4,7 @@
 // connections, timeouts, the application_name the write audit relies on) are set in one place.
 import { Pool } from 'pg';
 import type { S3Client } from '@aws-sdk/client-s3';
-import { hardenPool } from './pg';
+import { hardenPool, LINK } from './pg';
 import { Config, shardByName } from './config';
 import { s3ClientFor } from './s3';
 
@@ -20,6 +20,7 @@ export interface ConnectionOptions {
   applicationName?: string;
   /** Connections per pool. */
   max?: number;
+  /** How long getting a client may take (waiting for a free one, or connecting); default LINK.poolWaitTimeoutMs. */
   connectionTimeoutMillis?: number;
   /** Client-side limit on one query (node-pg's query_timeout). */
   queryTimeoutMs?: number;
@@ -33,7 +34,9 @@ export function openPool(dsn: string, opts: ConnectionOptions = {}): Pool {
       connectionString: dsn,
       max: opts.max ?? 10,
       idleTimeoutMillis: 30_000,
-      connectionTimeoutMillis: opts.connectionTimeoutMillis,
+      connectionTimeoutMillis: opts.connectionTimeoutMillis ?? LINK.poolWaitTimeoutMs,
+      keepAlive: LINK.keepAlive,
+      keepAliveInitialDelayMillis: LINK.keepAliveInitialDelayMillis,
       query_timeout: opts.queryTimeoutMs,
       application_name: opts.applicationName,
       options: opts.readOnly ? '-c default_transaction_read_only=on' : undefined,

@@ -466,4 +466,22 @@ export const MUTATIONS: Mutation[] = [
     testFile: 'test/integration/blob-delta.test.ts',
     testName: "validation, the fence's delta and a soak round read none of them again",
   },
+  {
+    id: 'stream-receive-deadline',
+    guarantee: 'a half-open replication stream (no byte, no RST) is given up within its receive deadline, not at the heal (issue 14, F2)',
+    file: 'lib/cdc/stream.ts',
+    from: '    if (silent >= deadline) {',
+    to: '    if (silent >= deadline && deadline < 0) {',
+    testFile: 'test/integration/stream-deadline.test.ts',
+    testName: 'a blackholed replication stream fails the round within the receive deadline',
+  },
+  {
+    id: 'apply-session-bounded',
+    guarantee: 'an apply statement on a target that stopped answering fails within its bound instead of hanging the round (issue 14, F2)',
+    file: 'lib/pg.ts',
+    from: "      typeof config === 'string' ? { text: config, values, query_timeout: timeoutMs } : { ...config, query_timeout: config.query_timeout ?? timeoutMs };",
+    to: "      typeof config === 'string' ? { text: config, values } : { ...config };",
+    testFile: 'test/integration/stream-deadline.test.ts',
+    testName: 'a blackholed target fails the round within the apply statement bound',
+  },
 ];

@@ -51,10 +51,13 @@ export function activitySignal(): AbortSignal | undefined {
 /**
  * Runs an activity body: heartbeats every second while it runs (so a killed worker is noticed
  * within the heartbeat timeout, even during one long SQL call), and turns permanent failures
- * into non-retryable ApplicationFailures carrying the error's `type`.
+ * into non-retryable ApplicationFailures carrying the error's `type`. With `heartbeat: 'progress'`
+ * there is no timer: the body heartbeats as it makes its way, so a body stuck on a server that
+ * stopped answering stops heartbeating and Temporal hands the activity to another attempt.
  */
-export async function typed<T>(fn: () => Promise<T>): Promise<T> {
-  const timer = setInterval(() => beat(), 1000);
+export async function typed<T>(fn: () => Promise<T>, o: { heartbeat?: 'timer' | 'progress' } = {}): Promise<T> {
+  const timer = o.heartbeat === 'progress' ? undefined : setInterval(() => beat(), 1000);
+  beat();
   try {
     return await fn();
   } catch (e: any) {
@@ -65,6 +68,11 @@ export async function typed<T>(fn: () => Promise<T>): Promise<T> {
   } finally {
     clearInterval(timer);
   }
+}
+
+/** typed() whose body heartbeats as it makes progress (no timer). */
+export function typedByProgress<T>(fn: () => Promise<T>): Promise<T> {
+  return typed(fn, { heartbeat: 'progress' });
 }
 
 export function parse<S extends z.ZodTypeAny>(schema: S, input: unknown): z.infer<S> {

@@ -5,7 +5,7 @@ import { randomUUID } from 'node:crypto';
 import { shardByName } from '../../lib/config';
 import { z } from 'zod';
 import type { Deps } from '../deps';
-import { moveRef, tenantTables, beat, activitySignal, parse, typed, syncUnitBlobs, compareUnitBlobs } from './context';
+import { moveRef, tenantTables, beat, activitySignal, parse, typed, typedByProgress, syncUnitBlobs, compareUnitBlobs } from './context';
 import { replicationNames } from '../../lib/ids';
 import { ensurePublicationAndSlot, applyChangesUntil, currentWalLsn, slotLagBytes } from '../../lib/cdc';
 import { copyTenantTable } from '../../lib/copy';
@@ -43,6 +43,14 @@ const catchUpInput = moveRef.extend({
 
 export function createDataActivities(deps: Deps) {
   const col = deps.config.tenant.column;
+
+  /** The shards' names for error messages, and the bounds that keep a round from hanging on a silent link. */
+  const linkBounds = (from: string, to: string) => ({
+    sourceName: from,
+    targetName: to,
+    receiveTimeoutMs: deps.config.limits.replicationReceiveTimeoutMs,
+    applyQueryTimeoutMs: deps.config.limits.applyStatementTimeoutMs,
+  });
 
   /**
    * Reverse replication starts where the winning switch said (its audit entry). The switch's
@@ -137,11 +145,12 @@ export function createDataActivities(deps: Deps) {
       input: z.input<typeof catchUpInput>,
     ): Promise<{ appliedLsn: string; lagBytes: number; caughtUp: boolean; transactionsApplied: number; durationMs: number; retentionWarning: string }> {
       const ref = parse(catchUpInput, input);
-      return typed(async () => {
+      // Heartbeats from the round's own progress (applyChangesUntil's onAlive and onProgress), not
+      // a timer: a round stuck on a silent shard must stop heartbeating, not hide the hang.
+      return typedByProgress(async () => {
         const { from, to } = ends(ref, ref.direction);
         const t0 = Date.now();
         if (ref.direction === 'reverse') await ensureReverseStart(ref);
-        const untilLsn = ref.mode === 'now' ? await currentWalLsn(deps.shardPool(from)) : undefined;
         const names = replicationNames(ref.moveId, ref.direction);
         const fromShard = shardByName(deps.config, from);
         let beats = 0;
@@ -149,16 +158,18 @@ export function createDataActivities(deps: Deps) {
         const r = await applyChangesUntil({
           sourceDsn: fromShard.dsn,
           target: deps.shardPool(to),
+          ...linkBounds(from, to),
           ...names,
           moveId: ref.moveId,
           stream: ref.direction,
-          untilLsn,
+          // The source's position now, asked on the round's own bounded session (a pool query could hang on a silent source).
+          untilSourceNow: ref.mode === 'now',
           maxDurationMs: ref.maxDurationMs,
           idleStopMs: ref.idleStopMs,
           maxTxBytes: deps.config.limits.applyMaxTxBytes,
           rowsPerSecond: ref.rowsPerSecond,
           signal: activitySignal(),
-          onAlive: () => beat({ step: 'applying a long source transaction' }),
+          onAlive: () => beat(),
           onProgress: async (p: { transactionsApplied: number; rowsApplied: number }) => {
             beat(p);
             deps.metrics?.rowsApplied.inc({ direction: ref.direction }, Math.max(0, p.rowsApplied - rowsCounted));
@@ -225,10 +236,11 @@ export function createDataActivities(deps: Deps) {
           await applyChangesUntil({
             sourceDsn: fromShard.dsn,
             target: deps.shardPool(to),
+            ...linkBounds(from, to),
             ...names,
             moveId: ref.moveId,
             stream: ref.direction,
-            untilLsn: await currentWalLsn(deps.shardPool(from)),
+            untilSourceNow: true,
             maxDurationMs: 15_000,
             maxTxBytes: deps.config.limits.applyMaxTxBytes,
           });

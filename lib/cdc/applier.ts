@@ -38,15 +38,18 @@ interface UpsertBatch {
 // The apply session: replica role skips the fence triggers (deliberately, only here); an empty
 // search_path (as PostgreSQL's own apply worker uses) keeps user functions from being resolved by
 // name; and the commit must be durable before the slot is acknowledged, so synchronous_commit=off
-// is raised for this transaction.
-const BEGIN_APPLY = [
-  'BEGIN',
-  'SET LOCAL session_replication_role = replica',
-  "SET LOCAL search_path = ''",
-  "SET LOCAL datestyle = 'ISO'",
-  "SET LOCAL intervalstyle = 'postgres'",
-  "SELECT CASE WHEN current_setting('synchronous_commit') = 'off' THEN set_config('synchronous_commit', 'on', true) END",
-].join('; ');
+// is raised for this transaction. A statement timeout: a statement stuck on the server (a lock,
+// a stalled disk) ends there too, not only on our side (the caller bounds each query client-side).
+const beginApply = (statementTimeoutMs: number) =>
+  [
+    'BEGIN',
+    ...(statementTimeoutMs > 0 ? [`SET LOCAL statement_timeout = ${Math.trunc(statementTimeoutMs)}`] : []),
+    'SET LOCAL session_replication_role = replica',
+    "SET LOCAL search_path = ''",
+    "SET LOCAL datestyle = 'ISO'",
+    "SET LOCAL intervalstyle = 'postgres'",
+    "SELECT CASE WHEN current_setting('synchronous_commit') = 'off' THEN set_config('synchronous_commit', 'on', true) END",
+  ].join('; ');
 
 export class ChangeApplier {
   readonly stats: ApplyStats = { transactionsApplied: 0, transactionsSkipped: 0, rowsApplied: 0, rowsSkippedIncomplete: 0 };
@@ -61,6 +64,7 @@ export class ChangeApplier {
   private touched = new Map<string, Set<string>>();
   private touchedCount = 0;
   private readonly beginSql: string;
+  private readonly beginPositionSql: string;
 
   constructor(
     private readonly client: ClientBase,
@@ -68,8 +72,11 @@ export class ChangeApplier {
     private readonly stream: string,
     /** The stored applied LSN (null: nothing applied yet). */
     public applied: string | null,
+    /** Server-side bound on each apply statement (0: the server's own setting). */
+    statementTimeoutMs = 0,
   ) {
-    this.beginSql = `${BEGIN_APPLY}; ${deltaLockSql(moveId, stream)}`;
+    this.beginPositionSql = beginApply(statementTimeoutMs);
+    this.beginSql = `${this.beginPositionSql}; ${deltaLockSql(moveId, stream)}`;
   }
 
   /** A source transaction is open (between its BEGIN and COMMIT messages). */
@@ -207,7 +214,7 @@ export class ChangeApplier {
   async recordPosition(lsn: string): Promise<boolean> {
     if (this.tx || this.group) throw new Error('recordPosition with a transaction open');
     if (this.applied !== null && compareLsn(lsn, this.applied) <= 0) return false;
-    await this.client.query(BEGIN_APPLY);
+    await this.client.query(this.beginPositionSql);
     try {
       await writeAppliedLsn(this.client, this.moveId, this.stream, lsn, 'keepalive');
       await this.client.query('COMMIT');

@@ -2,8 +2,12 @@
 // (watermark reached, caught up and idle, time budget, abort), then releases the slot.
 // Resume contract: everything needed to resume is the target's move_progress row; the slot is
 // acknowledged only up to that row's LSN, so a crash at any instant redelivers, never loses.
+// Never hangs on a silent link: the stream has a receive deadline, and every statement of the
+// control and apply sessions a client-side bound, each failing the round as 'Unavailable' (named
+// by shard) so the activity retries; the loop's turns are its liveness (onAlive), not a timer.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Client, Pool, PoolClient } from 'pg';
+import { boundQueries, LINK, nameTimeout, sessionSettings } from '../pg';
 import { ShardctlError } from '../errors';
 import { installShardSchema } from '../shard/schema';
 import { ApplyStats, ChangeApplier } from './applier';
@@ -12,7 +16,7 @@ import { compareLsn, isLsn, maxLsn, normalizeLsn } from './lsn';
 import { readAppliedLsn } from './progress';
 import { currentWalLsn, releaseSlot, slotStatus, waitSlotInactive, walBytesSince } from './publication';
 import { validateReplicationName } from './sql';
-import { ReplicationStream } from './stream';
+import { DEFAULT_RECEIVE_TIMEOUT_MS, ReplicationStream } from './stream';
 import { FENCE_MARKER_PREFIX } from '../shard/fence';
 
 export interface ApplyProgress {
@@ -25,7 +29,18 @@ export interface ApplyProgress {
 
 export interface ApplyChangesOptions {
   sourceDsn: string;
+  /** The source shard's name, for error messages (the DSN never appears in one). */
+  sourceName?: string;
   target: Pool;
+  /** The target shard's name, for error messages. */
+  targetName?: string;
+  /**
+   * The replication stream's receive deadline, which also bounds each statement of the control
+   * session on the source (default DEFAULT_RECEIVE_TIMEOUT_MS). See ReplicationStreamOptions.
+   */
+  receiveTimeoutMs?: number;
+  /** Each statement of the apply session on the target gives up after this, client and server side (default DEFAULT_APPLY_QUERY_TIMEOUT_MS). */
+  applyQueryTimeoutMs?: number;
   slot: string;
   publication: string;
   moveId: string;
@@ -33,6 +48,8 @@ export interface ApplyChangesOptions {
   stream: string;
   /** Stop once the applied LSN is >= this (e.g. the source WAL position recorded after the fence). */
   untilLsn?: string;
+  /** Stop at the source's WAL position when the round starts (asked on the round's own bounded session, so a silent source cannot hang the question). */
+  untilSourceNow?: boolean;
   /** Also stop once the transaction carrying this fence marker (lib/shard/fence.ts) is applied: everything before it is. */
   untilMarker?: string;
   /**
@@ -43,7 +60,11 @@ export interface ApplyChangesOptions {
   maxDurationMs: number;
   /** The longest a round may run to finish one source transaction (default 30 minutes). */
   maxTransactionMs?: number;
-  /** Called at most every 500 ms while a long source transaction is being applied (nothing durable yet): a heartbeat. */
+  /**
+   * Liveness: called at most every 500 ms as the round makes its way (each setup step, each turn of
+   * the apply loop, including a long source transaction applied with nothing durable yet), never
+   * from a timer, so a round stuck on a silent server stops calling it. The activity heartbeats here.
+   */
   onAlive?: () => void;
   /** Stop after being caught up with the source, with no new changes, for this long. */
   idleStopMs?: number;
@@ -83,6 +104,8 @@ const MAX_GROUP_MS = 200;
 /** A source transaction in hand that sends nothing for this long is abandoned at the deadline (rolled back, redelivered later). */
 const STALLED_MS = 10_000;
 const DEFAULT_MAX_TRANSACTION_MS = 30 * 60_000;
+/** An apply statement (an upsert batch, a commit) normally takes milliseconds; this bound is for a target that stopped answering. */
+export const DEFAULT_APPLY_QUERY_TIMEOUT_MS = 30_000;
 
 export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<ApplyResult> {
   validateReplicationName('slot', opts.slot);
@@ -90,12 +113,29 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
   if (!opts.moveId || !opts.stream) throw new ShardctlError('InvalidInput', 'moveId and stream are required');
   if (!(opts.maxDurationMs > 0)) throw new ShardctlError('InvalidInput', 'maxDurationMs must be positive');
   if (opts.untilLsn !== undefined && !isLsn(opts.untilLsn)) throw new ShardctlError('InvalidInput', `untilLsn ${JSON.stringify(opts.untilLsn)} is not an LSN`);
+  if (opts.untilLsn !== undefined && opts.untilSourceNow) throw new ShardctlError('InvalidInput', 'untilLsn and untilSourceNow exclude each other');
   const startedAt = Date.now();
+  const sourceName = opts.sourceName ?? 'the source shard';
+  const targetName = opts.targetName ?? 'the target shard';
+  const receiveTimeoutMs = opts.receiveTimeoutMs ?? DEFAULT_RECEIVE_TIMEOUT_MS;
+  const applyQueryTimeoutMs = opts.applyQueryTimeoutMs ?? DEFAULT_APPLY_QUERY_TIMEOUT_MS;
+  let lastAliveAt = 0;
+  const alive = () => {
+    if (Date.now() - lastAliveAt < PROGRESS_INTERVAL_MS) return;
+    lastAliveAt = Date.now();
+    opts.onAlive?.();
+  };
 
-  const source = new Client({ connectionString: opts.sourceDsn, application_name: 'shardctl-cdc-control' });
-  source.on('error', () => {}); // surfaces on the next query instead of crashing the worker
-  await source.connect();
-  let target: PoolClient | undefined;
+  const sourceClient = new Client(sessionSettings(opts.sourceDsn, { applicationName: 'shardctl-cdc-control' }));
+  sourceClient.on('error', () => {}); // surfaces on the next query instead of crashing the worker
+  await sourceClient.connect().catch((e) => {
+    throw nameTimeout(e, `source shard ${sourceName}`, LINK.connectTimeoutMs);
+  });
+  const source = boundQueries(sourceClient, receiveTimeoutMs, `source shard ${sourceName}`);
+  let untilLsn = opts.untilLsn;
+  alive();
+  let targetClient: PoolClient | undefined;
+  let target: (PoolClient & { timedOut: boolean }) | undefined;
   let targetBroken = false;
   let locked = false;
   let stream: ReplicationStream | undefined;
@@ -105,10 +145,15 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
     targetBroken = true;
   };
   try {
-    target = await opts.target.connect();
+    if (opts.untilSourceNow) untilLsn = await currentWalLsn(source);
+    targetClient = await opts.target.connect().catch((e) => {
+      throw nameTimeout(e, `target shard ${targetName}`, opts.target.options.connectionTimeoutMillis ?? 0);
+    });
     // A checked-out client with no 'error' listener turns a dropped connection (e.g. a takeover by a
     // newer session) into an uncaught exception; the failure surfaces on our next query instead.
-    target.on('error', onTargetError);
+    targetClient.on('error', onTargetError);
+    target = boundQueries(targetClient, applyQueryTimeoutMs, `target shard ${targetName}`);
+    alive();
     // Install only when missing: concurrent CREATE OR REPLACE FUNCTION can fail ("tuple concurrently updated").
     if ((await target.query<{ missing: boolean }>("select to_regclass('shardctl.move_delta') is null as missing")).rows[0].missing) {
       await installShardSchema(target);
@@ -119,6 +164,7 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
     locked = true;
     const stored = await readAppliedLsn(target, opts.moveId, opts.stream);
     const slot = await slotStatus(source, opts.slot);
+    alive();
     if (!slot) {
       throw new ShardctlError(
         'PreconditionFailed',
@@ -128,7 +174,7 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
     }
     // We hold the apply lock, so a walsender on our slot belongs to a dead apply session (a zombie).
     if (slot.activePid !== null) await releaseSlot(source, opts.slot);
-    applier = new ChangeApplier(target, opts.moveId, opts.stream, stored ? normalizeLsn(stored) : null);
+    applier = new ChangeApplier(target, opts.moveId, opts.stream, stored ? normalizeLsn(stored) : null, applyQueryTimeoutMs);
     const a = applier;
     // The slot delivers nothing before its confirmed position, so we stand at least there (nothing
     // stored yet, or a stale row older than the slot). Never acknowledging below it matters: moving
@@ -151,7 +197,7 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
       });
     };
 
-    if (opts.untilLsn && a.applied && compareLsn(a.applied, opts.untilLsn) >= 0) {
+    if (untilLsn && a.applied && compareLsn(a.applied, untilLsn) >= 0) {
       stopReason = 'until';
     } else {
       const s = new ReplicationStream({
@@ -161,6 +207,9 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
         startLsn: a.applied ?? '0/0',
         maxQueueBytes: opts.maxTxBytes ?? DEFAULT_QUEUE_BYTES,
         applicationName: `shardctl-apply`,
+        receiveTimeoutMs,
+        durableLsn: position(),
+        sourceName,
       });
       stream = s;
       s.start();
@@ -171,7 +220,6 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
       // The fence marker was in the source transaction in hand / in one applied (or already covered) since.
       let markerInTx = false;
       let markerReached = false;
-      let lastAliveAt = 0;
       // A keepalive received with no transaction open vouches that every commit before its position
       // was delivered (and, being processed in order, applied): it may be recorded as applied.
       let vouched: string | null = null;
@@ -196,13 +244,14 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
 
       for (;;) {
         const now = Date.now();
+        alive();
         if (opts.signal?.aborted) {
           if (a.inTransaction) await a.rollback();
           else await commitPending();
           stopReason = 'aborted';
           break;
         }
-        const throttleDone = !!opts.untilLsn && compareLsn(a.pendingEnd ?? position(), opts.untilLsn) >= 0;
+        const throttleDone = !!untilLsn && compareLsn(a.pendingEnd ?? position(), untilLsn) >= 0;
         if (!a.inTransaction && opts.rowsPerSecond && opts.rowsPerSecond > 0 && !throttleDone) {
           const aheadMs = ((a.stats.rowsApplied + a.pendingRows) / opts.rowsPerSecond) * 1000 - (now - startedAt);
           if (aheadMs > 0) {
@@ -217,7 +266,7 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
           }
         }
         if (!a.inTransaction) {
-          const reachedUntil = markerReached || (!!opts.untilLsn && compareLsn(a.pendingEnd ?? position(), opts.untilLsn) >= 0);
+          const reachedUntil = markerReached || (!!untilLsn && compareLsn(a.pendingEnd ?? position(), untilLsn) >= 0);
           const idle = opts.idleStopMs !== undefined && caughtUpSince !== null && now - caughtUpSince >= opts.idleStopMs;
           const late = now >= softDeadline;
           // Group commit: the target transaction stays open only while more is already waiting.
@@ -237,10 +286,6 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
           await a.rollback();
           stopReason = 'deadline';
           break;
-        } else if (now >= softDeadline && now - lastAliveAt >= PROGRESS_INTERVAL_MS) {
-          // Past the round's budget only to finish the transaction in hand: say we are alive.
-          lastAliveAt = now;
-          opts.onAlive?.();
         }
 
         const item = await s.next(Math.max(1, Math.min(PING_INTERVAL_MS, softDeadline - now)));
@@ -251,7 +296,7 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
             await commitPending(); // a position is vouched for only with everything before it durable
             if (compareLsn(item.walEnd, position()) > 0) vouched = vouched ? maxLsn(vouched, item.walEnd) : item.walEnd;
             if (pingTarget && compareLsn(item.walEnd, pingTarget) >= 0) caughtUpSince ??= Date.now();
-            const reachesUntil = !!(vouched && opts.untilLsn && compareLsn(vouched, opts.untilLsn) >= 0);
+            const reachesUntil = !!(vouched && untilLsn && compareLsn(vouched, untilLsn) >= 0);
             if (vouched && (item.replyRequested || reachesUntil || Date.now() - lastRecordAt >= RECORD_INTERVAL_MS)) {
               await recordVouched();
               continue;
@@ -316,16 +361,29 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
     if (applier?.targetTransactionOpen || applier?.inTransaction) await applier.rollback().catch(() => (targetBroken = true));
     throw e;
   } finally {
+    // A source that stopped answering (the stream's deadline, a control statement's bound) is not
+    // asked anything more: each question would wait out its own bound.
+    const sourceGone = !!stream?.failed || source.timedOut;
     if (stream) {
       await stream.stop();
       // The walsender exits asynchronously after we hang up; the caller may drop or reuse the slot next.
-      await waitSlotInactive(source, opts.slot, 5000).catch(() => false);
+      if (!sourceGone) await waitSlotInactive(source, opts.slot, 5000).catch(() => false);
     }
-    if (target) {
-      if (locked) await releaseApplyLock(target, lockKey).catch(() => (targetBroken = true));
-      target.off('error', onTargetError);
-      target.release(targetBroken);
+    if (targetClient) {
+      if (locked && !target?.timedOut) await releaseApplyLock(target!, lockKey).catch(() => (targetBroken = true));
+      targetClient.off('error', onTargetError);
+      targetClient.release(targetBroken || !!target?.timedOut);
     }
-    await source.end().catch(() => {});
+    await endSession(sourceClient, sourceGone ? 0 : 2000);
   }
+}
+
+/** Ends a dedicated session; a server that does not see the goodbye within `ms` gets its socket destroyed instead. */
+async function endSession(c: Client, ms: number): Promise<void> {
+  const ended = c.end().then(
+    () => true,
+    () => true,
+  );
+  if (ms > 0 && (await Promise.race([ended, sleep(ms, false, { ref: false })]))) return;
+  (c as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
 }

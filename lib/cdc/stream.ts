@@ -2,10 +2,14 @@
 // (protocol 1), turned into an ordered, bounded queue of decoded messages and keepalives.
 // Invariants: the slot is acknowledged only with positions the caller says are durable (never the
 // library's last *received* LSN); memory is bounded by pausing the socket; stop() leaves the slot
-// inactive. Library traps handled here: its 'data' events are not awaited (we queue), auto-ack and
-// the ack timer acknowledge unapplied data (both off), and acknowledge(lsn) reports lsn + 1.
+// inactive; a connection that goes silent (a half-open link: bytes vanish, no RST) is given up
+// after receiveTimeoutMs, which the library alone would never do. Library traps handled here: its
+// 'data' events are not awaited (we queue), auto-ack and the ack timer acknowledge unapplied data
+// (both off), and acknowledge(lsn) reports lsn + 1.
 import { LogicalReplicationService, PgoutputPlugin } from 'pg-logical-replication';
 import type { Client } from 'pg';
+import { ShardctlError } from '../errors';
+import { sessionSettings } from '../pg';
 import { formatLsn, parseLsn } from './lsn';
 import { PgoutputDecoder, PgoutputMessage } from './pgoutput';
 
@@ -56,7 +60,21 @@ export interface ReplicationStreamOptions {
   applicationName: string;
   /** Status updates carrying the durable position are sent at least this often (below wal_sender_timeout). */
   statusIntervalMs?: number;
+  /**
+   * Receive deadline: with no byte from the server for this long (while we are not the ones
+   * holding the socket paused), the connection is destroyed and the stream fails with a retryable
+   * 'Unavailable'. A third of it into a silence we ask for a keepalive (a status update with the
+   * reply-requested flag), so a live but idle server always answers well within it, whatever its
+   * wal_sender_timeout.
+   */
+  receiveTimeoutMs?: number;
+  /** The position already durable (the slot's confirmed point, or the applied progress): what status updates carry until acknowledge() moves it. */
+  durableLsn?: string;
+  /** The source shard's name, for error messages (never the DSN). */
+  sourceName?: string;
 }
+
+export const DEFAULT_RECEIVE_TIMEOUT_MS = 10_000;
 
 export class ReplicationStream {
   private readonly service: LogicalReplicationService;
@@ -70,13 +88,21 @@ export class ReplicationStream {
   private statusTimer: NodeJS.Timeout | null = null;
   private durable: string | null = null;
   private stopped = false;
+  private watchdog: NodeJS.Timeout | null = null;
+  /** When the last byte arrived (or the socket was last resumed by us, or the stream started). */
+  private heardAt = Date.now();
+  private askedAt = 0;
   bytesReceived = 0;
   pauses = 0;
 
   constructor(private readonly opts: ReplicationStreamOptions) {
     // Same session settings as PostgreSQL's own walreceiver: unambiguous, exact text output.
+    this.durable = opts.durableLsn && parseLsn(opts.durableLsn) > 0n ? opts.durableLsn : null;
     this.service = new LogicalReplicationService(
-      { connectionString: opts.dsn, application_name: opts.applicationName, options: '-c datestyle=ISO -c intervalstyle=postgres -c extra_float_digits=3' },
+      {
+        ...sessionSettings(opts.dsn, { applicationName: opts.applicationName }),
+        options: '-c datestyle=ISO -c intervalstyle=postgres -c extra_float_digits=3',
+      },
       { acknowledge: { auto: false, timeoutSeconds: 0 }, flowControl: { enabled: false } },
     );
     this.plugin = new ExactTextPgoutputPlugin(opts.publication);
@@ -85,12 +111,17 @@ export class ReplicationStream {
   start(): void {
     const s = this.service;
     s.on('data', (walStart: string, parsed: Parsed) => {
+      this.heardAt = Date.now();
       if (!parsed.ok) return this.fail(parsed.error);
       this.bytesReceived += parsed.bytes;
       this.push({ kind: 'message', walStart, msg: parsed.msg, bytes: parsed.bytes });
     });
     s.on('heartbeat', (walEnd: string, _ts: number, shouldRespond: boolean) => {
+      this.heardAt = Date.now();
       this.push({ kind: 'keepalive', walEnd, replyRequested: shouldRespond });
+    });
+    s.on('start', () => {
+      this.heardAt = Date.now(); // the server answered START_REPLICATION: the deadline counts from here, not from a slow connect
     });
     s.on('error', (e: Error) => this.fail(e));
     this.subscription = s.subscribe(this.plugin, this.opts.slot, this.opts.startLsn).then(
@@ -102,10 +133,46 @@ export class ReplicationStream {
       if (this.durable) void this.sendStatus(this.durable, false);
     }, every);
     this.statusTimer.unref();
+    this.heardAt = Date.now();
+    const deadline = this.opts.receiveTimeoutMs ?? DEFAULT_RECEIVE_TIMEOUT_MS;
+    this.watchdog = setInterval(() => this.checkAlive(deadline), Math.max(50, Math.min(1000, deadline / 6)));
+    this.watchdog.unref();
   }
 
-  /** Next item in wire order, or null after timeoutMs. Throws once the connection has failed. */
+  /** The receive deadline's check (a timer: it must fire whatever the caller is blocked on). */
+  private checkAlive(deadline: number): void {
+    if (this.stopped || this.failure) return;
+    const now = Date.now();
+    // Paused by us (backpressure): the server cannot send, so its silence says nothing.
+    if (this.paused) this.heardAt = now;
+    const silent = now - this.heardAt;
+    if (silent >= deadline) {
+      const who = this.opts.sourceName ?? 'the source shard';
+      this.fail(
+        new ShardctlError(
+          'Unavailable',
+          `the replication stream from ${who} received nothing for ${silent} ms (receive deadline ${deadline} ms; a keepalive was asked for): the connection is given up as half-open, and the next round resumes from the applied position`,
+          { shard: this.opts.sourceName, receiveTimeoutMs: deadline },
+          true,
+        ),
+      );
+      // Destroyed now: a clean end on a half-open connection would wait for a reply that never comes.
+      this.socket()?.destroy?.();
+      return;
+    }
+    if (silent >= deadline / 3 && now - this.askedAt >= deadline / 3 && this.durable) {
+      this.askedAt = now;
+      void this.sendStatus(this.durable, true);
+    }
+  }
+
+  /**
+   * Next item in wire order, or null after timeoutMs. Throws as soon as the connection has failed,
+   * dropping what it queued: the round ends now, and the next one is redelivered everything after
+   * the applied position.
+   */
   async next(timeoutMs: number): Promise<StreamItem | null> {
+    if (this.failure) throw this.failure;
     if (this.queue.length === 0 && !this.failure && timeoutMs > 0) {
       await new Promise<void>((resolve) => {
         const t = setTimeout(() => {
@@ -119,6 +186,7 @@ export class ReplicationStream {
         };
       });
     }
+    if (this.failure) throw this.failure;
     const item = this.queue.shift();
     if (item) {
       if (item.kind === 'message') this.queueBytes -= item.bytes;
@@ -127,6 +195,11 @@ export class ReplicationStream {
     }
     if (this.failure) throw this.failure;
     return null;
+  }
+
+  /** The connection failed (and was given up): nothing more comes from it. */
+  get failed(): boolean {
+    return this.failure !== null;
   }
 
   get queuedItems(): number {
@@ -155,7 +228,10 @@ export class ReplicationStream {
     if (this.stopped) return;
     this.stopped = true;
     if (this.statusTimer) clearInterval(this.statusTimer);
+    if (this.watchdog) clearInterval(this.watchdog);
     const socket = this.socket();
+    // A failed connection has nothing to end cleanly; a half-open one would wait out the timer.
+    if (this.failure) socket?.destroy?.();
     const ended = this.service.destroy().catch(() => undefined);
     const timer = new Promise<void>((r) => setTimeout(r, timeoutMs).unref());
     await Promise.race([ended, timer]);
@@ -181,9 +257,11 @@ export class ReplicationStream {
     this.waiter?.();
   }
 
-  // The library keeps the socket private; its own flowControl path pauses it the same way.
+  // The library keeps the socket private; its own flowControl path pauses it the same way. Before
+  // the connection is up (connecting, authenticating) only its client holds it.
   private socket(): { pause(): void; resume(): void; destroy?(): void } | undefined {
-    return (this.service as any)._connection?.stream;
+    const svc = this.service as any;
+    return svc._connection?.stream ?? svc._client?.connection?.stream;
   }
 
   private setPaused(p: boolean): void {
@@ -194,6 +272,7 @@ export class ReplicationStream {
       this.pauses++;
       sock.pause();
     } else {
+      this.heardAt = Date.now(); // the silence we imposed does not count against the server
       sock.resume();
     }
   }

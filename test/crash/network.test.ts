@@ -263,16 +263,21 @@ const FROZEN_BOUND_MS = FENCE_BUDGET_MS + CUTOVER_HEARTBEAT_MS + 3000;
 const CUT_MS = 20_000;
 /** A half-open stream lasts longer than the server's wal_sender_timeout (30 s, lib/dev/topology.ts). */
 const HALF_OPEN_MS = 35_000;
-/** The replication status interval (5 s, lib/cdc/stream.ts) plus the ping, with slack: when a silent stream must be given up. */
+/** The stream's receive deadline (10 s, lib/cdc/stream.ts) with slack: when a silent stream must be given up. */
 const KEEPALIVE_BOUND_MS = 15_000;
 
-/** The activity failures a child worker logged ("<iso> [WARN] Activity failed {" blocks). */
+/** The activity failures a child worker logged: its JSON lines with msg "activity failed" (worker/instrument.ts). */
 function activityFailures(logFile: string): { at: number; type: string; error: string }[] {
-  const text = fs.readFileSync(logFile, 'utf8');
   const out: { at: number; type: string; error: string }[] = [];
-  const re = /^(\S+) \[WARN\] Activity failed \{([\s\S]*?)^\}/gm;
-  for (let m = re.exec(text); m; m = re.exec(text)) {
-    out.push({ at: Date.parse(m[1]), type: /activityType: '([^']+)'/.exec(m[2])?.[1] ?? '?', error: /error: (.*)/.exec(m[2])?.[1] ?? '' });
+  for (const line of fs.readFileSync(logFile, 'utf8').split('\n')) {
+    if (!line.startsWith('{')) continue;
+    let r: { msg?: string; time?: string; activity?: string; err?: string };
+    try {
+      r = JSON.parse(line);
+    } catch {
+      continue;
+    }
+    if (r.msg === 'activity failed') out.push({ at: Date.parse(r.time ?? ''), type: r.activity ?? '?', error: String(r.err ?? '') });
   }
   return out;
 }
@@ -436,8 +441,8 @@ describe('network faults under live traffic', () => {
     },
   );
 
-  it.runIf(KNOWN_BUGS)(
-    'known bug F2: worker ↔ source blackholed mid-catch-up (a half-open replication stream): the worker notices within its keepalive interval and resumes from committed progress',
+  it(
+    'F2: worker ↔ source blackholed mid-catch-up (a half-open replication stream): the worker notices within its keepalive interval and resumes from committed progress',
     { timeout: 360_000 },
     async () => {
       let apps: Awaited<ReturnType<typeof countApplications>> | undefined;
@@ -494,6 +499,124 @@ describe('network faults under live traffic', () => {
       },
     });
   });
+
+  it(
+    'worker ↔ target blackholed right after the switch committed (past the point of no return): the move only goes forward, one owner, nothing lost',
+    { timeout: 360_000 },
+    async () => {
+      await runCase('worker-target blackhole after switch', {
+        source: 'shard-c',
+        target: 'shard-b',
+        workerVia: ['shard-b'],
+        faultPoint: 'after-switch-committed',
+        move: {},
+        drive: async (c) => {
+          await stoppedAt(c.w1, c.faultLog, 'after-switch-committed');
+          const link = c.w1Links[c.target];
+          await link.blackhole();
+          const cutAt = Date.now();
+          process.kill(c.w1.proc.pid!, 'SIGCONT');
+          await c.second();
+          while (Date.now() - cutAt < CUT_MS) await sleep(250);
+          // Past the point of no return the directory names the target, whatever the worker could not reach.
+          const p = await H.placement(c.tenant);
+          c.notes.push(
+            `directory at the end of the ${CUT_MS / 1000} s cut: ${p?.shard} epoch ${p?.epoch} ${p?.state}; move phase ${(await c.h.query(M.statusQuery)).phase}`,
+          );
+          expect([p?.shard, p?.epoch]).toEqual([c.target, 2]);
+          await link.heal();
+        },
+      });
+    },
+  );
+
+  it(
+    'worker ↔ Temporal blackholed during the copy: another worker takes the copy over, the move completes and loses nothing',
+    { timeout: 360_000 },
+    async () => {
+      await runCase('worker-temporal blackhole in copy', {
+        source: 'shard-a',
+        target: 'shard-c',
+        workerVia: ['temporal'],
+        // Paced so the copy is still running when the cut comes.
+        move: { rowsPerSecond: 40 },
+        drive: async (c) => {
+          await H.waitFor(c.h, (s) => s.phase === 'copy', 60_000);
+          await sleep(1500);
+          const link = c.w1Links.temporal;
+          await link.blackhole();
+          const cutAt = Date.now();
+          await c.second();
+          while (Date.now() - cutAt < 25_000) await sleep(250);
+          await link.heal();
+        },
+        after: async (c) => {
+          const retried = await retriedActivities(c.h);
+          const who = (identity: string) => (identity.startsWith(`${c.w1.proc.pid}@`) ? 'the cut-off worker' : 'another worker');
+          c.notes.push(
+            `activities retried: ${retried.map((a) => `${a.name} attempt ${a.attempt} on ${who(a.identity)} after "${a.lastFailure.slice(0, 60)}"`).join(', ') || 'none'}`,
+          );
+          // The copy that was running at the cut was handed to the second worker once its heartbeats stopped arriving.
+          expect(
+            retried.some((a) => ['copyTable', 'copyBlobs'].includes(a.name) && /heartbeat/i.test(a.lastFailure) && who(a.identity) === 'another worker'),
+            JSON.stringify(retried),
+          ).toBe(true);
+        },
+      });
+    },
+  );
+
+  it(
+    'worker ↔ target blackholed mid-catch-up: the blocked apply stops heartbeating, so Temporal hands the catch-up on within the cut, and nothing is applied twice',
+    { timeout: 360_000 },
+    async () => {
+      let apps: Awaited<ReturnType<typeof countApplications>> | undefined;
+      let ids: string[] = [];
+      const logs: string[] = [];
+      let healedAt = 0;
+      try {
+        await runCase('worker-target blackhole in catch-up', {
+          source: 'shard-a',
+          target: 'shard-c',
+          workerVia: ['shard-c'],
+          move: { approveCutover: 'manual', rowsPerSecond: 150 },
+          drive: async (c) => {
+            ({ apps, ids } = await backlogInCatchUp(c));
+            const link = c.w1Links[c.target];
+            await link.blackhole();
+            const cutAt = Date.now();
+            logs.push(c.w1.log, (await c.second()).log);
+            // Shorter than the apply statement bound (30 s): only the missing heartbeats can end the attempt in the cut.
+            while (Date.now() - cutAt < 25_000) await sleep(250);
+            healedAt = Date.now();
+            await link.heal();
+          },
+          after: async (c) => {
+            // When each catch-up attempt started, from the workers' JSON lines (end time minus duration).
+            const starts = logs.flatMap((f) =>
+              fs
+                .readFileSync(f, 'utf8')
+                .split('\n')
+                .filter((l) => l.startsWith('{') && l.includes('"activity":"catchUp"') && l.includes('"durationMs"'))
+                .map((l) => JSON.parse(l) as { time: string; attempt: number; durationMs: number })
+                .map((r) => ({ attempt: r.attempt, startedAt: Date.parse(r.time) - r.durationMs })),
+            );
+            c.notes.push(
+              `catch-up attempts: ${starts.map((x) => `#${x.attempt} started ${x.startedAt < healedAt ? `${healedAt - x.startedAt} ms before` : `${x.startedAt - healedAt} ms after`} the heal`).join(', ')}`,
+            );
+            // A heartbeat from a timer would have kept the stuck attempt alive until the heal.
+            expect(
+              starts.filter((x) => x.attempt > 1 && x.startedAt < healedAt).length,
+              'catch-up attempts after the first that started before the heal',
+            ).toBeGreaterThan(0);
+            await expectAppliedOnce(apps!, ids);
+          },
+        });
+      } finally {
+        await apps?.drop();
+      }
+    },
+  );
 });
 
 function pick(m: ReturnType<C.Traffic['router']['metrics']>) {
