@@ -422,7 +422,8 @@ export const MUTATIONS: Mutation[] = [
   },
   {
     id: 'blob-write-fenced',
-    guarantee: "a blob PUT/DELETE runs the shard's write check in its transaction, a read transaction's too: a frozen unit's upload is refused (issue 15, §5.1; a write transaction is also checked at its BEGIN)",
+    guarantee:
+      "a blob PUT/DELETE runs the shard's write check in its transaction, a read transaction's too: a frozen unit's upload is refused (issue 15, §5.1; a write transaction is also checked at its BEGIN)",
     file: 'lib/blobs/fenced.ts',
     from: "const writable = () => (checked ??= tx.query('select shardctl.assert_writable($1)', [unit]));",
     to: 'const writable = async () => checked;',
