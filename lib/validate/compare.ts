@@ -109,7 +109,7 @@ async function boundaries(c: PoolClient, sql: ReturnType<typeof chunkSql>, chunk
     after = r.rows[0] as string[];
     out.push(after);
   }
-  await c.query(`select set_config('enable_sort', 'on', true)`);
+  await c.query('set local enable_sort to default');
   return out;
 }
 
