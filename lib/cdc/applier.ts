@@ -296,13 +296,15 @@ export class ChangeApplier {
     this.touch(plan, keyText);
     const batchId = kind === 'update' ? `update:${set.map((c) => c.name).join(',')}` : kind;
     const size = vals.reduce((n, v) => n + (v?.length ?? 0), 0) + (kind === 'upsert' ? 0 : keyText.length);
-    const independent = plan.independentKeys && [...this.pending.keys()].every((p) => p.independentKeys);
+    let independent = plan.independentKeys;
+    for (const p of this.pending.keys()) independent &&= p.independentKeys;
     if (!independent) {
       for (const p of [...this.pending.keys()]) if (p !== plan) await this.flushTable(p);
     }
     let t = this.pending.get(plan);
     if (t) {
-      const otherKind = [...t.batches.keys()].some((id) => id !== batchId);
+      let otherKind = false;
+      for (const id of t.batches.keys()) otherKind ||= id !== batchId;
       if (t.keys.has(keyText) || t.rows >= MAX_BATCH_ROWS || t.bytes + size > MAX_BATCH_BYTES || (otherKind && !independent)) {
         await this.flushTable(plan);
         t = undefined;
