@@ -3,13 +3,29 @@
 // §4.3); consecutive small source transactions may share one target transaction (group commit).
 // Invariants: a transaction whose commit is at or before the stored LSN is skipped (redelivery never
 // double-applies); unchanged TOAST values are never written; TRUNCATE is refused, never applied;
-// changes apply in source order (only runs of full-row upserts of one table are batched).
+// a key's changes apply in source order. Changes are batched per table (multi-row upsert, DELETE
+// and in-place UPDATE by key, each one statement): a batch ends where its key repeats, and for a
+// table whose keys are not independent (target-tables.ts: another unique index, an exclusion
+// constraint, a user trigger firing in the replica session, keys whose text is not their value)
+// wherever the kind of change or the table changes, which is source order exactly.
 import type { ClientBase, QueryResult } from 'pg';
 import { createHash } from 'node:crypto';
 import { ShardctlError } from '../errors';
 import { compareLsn } from './lsn';
 import { Datum, PgoutputMessage, Relation, UNCHANGED_TOAST } from './pgoutput';
-import { BoundColumn, RelationPlan, bindRelation, deleteSql, existsSql, settable, updateSql, upsertManySql, upsertSql } from './statements';
+import {
+  BoundColumn,
+  RelationPlan,
+  bindRelation,
+  deleteManySql,
+  deleteSql,
+  existsSql,
+  settable,
+  updateManySql,
+  updateSql,
+  upsertManySql,
+  upsertSql,
+} from './statements';
 import { loadTargetTable } from './target-tables';
 import { writeAppliedLsn } from './progress';
 import { recordTouched, deltaLockSql, MAX_TRACKED_KEYS_PER_TRANSACTION } from './delta';
@@ -25,13 +41,23 @@ export interface ApplyStats {
 
 type ChangeMessage = Extract<PgoutputMessage, { tag: 'insert' | 'update' | 'delete' | 'truncate' }>;
 
-/** A run of full-row upserts into one table, sent as one statement (one round trip). */
+/** Changes of one table and kind, sent as one statement (one round trip). */
 const MAX_BATCH_ROWS = 500;
 const MAX_BATCH_BYTES = 4 * 1024 * 1024;
-interface UpsertBatch {
-  plan: RelationPlan;
+type BatchKind = 'upsert' | 'delete' | 'update';
+interface Batch {
+  kind: BatchKind;
+  /** update: the columns set (those present, key excluded); upsert: every writable column; delete: none. */
+  set: BoundColumn[];
+  /** Per row: `set` values, then (delete, update) the key. */
   rows: (string | null)[][];
+}
+/** A table's pending batches; `keys`: every key they hold (a repeat ends them all). */
+interface TableBatches {
+  plan: RelationPlan;
+  batches: Map<string, Batch>;
   keys: Set<string>;
+  rows: number;
   bytes: number;
 }
 
@@ -56,7 +82,10 @@ export class ChangeApplier {
   private readonly plans = new Map<number, RelationPlan>();
   private readonly statementNames = new Map<string, string>();
   private tx: { finalLsn: string; skip: boolean; rows: number; incomplete: number } | null = null;
-  private batch: UpsertBatch | null = null;
+  /** Pending batches per table, in the order the tables were first written. */
+  private pending = new Map<RelationPlan, TableBatches>();
+  /** Batched in-place updates that found no row (counted as applied when queued). */
+  private flushMisses = 0;
   /** The open target transaction: the source transactions it holds, not yet durable. */
   /** `changed`: the source transactions among `txns` that changed rows (not only a logical message, e.g. another move's fence marker). */
   private group: { lastEnd: string | null; txns: number; changed: number; rows: number; incomplete: number; openedAt: number } | null = null;
@@ -110,7 +139,7 @@ export class ChangeApplier {
 
   /** A relation message: the column list may have changed, so the binding is rebuilt on next use. */
   async relationChanged(rel: Relation): Promise<void> {
-    if (this.batch) await this.flush();
+    await this.flush();
     this.plans.delete(rel.relationOid);
   }
 
@@ -182,6 +211,9 @@ export class ChangeApplier {
       return false;
     }
     await this.flush();
+    g.rows -= this.flushMisses;
+    g.incomplete += this.flushMisses;
+    this.flushMisses = 0;
     await recordTouched(this.client, this.moveId, this.stream, this.touched, this.touchedCount > MAX_TRACKED_KEYS_PER_TRANSACTION);
     await writeAppliedLsn(this.client, this.moveId, this.stream, g.lastEnd, 'commit');
     await this.client.query('COMMIT');
@@ -200,7 +232,8 @@ export class ChangeApplier {
     const open = this.group !== null;
     this.tx = null;
     this.group = null;
-    this.batch = null;
+    this.pending = new Map();
+    this.flushMisses = 0;
     this.touched = new Map();
     this.touchedCount = 0;
     if (open) await this.client.query('ROLLBACK');
@@ -253,44 +286,82 @@ export class ChangeApplier {
     set.add(typeof key === 'string' ? key : JSON.stringify(key));
   }
 
-  /** A full row, written by key: joins the pending batch unless the batch already holds that key. */
+  /** A full row, written by key. */
   private async queueUpsert(plan: RelationPlan, row: Datum[]): Promise<void> {
-    const vals = values(plan, plan.writable, row, 'upsert');
-    const key = JSON.stringify(values(plan, plan.pk, row, 'upsert key'));
-    this.touch(plan, key);
-    const size = vals.reduce((n, v) => n + (v?.length ?? 0), 0);
-    const b = this.batch;
-    if (b && (b.plan !== plan || b.keys.has(key) || b.rows.length >= MAX_BATCH_ROWS || b.bytes + size > MAX_BATCH_BYTES)) await this.flush();
-    const batch = (this.batch ??= { plan, rows: [], keys: new Set(), bytes: 0 });
-    batch.rows.push(vals);
-    batch.keys.add(key);
-    batch.bytes += size;
+    const key = values(plan, plan.pk, row, 'upsert key');
+    await this.enqueue(plan, 'upsert', plan.writable, values(plan, plan.writable, row, 'upsert'), key);
+  }
+
+  /**
+   * Adds one change to its table's batch of that kind. First ends what source order requires:
+   * the table's batches when they hold the key already (or are full); and, unless both the table
+   * and every other pending one have independent keys, every other table's batches and this
+   * table's batch of another kind (or of other columns).
+   */
+  private async enqueue(plan: RelationPlan, kind: BatchKind, set: BoundColumn[], vals: (string | null)[], key: (string | null)[]): Promise<void> {
+    const keyText = JSON.stringify(key);
+    this.touch(plan, keyText);
+    const batchId = kind === 'update' ? `update:${set.map((c) => c.name).join(',')}` : kind;
+    const size = vals.reduce((n, v) => n + (v?.length ?? 0), 0) + (kind === 'upsert' ? 0 : keyText.length);
+    let independent = plan.independentKeys;
+    for (const p of this.pending.keys()) independent &&= p.independentKeys;
+    if (!independent) {
+      for (const p of [...this.pending.keys()]) if (p !== plan) await this.flushTable(p);
+    }
+    let t = this.pending.get(plan);
+    if (t) {
+      let otherKind = false;
+      for (const id of t.batches.keys()) otherKind ||= id !== batchId;
+      if (t.keys.has(keyText) || t.rows >= MAX_BATCH_ROWS || t.bytes + size > MAX_BATCH_BYTES || (otherKind && !independent)) {
+        await this.flushTable(plan);
+        t = undefined;
+      }
+    }
+    if (!t) this.pending.set(plan, (t = { plan, batches: new Map(), keys: new Set(), rows: 0, bytes: 0 }));
+    let b = t.batches.get(batchId);
+    if (!b) t.batches.set(batchId, (b = { kind, set, rows: [] }));
+    b.rows.push(kind === 'upsert' ? vals : [...vals, ...key]);
+    t.keys.add(keyText);
+    t.rows++;
+    t.bytes += size;
     this.tx!.rows++;
   }
 
+  /** Sends every pending batch (tables in the order they were first written). */
   private async flush(): Promise<void> {
-    const b = this.batch;
-    if (!b) return;
-    this.batch = null;
-    await withContext(
-      `applying ${b.rows.length} upserts on ${b.plan.display} (source transaction at ${this.tx?.finalLsn ?? 'a committed group'})`,
-      async () => {
-        if (b.rows.length === 1) {
-          await this.exec(upsertSql(b.plan, b.plan.writable), b.rows[0]);
-        } else {
-          const columns = b.plan.writable.map((_, i) => b.rows.map((r) => r[i]));
-          await this.exec(upsertManySql(b.plan, b.plan.writable), columns);
-        }
-      },
-    );
+    for (const p of [...this.pending.keys()]) await this.flushTable(p);
+  }
+
+  private async flushTable(plan: RelationPlan): Promise<void> {
+    const t = this.pending.get(plan);
+    if (!t) return;
+    this.pending.delete(plan);
+    // The batches hold distinct keys, so their order does not matter.
+    for (const b of t.batches.values()) {
+      await withContext(
+        `applying ${b.rows.length} ${b.kind}s on ${plan.display} (source transaction at ${this.tx?.finalLsn ?? 'a committed group'})`,
+        async () => {
+          const columns = (width: number) => Array.from({ length: width }, (_, i) => b.rows.map((r) => r[i]));
+          if (b.kind === 'upsert') {
+            if (b.rows.length === 1) await this.exec(upsertSql(plan, b.set), b.rows[0]);
+            else await this.exec(upsertManySql(plan, b.set), columns(b.set.length));
+          } else if (b.kind === 'delete') {
+            if (b.rows.length === 1) await this.exec(deleteSql(plan), b.rows[0]);
+            else await this.exec(deleteManySql(plan), columns(plan.pk.length));
+          } else {
+            const r =
+              b.rows.length === 1
+                ? await this.exec(updateSql(plan, b.set), b.rows[0])
+                : await this.exec(updateManySql(plan, b.set), columns(b.set.length + plan.pk.length));
+            this.flushMisses += b.rows.length - (r.rowCount ?? 0);
+          }
+        },
+      );
+    }
   }
 
   private async applyDelete(plan: RelationPlan, old: Datum[]): Promise<void> {
-    await this.flush();
-    const key = values(plan, plan.pk, old, 'delete key');
-    this.touch(plan, key);
-    await this.exec(deleteSql(plan), key);
-    this.tx!.rows++;
+    await this.enqueue(plan, 'delete', [], [], values(plan, plan.pk, old, 'delete key'));
   }
 
   private async applyUpdate(plan: RelationPlan, old: Datum[] | null, row: Datum[]): Promise<void> {
@@ -300,6 +371,11 @@ export class ChangeApplier {
     const complete = present.length === plan.writable.length;
     const keyChanged = oldKey.some((v, i) => v !== newKey[i]);
     if (complete && !keyChanged) return this.queueUpsert(plan, row);
+    const setInPlace = settable(present).filter((c) => !c.isPk);
+    if (!keyChanged && setInPlace.length > 0) {
+      // Some TOAST values are absent: the row can only be changed in place, never created.
+      return this.enqueue(plan, 'update', setInPlace, values(plan, setInPlace, row, 'update'), newKey);
+    }
     this.touch(plan, oldKey);
     this.touch(plan, newKey);
     await this.flush(); // everything below reads or writes rows directly: earlier changes must be in

@@ -19,6 +19,11 @@ export interface TargetTable {
   columns: TargetColumn[];
   /** Primary key column names in key order. */
   primaryKey: string[];
+  /**
+   * Changes to different keys of this table commute, with each other and with other tables'
+   * (target-tables.ts says when), so the applier may batch them out of source order. Absent: no.
+   */
+  independentKeys?: boolean;
 }
 
 export interface SourceRelationShape {
@@ -46,6 +51,8 @@ export interface RelationPlan {
   pk: BoundColumn[];
   /** GENERATED ALWAYS AS IDENTITY columns take the source's value, which needs OVERRIDING SYSTEM VALUE. */
   overridingSystemValue: boolean;
+  /** TargetTable.independentKeys. */
+  independentKeys: boolean;
 }
 
 export function bindRelation(rel: SourceRelationShape, target: TargetTable): RelationPlan {
@@ -84,7 +91,14 @@ export function bindRelation(rel: SourceRelationShape, target: TargetTable): Rel
     const t = byName.get(name)!;
     return { src: i, name, type: t.type, isPk: true, identityAlways: t.identityAlways };
   });
-  return { display, table: qualifiedName({ schema: target.schema, name: target.name }), writable, pk, overridingSystemValue: overriding };
+  return {
+    display,
+    table: qualifiedName({ schema: target.schema, name: target.name }),
+    writable,
+    pk,
+    overridingSystemValue: overriding,
+    independentKeys: target.independentKeys === true,
+  };
 }
 
 const param = (n: number, c: BoundColumn) => `$${n}::${c.type}`;
@@ -141,4 +155,34 @@ export function deleteSql(plan: RelationPlan): string {
 
 export function existsSql(plan: RelationPlan): string {
   return `SELECT 1 FROM ${plan.table} WHERE ${keyPredicate(plan, 1)}`;
+}
+
+/** Parameters are one text[] per key column; the key join of the batched statements below. */
+function keyJoin(plan: RelationPlan, alias: string, firstArray: number): { arrays: string[]; aliases: string[]; where: string } {
+  const aliases = plan.pk.map((_, i) => `k${i + 1}`);
+  const arrays = plan.pk.map((_, i) => `$${firstArray + i}::text[]`);
+  const where = plan.pk.map((c, i) => `${alias}.${quoteIdent(c.name)} = u.${aliases[i]}::${c.type}`).join(' AND ');
+  return { arrays, aliases, where };
+}
+
+/** Many-row DELETE by key: parameters are one text[] per key column (distinct keys). */
+export function deleteManySql(plan: RelationPlan): string {
+  const k = keyJoin(plan, 'x', 1);
+  return `DELETE FROM ${plan.table} AS x USING unnest(${k.arrays.join(', ')}) AS u(${k.aliases.join(', ')}) WHERE ${k.where}`;
+}
+
+/**
+ * Many-row UPDATE in place by key (rows whose unchanged TOAST values are absent): parameters are
+ * one text[] per `set` column, then one per key column. Keys must be distinct (an UPDATE ... FROM
+ * that matches a row twice changes it once, with either value). Rows missing on the target match
+ * nothing: the statement's row count says how many were there.
+ */
+export function updateManySql(plan: RelationPlan, set: BoundColumn[]): string {
+  if (set.length === 0) throw new Error('updateManySql needs at least one column to set');
+  if (set.some((c) => c.identityAlways || c.isPk)) throw new Error('updateManySql sets neither key nor GENERATED ALWAYS identity columns');
+  const values = set.map((_, i) => `c${i + 1}`);
+  const k = keyJoin(plan, 'x', set.length + 1);
+  const arrays = [...set.map((_, i) => `$${i + 1}::text[]`), ...k.arrays];
+  const sets = set.map((c, i) => `${quoteIdent(c.name)} = u.${values[i]}::${c.type}`).join(', ');
+  return `UPDATE ${plan.table} AS x SET ${sets} FROM unnest(${arrays.join(', ')}) AS u(${[...values, ...k.aliases].join(', ')}) WHERE ${k.where}`;
 }

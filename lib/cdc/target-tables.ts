@@ -1,6 +1,9 @@
 // Reads a target table's columns (type, generated, identity) and primary key from the catalog.
 // Called inside the apply transaction, whose search_path is empty, so format_type() qualifies
 // every non-pg_catalog type (enums, domains) and the cast text means the same in every session.
+// Also whether changes to different keys of the table commute (independentKeys): only when the
+// primary key is the table's one uniqueness rule, no trigger of the user's fires in the apply's
+// replica session (foreign keys' do not: they are origin-only), and equal keys have equal text.
 import type { ClientBase } from 'pg';
 import { ShardctlError } from '../errors';
 import { qualifiedName, TableRef } from './sql';
@@ -29,10 +32,36 @@ export async function loadTargetTable(client: ClientBase, ref: TableRef): Promis
     .filter((r) => r.pk_pos !== null)
     .sort((a, b) => a.pk_pos! - b.pk_pos!)
     .map((r) => r.name);
+  const independent = await client.query<{ independent: boolean }>(INDEPENDENT_KEYS_SQL, [oid]);
   return {
     schema: ref.schema,
     name: ref.name,
     columns: cols.rows.map((r) => ({ name: r.name, type: r.type, generated: r.generated, identityAlways: r.identity_always })),
     primaryKey,
+    independentKeys: independent.rows[0]?.independent === true,
   };
 }
+
+/** Key column types whose text is the value: two keys are equal exactly when their texts are. */
+const EXACT_KEY_TYPES = ['smallint', 'integer', 'bigint', 'uuid', 'text', 'character varying', 'character'];
+
+// Over the table and every partition (a partition may carry its own index or trigger); the
+// partition tree of a table that is not partitioned is empty, not the table.
+const INDEPENDENT_KEYS_SQL = `
+  with rels as (select $1::oid as relid union select relid from pg_catalog.pg_partition_tree($1::oid))
+  select exists (select 1 from pg_catalog.pg_index i where i.indrelid = $1::oid and i.indisprimary)
+     and not exists (select 1 from pg_catalog.pg_index i where i.indrelid in (select relid from rels) and i.indisunique and not i.indisprimary)
+     and not exists (select 1 from pg_catalog.pg_constraint c where c.conrelid in (select relid from rels) and c.contype = 'x')
+     and not exists (
+       select 1 from pg_catalog.pg_trigger t
+         join pg_catalog.pg_proc p on p.oid = t.tgfoid join pg_catalog.pg_namespace n on n.oid = p.pronamespace
+        where t.tgrelid in (select relid from rels) and t.tgenabled in ('A', 'R') and n.nspname <> 'shardctl')
+     and not exists (
+       select 1 from pg_catalog.pg_index i
+         cross join lateral pg_catalog.unnest(i.indkey::int2[]) as k(attnum)
+         join pg_catalog.pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum
+         left join pg_catalog.pg_collation co on co.oid = a.attcollation
+        where i.indrelid = $1::oid and i.indisprimary
+          and (pg_catalog.format_type(a.atttypid, null) <> all (array[${EXACT_KEY_TYPES.map((t) => `'${t}'`).join(', ')}])
+               or not coalesce(co.collisdeterministic, true)))
+     as independent`;

@@ -17,7 +17,7 @@ const rel: Relation = {
   ],
 };
 
-function fakeClient(opts: { existingRows?: number } = {}) {
+function fakeClient(opts: { existingRows?: number; independentKeys?: boolean; small?: boolean } = {}) {
   const log: { text: string; values?: unknown[] }[] = [];
   const client = {
     async query(q: any, values?: unknown[]) {
@@ -31,10 +31,12 @@ function fakeClient(opts: { existingRows?: number } = {}) {
             { name: 'tenant_id', type: 'text', generated: false, identity_always: false, pk_pos: 0 },
             { name: 'id', type: 'integer', generated: false, identity_always: false, pk_pos: 1 },
             { name: 'big', type: 'text', generated: false, identity_always: false, pk_pos: null },
+            ...(opts.small ? [{ name: 'small', type: 'integer', generated: false, identity_always: false, pk_pos: null }] : []),
           ],
-          rowCount: 3,
+          rowCount: opts.small ? 4 : 3,
         };
       }
+      if (text.includes('as independent')) return { rows: [{ independent: opts.independentKeys ?? false }], rowCount: 1 };
       if (/^(UPDATE|SELECT 1)/.test(text)) return { rows: [], rowCount: opts.existingRows ?? 1 };
       return { rows: [], rowCount: 1 };
     },
@@ -156,5 +158,57 @@ describe('ChangeApplier', () => {
         type: 'PreconditionFailed',
       });
     }
+  });
+
+  const wide: Relation = { ...rel, columns: [...rel.columns, { name: 'small', isKey: false, typeOid: 23, typeMod: -1 }] };
+  const other: Relation = { ...wide, relationOid: 2, name: 'notes' };
+  const narrowOther: Relation = { ...rel, relationOid: 3, name: 'notes' };
+  const statementsOf = (log: { text: string }[]) =>
+    log.filter((l) => /^(INSERT|UPDATE|DELETE)/.test(l.text)).map((l) => `${l.text.split(' ')[0]} ${/"public"\."\w+"/.exec(l.text)![0]}`);
+
+  it('batches a table with independent keys across tables and kinds: one statement per table and kind, a repeated key ending the batch', async () => {
+    const { client, log } = fakeClient({ independentKeys: true, existingRows: 2, small: true });
+    const a = new ChangeApplier(client, 'm1', 'forward', null);
+    for (const [b, e, i] of [
+      ['0/100', '0/180', 1],
+      ['0/200', '0/280', 2],
+      ['0/300', '0/380', 3],
+    ] as const) {
+      await a.begin(b);
+      await a.apply({ tag: 'insert', relation: wide, newTuple: ['acme', String(i), 'x', '1'] });
+      await a.apply({ tag: 'insert', relation: other, newTuple: ['acme', String(i), 'n', '1'] });
+      await a.apply({ tag: 'delete', relation: wide, oldKind: 'K', oldTuple: ['acme', String(10 + i), null, null] });
+      await a.apply({ tag: 'update', relation: wide, oldKind: null, oldTuple: null, newTuple: ['acme', String(20 + i), UNCHANGED_TOAST, '5'] });
+      await a.commit(e);
+    }
+    await a.begin('0/400');
+    await a.apply({ tag: 'delete', relation: wide, oldKind: 'K', oldTuple: ['acme', '1', null, null] }); // 1 is in the pending upsert batch
+    await a.commit('0/480');
+    await a.commitPending();
+    const writes = statementsOf(log);
+    expect(writes).toEqual(['INSERT "public"."docs"', 'DELETE "public"."docs"', 'UPDATE "public"."docs"', 'INSERT "public"."notes"', 'DELETE "public"."docs"']);
+    const del = log.find((l) => l.text.startsWith('DELETE'))!;
+    expect(del.text).toContain('USING unnest($1::text[], $2::text[])');
+    expect(del.values).toEqual([
+      ['acme', 'acme', 'acme'],
+      ['11', '12', '13'],
+    ]);
+    // Three in-place updates, two rows found: one counted as skipped, as the row-by-row path would.
+    expect(a.stats).toMatchObject({ transactionsApplied: 4, rowsApplied: 12, rowsSkippedIncomplete: 1 });
+  });
+
+  it('keeps source order exactly for a table whose keys are not independent: each change of table or kind ends the batch', async () => {
+    const { client, log } = fakeClient({ independentKeys: false });
+    const a = new ChangeApplier(client, 'm1', 'forward', null);
+    await a.begin('0/100');
+    await a.apply({ tag: 'insert', relation: rel, newTuple: ['acme', '1', 'x'] });
+    await a.apply({ tag: 'insert', relation: narrowOther, newTuple: ['acme', '1', 'n'] });
+    await a.apply({ tag: 'insert', relation: rel, newTuple: ['acme', '2', 'x'] });
+    await a.apply({ tag: 'delete', relation: rel, oldKind: 'K', oldTuple: ['acme', '3', null] });
+    await a.apply({ tag: 'insert', relation: rel, newTuple: ['acme', '4', 'x'] });
+    await a.commit('0/180');
+    await a.commitPending();
+    const writes = statementsOf(log);
+    expect(writes).toEqual(['INSERT "public"."docs"', 'INSERT "public"."notes"', 'INSERT "public"."docs"', 'DELETE "public"."docs"', 'INSERT "public"."docs"']);
   });
 });
