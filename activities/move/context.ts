@@ -51,10 +51,12 @@ export function activitySignal(): AbortSignal | undefined {
 /**
  * Runs an activity body: heartbeats every second while it runs (so a killed worker is noticed
  * within the heartbeat timeout, even during one long SQL call), and turns permanent failures
- * into non-retryable ApplicationFailures carrying the error's `type`.
+ * into non-retryable ApplicationFailures carrying the error's `type`. `timerBeats`, when given,
+ * stops the timer's beats while it answers false: the body then beats on progress only, so a hung
+ * call lets the heartbeat timeout hand the activity to another worker (the cutover's frozen window).
  */
-export async function typed<T>(fn: () => Promise<T>): Promise<T> {
-  const timer = setInterval(() => beat(), 1000);
+export async function typed<T>(fn: () => Promise<T>, opts: { timerBeats?: () => boolean } = {}): Promise<T> {
+  const timer = setInterval(() => (opts.timerBeats?.() ?? true) && beat(), 1000);
   try {
     return await fn();
   } catch (e: any) {

@@ -8,6 +8,7 @@ import { testConfig, closePools, shardPool, directoryPool } from '../helpers/sta
 import * as H from '../helpers/move';
 import { liveCutoverSteps, LiveCutoverEnv } from '../../lib/cutover/live';
 import type { CutoverPlan } from '../../lib/cutover/steps';
+import { freezeLease } from '../../lib/cutover/lease';
 import { getUnitFence } from '../../lib/shard/fence';
 import { shardByName } from '../../lib/config';
 
@@ -53,7 +54,17 @@ function gate() {
 }
 
 function planFor(tenant: string): CutoverPlan {
-  return { unit: tenant, moveId: `${tenant}.e1`, owner: OWNER, next: NEXT, epoch: 1, direction: 'forward', fenceBudgetMs: 5000, actor: 'lost-switch-test' };
+  return {
+    unit: tenant,
+    moveId: `${tenant}.e1`,
+    owner: OWNER,
+    next: NEXT,
+    epoch: 1,
+    direction: 'forward',
+    fenceBudgetMs: 5000,
+    lease: freezeLease(5000, 3000),
+    actor: 'lost-switch-test',
+  };
 }
 
 /** The early attempt freezes, the late one takes the freeze over; both are then free to switch. */
@@ -126,6 +137,7 @@ describe('cutover: a switch that loses the directory compare-and-set', () => {
       epoch: 1,
       direction: 'forward',
       fenceBudgetMs: 5000,
+      lease: freezeLease(5000, 3000),
       actor: 'lost-switch-test',
     };
     const early = liveCutoverSteps(plan, env());
