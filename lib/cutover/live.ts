@@ -129,10 +129,23 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
     async raiseFence(lockBudgetMs) {
       // Returns once every in-flight writer of the unit has finished. A writer holding its
       // transaction open past the budget makes us back off, never wait open-ended.
+      if (freezeGen === undefined) throw new Error(`raise of ${unit}'s fence without a freeze of this attempt`);
       try {
         // A lease: cut off from us, the owner reopens the unit's writes by itself once it runs out.
-        await freezeSource(env.ownerPool, unit, epoch, { lockTimeoutMs: lockBudgetMs, token, marker: fenceMarker, leaseMs: plan.lease.leaseMs });
-        return { ok: true };
+        // Ordered by freeze generation: a later freeze's raise (perhaps pinned already) is never replaced.
+        const r = await freezeSource(env.ownerPool, unit, epoch, {
+          lockTimeoutMs: lockBudgetMs,
+          token,
+          marker: fenceMarker,
+          leaseMs: plan.lease.leaseMs,
+          gen: freezeGen,
+        });
+        if (r.ok) return { ok: true };
+        const f = r.current;
+        return {
+          ok: false,
+          reason: `${owner}'s fence of ${unit} was not raised for this attempt: ${f && f.epoch > epoch ? `it is at epoch ${f.epoch}` : `a later freeze (generation ${f?.freezeGen}, this attempt's ${freezeGen}) raised it`}`,
+        };
       } catch (e: any) {
         if (e?.code !== '55P03') throw e;
         return { ok: false, reason: `in-flight writers of ${unit} held the fence lock longer than the budget of ${lockBudgetMs} ms` };

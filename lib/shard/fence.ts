@@ -26,6 +26,8 @@ export interface FenceState {
   frozenUntil?: string;
   /** Set (true) when the row is still marked frozen but its lease has run out: writes pass. */
   leaseExpired?: boolean;
+  /** The highest directory generation of a cutover freeze that raised this fence (absent: none yet). */
+  freezeGen?: number;
   /** The cutover attempt that froze it (absent when open or frozen without a token). */
   freezeToken?: string;
   /**
@@ -37,7 +39,7 @@ export interface FenceState {
 
 export async function getUnitFence(db: Pool | PoolClient, unit: string): Promise<FenceState | undefined> {
   const r = await db.query(
-    `select unit, epoch, owned, frozen, ${FROZEN_NOW_SQL} as frozen_now, frozen_until, freeze_token, accept_gen from shardctl.fence where unit = $1`,
+    `select unit, epoch, owned, frozen, ${FROZEN_NOW_SQL} as frozen_now, frozen_until, freeze_token, accept_gen, freeze_gen from shardctl.fence where unit = $1`,
     [unit],
   );
   if (r.rowCount === 0) return undefined;
@@ -53,6 +55,7 @@ export async function getUnitFence(db: Pool | PoolClient, unit: string): Promise
   // Only when there is something to say, so a plain fence reads as before.
   if (row.frozen && row.frozen_until) f.frozenUntil = new Date(row.frozen_until).toISOString();
   if (row.frozen && !row.frozen_now) f.leaseExpired = true;
+  if (row.freeze_gen !== null) f.freezeGen = Number(row.freeze_gen);
   return f;
 }
 
@@ -76,6 +79,8 @@ export async function setUnitFence(
     marker?: string;
     /** A freeze's lease: it stops refusing writes this long after it is written, on the shard's clock. */
     leaseMs?: number;
+    /** Raising for the cutover freeze of this directory generation: refused if a later freeze raised it. */
+    freezeGen?: number;
   } = {},
 ): Promise<{ ok: boolean; current: FenceState | undefined; waitedMs: number }> {
   return inTransaction(pool, async (c) => {
@@ -93,7 +98,9 @@ export async function setUnitFence(
       (opts.expectTokenIn !== undefined && current?.freezeToken !== undefined && !opts.expectTokenIn.includes(current.freezeToken)) ||
       // A later freeze's attempt already accepted this epoch (or took its acceptance back): not ours to overwrite.
       (opts.acceptGen !== undefined && current?.epoch === next.epoch && current.acceptGen !== undefined && current.acceptGen > opts.acceptGen) ||
-      (opts.onlyAcceptGen !== undefined && !(current?.epoch === next.epoch && current.acceptGen === opts.onlyAcceptGen));
+      (opts.onlyAcceptGen !== undefined && !(current?.epoch === next.epoch && current.acceptGen === opts.onlyAcceptGen)) ||
+      // A later freeze already raised this fence: a superseded attempt's late raise changes nothing.
+      (opts.freezeGen !== undefined && current?.freezeGen !== undefined && current.freezeGen > opts.freezeGen);
     // Nothing written: the transaction commits empty.
     if (mismatch || (current && next.epoch < current.epoch)) return { ok: false, current, waitedMs };
     const token = next.frozen ? (next.freezeToken ?? null) : null;
@@ -105,6 +112,7 @@ export async function setUnitFence(
     if (
       current &&
       leaseMs === null &&
+      opts.freezeGen === undefined &&
       !current.leaseExpired &&
       current.frozenUntil === undefined &&
       current.epoch === next.epoch &&
@@ -116,11 +124,12 @@ export async function setUnitFence(
       return { ok: true, current, waitedMs };
     }
     await c.query(
-      `insert into shardctl.fence(unit, epoch, owned, frozen, freeze_token, accept_gen, frozen_until, updated_at)
-       values ($1, $2, $3, $4, $5, $6, pg_catalog.clock_timestamp() + $7::bigint * interval '1 millisecond', now())
+      `insert into shardctl.fence(unit, epoch, owned, frozen, freeze_token, accept_gen, frozen_until, freeze_gen, updated_at)
+       values ($1, $2, $3, $4, $5, $6, pg_catalog.clock_timestamp() + $7::bigint * interval '1 millisecond', $8, now())
        on conflict (unit) do update set epoch = excluded.epoch, owned = excluded.owned, frozen = excluded.frozen,
-         freeze_token = excluded.freeze_token, accept_gen = excluded.accept_gen, frozen_until = excluded.frozen_until, updated_at = now()`,
-      [next.unit, next.epoch, next.owned, next.frozen, token, acceptGen, leaseMs],
+         freeze_token = excluded.freeze_token, accept_gen = excluded.accept_gen, frozen_until = excluded.frozen_until,
+         freeze_gen = greatest(shardctl.fence.freeze_gen, excluded.freeze_gen), updated_at = now()`,
+      [next.unit, next.epoch, next.owned, next.frozen, token, acceptGen, leaseMs, opts.freezeGen ?? null],
     );
     return { ok: true, current: await getUnitFence(c, next.unit), waitedMs };
   });
@@ -141,18 +150,20 @@ export function installOwner(pool: Pool, unit: string, epoch: number, lockTimeou
  * with SQLSTATE 55P03 instead of stretching the pause open-ended. With `leaseMs` the freeze is a
  * lease: `leaseMs` after it is written (the shard's clock), writes at the owner's epoch pass
  * again unless `pinFreeze` made it permanent first, so a worker cut off from this shard cannot
- * leave the unit frozen (DESIGN.md §5.8). Without it the freeze lasts until lowered.
+ * leave the unit frozen (DESIGN.md §5.8). Without it the freeze lasts until lowered. With `gen`
+ * (the directory generation of the cutover's freeze) it is refused (`ok: false`) once a later
+ * freeze raised this fence: raises are ordered as the directory ordered their freezes.
  */
 export function freezeSource(
   pool: Pool,
   unit: string,
   epoch: number,
-  opts: { lockTimeoutMs?: number; token?: string; marker?: string; leaseMs?: number } = {},
+  opts: { lockTimeoutMs?: number; token?: string; marker?: string; leaseMs?: number; gen?: number } = {},
 ) {
   return setUnitFence(
     pool,
     { unit, epoch, owned: true, frozen: true, freezeToken: opts.token },
-    { lockTimeoutMs: opts.lockTimeoutMs, marker: opts.marker, leaseMs: opts.leaseMs },
+    { lockTimeoutMs: opts.lockTimeoutMs, marker: opts.marker, leaseMs: opts.leaseMs, freezeGen: opts.gen },
   );
 }
 

@@ -35,6 +35,10 @@ alter table shardctl.fence add column if not exists accept_gen bigint;
 -- server's own clock, the freeze no longer refuses writes. NULL with frozen: a freeze that never
 -- expires (pinned right before a switch, or written by an older shardctl).
 alter table shardctl.fence add column if not exists frozen_until timestamptz;
+-- The highest directory generation of a cutover freeze that raised this fence (kept by every later
+-- change): a superseded attempt's late raise is refused, so it cannot replace a later attempt's
+-- pinned freeze with a lease that would run out after that attempt's switch.
+alter table shardctl.fence add column if not exists freeze_gen bigint;
 
 create table if not exists shardctl.move_progress (
   move_id text not null,

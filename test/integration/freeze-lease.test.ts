@@ -172,6 +172,29 @@ describe('freeze lease on the source shard', () => {
     expect(await writes(OWNER, tenant, 1)).toBe('ok');
   });
 
+  it("a superseded attempt's late raise is refused: it cannot replace the later attempt's pinned freeze with a lease that runs out after its switch", async () => {
+    const tenant = await H.newTenant(OWNER, 'fr');
+    const plan = planFor(tenant, { leaseMs: 1500, switchWithinMs: 1200 });
+    const a = liveCutoverSteps(plan, env());
+    expect(await a.freeze(await a.standing())).toEqual({ ok: true });
+    // A pauses before its raise; B takes the freeze over, raises, pins and switches.
+    const b = liveCutoverSteps(plan, env());
+    expect(await b.freeze(await b.standing())).toEqual({ ok: true });
+    expect(await b.raiseFence(1000)).toEqual({ ok: true });
+    expect(await b.pinFreeze()).toEqual({ ok: true });
+    const late = await a.raiseFence(1000);
+    expect(late.ok).toBe(false);
+    expect(late.ok ? '' : late.reason).toMatch(/a later freeze \(generation \d+, this attempt's \d+\) raised it/);
+    await b.switchOwner('0/0', null);
+    expect(await H.placement(tenant)).toMatchObject({ shard: NEXT, epoch: 2, state: 'active' });
+    // B's disown has not reached the old owner yet; A's lease, had it replaced B's pin, runs out now.
+    await sleep(1800);
+    expect(await getUnitFence(shardPool(OWNER), tenant)).toMatchObject({ epoch: 1, owned: true, frozen: true });
+    expect(await writes(OWNER, tenant, 1)).toBe('SC423');
+    await b.finishOldOwner();
+    expect(await writes(OWNER, tenant, 1)).toBe('SC421');
+  });
+
   it("after a switch whose old owner is never disowned, the old owner's lease running out reopens nothing: the stale epoch stays refused", async () => {
     const tenant = await H.newTenant(OWNER, 'fo');
     const s = liveCutoverSteps(planFor(tenant, { leaseMs: 1200, switchWithinMs: 800 }), env());
