@@ -5,14 +5,13 @@
 // refuses a switch after its freeze's switch deadline; and no write is ever accepted under a
 // stale epoch, not even once the lease of an old owner whose disown never arrived has run out.
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
-import { testConfig, closePools, shardPool, directoryPool } from '../helpers/stack';
+import { closePools, shardPool, directoryPool } from '../helpers/stack';
 import * as H from '../helpers/move';
 import { freezeSource, pinFreeze, getUnitFence } from '../../lib/shard/fence';
 import { compareAndSetPlacement } from '../../lib/directory/placements';
-import { liveCutoverSteps, type LiveCutoverEnv } from '../../lib/cutover/live';
+import { liveCutoverSteps } from '../../lib/cutover/live';
 import type { CutoverPlan } from '../../lib/cutover/steps';
 import type { FreezeLease } from '../../lib/cutover/lease';
-import { shardByName } from '../../lib/config';
 import { sleep } from '../../lib/dev/proc';
 
 const OWNER = 'shard-a';
@@ -25,26 +24,9 @@ afterAll(async () => {
   await closePools();
 });
 
-/** A write through the router's own check (begin_unit_write), rolled back; its SQLSTATE or 'ok'. */
-async function tryRouterWrite(shard: string, tenant: string, epoch: number): Promise<string> {
-  const c = await shardPool(shard).connect();
-  try {
-    await c.query('begin');
-    await c.query('select shardctl.begin_unit_write($1, $2)', [tenant, epoch]);
-    await c.query(`insert into public.events(tenant_id, kind) values ($1, 'probe')`, [tenant]);
-    await c.query('rollback');
-    return 'ok';
-  } catch (e: any) {
-    await c.query('rollback').catch(() => {});
-    return e.code ?? String(e.message);
-  } finally {
-    c.release();
-  }
-}
-
 /** Both writers' paths (the router's and a writer outside it) answer the same. */
 async function writes(shard: string, tenant: string, epoch: number): Promise<string> {
-  const [a, b] = [await tryRouterWrite(shard, tenant, epoch), await H.tryWrite(shard, tenant, epoch)];
+  const [a, b] = [await H.tryWrite(shard, tenant, epoch, 'router'), await H.tryWrite(shard, tenant, epoch)];
   return a === b ? a : `router ${a}, unrouted ${b}`;
 }
 
@@ -57,21 +39,7 @@ async function untilLeaseRunsOut(shard: string, tenant: string, boundMs: number)
   }
 }
 
-function env(): LiveCutoverEnv {
-  const config = testConfig();
-  return {
-    directory: directoryPool(),
-    ownerPool: shardPool(OWNER),
-    nextPool: shardPool(NEXT),
-    ownerDsn: shardByName(config, OWNER).dsn,
-    tenantColumn: config.tenant.column,
-    tables: async () => [],
-    syncBlobs: async () => undefined,
-    unfencedTables: async () => [],
-    maxTxBytes: config.limits.applyMaxTxBytes,
-    beat: () => {},
-  };
-}
+const env = () => H.bareCutoverEnv(OWNER, NEXT);
 
 function planFor(tenant: string, lease: FreezeLease): CutoverPlan {
   return { unit: tenant, moveId: `${tenant}.e1`, owner: OWNER, next: NEXT, epoch: 1, direction: 'forward', fenceBudgetMs: 1000, lease, actor: 'lease-test' };
