@@ -10,10 +10,34 @@ export interface Deps extends Connections {
   faultPoint(name: string): Promise<void>;
   /** The worker's metrics (lib/obs/metrics.ts); absent in direct calls (tests, the CLI's dry run). */
   metrics?: Metrics;
+  /**
+   * Pools for the cutover's frozen window: every statement bounded by
+   * `limits.frozenWindowQueryTimeoutMs` (client and server side), connects bounded too, TCP
+   * keepalive on, so a blackholed link fails the step well inside the freeze's lease.
+   */
+  frozenWindow: Pick<Connections, 'shardPool' | 'directoryPool'>;
 }
 
 export function createDeps(config: Config, opts: { faultPoint?: (name: string) => Promise<void>; metrics?: Metrics } = {}): Deps {
   // application_name marks shardctl's own data-plane sessions (see lib/shard/write-audit.ts).
   const conns = createConnections(config, { applicationName: 'shardctl-worker', max: 10 });
-  return { ...conns, config, faultPoint: opts.faultPoint ?? (async () => {}), metrics: opts.metrics };
+  const q = config.limits.frozenWindowQueryTimeoutMs;
+  const bounded = createConnections(config, {
+    applicationName: 'shardctl-worker',
+    max: 4,
+    queryTimeoutMs: q,
+    statementTimeoutMs: q,
+    connectionTimeoutMillis: q,
+    keepAliveInitialDelayMs: 1000,
+  });
+  return {
+    ...conns,
+    async close() {
+      await Promise.all([conns.close(), bounded.close()]);
+    },
+    config,
+    faultPoint: opts.faultPoint ?? (async () => {}),
+    metrics: opts.metrics,
+    frozenWindow: { shardPool: bounded.shardPool, directoryPool: bounded.directoryPool },
+  };
 }

@@ -83,6 +83,17 @@ export const configSchema = z.object({
         .default(64 * 1024 * 1024),
       lagThresholdMs: z.number().int().positive().default(1000),
       fenceBudgetMs: z.number().int().positive().default(2000),
+      /**
+       * The source's freeze is a lease of the fence budget plus this (lib/cutover/lease.ts): a
+       * worker cut off from the source cannot keep the unit frozen longer (DESIGN.md §5.8).
+       */
+      freezeLeaseExtraMs: z.number().int().min(1500).default(3000),
+      /**
+       * Each statement a cutover sends inside its frozen window (source, target, directory) fails
+       * after this, and those connections use TCP keepalive: a blackholed link fails the step
+       * instead of hanging. Keep it well under the lease (fence budget + freezeLeaseExtraMs).
+       */
+      frozenWindowQueryTimeoutMs: z.number().int().positive().default(2500),
       soakSeconds: z
         .number()
         .int()

@@ -24,6 +24,10 @@ export interface ConnectionOptions {
   connectionTimeoutMillis?: number;
   /** Client-side limit on one query (node-pg's query_timeout). */
   queryTimeoutMs?: number;
+  /** Server-side limit on one statement (statement_timeout, set at connect). */
+  statementTimeoutMs?: number;
+  /** TCP keepalive's first probe after this idle time (default LINK's): a dead peer is noticed without a query timing out. */
+  keepAliveInitialDelayMs?: number;
   /** Sessions refuse writes (loadgen verify, read-only verbs). */
   readOnly?: boolean;
 }
@@ -36,8 +40,9 @@ export function openPool(dsn: string, opts: ConnectionOptions = {}): Pool {
       idleTimeoutMillis: 30_000,
       connectionTimeoutMillis: opts.connectionTimeoutMillis ?? LINK.poolWaitTimeoutMs,
       keepAlive: LINK.keepAlive,
-      keepAliveInitialDelayMillis: LINK.keepAliveInitialDelayMillis,
+      keepAliveInitialDelayMillis: opts.keepAliveInitialDelayMs ?? LINK.keepAliveInitialDelayMillis,
       query_timeout: opts.queryTimeoutMs,
+      statement_timeout: opts.statementTimeoutMs,
       application_name: opts.applicationName,
       options: opts.readOnly ? '-c default_transaction_read_only=on' : undefined,
     }),

@@ -16,19 +16,24 @@ export function hardenPool<P extends Pool>(pool: P): P {
   return pool;
 }
 
-/** Runs fn in one transaction on a client of the pool: commit on success, rollback on error. */
+/**
+ * Runs fn in one transaction on a client of the pool: commit on success, rollback on error. A
+ * client whose rollback fails too (a query timeout, a dead or blackholed connection) is discarded:
+ * its connection may still carry the unanswered query, and the next user would wait behind it.
+ */
 export async function inTransaction<T>(pool: Pool, fn: (c: PoolClient) => Promise<T>): Promise<T> {
   const c = await pool.connect();
+  let broken = false;
   try {
     await c.query('begin');
     const out = await fn(c);
     await c.query('commit');
     return out;
   } catch (e) {
-    await c.query('rollback').catch(() => {});
+    await c.query('rollback').catch(() => (broken = true));
     throw e;
   } finally {
-    c.release();
+    c.release(broken);
   }
 }
 

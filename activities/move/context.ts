@@ -54,9 +54,11 @@ export function activitySignal(): AbortSignal | undefined {
  * into non-retryable ApplicationFailures carrying the error's `type`. With `heartbeat: 'progress'`
  * there is no timer: the body heartbeats as it makes its way, so a body stuck on a server that
  * stopped answering stops heartbeating and Temporal hands the activity to another attempt.
+ * `timerBeats`, when given, stops the timer's beats while it answers false (the cutover's frozen
+ * window beats on progress only, the same way).
  */
-export async function typed<T>(fn: () => Promise<T>, o: { heartbeat?: 'timer' | 'progress' } = {}): Promise<T> {
-  const timer = o.heartbeat === 'progress' ? undefined : setInterval(() => beat(), 1000);
+export async function typed<T>(fn: () => Promise<T>, o: { heartbeat?: 'timer' | 'progress'; timerBeats?: () => boolean } = {}): Promise<T> {
+  const timer = o.heartbeat === 'progress' ? undefined : setInterval(() => (o.timerBeats?.() ?? true) && beat(), 1000);
   beat();
   try {
     return await fn();

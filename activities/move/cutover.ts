@@ -5,9 +5,11 @@
 import { shardByName } from '../../lib/config';
 import { z } from 'zod';
 import type { Deps } from '../deps';
-import { moveRef, tenantTables, beat, parse, typed, syncUnitBlobs } from './context';
+import { moveRef, beat, parse, typed, syncUnitBlobs } from './context';
 import { ends } from './data';
 import { runCutover, type CutoverResult, type CutoverPlan } from '../../lib/cutover/steps';
+import { freezeLease } from '../../lib/cutover/lease';
+import { listTenantTables } from '../../lib/shard/tables';
 import { liveCutoverSteps } from '../../lib/cutover/live';
 import { fenceStatus } from '../../lib/shard/prepare';
 import { cutoverAbortReason } from '../../lib/obs/metrics';
@@ -45,37 +47,54 @@ export function createCutoverActivities(deps: Deps) {
   return {
     async cutover(input: z.infer<typeof cutoverInput>): Promise<CutoverResult> {
       const ref = parse(cutoverInput, input);
-      return typed(async () => {
-        const { from: owner, to: next } = ends(ref, ref.direction);
-        const plan: CutoverPlan = {
-          unit: ref.unit,
-          moveId: ref.moveId,
-          owner,
-          next,
-          epoch: ref.epoch,
-          direction: ref.direction,
-          fenceBudgetMs: ref.fenceBudgetMs,
-          actor: ref.actor,
-        };
-        const steps = liveCutoverSteps(plan, {
-          directory: deps.directoryPool(),
-          ownerPool: deps.shardPool(owner),
-          nextPool: deps.shardPool(next),
-          ownerDsn: shardByName(deps.config, owner).dsn,
-          tenantColumn: deps.config.tenant.column,
-          tables: () => tenantTables(deps, owner),
-          syncBlobs: () => syncUnitBlobs(deps, owner, next, ref.unit, { hashUnchanged: false }),
-          unfencedTables: async (side) => (await fenceStatus(deps.shardPool(side === 'owner' ? owner : next), deps.config)).unfenced,
-          maxTxBytes: deps.config.limits.applyMaxTxBytes,
-          deltaToken: ref.deltaToken,
-          beat,
-          faultPoint: deps.faultPoint,
-        });
-        deps.metrics?.cutoverAttempts.inc({ direction: ref.direction });
-        const r = await runCutover(steps, plan, { faultPoint: deps.faultPoint, now: Date.now });
-        observeCutover(deps, ref, r);
-        return r;
-      });
+      // Until the freeze the timer heartbeats; from it on only the steps' progress does (hooks.progress).
+      let frozenWindow = false;
+      return typed(
+        async () => {
+          const { from: owner, to: next } = ends(ref, ref.direction);
+          const plan: CutoverPlan = {
+            unit: ref.unit,
+            moveId: ref.moveId,
+            owner,
+            next,
+            epoch: ref.epoch,
+            direction: ref.direction,
+            fenceBudgetMs: ref.fenceBudgetMs,
+            lease: freezeLease(ref.fenceBudgetMs, deps.config.limits.freezeLeaseExtraMs),
+            actor: ref.actor,
+          };
+          // Every statement of the cutover runs on the bounded pools: inside the frozen window a
+          // blackholed server must fail the step well before the lease runs out, not hang it.
+          const pools = deps.frozenWindow;
+          const t = deps.config.tenant;
+          const steps = liveCutoverSteps(plan, {
+            directory: pools.directoryPool(),
+            ownerPool: pools.shardPool(owner),
+            nextPool: pools.shardPool(next),
+            ownerDsn: shardByName(deps.config, owner).dsn,
+            tenantColumn: deps.config.tenant.column,
+            tables: () => listTenantTables(pools.shardPool(owner), { column: t.column, schemas: t.schemas, tables: t.tables }),
+            syncBlobs: () => syncUnitBlobs(deps, owner, next, ref.unit, { hashUnchanged: false }),
+            unfencedTables: async (side) => (await fenceStatus(pools.shardPool(side === 'owner' ? owner : next), deps.config)).unfenced,
+            maxTxBytes: deps.config.limits.applyMaxTxBytes,
+            deltaToken: ref.deltaToken,
+            beat,
+            faultPoint: deps.faultPoint,
+          });
+          deps.metrics?.cutoverAttempts.inc({ direction: ref.direction });
+          const r = await runCutover(steps, plan, {
+            faultPoint: deps.faultPoint,
+            now: Date.now,
+            progress: (step) => {
+              frozenWindow = true;
+              beat({ step });
+            },
+          });
+          observeCutover(deps, ref, r);
+          return r;
+        },
+        { timerBeats: () => !frozenWindow },
+      );
     },
   };
 }

@@ -12,6 +12,7 @@ import { fenceStatus } from '../../lib/shard/prepare';
 import { hasMoveProgress } from '../../lib/cdc/progress';
 import { globalUniqueKeys, firstKeyCollision, collisionReason } from '../../lib/shard/unique-keys';
 import { runCutover } from '../../lib/cutover/steps';
+import { freezeLease } from '../../lib/cutover/lease';
 import { dryRunCutoverSteps } from '../../lib/cutover/dry-run';
 import { moveIdFor } from '../../lib/ids';
 import { tenantTables, parse, typed, activityRunId, shardBucket } from './context';
@@ -140,6 +141,7 @@ export function createPlanActivities(deps: Deps) {
           epoch: p.epoch,
           direction: 'forward' as const,
           fenceBudgetMs: fenceBudgetMs ?? deps.config.limits.fenceBudgetMs,
+          lease: freezeLease(fenceBudgetMs ?? deps.config.limits.fenceBudgetMs, deps.config.limits.freezeLeaseExtraMs),
           actor: 'plan',
         };
         const dry = dryRunCutoverSteps(plan, { tables: tables.map((t) => t.table) });

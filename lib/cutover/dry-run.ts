@@ -59,6 +59,12 @@ export function dryRunCutoverSteps(plan: CutoverPlan, opts: { standing?: Standin
       say(`measure where reverse replication (${next} -> ${owner}) will start: ${next}'s WAL position now`);
       return '<reverse start>';
     },
+    async pinFreeze() {
+      say(
+        `pin the freeze on ${owner}: it stops expiring (its lease is ${plan.lease.leaseMs} ms), refused if the lease already ran out; the directory refuses the switch ${plan.lease.switchWithinMs} ms after the freeze`,
+      );
+      return { ok: true };
+    },
     async switchOwner() {
       say(
         `${POINT_OF_NO_RETURN_MARK}: ${next} accepts ${unit} at epoch ${epoch + 1}; directory compare-and-set (${owner}, epoch ${epoch}, moving, this freeze token) -> (${next}, epoch ${epoch + 1}, active), recording the reverse start with it`,

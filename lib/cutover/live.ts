@@ -1,12 +1,13 @@
 // The live implementation of the cutover's steps (see steps.ts): the directory, the two shards'
 // fences and the replication stream. Every statement is a named function of the module that
-// owns its table. Node-only.
+// owns its table. Node-only. The pools are the worker's frozen-window pools (activities/deps.ts):
+// every statement is bounded, so a step against a dead or blackholed server fails, never hangs.
 import type { Pool } from 'pg';
 import type { TenantTable } from '../shard/tables';
 import { getPlacement, compareAndSetPlacement } from '../directory/placements';
 import { measuredPauseMs } from '../directory/moves';
 import { randomUUID } from 'node:crypto';
-import { freezeSource, unfreeze, acceptEpoch, disown, takeBackAcceptance } from '../shard/fence';
+import { freezeSource, unfreeze, acceptEpoch, disown, takeBackAcceptance, pinFreeze } from '../shard/fence';
 import { applyChangesUntil, currentWalLsn } from '../cdc';
 import { fingerprintUnit, fingerprintUnitKeys, fingerprintDiff } from '../validate/fingerprint';
 import { readDelta } from '../cdc/delta';
@@ -58,6 +59,27 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
   // Marks this attempt's fence point in the change stream (lib/shard/fence.ts FENCE_MARKER_PREFIX).
   const fenceMarker = `${moveId}/${token}`;
 
+  /** Undoes this attempt's freeze: the directory first (only this freeze), then the guarded fence. */
+  async function unfreezeOwn(reason: string): Promise<UnfreezeOutcome> {
+    // The directory goes first (moving -> active, only for this move): if another delivery
+    // already switched, the old owner must stay fenced, so the fence is lowered only after
+    // that compare-and-set, and only from the state this move set.
+    const cas = await compareAndSetPlacement(
+      env.directory,
+      unit,
+      { shard: owner, epoch, state: 'moving', moveId, freezeToken: token },
+      { shard: owner, state: 'active', moveId: null },
+      { actor: plan.actor, action: 'unfreeze', reason, detail: { moveId, freezeToken: token } },
+    );
+    if (!cas.ok) {
+      const cur = cas.current;
+      if (cur && cur.shard === next && cur.epoch === newEpoch) return 'switched';
+      if (!(cur && cur.shard === owner && cur.epoch === epoch && cur.state === 'active')) return 'lost';
+    }
+    await unfreeze(env.ownerPool, unit, epoch, myTokens());
+    return 'unfrozen';
+  }
+
   return {
     async standing(): Promise<Standing> {
       const p = await getPlacement(env.directory, unit);
@@ -92,7 +114,8 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
         env.directory,
         unit,
         takeover ? { shard: owner, epoch, state: 'moving', moveId, freezeToken: standing.token ?? null } : { shard: owner, epoch, state: 'active' },
-        { shard: owner, state: 'moving', moveId, freezeToken: token },
+        // The switch deadline starts now, on the directory's clock, before the owner's lease does.
+        { shard: owner, state: 'moving', moveId, freezeToken: token, switchWithinMs: plan.lease.switchWithinMs },
         // A takeover is not a new freeze: the pause is measured from the first one.
         { actor: plan.actor, action: takeover ? 'refreeze' : 'freeze', detail: { moveId, direction: plan.direction, freezeToken: token } },
       );
@@ -106,9 +129,23 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
     async raiseFence(lockBudgetMs) {
       // Returns once every in-flight writer of the unit has finished. A writer holding its
       // transaction open past the budget makes us back off, never wait open-ended.
+      if (freezeGen === undefined) throw new Error(`raise of ${unit}'s fence without a freeze of this attempt`);
       try {
-        await freezeSource(env.ownerPool, unit, epoch, { lockTimeoutMs: lockBudgetMs, token, marker: fenceMarker });
-        return { ok: true };
+        // A lease: cut off from us, the owner reopens the unit's writes by itself once it runs out.
+        // Ordered by freeze generation: a later freeze's raise (perhaps pinned already) is never replaced.
+        const r = await freezeSource(env.ownerPool, unit, epoch, {
+          lockTimeoutMs: lockBudgetMs,
+          token,
+          marker: fenceMarker,
+          leaseMs: plan.lease.leaseMs,
+          gen: freezeGen,
+        });
+        if (r.ok) return { ok: true };
+        const f = r.current;
+        return {
+          ok: false,
+          reason: `${owner}'s fence of ${unit} was not raised for this attempt: ${f && f.epoch > epoch ? `it is at epoch ${f.epoch}` : `a later freeze (generation ${f?.freezeGen}, this attempt's ${freezeGen}) raised it`}`,
+        };
       } catch (e: any) {
         if (e?.code !== '55P03') throw e;
         return { ok: false, reason: `in-flight writers of ${unit} held the fence lock longer than the budget of ${lockBudgetMs} ms` };
@@ -191,6 +228,16 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
       return currentWalLsn(env.nextPool);
     },
 
+    async pinFreeze() {
+      const pinned = await pinFreeze(env.ownerPool, unit, epoch, token);
+      if (pinned.ok) return { ok: true };
+      const f = pinned.current;
+      const why = f?.leaseExpired
+        ? `its lease of ${plan.lease.leaseMs} ms ran out on ${owner}`
+        : `${owner}'s fence is no longer this attempt's freeze (${f ? `epoch ${f.epoch}, ${f.owned ? 'owned' : 'not owned'}, ${f.frozen ? 'frozen' : 'open'}` : 'no fence'})`;
+      return { ok: false, reason: `could not pin the freeze of ${unit} before the switch: ${why}` };
+    },
+
     async switchOwner(fenceLsn, reverseStartLsn) {
       if (freezeGen === undefined) throw new Error(`switch of ${unit} without a freeze of this attempt`);
       const accepted = await acceptEpoch(env.nextPool, unit, newEpoch, freezeGen);
@@ -204,11 +251,13 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
         );
       }
       await env.faultPoint?.(CUTOVER_FAULT_POINTS.afterAcceptEpoch(plan.direction));
-      // Only from this attempt's own freeze: a late attempt cannot switch on another's.
+      // Only from this attempt's own freeze (a late attempt cannot switch on another's), and only
+      // before its switch deadline on the directory's clock: the owner's lease, started after the
+      // deadline's clock, is then still running (lib/cutover/lease.ts), and the freeze is pinned.
       const cas = await compareAndSetPlacement(
         env.directory,
         unit,
-        { shard: owner, epoch, state: 'moving', moveId, freezeToken: token },
+        { shard: owner, epoch, state: 'moving', moveId, freezeToken: token, beforeSwitchDeadline: true },
         { shard: next, state: 'active', moveId: null },
         { actor: plan.actor, action: switchAction, detail: { moveId, from: owner, to: next, fenceLsn, freezeToken: token, reverseStartLsn } },
       );
@@ -221,6 +270,14 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
       // aborted and unfroze): take back this attempt's own acceptance (never a later attempt's,
       // which may be switching the directory to it now), then fail; the next delivery decides afresh.
       await takeBackAcceptance(env.nextPool, unit, newEpoch, freezeGen);
+      if (cur && cur.shard === owner && cur.epoch === epoch && cur.state === 'moving' && cur.freezeToken === token) {
+        // Still this attempt's freeze: refused by its switch deadline. Nothing switched; undo the
+        // freeze as any abort does (its pin means the lease will not do it for us).
+        const u = await unfreezeOwn('switch refused after the switch deadline');
+        throw new Error(
+          `switch refused: the directory's switch deadline for this freeze (${cur.switchDeadline ?? 'none'}) had passed; ${unit} ${u === 'unfrozen' ? 'unfrozen on' : 'left as is on'} ${owner}, will retry`,
+        );
+      }
       // If the directory shows the owner open again, the fence this attempt raised late must not
       // stay up (fail open); the guard leaves any other attempt's freeze alone.
       if (cur && cur.shard === owner && cur.epoch === epoch && cur.state === 'active') await unfreeze(env.ownerPool, unit, epoch, myTokens());
@@ -234,25 +291,7 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
       await disown(env.ownerPool, unit, newEpoch);
     },
 
-    async unfreeze(reason): Promise<UnfreezeOutcome> {
-      // The directory goes first (moving -> active, only for this move): if another delivery
-      // already switched, the old owner must stay fenced, so the fence is lowered only after
-      // that compare-and-set, and only from the state this move set.
-      const cas = await compareAndSetPlacement(
-        env.directory,
-        unit,
-        { shard: owner, epoch, state: 'moving', moveId, freezeToken: token },
-        { shard: owner, state: 'active', moveId: null },
-        { actor: plan.actor, action: 'unfreeze', reason, detail: { moveId, freezeToken: token } },
-      );
-      if (!cas.ok) {
-        const cur = cas.current;
-        if (cur && cur.shard === next && cur.epoch === newEpoch) return 'switched';
-        if (!(cur && cur.shard === owner && cur.epoch === epoch && cur.state === 'active')) return 'lost';
-      }
-      await unfreeze(env.ownerPool, unit, epoch, myTokens());
-      return 'unfrozen';
-    },
+    unfreeze: unfreezeOwn,
 
     measuredPauseMs() {
       return measuredPauseMs(env.directory, unit, moveId, switchAction);

@@ -1,10 +1,13 @@
 // The cutover as a sequence of named verbs (Vitess's traffic switcher, Ghostferry's Run()):
-//   freeze → raiseFence → applyToFencePoint → compare → advanceSequences → switchOwner → finishOldOwner
+//   freeze → raiseFence → applyToFencePoint → compare → advanceSequences → pinFreeze → switchOwner → finishOldOwner
 // `runCutover` is the one sequence; `CutoverSteps` has a live implementation (live.ts) and a
 // dry-run twin (dry-run.ts) that only reports what it would do, so `move plan` and the real
 // move cannot drift apart. `switchOwner` is the point of no return: before it, any failure
 // unfreezes (directory first, then the guarded fence) and returns a reason; after it the
-// cutover is only completed, never undone. Pure orchestration: no I/O of its own.
+// cutover is only completed, never undone. The owner's freeze is a lease (lib/cutover/lease.ts):
+// a worker cut off from the owner cannot hold the unit frozen past it, and `pinFreeze` makes it
+// permanent, while it still runs, right before the switch. Pure orchestration: no I/O of its own.
+import type { FreezeLease } from './lease';
 
 export type Direction = 'forward' | 'reverse';
 
@@ -18,6 +21,8 @@ export interface CutoverPlan {
   epoch: number;
   direction: Direction;
   fenceBudgetMs: number;
+  /** The owner's freeze lease and the directory's switch deadline (freezeLease(fenceBudgetMs, ...)). */
+  lease: FreezeLease;
   actor: string;
 }
 
@@ -58,6 +63,11 @@ export interface CutoverSteps {
   /** Forward only: where reverse replication (next → owner) will start, the next owner's WAL position now. */
   reverseStartLsn(): Promise<string>;
   /**
+   * The owner's freeze stops expiring, refused once its lease ran out (writes may have passed since
+   * the fence point): after a switch nothing but a disown may change the old owner's fence.
+   */
+  pinFreeze(): Promise<StepAnswer>;
+  /**
    * POINT OF NO RETURN: the next owner accepts epoch + 1 and the directory moves to it (only from
    * this attempt's freeze), with the reverse start in the same directory transaction. Throws if lost.
    */
@@ -78,6 +88,11 @@ export interface CutoverHooks {
   /** Named fault points for the crash suite. */
   faultPoint(name: string): Promise<void>;
   now(): number;
+  /**
+   * Called once the unit is frozen and after each step inside the frozen window: the activity's
+   * heartbeat comes from here there, never from a timer that would keep beating while a step hangs.
+   */
+  progress?(step: string): void;
 }
 
 export const CUTOVER_FAULT_POINTS = {
@@ -107,7 +122,10 @@ export async function runCutover(s: CutoverSteps, plan: CutoverPlan, hooks: Cuto
   const left = () => plan.fenceBudgetMs - elapsed();
   // Where the write pause goes: ms since the freeze at the end of each step.
   const steps: Record<string, number> = {};
-  const mark = (name: string) => (steps[name] = elapsed());
+  const mark = (name: string) => {
+    hooks.progress?.(name);
+    return (steps[name] = elapsed());
+  };
   const abort = async (reason: string, mismatches: string[] = []): Promise<CutoverResult> => {
     const u = await s.unfreeze(reason);
     // A concurrent delivery switched meanwhile: that is the answer, once the old owner is
@@ -138,6 +156,7 @@ export async function runCutover(s: CutoverSteps, plan: CutoverPlan, hooks: Cuto
     f = await s.freeze(now);
   }
   if (!f.ok) return { ok: false, reason: f.reason, pauseMs: 0, mismatches: [] };
+  hooks.progress?.('frozen');
 
   // From here to the switch the unit is frozen: every way out, an answer or an exception,
   // unfreezes first (fail open), except when the directory shows someone else's state (fail closed).
@@ -174,6 +193,10 @@ export async function runCutover(s: CutoverSteps, plan: CutoverPlan, hooks: Cuto
     step = 'measure the reverse start';
     if (plan.direction === 'forward') reverseStart = await s.reverseStartLsn();
     if (elapsed() > plan.fenceBudgetMs) return await abort(`fence took longer than its budget of ${plan.fenceBudgetMs} ms; unfenced, will retry`);
+    step = 'pin the freeze';
+    const pin = await s.pinFreeze();
+    mark('pinned');
+    if (!pin.ok) return await abort(pin.reason);
     step = 'before the switch';
     await hooks.faultPoint(CUTOVER_FAULT_POINTS.beforeSwitch(plan.direction));
   } catch (e: any) {

@@ -273,6 +273,8 @@ export function stackConfig(s: Stack): Config {
       applyMaxTxBytes: 64 * 1024 * 1024,
       lagThresholdMs: 1000,
       fenceBudgetMs: 2000,
+      freezeLeaseExtraMs: 3000,
+      frozenWindowQueryTimeoutMs: 2500,
       soakSeconds: 72 * 3600,
       headroomFraction: 0.1,
       rowsPerSecond: 0,

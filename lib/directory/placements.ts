@@ -18,6 +18,8 @@ export interface Placement {
   moveId: string | null;
   /** The token of the cutover attempt that froze the unit (state moving); absent otherwise. */
   freezeToken?: string;
+  /** Moving: the instant (directory clock, ISO) after which this freeze can no longer switch. */
+  switchDeadline?: string;
   expectedLoad: number;
   /** ISO timestamp of the last change. */
   updatedAt: string;
@@ -45,7 +47,7 @@ export type CasResult = { ok: true; placement: Placement; generation: number } |
 
 export type InsertResult = { ok: true; placement: Placement; generation: number } | { ok: false; type: 'exists'; current: Placement };
 
-const COLUMNS = 'unit, kind, shard, epoch, state, move_id, freeze_token, expected_load, updated_at';
+const COLUMNS = 'unit, kind, shard, epoch, state, move_id, freeze_token, switch_deadline, expected_load, updated_at';
 
 export function rowToPlacement(r: any): Placement {
   return {
@@ -56,6 +58,7 @@ export function rowToPlacement(r: any): Placement {
     state: r.state,
     moveId: r.move_id ?? null,
     freezeToken: r.freeze_token ?? undefined,
+    ...(r.switch_deadline ? { switchDeadline: new Date(r.switch_deadline).toISOString() } : {}),
     expectedLoad: Number(r.expected_load),
     updatedAt: r.updated_at instanceof Date ? r.updated_at.toISOString() : String(r.updated_at),
   };
@@ -121,12 +124,24 @@ class Rollback<T> {
 /**
  * Compare-and-set a placement: changes it only if it is still exactly `expect` (and, when given,
  * owned by expect.moveId). The epoch rises by one iff next.shard differs from the current shard.
+ *
+ * A freeze (next.state moving) with `next.switchWithinMs` records a switch deadline, that long
+ * after the transaction's start on the directory's clock; `expect.beforeSwitchDeadline` makes the
+ * compare-and-set refuse (a conflict, nothing changed) once the directory's clock has reached the
+ * deadline of the freeze it expects, or when that freeze has none (lib/cutover/lease.ts says why).
  */
 export async function compareAndSetPlacement(
   pool: Pool,
   unit: string,
-  expect: { shard: string; epoch: number; state: PlacementState; moveId?: string | null; freezeToken?: string | null },
-  next: { shard: string; state: PlacementState; moveId: string | null; freezeToken?: string | null },
+  expect: {
+    shard: string;
+    epoch: number;
+    state: PlacementState;
+    moveId?: string | null;
+    freezeToken?: string | null;
+    beforeSwitchDeadline?: boolean;
+  },
+  next: { shard: string; state: PlacementState; moveId: string | null; freezeToken?: string | null; switchWithinMs?: number },
   audit: AuditEntry,
 ): Promise<CasResult> {
   checkState(next.state, next.moveId);
@@ -138,10 +153,12 @@ export async function compareAndSetPlacement(
         `update shardctl.units
             set shard = $5, state = $6, move_id = $7, freeze_token = $12,
                 epoch = epoch + case when shard <> $5 then 1 else 0 end,
+                switch_deadline = now() + $13::bigint * interval '1 millisecond',
                 updated_at = now()
           where unit = $1 and shard = $2 and epoch = $3 and state = $4
             and ($8::boolean is false or move_id is not distinct from $9)
             and ($10::boolean is false or freeze_token is not distinct from $11)
+            and ($14::boolean is false or (switch_deadline is not null and pg_catalog.clock_timestamp() < switch_deadline))
           returning ${COLUMNS}`,
         [
           unit,
@@ -157,6 +174,9 @@ export async function compareAndSetPlacement(
           expect.freezeToken ?? null,
           // A freeze token lives only while the unit is moving.
           next.state === 'moving' ? (next.freezeToken ?? null) : null,
+          // So does a switch deadline (null: none, and a deadline check then refuses).
+          next.state === 'moving' ? (next.switchWithinMs ?? null) : null,
+          expect.beforeSwitchDeadline === true,
         ],
       );
       if (r.rowCount === 0) throw new Rollback<CasResult>({ ok: false, type: 'conflict', current: undefined });

@@ -95,6 +95,13 @@ alter function shardctl.audit_append_only() set search_path = pg_catalog, pg_tem
     // `tenant isolate`: a shard dedicated to one tenant takes no other unit (placement, rebalance).
     sql: `alter table shardctl.shards add column if not exists dedicated_to text;`,
   },
+  {
+    version: 7,
+    name: 'switch deadline of a freeze',
+    // A freeze's switch deadline on the directory's own clock (lib/cutover/lease.ts): the switch
+    // compare-and-set refuses after it, so every switch commits while the source's lease still runs.
+    sql: `alter table shardctl.units add column if not exists switch_deadline timestamptz;`,
+  },
 ];
 
 export async function migrateDirectory(pool: Pool): Promise<number[]> {

@@ -1,6 +1,7 @@
 // `shardctl doctor`'s eyes: reads (never writes) the directory, every configured shard and
 // Temporal's running moves, each bounded by a short timeout, and reports what it could not reach
 // instead of failing. The judgement is lib/doctor/findings.ts.
+import { FROZEN_NOW_SQL } from '../shard/fence-sql';
 import type { Pool } from 'pg';
 import type { Client } from '@temporalio/client';
 import type { Config } from '../config';
@@ -33,7 +34,8 @@ export async function shardFacts(pool: Pool, config: Config, shard: string): Pro
     const st = await fenceStatus(pool, config);
     let fences: FenceFact[] = [];
     if (st.schemaInstalled) {
-      const r = await pool.query('select unit, epoch, owned, frozen from shardctl.fence');
+      // "frozen" as the route check sees it: a freeze whose lease ran out refuses nothing.
+      const r = await pool.query(`select unit, epoch, owned, ${FROZEN_NOW_SQL} as frozen from shardctl.fence`);
       fences = r.rows.map((x) => ({ unit: x.unit, epoch: Number(x.epoch), owned: x.owned, frozen: x.frozen }));
     }
     return {

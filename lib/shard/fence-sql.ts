@@ -26,6 +26,11 @@
 //    snapshot, so it sees any fence that committed while we waited. Repeatable read and
 //    serializable: read FOR SHARE, which fails with 40001 if the fence changed after the
 //    transaction's snapshot (taken by its first statement, before the lock wait).
+//  - A freeze is a lease: it refuses writes only while `frozen_until` (set by the freeze on this
+//    server's clock) is in the future, or when it is NULL (a pinned freeze, which never expires).
+//    The check compares with now(), the writer's transaction start, which is never later than
+//    the clock a pin reads under the exclusive lock: a writer that passes on an expired lease
+//    started after any pin of that lease could have succeeded (docs/architecture.md, "Freeze lease").
 //  - Fence changes take the lock exclusively (setUnitFence): they wait for every in-flight
 //    writer of the unit; a writer checked before a fence change holds the lock until it ends.
 //  - The move's own data-plane sessions (copy, change apply, cancel/retire clean-up) run with
@@ -45,6 +50,12 @@
 import { createHash } from 'node:crypto';
 
 export const FENCE_LOCK_CLASS = 421;
+
+/**
+ * Whether a fence row's freeze still refuses writes, as SQL over its columns: the route check's
+ * rule (a lease not yet run out, or a freeze without one). Every reader of "frozen" uses it.
+ */
+export const FROZEN_NOW_SQL = '(frozen and (frozen_until is null or frozen_until > pg_catalog.now()))';
 
 /**
  * Every shardctl function runs with this search_path, whatever the caller's: a role with CREATE
@@ -166,17 +177,17 @@ function routeCheckPlpgsql(unit: string, epoch: string): string {
   return `
   v_locked := pg_catalog.pg_advisory_xact_lock_shared(${FENCE_LOCK_CLASS}, pg_catalog.hashtext(${unit})) is null;
   if pg_catalog.current_setting('transaction_isolation') = 'read committed' then
-    select epoch, owned, frozen into f from shardctl.fence where unit = ${unit};
+    select epoch, owned, frozen, frozen_until into f from shardctl.fence where unit = ${unit};
   else
     -- Fails with 40001 if the fence row changed after this transaction's snapshot.
-    select epoch, owned, frozen into f from shardctl.fence where unit = ${unit} for share;
+    select epoch, owned, frozen, frozen_until into f from shardctl.fence where unit = ${unit} for share;
   end if;
   if not found or not f.owned or f.epoch <> ${epoch} then
     raise exception 'shardctl: stale route for unit % at epoch % (shard has %)', ${unit}, ${epoch},
       case when not found then 'no fence' when not f.owned then 'no ownership' else 'epoch ' || f.epoch end
       using errcode = 'SC421';
   end if;
-  if f.frozen then
+  if f.frozen and (f.frozen_until is null or f.frozen_until > pg_catalog.now()) then
     raise exception 'shardctl: unit % is frozen for cutover', ${unit} using errcode = 'SC423';
   end if;`;
 }

@@ -3,6 +3,7 @@
 // older state can still commit (writers hold the same lock shared; see schema.ts).
 import type { Pool, PoolClient } from 'pg';
 import { FENCE_LOCK_CLASS } from './schema';
+import { FROZEN_NOW_SQL } from './fence-sql';
 import { inTransaction } from '../pg';
 
 /**
@@ -16,7 +17,17 @@ export interface FenceState {
   unit: string;
   epoch: number;
   owned: boolean;
+  /** Whether the freeze refuses writes now: set, and its lease (if any) has not run out. */
   frozen: boolean;
+  /**
+   * A frozen fence's lease: the instant (ISO, the shard's clock) from which it no longer refuses
+   * writes. Absent on a freeze that never expires (pinned before a switch) and on an open fence.
+   */
+  frozenUntil?: string;
+  /** Set (true) when the row is still marked frozen but its lease has run out: writes pass. */
+  leaseExpired?: boolean;
+  /** The highest directory generation of a cutover freeze that raised this fence (absent: none yet). */
+  freezeGen?: number;
   /** The cutover attempt that froze it (absent when open or frozen without a token). */
   freezeToken?: string;
   /**
@@ -27,17 +38,25 @@ export interface FenceState {
 }
 
 export async function getUnitFence(db: Pool | PoolClient, unit: string): Promise<FenceState | undefined> {
-  const r = await db.query('select unit, epoch, owned, frozen, freeze_token, accept_gen from shardctl.fence where unit = $1', [unit]);
+  const r = await db.query(
+    `select unit, epoch, owned, frozen, ${FROZEN_NOW_SQL} as frozen_now, frozen_until, freeze_token, accept_gen, freeze_gen from shardctl.fence where unit = $1`,
+    [unit],
+  );
   if (r.rowCount === 0) return undefined;
   const row = r.rows[0];
-  return {
+  const f: FenceState = {
     unit: row.unit,
     epoch: Number(row.epoch),
     owned: row.owned,
-    frozen: row.frozen,
+    frozen: row.frozen_now,
     freezeToken: row.freeze_token ?? undefined,
     acceptGen: row.accept_gen === null ? undefined : Number(row.accept_gen),
   };
+  // Only when there is something to say, so a plain fence reads as before.
+  if (row.frozen && row.frozen_until) f.frozenUntil = new Date(row.frozen_until).toISOString();
+  if (row.frozen && !row.frozen_now) f.leaseExpired = true;
+  if (row.freeze_gen !== null) f.freezeGen = Number(row.freeze_gen);
+  return f;
 }
 
 /**
@@ -58,6 +77,10 @@ export async function setUnitFence(
     onlyAcceptGen?: number;
     /** Emit this fence-point marker (FENCE_MARKER_PREFIX) in the change stream, in this transaction. */
     marker?: string;
+    /** A freeze's lease: it stops refusing writes this long after it is written, on the shard's clock. */
+    leaseMs?: number;
+    /** Raising for the cutover freeze of this directory generation: refused if a later freeze raised it. */
+    freezeGen?: number;
   } = {},
 ): Promise<{ ok: boolean; current: FenceState | undefined; waitedMs: number }> {
   return inTransaction(pool, async (c) => {
@@ -75,15 +98,23 @@ export async function setUnitFence(
       (opts.expectTokenIn !== undefined && current?.freezeToken !== undefined && !opts.expectTokenIn.includes(current.freezeToken)) ||
       // A later freeze's attempt already accepted this epoch (or took its acceptance back): not ours to overwrite.
       (opts.acceptGen !== undefined && current?.epoch === next.epoch && current.acceptGen !== undefined && current.acceptGen > opts.acceptGen) ||
-      (opts.onlyAcceptGen !== undefined && !(current?.epoch === next.epoch && current.acceptGen === opts.onlyAcceptGen));
+      (opts.onlyAcceptGen !== undefined && !(current?.epoch === next.epoch && current.acceptGen === opts.onlyAcceptGen)) ||
+      // A later freeze already raised this fence: a superseded attempt's late raise changes nothing.
+      (opts.freezeGen !== undefined && current?.freezeGen !== undefined && current.freezeGen > opts.freezeGen);
     // Nothing written: the transaction commits empty.
     if (mismatch || (current && next.epoch < current.epoch)) return { ok: false, current, waitedMs };
     const token = next.frozen ? (next.freezeToken ?? null) : null;
     const acceptGen = opts.acceptGen ?? (current && current.epoch === next.epoch ? (current.acceptGen ?? null) : null);
+    const leaseMs = next.frozen && opts.leaseMs !== undefined ? opts.leaseMs : null;
     // Already so: no write, so updated_at keeps meaning "last change" (retire's write audit
-    // counts from the disown; a late, repeated disown must not move that start).
+    // counts from the disown; a late, repeated disown must not move that start). A freeze with a
+    // lease is always written (it starts a new lease); a row whose lease ran out is rewritten too.
     if (
       current &&
+      leaseMs === null &&
+      opts.freezeGen === undefined &&
+      !current.leaseExpired &&
+      current.frozenUntil === undefined &&
       current.epoch === next.epoch &&
       current.owned === next.owned &&
       current.frozen === next.frozen &&
@@ -93,13 +124,14 @@ export async function setUnitFence(
       return { ok: true, current, waitedMs };
     }
     await c.query(
-      `insert into shardctl.fence(unit, epoch, owned, frozen, freeze_token, accept_gen, updated_at) values ($1, $2, $3, $4, $5, $6, now())
+      `insert into shardctl.fence(unit, epoch, owned, frozen, freeze_token, accept_gen, frozen_until, freeze_gen, updated_at)
+       values ($1, $2, $3, $4, $5, $6, pg_catalog.clock_timestamp() + $7::bigint * interval '1 millisecond', $8, now())
        on conflict (unit) do update set epoch = excluded.epoch, owned = excluded.owned, frozen = excluded.frozen,
-         freeze_token = excluded.freeze_token, accept_gen = excluded.accept_gen, updated_at = now()`,
-      [next.unit, next.epoch, next.owned, next.frozen, token, acceptGen],
+         freeze_token = excluded.freeze_token, accept_gen = excluded.accept_gen, frozen_until = excluded.frozen_until,
+         freeze_gen = greatest(shardctl.fence.freeze_gen, excluded.freeze_gen), updated_at = now()`,
+      [next.unit, next.epoch, next.owned, next.frozen, token, acceptGen, leaseMs, opts.freezeGen ?? null],
     );
-    const written: FenceState = { ...next, freezeToken: token ?? undefined, acceptGen: acceptGen ?? undefined };
-    return { ok: true, current: written, waitedMs };
+    return { ok: true, current: await getUnitFence(c, next.unit), waitedMs };
   });
 }
 
@@ -115,10 +147,45 @@ export function installOwner(pool: Pool, unit: string, epoch: number, lockTimeou
 /**
  * Freezes the owner's writes for a cutover: returns once every in-flight writer of the unit has
  * finished. With `lockTimeoutMs` a writer holding its transaction open past it fails the call
- * with SQLSTATE 55P03 instead of stretching the pause open-ended.
+ * with SQLSTATE 55P03 instead of stretching the pause open-ended. With `leaseMs` the freeze is a
+ * lease: `leaseMs` after it is written (the shard's clock), writes at the owner's epoch pass
+ * again unless `pinFreeze` made it permanent first, so a worker cut off from this shard cannot
+ * leave the unit frozen (DESIGN.md §5.8). Without it the freeze lasts until lowered. With `gen`
+ * (the directory generation of the cutover's freeze) it is refused (`ok: false`) once a later
+ * freeze raised this fence: raises are ordered as the directory ordered their freezes.
  */
-export function freezeSource(pool: Pool, unit: string, epoch: number, opts: { lockTimeoutMs?: number; token?: string; marker?: string } = {}) {
-  return setUnitFence(pool, { unit, epoch, owned: true, frozen: true, freezeToken: opts.token }, { lockTimeoutMs: opts.lockTimeoutMs, marker: opts.marker });
+export function freezeSource(
+  pool: Pool,
+  unit: string,
+  epoch: number,
+  opts: { lockTimeoutMs?: number; token?: string; marker?: string; leaseMs?: number; gen?: number } = {},
+) {
+  return setUnitFence(
+    pool,
+    { unit, epoch, owned: true, frozen: true, freezeToken: opts.token },
+    { lockTimeoutMs: opts.lockTimeoutMs, marker: opts.marker, leaseMs: opts.leaseMs, freezeGen: opts.gen },
+  );
+}
+
+/**
+ * Right before a switch: the freeze under `token` at `epoch` stops expiring, but only while its
+ * lease still runs (judged on this shard's clock under the unit's exclusive lock). A lease that
+ * ran out may have let writes through since the fence point, so the switch must not happen:
+ * `ok: false`. Once pinned, the lease can never reopen a source that then loses ownership (its
+ * disown may not reach it); only an unfreeze or a new freeze changes it.
+ */
+export async function pinFreeze(pool: Pool, unit: string, epoch: number, token: string): Promise<{ ok: boolean; current: FenceState | undefined }> {
+  return inTransaction(pool, async (c) => {
+    await c.query('select pg_advisory_xact_lock($1, hashtext($2))', [FENCE_LOCK_CLASS, unit]);
+    // clock_timestamp(), read after the lock: later than the now() of every writer checked before it.
+    const r = await c.query(
+      `update shardctl.fence set frozen_until = null, updated_at = now()
+        where unit = $1 and epoch = $2 and owned and frozen and freeze_token = $3
+          and (frozen_until is null or frozen_until > pg_catalog.clock_timestamp())`,
+      [unit, epoch, token],
+    );
+    return { ok: (r.rowCount ?? 0) > 0, current: await getUnitFence(c, unit) };
+  });
 }
 
 /**

@@ -31,6 +31,14 @@ alter table shardctl.fence add column if not exists freeze_token text;
 -- The cutover attempt whose acceptance this is, as the directory generation of its freeze: a
 -- superseded attempt can neither overwrite a later attempt's acceptance nor take it back.
 alter table shardctl.fence add column if not exists accept_gen bigint;
+-- A cutover's freeze is a lease (lib/shard/fence.ts freezeSource): past frozen_until, on this
+-- server's own clock, the freeze no longer refuses writes. NULL with frozen: a freeze that never
+-- expires (pinned right before a switch, or written by an older shardctl).
+alter table shardctl.fence add column if not exists frozen_until timestamptz;
+-- The highest directory generation of a cutover freeze that raised this fence (kept by every later
+-- change): a superseded attempt's late raise is refused, so it cannot replace a later attempt's
+-- pinned freeze with a lease that would run out after that attempt's switch.
+alter table shardctl.fence add column if not exists freeze_gen bigint;
 
 create table if not exists shardctl.move_progress (
   move_id text not null,

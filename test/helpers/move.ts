@@ -19,6 +19,8 @@ import * as M from '../../workflows/messages';
 import { phaseReached, isTerminal, Phase } from '../../workflows/phases';
 import { listTenantTables } from '../../lib/shard/tables';
 import { fingerprintUnit, TableFingerprint } from '../../lib/validate/fingerprint';
+import type { LiveCutoverEnv } from '../../lib/cutover/live';
+import { shardByName } from '../../lib/config';
 
 let prepared: Promise<void> | undefined;
 export function prepareStack(): Promise<void> {
@@ -195,16 +197,39 @@ export async function rowCount(shard: string, tenant: string): Promise<number> {
   return f.reduce((n, t) => n + t.rows, 0);
 }
 
+/** The live cutover's environment on the test stack's pools, without tables or blobs: for driving its steps by hand. */
+export function bareCutoverEnv(owner: string, next: string, faultPoint?: (name: string) => Promise<void>): LiveCutoverEnv {
+  const config = testConfig();
+  return {
+    faultPoint,
+    directory: directoryPool(),
+    ownerPool: shardPool(owner),
+    nextPool: shardPool(next),
+    ownerDsn: shardByName(config, owner).dsn,
+    tenantColumn: config.tenant.column,
+    tables: async () => [],
+    syncBlobs: async () => undefined,
+    unfencedTables: async () => [],
+    maxTxBytes: config.limits.applyMaxTxBytes,
+    beat: () => {},
+  };
+}
+
 export async function placement(tenant: string) {
   return getPlacement(directoryPool(), tenant);
 }
 
-/** Tries a direct write under an explicit epoch; returns the SQLSTATE or 'ok'. */
-export async function tryWrite(shard: string, tenant: string, epoch: number): Promise<string> {
+/**
+ * Tries a direct write under an explicit epoch, rolled back; returns the SQLSTATE or 'ok'. `via`:
+ * a writer outside the router that sets unit and epoch (checked at its first write), or a
+ * transaction opened as the router opens it (`begin_unit_write`, checked at once).
+ */
+export async function tryWrite(shard: string, tenant: string, epoch: number, via: 'settings' | 'router' = 'settings'): Promise<string> {
   const c = await shardPool(shard).connect();
   try {
     await c.query('begin');
-    await c.query(`select set_config('shardctl.unit', $1, true), set_config('shardctl.epoch', $2, true)`, [tenant, String(epoch)]);
+    if (via === 'router') await c.query('select shardctl.begin_unit_write($1, $2)', [tenant, epoch]);
+    else await c.query(`select set_config('shardctl.unit', $1, true), set_config('shardctl.epoch', $2, true)`, [tenant, String(epoch)]);
     await c.query(`insert into public.events(tenant_id, kind) values ($1, 'probe')`, [tenant]);
     await c.query('rollback');
     return 'ok';

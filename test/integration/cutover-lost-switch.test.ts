@@ -4,12 +4,12 @@
 // the directory stays with the later attempt, the next owner refuses the new epoch, and the
 // old owner still owns the unit (fail closed: frozen under the later attempt's token).
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
-import { testConfig, closePools, shardPool, directoryPool } from '../helpers/stack';
+import { closePools, shardPool } from '../helpers/stack';
 import * as H from '../helpers/move';
 import { liveCutoverSteps, LiveCutoverEnv } from '../../lib/cutover/live';
 import type { CutoverPlan } from '../../lib/cutover/steps';
+import { freezeLease } from '../../lib/cutover/lease';
 import { getUnitFence } from '../../lib/shard/fence';
-import { shardByName } from '../../lib/config';
 
 const OWNER = 'shard-a';
 const NEXT = 'shard-b';
@@ -21,22 +21,7 @@ afterAll(async () => {
   await closePools();
 });
 
-function env(faultPoint?: (name: string) => Promise<void>): LiveCutoverEnv {
-  const config = testConfig();
-  return {
-    faultPoint,
-    directory: directoryPool(),
-    ownerPool: shardPool(OWNER),
-    nextPool: shardPool(NEXT),
-    ownerDsn: shardByName(config, OWNER).dsn,
-    tenantColumn: config.tenant.column,
-    tables: async () => [],
-    syncBlobs: async () => undefined,
-    unfencedTables: async () => [],
-    maxTxBytes: config.limits.applyMaxTxBytes,
-    beat: () => {},
-  };
-}
+const env = (faultPoint?: (name: string) => Promise<void>): LiveCutoverEnv => H.bareCutoverEnv(OWNER, NEXT, faultPoint);
 
 /** A gate an attempt waits at inside switchOwner (after its acceptance), until released. */
 function gate() {
@@ -53,7 +38,17 @@ function gate() {
 }
 
 function planFor(tenant: string): CutoverPlan {
-  return { unit: tenant, moveId: `${tenant}.e1`, owner: OWNER, next: NEXT, epoch: 1, direction: 'forward', fenceBudgetMs: 5000, actor: 'lost-switch-test' };
+  return {
+    unit: tenant,
+    moveId: `${tenant}.e1`,
+    owner: OWNER,
+    next: NEXT,
+    epoch: 1,
+    direction: 'forward',
+    fenceBudgetMs: 5000,
+    lease: freezeLease(5000, 3000),
+    actor: 'lost-switch-test',
+  };
 }
 
 /** The early attempt freezes, the late one takes the freeze over; both are then free to switch. */
@@ -126,6 +121,7 @@ describe('cutover: a switch that loses the directory compare-and-set', () => {
       epoch: 1,
       direction: 'forward',
       fenceBudgetMs: 5000,
+      lease: freezeLease(5000, 3000),
       actor: 'lost-switch-test',
     };
     const early = liveCutoverSteps(plan, env());

@@ -6,6 +6,9 @@
 // atomic step (a fence change holds the unit's advisory lock exclusively, a write holds it shared
 // from its check to its commit, so the two never interleave). Explored breadth-first with
 // memoisation; a violation comes back as the shortest trace of steps that reaches it.
+// The freeze lease (issue 14, F1) adds an abstract clock: a freeze's switch deadline passes and the
+// source's lease runs out as nondeterministic events, the second only after the first for the
+// freeze that raised it (lib/cutover/lease.ts), so no real time is modelled.
 // Pure: no I/O, no server.
 
 /** Which protocol to explore. `LIVE` is what lib/cutover/live.ts does today. */
@@ -42,6 +45,23 @@ export interface ProtocolVariant {
    * its own acceptance (live since a fresh-clone CI run caught the unguarded take-back).
    */
   acceptCarriesGeneration: boolean;
+  /**
+   * The source's freeze is a lease (issue 14, F1): the model's abstract clock may run it out, and a
+   * fence whose lease ran out accepts writes again. Without the directory deadline it may run out
+   * at any instant after the raise; with it, only after the switch deadline of the freeze that
+   * raised it has passed (the durations argument of lib/cutover/lease.ts).
+   */
+  freezeLease: boolean;
+  /** The switch CAS refuses once its freeze's switch deadline (the directory's clock) has passed. */
+  switchDeadline: boolean;
+  /** Before the switch the source's freeze is pinned (never runs out), refused once its lease ran out. */
+  pinBeforeSwitch: boolean;
+  /**
+   * The source's fence keeps the highest freeze generation that raised it, and a raise of an older
+   * freeze is refused (the attempt aborts): a superseded attempt's late raise cannot replace a later
+   * attempt's pinned freeze with a lease of its own (which would run out after that attempt's switch).
+   */
+  raiseCarriesGeneration: boolean;
 }
 
 /**
@@ -57,6 +77,10 @@ export const BEFORE_FIX: ProtocolVariant = {
   abortSwitchedFinishes: false,
   lostSwitchUnfreezes: false,
   acceptCarriesGeneration: false,
+  freezeLease: false,
+  switchDeadline: false,
+  pinBeforeSwitch: false,
+  raiseCarriesGeneration: false,
 };
 /**
  * The protocol after the model's first fixes, before the generation guard: a superseded attempt's
@@ -71,10 +95,26 @@ export const BEFORE_ACCEPT_GUARD: ProtocolVariant = {
   abortSwitchedFinishes: true,
   lostSwitchUnfreezes: true,
 };
+/** Before the freeze lease (issue 14, F1): safe, but a freeze only its worker can lower. */
+export const BEFORE_LEASE: ProtocolVariant = { ...BEFORE_ACCEPT_GUARD, acceptCarriesGeneration: true };
 /** What lib/cutover/live.ts does now: the fixes below are all in the live code. */
-export const LIVE: ProtocolVariant = { ...BEFORE_ACCEPT_GUARD, acceptCarriesGeneration: true };
-/** The fixes as first proposed by the model (now LIVE). */
-export const CANDIDATE_FIX: ProtocolVariant = LIVE;
+export const LIVE: ProtocolVariant = { ...BEFORE_LEASE, freezeLease: true, switchDeadline: true, pinBeforeSwitch: true, raiseCarriesGeneration: true };
+/**
+ * The lease, the deadline and the pin, but a raise that ignores freeze generations (what the model
+ * caught first: a superseded attempt's late raise replaced the winner's pin with a lease that ran out).
+ */
+export const LEASE_UNORDERED_RAISE: ProtocolVariant = { ...LIVE, raiseCarriesGeneration: false };
+/**
+ * The lease and the directory's switch deadline without the pin: every switch commits inside the
+ * lease, but an old owner whose disown has not arrived reopens when its lease runs out later.
+ */
+export const LEASE_WITHOUT_PIN: ProtocolVariant = { ...LIVE, pinBeforeSwitch: false };
+/** The lease alone: it may run out between the fence point and the switch. */
+export const LEASE_WITHOUT_DEADLINE_OR_PIN: ProtocolVariant = { ...LIVE, switchDeadline: false, pinBeforeSwitch: false };
+/** The lease and the pin, without the directory's deadline (the pin alone carries the safety). */
+export const LEASE_WITHOUT_DEADLINE: ProtocolVariant = { ...LIVE, switchDeadline: false };
+/** The fixes as first proposed by the model (in LIVE since; the broken variants below start from them, without the lease). */
+export const CANDIDATE_FIX: ProtocolVariant = BEFORE_LEASE;
 /** Deliberately broken: the switch CAS checks the move but not the freeze token. */
 export const BROKEN_SWITCH_IGNORES_TOKEN: ProtocolVariant = { ...CANDIDATE_FIX, switchChecksToken: false };
 /** Deliberately broken: unfreeze lowers the fence before the directory CAS. */
@@ -99,6 +139,7 @@ type Pc =
   | 'freeze'
   | 'raiseFence'
   | 'apply' // applyToFencePoint + compare, as one step
+  | 'pin' // pinFreeze on the source (pinBeforeSwitch only)
   | 'switchAccept' // acceptEpoch on the target
   | 'switchCas' // the directory CAS
   | 'switchDisown' // a lost CAS takes back the target's acceptance, then throws
@@ -120,6 +161,8 @@ export interface Attempt {
   outcome: Outcome;
   /** The directory generation of this attempt's winning freeze CAS (0 = not frozen yet). */
   gen: number;
+  /** switchDeadline: the directory's switch deadline of this attempt's freeze has passed. */
+  late: boolean;
 }
 
 export interface Fence {
@@ -128,6 +171,10 @@ export interface Fence {
   frozen: boolean;
   token: number; // fenceCarriesToken only; 0 otherwise
   acceptGen: number; // acceptCarriesGeneration only: the generation of the attempt that accepted
+  /** A frozen fence's lease: 0 none (or pinned: never runs out), 1 running, 2 run out (writes pass). */
+  lease: 0 | 1 | 2;
+  /** raiseCarriesGeneration: the highest freeze generation that raised this fence (kept by every change). */
+  freezeGen: number;
 }
 
 export interface ModelState {
@@ -196,16 +243,16 @@ function initial(b: ModelBounds): ModelState {
   return {
     dir: { shard: SOURCE, epoch: EPOCH, moving: false, token: 0, switchedBy: 0, generation: 0 },
     fences: [
-      { epoch: EPOCH, owned: true, frozen: false, token: 0, acceptGen: 0 },
-      { epoch: 0, owned: false, frozen: false, token: 0, acceptGen: 0 },
+      { epoch: EPOCH, owned: true, frozen: false, token: 0, acceptGen: 0, lease: 0, freezeGen: 0 },
+      { epoch: 0, owned: false, frozen: false, token: 0, acceptGen: 0, lease: 0, freezeGen: 0 },
     ],
     routers: Array.from({ length: b.routers }, () => [SOURCE, EPOCH] as [number, number]),
     writes: 0,
     sourceAcks: 0,
     targetCopy: 0,
     attempts: [
-      { pc: 'standing', takeover: -1, applied: -1, outcome: 'none', gen: 0 },
-      { pc: 'idle', takeover: -1, applied: -1, outcome: 'none', gen: 0 },
+      { pc: 'standing', takeover: -1, applied: -1, outcome: 'none', gen: 0, late: false },
+      { pc: 'idle', takeover: -1, applied: -1, outcome: 'none', gen: 0, late: false },
     ],
   };
 }
@@ -222,16 +269,16 @@ const clone = (s: ModelState): ModelState => ({
 
 function key(s: ModelState): string {
   const d = s.dir;
-  const f = s.fences.map((x) => `${x.epoch}${+x.owned}${+x.frozen}${x.token}:${x.acceptGen}`).join(',');
+  const f = s.fences.map((x) => `${x.epoch}${+x.owned}${+x.frozen}${x.token}:${x.acceptGen}:${x.lease}:${x.freezeGen}`).join(',');
   const r = s.routers.map(([sh, ep]) => `${sh}${ep}`).join(',');
-  const a = s.attempts.map((x) => `${x.pc}:${x.takeover}:${x.applied}:${x.outcome}:${x.gen}`).join(',');
+  const a = s.attempts.map((x) => `${x.pc}:${x.takeover}:${x.applied}:${x.outcome}:${x.gen}:${+x.late}`).join(',');
   return `${d.shard}${d.epoch}${+d.moving}${d.token}${d.switchedBy}:${d.generation}|${f}|${r}|${s.writes}:${s.sourceAcks}:${s.targetCopy}|${a}`;
 }
 
-/** The trigger's rule (lib/shard/schema.ts): owned, epoch equal, not frozen; no row refuses. */
+/** The trigger's rule (lib/shard/fence-sql.ts): owned, epoch equal, not frozen (or its lease ran out); no row refuses. */
 function fenceAccepts(f: Fence, epoch: number): 'ok' | 'SC421' | 'SC423' {
   if (!f.owned || f.epoch !== epoch) return 'SC421';
-  if (f.frozen) return 'SC423';
+  if (f.frozen && f.lease !== 2) return 'SC423';
   return 'ok';
 }
 
@@ -239,7 +286,7 @@ function fenceAccepts(f: Fence, epoch: number): 'ok' | 'SC421' | 'SC423' {
 function setFence(
   s: ModelState,
   shard: number,
-  next: Omit<Fence, 'token' | 'acceptGen'> & { token?: number; acceptGen?: number },
+  next: Omit<Fence, 'token' | 'acceptGen' | 'lease' | 'freezeGen'> & { token?: number; acceptGen?: number; lease?: 0 | 1; freezeGen?: number },
   expect?: Partial<Fence>,
 ): boolean {
   const cur = s.fences[shard];
@@ -247,13 +294,23 @@ function setFence(
   if (next.epoch < cur.epoch) return false;
   // The acceptance's generation belongs to its epoch: kept by other changes at that epoch.
   const acceptGen = next.acceptGen ?? (next.epoch === cur.epoch ? cur.acceptGen : 0);
-  s.fences[shard] = { epoch: next.epoch, owned: next.owned, frozen: next.frozen, token: next.token ?? 0, acceptGen };
+  // Only a freeze carries a lease; every other change clears it (unfreeze, accept, disown).
+  s.fences[shard] = {
+    epoch: next.epoch,
+    owned: next.owned,
+    frozen: next.frozen,
+    token: next.token ?? 0,
+    acceptGen,
+    lease: next.frozen ? (next.lease ?? 0) : 0,
+    freezeGen: Math.max(cur.freezeGen, next.freezeGen ?? 0),
+  };
   return true;
 }
 
+const LEASE_STR = ['', ', lease running', ', lease run out'];
 const fenceStr = (f: Fence) =>
   f.owned || f.epoch
-    ? `{epoch ${f.epoch}, ${f.owned ? 'owned' : 'not owned'}, ${f.frozen ? 'frozen' : 'open'}${f.token ? `, token t${ATTEMPT_NAMES[f.token - 1]}` : ''}}`
+    ? `{epoch ${f.epoch}, ${f.owned ? 'owned' : 'not owned'}, ${f.frozen ? 'frozen' : 'open'}${f.frozen ? LEASE_STR[f.lease] : ''}${f.token ? `, token t${ATTEMPT_NAMES[f.token - 1]}` : ''}}`
     : '{no fence row}';
 const dirStr = (s: ModelState) => `${SHARD_NAMES[s.dir.shard]} e${s.dir.epoch} ${s.dir.moving ? `moving t${ATTEMPT_NAMES[s.dir.token - 1]}` : 'active'}`;
 
@@ -292,6 +349,27 @@ function successors(s: ModelState, v: ProtocolVariant, b: ModelBounds): Step[] {
     // A refused write changes nothing (the router refreshes or backs off): no step.
   });
 
+  // ---------------------------------------------------------------- the abstract clock
+  if (v.freezeLease) {
+    // A freeze's switch deadline passes at some instant after its compare-and-set.
+    s.attempts.forEach((a, i) => {
+      if (!v.switchDeadline || a.gen === 0 || a.late) return;
+      const n = clone(s);
+      n.attempts[i].late = true;
+      out.push({ label: `clock: the directory's switch deadline of ${ATTEMPT_NAMES[i]}'s freeze passes`, next: n });
+    });
+    // The source's lease runs out; with the deadline, never before that of the freeze that raised it.
+    const f = s.fences[SOURCE];
+    if (f.frozen && f.lease === 1 && (!v.switchDeadline || (f.token > 0 && s.attempts[f.token - 1].late))) {
+      const n = clone(s);
+      n.fences[SOURCE].lease = 2;
+      out.push({
+        label: `clock: the source's lease${f.token ? ` (t${ATTEMPT_NAMES[f.token - 1]})` : ''} runs out: its fence accepts writes at e${f.epoch} again`,
+        next: n,
+      });
+    }
+  }
+
   // ---------------------------------------------------------------- attempts
   if (s.attempts[1].pc === 'idle' && (A.pc !== 'done' || A.outcome === 'threw' || A.outcome === 'crashed')) {
     const n = clone(s);
@@ -317,7 +395,7 @@ function successors(s: ModelState, v: ProtocolVariant, b: ModelBounds): Step[] {
     const d = s.dir;
     const ownerAtEpoch = d.shard === SOURCE && d.epoch === EPOCH;
     const switched = d.shard === TARGET && d.epoch === EPOCH + 1;
-    const abortable = a.pc === 'raiseFence' || a.pc === 'apply' || a.pc === 'switchAccept';
+    const abortable = a.pc === 'raiseFence' || a.pc === 'apply' || a.pc === 'pin' || a.pc === 'switchAccept';
     if (abortable) {
       step(`aborts before ${a.pc} (budget, mismatch, error): unfreeze`, (_n, na) => (na.pc = v.unfreezeDirectoryFirst ? 'unfreezeCas' : 'unfreezeFenceFirst'));
     }
@@ -356,20 +434,52 @@ function successors(s: ModelState, v: ProtocolVariant, b: ModelBounds): Step[] {
         );
         break;
       }
-      case 'raiseFence':
-        step(`raiseFence: freezeSource(source, e${EPOCH})`, (n, na) => {
-          // live.ts ignores the result of freezeSource: a refused raise still counts as raised.
-          setFence(n, SOURCE, { epoch: EPOCH, owned: true, frozen: true, token: v.fenceCarriesToken ? me : 0 });
-          na.pc = 'apply';
-        });
+      case 'raiseFence': {
+        const superseded = v.raiseCarriesGeneration && s.fences[SOURCE].freezeGen > a.gen;
+        step(
+          superseded
+            ? `raiseFence: freezeSource(source, e${EPOCH}, g${a.gen}) refused (raised at g${s.fences[SOURCE].freezeGen}): aborts, unfreeze`
+            : `raiseFence: freezeSource(source, e${EPOCH}${v.raiseCarriesGeneration ? `, g${a.gen}` : ''})`,
+          (n, na) => {
+            if (superseded) {
+              na.pc = v.unfreezeDirectoryFirst ? 'unfreezeCas' : 'unfreezeFenceFirst';
+              return;
+            }
+            // Without generations live.ts ignored the result of freezeSource: a refused raise still counted as raised.
+            setFence(n, SOURCE, {
+              epoch: EPOCH,
+              owned: true,
+              frozen: true,
+              token: v.fenceCarriesToken ? me : 0,
+              lease: v.freezeLease ? 1 : 0,
+              freezeGen: v.raiseCarriesGeneration ? a.gen : 0,
+            });
+            na.pc = 'apply';
+          },
+        );
         break;
+      }
       case 'apply':
         step(`applies to the fence point and compares: target has source writes ${maskStr(s.sourceAcks)}`, (n, na) => {
           na.applied = s.sourceAcks;
           n.targetCopy = s.sourceAcks;
-          na.pc = 'switchAccept';
+          na.pc = v.pinBeforeSwitch ? 'pin' : 'switchAccept';
         });
         break;
+      case 'pin': {
+        const f = s.fences[SOURCE];
+        const ok = f.epoch === EPOCH && f.owned && f.frozen && f.token === me && f.lease !== 2;
+        step(
+          ok ? `pinFreeze(source, t${nm}): the freeze no longer runs out` : `pinFreeze(source, t${nm}) refused (fence ${fenceStr(f)}): aborts, unfreeze`,
+          (n, na) => {
+            if (ok) {
+              n.fences[SOURCE].lease = 0;
+              na.pc = 'switchAccept';
+            } else na.pc = v.unfreezeDirectoryFirst ? 'unfreezeCas' : 'unfreezeFenceFirst';
+          },
+        );
+        break;
+      }
       case 'switchAccept': {
         const t = s.fences[TARGET];
         // With generations: a later freeze's attempt already accepted (or took its acceptance back).
@@ -387,9 +497,12 @@ function successors(s: ModelState, v: ProtocolVariant, b: ModelBounds): Step[] {
         break;
       }
       case 'switchCas': {
-        const ok = ownerAtEpoch && d.moving && (!v.switchChecksToken || d.token === me);
+        const tooLate = v.switchDeadline && a.late;
+        const ok = ownerAtEpoch && d.moving && (!v.switchChecksToken || d.token === me) && !tooLate;
         step(
-          ok ? `switch CAS wins: directory → target e${EPOCH + 1}` : `switch CAS lost (directory ${dirStr(s)})${switched ? ': already switched' : ''}`,
+          ok
+            ? `switch CAS wins: directory → target e${EPOCH + 1}`
+            : `switch CAS ${tooLate ? 'refused past its switch deadline' : 'lost'} (directory ${dirStr(s)})${switched ? ': already switched' : ''}`,
           (n, na) => {
             if (ok) {
               n.dir = { shard: TARGET, epoch: EPOCH + 1, moving: false, token: 0, switchedBy: me, generation: n.dir.generation + 1 };
@@ -402,12 +515,20 @@ function successors(s: ModelState, v: ProtocolVariant, b: ModelBounds): Step[] {
       }
       case 'switchDisown': {
         const reopen = v.lostSwitchUnfreezes && ownerAtEpoch && !d.moving;
+        // Refused by its deadline, the directory still shows this attempt's freeze: undo it (live.ts unfreezeOwn).
+        const ownFreeze = v.switchDeadline && ownerAtEpoch && d.moving && d.token === me;
         const t = s.fences[TARGET];
         const mine = !v.acceptCarriesGeneration || (t.epoch === EPOCH + 1 && t.acceptGen === a.gen);
         const what = mine ? `disown(target, e${EPOCH + 1})` : `take-back skipped (target accepted at g${t.acceptGen}, not g${a.gen})`;
-        step(`${what}${reopen ? ', directory shows the owner active: unfreeze (as unfreeze does)' : ', then throws'}`, (n, na) => {
+        const then = ownFreeze
+          ? ', its own freeze still stands: unfreeze'
+          : reopen
+            ? ', directory shows the owner active: unfreeze (as unfreeze does)'
+            : ', then throws';
+        step(`${what}${then}`, (n, na) => {
           if (mine) setFence(n, TARGET, { epoch: EPOCH + 1, owned: false, frozen: false });
-          if (reopen) na.pc = 'unfreezeFence';
+          if (ownFreeze) na.pc = 'unfreezeCas';
+          else if (reopen) na.pc = 'unfreezeFence';
           else end(na, 'threw');
         });
         break;
@@ -500,7 +621,7 @@ function checkState(s: ModelState): { invariant: InvariantName; detail: string }
   const answer = settledAnswer(s);
   if (answer) {
     const crashed = s.attempts.some((a) => a.outcome === 'crashed');
-    const frozen = s.dir.moving || (s.dir.shard === SOURCE && s.fences[SOURCE].owned && s.fences[SOURCE].frozen);
+    const frozen = s.dir.moving || (s.dir.shard === SOURCE && s.fences[SOURCE].owned && s.fences[SOURCE].frozen && s.fences[SOURCE].lease !== 2);
     // A crashed attempt may have left its freeze (or a late raise) behind: the brief's exception
     // (the directory shows another attempt's freeze) and the residual risk of a dead zombie.
     if (frozen && !crashed)

@@ -11,16 +11,23 @@ import {
   BEFORE_FIX,
   BEFORE_ACCEPT_GUARD,
   BROKEN_UNFREEZE_FENCE_FIRST,
+  LEASE_WITHOUT_PIN,
+  LEASE_WITHOUT_DEADLINE_OR_PIN,
+  LEASE_WITHOUT_DEADLINE,
+  LEASE_UNORDERED_RAISE,
   type ModelBounds,
   type ExploreResult,
 } from '../model/cutover-model';
 
-// Three committed writes and two routers: every state in well under a second per variant.
+// Three committed writes and two routers: every state in well under a second per variant without
+// the lease; the lease's clock multiplies the space (LIVE: 80k states, about 15 s on this machine).
 const bounds: ModelBounds = { writes: 3, routers: 2 };
+// The lease variants' counterexamples need one write and one router; two writes keep them honest.
+const leaseBounds: ModelBounds = { writes: 2, routers: 1 };
 
-function run(name: string, variant: typeof LIVE, goal?: Parameters<typeof explore>[2]): ExploreResult {
+function run(name: string, variant: typeof LIVE, goal?: Parameters<typeof explore>[2], b: ModelBounds = bounds): ExploreResult {
   const t0 = Date.now();
-  const r = explore(variant, bounds, goal);
+  const r = explore(variant, b, goal);
   console.log(
     `cutover model, ${name}: ${r.states} states, ${r.transitions} transitions, ${r.settled} settled, ${r.violations.length} invariants violated, ${Date.now() - t0} ms`,
   );
@@ -85,6 +92,47 @@ describe('cutover protocol model', () => {
         '\n',
       ),
     );
+  });
+
+  it("the live protocol's lease is not vacuous: a lease runs out and the owner writes again, and a switch is refused past its deadline", () => {
+    const ranOut = run('live: a lease runs out, then a write on the source', LIVE, (s) => s.fences[0].lease === 2 && s.sourceAcks !== 0, leaseBounds);
+    expect(ranOut.violations.map(formatViolation)).toEqual([]);
+    expect(ranOut.reached).not.toBeNull();
+    const refused = run('live: a switch refused past its deadline', LIVE, (s) => s.attempts.some((a) => a.late && a.pc === 'switchDisown'), leaseBounds);
+    expect(refused.reached?.some((t) => /switch CAS refused past its switch deadline/.test(t))).toBe(true);
+  });
+
+  it("the lease and the directory's switch deadline without the pin are caught: an old owner whose disown has not arrived reopens when its lease runs out", () => {
+    const r = run('lease without the pin', LEASE_WITHOUT_PIN, undefined, leaseBounds);
+    expect(violated(r)).toEqual(expect.arrayContaining(['single-authority', 'no-stale-write', 'no-lost-write']));
+    const t = traceOf(r, 'no-stale-write');
+    const at = (re: RegExp) => t.findIndex((x) => re.test(x));
+    expect(at(/switch CAS wins/)).toBeGreaterThanOrEqual(0);
+    expect(at(/lease \(tA\) runs out/)).toBeGreaterThan(at(/switch CAS wins/));
+    expect(at(/writes w0 on source at e1/)).toBeGreaterThan(at(/lease \(tA\) runs out/));
+  });
+
+  it('the lease without the deadline and the pin is caught: it runs out between the fence point and the switch, and a write is lost', () => {
+    const r = run('lease without deadline or pin', LEASE_WITHOUT_DEADLINE_OR_PIN, undefined, leaseBounds);
+    expect(violated(r)).toEqual(expect.arrayContaining(['no-lost-write', 'switch-saw-every-write', 'single-authority']));
+    const t = traceOf(r, 'no-lost-write');
+    const at = (re: RegExp) => t.findIndex((x) => re.test(x));
+    expect(at(/runs out/)).toBeLessThan(at(/switch CAS wins/));
+    expect(at(/writes w0 on source/)).toBeLessThan(at(/switch CAS wins/));
+  });
+
+  it("raises not ordered by freeze generation are caught: a superseded attempt's late raise replaces the winner's pin with a lease that runs out", () => {
+    const r = run('lease, unordered raise', LEASE_UNORDERED_RAISE, undefined, leaseBounds);
+    expect(violated(r)).toEqual(expect.arrayContaining(['single-authority', 'no-stale-write']));
+    const t = traceOf(r, 'single-authority');
+    const at = (re: RegExp) => t.findIndex((x) => re.test(x));
+    expect(at(/^A: raiseFence/)).toBeGreaterThan(at(/^B: pinFreeze/));
+    expect(at(/lease \(tA\) runs out/)).toBeGreaterThan(at(/^A: raiseFence/));
+  });
+
+  it("the pin carries the safety: the lease with the pin and ordered raises holds every invariant without the directory's deadline too", () => {
+    const r = run('lease without the deadline', LEASE_WITHOUT_DEADLINE, undefined, leaseBounds);
+    expect(r.violations.map(formatViolation)).toEqual([]);
   });
 
   it('a deliberately broken variant (unfreeze lowers the fence before the directory CAS) is caught with a trace', () => {

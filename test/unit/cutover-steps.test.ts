@@ -12,6 +12,7 @@ const plan: CutoverPlan = {
   epoch: 3,
   direction: 'forward',
   fenceBudgetMs: 2000,
+  lease: { leaseMs: 5000, switchWithinMs: 4000 },
   actor: 'test',
 };
 
@@ -29,6 +30,7 @@ function scripted(
     unfreezeThrows?: boolean;
     compareNever?: boolean;
     sequencesOk?: boolean;
+    pinOk?: boolean;
   } = {},
 ) {
   const calls: string[] = [];
@@ -57,6 +59,7 @@ function scripted(
     },
     advanceSequences: async () => call('advanceSequences', o.sequencesOk === false ? { ok: false, reason: 'setval refused' } : { ok: true }, true),
     reverseStartLsn: async () => call('reverseStartLsn', '0/20'),
+    pinFreeze: async () => call('pinFreeze', o.pinOk === false ? { ok: false, reason: 'its lease ran out' } : { ok: true }),
     switchOwner: async () => call('switchOwner', undefined),
     finishOldOwner: async () => call('finishOldOwner', undefined),
     unfreeze: async () => {
@@ -78,7 +81,7 @@ function scripted(
 }
 
 describe('runCutover', () => {
-  it('runs freeze, fence, apply, compare, sequences, reverse start, then the switch, then finishes the old owner', async () => {
+  it('runs freeze, fence, apply, compare, sequences, reverse start, pins the freeze, then the switch, then finishes the old owner', async () => {
     const s = scripted();
     const r = await runCutover(s.steps, plan, s.hooks);
     expect(r).toMatchObject({ ok: true, newEpoch: 4, fenceLsn: '0/10', alreadyDone: false });
@@ -92,6 +95,7 @@ describe('runCutover', () => {
       'compare',
       'advanceSequences',
       'reverseStartLsn',
+      'pinFreeze',
       'fault:before-switch',
       'switchOwner',
       'fault:after-switch-committed',
@@ -105,6 +109,7 @@ describe('runCutover', () => {
     ['the fingerprints differ', { diff: ['public.t: 3 rows on source vs 2 on target'] }, 'target differs from source at the fence'],
     ['the attempt overruns its budget', { stepMs: 800 }, 'longer than its budget'],
     ['the sequences cannot be advanced', { sequencesOk: false }, 'setval refused'],
+    ["the owner's freeze cannot be pinned (its lease ran out)", { pinOk: false }, 'its lease ran out'],
   ])('unfreezes and never switches when %s', async (_name, o, reason) => {
     const s = scripted(o);
     const r = await runCutover(s.steps, plan, s.hooks);
@@ -204,6 +209,29 @@ describe('runCutover', () => {
   });
 });
 
+describe('heartbeats inside the frozen window', () => {
+  it('come from the steps: once frozen, after each step up to the switch, never before the freeze', async () => {
+    const s = scripted();
+    const beats: string[] = [];
+    await runCutover(s.steps, plan, { ...s.hooks, progress: (step) => beats.push(`${step}@${s.calls.length}`) });
+    const at = (name: string) => s.calls.indexOf(name) + 1;
+    expect(beats[0]).toBe(`frozen@${at('freeze')}`);
+    expect(beats.map((b) => b.split('@')[0])).toEqual(['frozen', 'fenced', 'applied', 'blobs', 'compared', 'sequences', 'pinned', 'switched']);
+  });
+
+  it('stop when a step hangs: nothing beats while the fence point is never reached', async () => {
+    const s = scripted();
+    let release!: () => void;
+    s.steps.applyToFencePoint = () => new Promise((r) => (release = () => r({ ok: false, reason: 'released' })));
+    const beats: string[] = [];
+    const run = runCutover(s.steps, plan, { ...s.hooks, progress: (step) => beats.push(step) });
+    await new Promise((r) => setTimeout(r, 50));
+    expect(beats).toEqual(['frozen', 'fenced']);
+    release();
+    await run;
+  });
+});
+
 describe('the dry-run twin', () => {
   it('says, in the live order, what the cutover would do, with one marked point of no return', async () => {
     const dry = dryRunCutoverSteps(plan, { tables: ['public.accounts'] });
@@ -218,6 +246,7 @@ describe('the dry-run twin', () => {
       'compare:',
       'advance sequences',
       'measure where reverse',
+      'pin the freeze',
       POINT_OF_NO_RETURN_MARK,
       'finish the old owner',
     ];
