@@ -100,6 +100,13 @@ export const configSchema = z.object({
       routerSnapshotTtlMs: z.number().int().positive().default(2000),
     })
     .default({}),
+  /** Who may approve what (docs/production.md, "Separation of duties"). */
+  approvals: z
+    .object({
+      /** `move approve` by the operator who started the move is refused (the CLI's actor: --actor, $SHARDCTL_ACTOR, $USER). */
+      requireDistinctApprover: z.boolean().default(false),
+    })
+    .default({}),
   /** The worker's metrics endpoint and logs (docs/production.md, "Metrics" and "Logs"). */
   observability: z
     .object({

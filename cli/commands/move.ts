@@ -13,12 +13,18 @@ import { parseDurationMs } from '../../lib/duration';
 import { invalidInput, ShardctlError } from '../../lib/errors';
 import { temporalClient } from '../../lib/temporal-client';
 import * as M from '../../workflows/messages';
-import { isPhase, isTerminal, phaseReached, PHASES } from '../../workflows/phases';
+import { isPhase, isTerminal, phaseReached, PHASES, sameApproverRefusal } from '../../workflows/phases';
 import { SA } from '../../workflows/search-attributes';
 import { copyProgress, formatCopyProgress, formatTableProgress, withCopyProgress } from '../../lib/move-progress';
 import { requireCurrentDirectorySchema } from '../../lib/directory/schema';
 import { exitCodeFor } from '../exit';
 import { examples } from '../help';
+import { confirmIrreversible, soakNeedsConfirmation } from '../confirm';
+import { createConnections } from '../../lib/connections';
+import { DEFAULT_CONNECT_TIMEOUT_MS } from '../../lib/directory/db';
+import { getTenant } from '../../lib/tenants';
+import { formatDeletionPreview, previewUnitDeletion } from '../../lib/moves/deletion-preview';
+import { formatDurationSeconds } from '../../lib/duration';
 
 export const actorDefault = () => process.env.SHARDCTL_ACTOR || process.env.USER || os.userInfo().username || 'cli';
 
@@ -46,6 +52,29 @@ export async function moveStatus(config: Config, tenant: string): Promise<M.Move
       throw e;
     }
   });
+}
+
+/** What deleting the unit's copy on `shard` would remove, read with read-only sessions. */
+async function deletionLines(config: Config, shard: string, tenant: string): Promise<string[]> {
+  const conns = createConnections(config, { max: 2, connectionTimeoutMillis: DEFAULT_CONNECT_TIMEOUT_MS, readOnly: true });
+  try {
+    return formatDeletionPreview(await previewUnitDeletion(config, conns, shard, tenant));
+  } finally {
+    await conns.close();
+  }
+}
+
+/** The tenant's current shard (the source a move would delete from), read-only. */
+async function currentShard(config: Config, tenant: string): Promise<string> {
+  const conns = createConnections(config, { max: 2, connectionTimeoutMillis: DEFAULT_CONNECT_TIMEOUT_MS, readOnly: true });
+  try {
+    await requireCurrentDirectorySchema(conns.directoryPool());
+    const p = await getTenant(conns.directoryPool(), tenant);
+    if (!p) throw new ShardctlError('NotFound', `no tenant ${tenant}`);
+    return p.shard;
+  } finally {
+    await conns.close();
+  }
 }
 
 function printPlan(tenant: string, to: string, p: PlanResult) {
@@ -127,6 +156,7 @@ export function register(program: Command) {
     .option('--soak <duration>', 'how long the source is kept as the way back', '')
     .option('--approve-cutover <mode>', 'auto | manual (manual waits for `move approve`)', 'auto')
     .option('--actor <name>', 'operator identity for the audit log')
+    .option('--yes', 'confirm a --soak shorter than the default (or than 1h) without being asked')
     .action(async (o) => {
       const config = cfg();
       const tenant = validateTenantId(o.tenant);
@@ -134,13 +164,29 @@ export function register(program: Command) {
       if (o.approveCutover !== 'auto' && o.approveCutover !== 'manual')
         throw invalidInput(`--approve-cutover must be auto or manual, got ${JSON.stringify(o.approveCutover)}`);
       const soakSeconds = o.soak ? Math.round(parseDurationMs(o.soak, '--soak') / 1000) : config.limits.soakSeconds;
+      // A short soak shortens the way back: the source copy is deleted that much sooner.
+      if (o.soak && !o.yes && soakNeedsConfirmation(soakSeconds, config.limits.soakSeconds)) {
+        const source = await currentShard(config, tenant);
+        await confirmIrreversible({
+          action: `start a move of ${tenant} with a ${formatDurationSeconds(soakSeconds)} soak (default ${formatDurationSeconds(config.limits.soakSeconds)})`,
+          details: [
+            `  the source copy stays the way back for only ${formatDurationSeconds(soakSeconds)} after the switch; then it is deleted:`,
+            ...(await deletionLines(config, source, tenant)),
+          ],
+          typeBack: tenant,
+        });
+      }
       const input = moveInputFor(config, { tenant, target: o.to, soakSeconds, approveCutover: o.approveCutover, requestedBy: o.actor || actorDefault() });
       await withClient(config, async (client) => {
         const h = await startMove(client, config.temporal.taskQueue, input);
         console.log(`started move of ${tenant} to ${o.to}: workflow ${h.workflowId} run ${h.firstExecutionRunId}`);
       });
     });
-  examples(start, 'move start --tenant acme --to shard-c', 'move start --tenant acme --to shard-c --soak 24h --approve-cutover manual --actor alice');
+  examples(
+    start,
+    'move start --tenant acme --to shard-c',
+    'move start --tenant acme --to shard-c --soak 24h --approve-cutover manual --actor alice --yes   # a soak under the default asks, or needs --yes',
+  );
 
   const plan = move
     .command('plan')
@@ -242,14 +288,23 @@ export function register(program: Command) {
     });
   examples(list, 'move list', 'move list --phase validate --blocked', 'move list --json | jq -r \'.moves[] | select(.status == "RUNNING") | .tenant\'');
 
-  const verb = (name: string, update: any, desc: string, extra?: (c: Command) => Command, payload?: (o: any) => object) => {
+  interface VerbSpec {
+    /** Options of its own (after --actor and --reason), and what they add to the update's argument. */
+    options?: (c: Command) => Command;
+    payload?: (o: any) => object;
+    /** Runs before the update is sent: a verb that cannot be undone asks here, a forbidden one refuses. */
+    confirm?: (tenant: string, o: any, config: Config) => Promise<void>;
+    example?: string;
+  }
+  const verb = (name: string, update: any, desc: string, spec: VerbSpec = {}) => {
     let c = move.command(`${name} <tenant>`).description(desc).option('--actor <name>', 'operator identity').option('--reason <text>', 'why');
-    if (extra) c = extra(c);
-    examples(c, `move ${name} acme${extra ? ' --by 24h' : ''} --actor alice --reason "ticket OPS-123"`);
+    if (spec.options) c = spec.options(c);
+    examples(c, `move ${name} acme${spec.example ?? ''} --actor alice --reason "ticket OPS-123"`);
     c.action(async (tenant, o) => {
       validateTenantId(tenant);
       const config = cfg();
-      const arg = { actor: o.actor || actorDefault(), reason: o.reason, ...(payload ? payload(o) : {}) };
+      const arg = { actor: o.actor || actorDefault(), reason: o.reason, ...(spec.payload ? spec.payload(o) : {}) };
+      if (spec.confirm) await spec.confirm(tenant, o, config);
       await withClient(config, async (client) => {
         try {
           const r = await client.workflow.getHandle(moveWorkflowId(tenant)).executeUpdate(update, { args: [arg] });
@@ -265,18 +320,41 @@ export function register(program: Command) {
     });
   };
   verb('cancel', M.cancelUpdate, 'undo a move before its switch');
-  verb('approve', M.approveUpdate, 'approve a manual cutover');
+  verb('approve', M.approveUpdate, 'approve a manual cutover (with approvals.requireDistinctApprover, not by the operator who started the move)', {
+    // The workflow refuses it for moves started under the setting; this holds it for the others too.
+    async confirm(tenant, o, config) {
+      if (!config.approvals.requireDistinctApprover) return;
+      const s = await moveStatus(config, tenant);
+      const why = sameApproverRefusal(o.actor || actorDefault(), s.operators.startedBy);
+      if (why) throw new ShardctlError('Forbidden', `approve refused: ${why}`);
+    },
+  });
   verb('rollback', M.rollbackUpdate, 'switch back to the source during soak (loses no write)');
-  verb('retire', M.retireNowUpdate, 'end soak now and delete the source copy (irreversible)');
+  verb(
+    'retire',
+    M.retireNowUpdate,
+    'end soak now and delete the source copy (irreversible: prints what it deletes, asks on a terminal, needs --yes elsewhere)',
+    {
+      options: (c) => c.option('--yes', 'confirm the deletion without being asked'),
+      example: ' --yes',
+      async confirm(tenant, o, config) {
+        if (o.yes) return;
+        const s = await moveStatus(config, tenant);
+        // Outside soak the workflow refuses retire with its own reason: nothing would be deleted.
+        if (s.phase !== 'soak') return;
+        await confirmIrreversible({
+          action: `retire the source copy of ${tenant} on ${s.source} (the way back; move ${s.moveId})`,
+          details: await deletionLines(config, s.source, tenant),
+          typeBack: tenant,
+        });
+      },
+    },
+  );
   verb('pause', M.pauseUpdate, 'pause copy / catch-up');
   verb('resume', M.resumeUpdate, 'resume (or re-validate after a mismatch)');
-  verb(
-    'extend-soak',
-    M.extendSoakUpdate,
-    'keep the way back longer',
-    (c) => c.requiredOption('--by <duration>', 'extra soak time'),
-    (o) => ({
-      seconds: Math.round(parseDurationMs(o.by, '--by') / 1000),
-    }),
-  );
+  verb('extend-soak', M.extendSoakUpdate, 'keep the way back longer', {
+    options: (c) => c.requiredOption('--by <duration>', 'extra soak time'),
+    payload: (o) => ({ seconds: Math.round(parseDurationMs(o.by, '--by') / 1000) }),
+    example: ' --by 24h',
+  });
 }

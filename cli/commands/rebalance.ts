@@ -18,6 +18,8 @@ import * as R from '../../workflows/rebalance-messages';
 import * as M from '../../workflows/messages';
 import { EXIT } from '../exit';
 import { examples } from '../help';
+import { confirmIrreversible, soakNeedsConfirmation } from '../confirm';
+import { formatDurationSeconds } from '../../lib/duration';
 import { actorDefault, withClient } from './move';
 
 async function dryRun(config: Config, scope: PlanScope, tolerance?: number, units?: string[]): Promise<RebalancePlan> {
@@ -108,6 +110,7 @@ interface StartOpts {
   json?: boolean;
   wait?: boolean;
   units?: string;
+  yes?: boolean;
 }
 
 const startOptions = (c: Command) =>
@@ -117,7 +120,11 @@ const startOptions = (c: Command) =>
     .option('--soak <duration>', "each move's soak (default: config limits.soakSeconds)")
     .option('--actor <name>', 'operator identity for the audit log')
     .option('--wait', 'wait for the run to end; exit 7 unless every move completed')
-    .option('--json', 'print the plan (and with --wait the final status) as JSON');
+    .option('--json', 'print the plan (and with --wait the final status) as JSON')
+    .option('--yes', 'confirm a --soak shorter than the default (or than 1h) without being asked');
+
+/** What an operator types back to confirm a short soak: the tenant, the shard, or "rebalance". */
+const scopeWord = (s: PlanScope) => (s.kind === 'isolate' ? s.tenant : s.kind === 'drain' ? s.shard : 'rebalance');
 
 /** Shows the plan, refuses what cannot be done, starts the run, and with --wait follows it to its end. */
 async function planAndStart(config: Config, scope: PlanScope, o: StartOpts) {
@@ -139,6 +146,14 @@ async function planAndStart(config: Config, scope: PlanScope, o: StartOpts) {
   if (!plan.moves.length && !plan.dedicate) {
     if (!o.json) console.log('nothing to move: no run started');
     return;
+  }
+  // A short soak shortens every move's way back: each source copy is deleted that much sooner.
+  if (soakSeconds !== undefined && !o.yes && soakNeedsConfirmation(soakSeconds, config.limits.soakSeconds)) {
+    await confirmIrreversible({
+      action: `${scopeText(scope)} with a ${formatDurationSeconds(soakSeconds)} soak per move (default ${formatDurationSeconds(config.limits.soakSeconds)})`,
+      details: plan.moves.map((m) => `  ${m.unit}: its copy on ${m.from} is deleted ${formatDurationSeconds(soakSeconds)} after its switch to ${m.to}`),
+      typeBack: scopeWord(scope),
+    });
   }
   await withClient(config, async (client) => {
     const h = await startRebalance(client, config.temporal.taskQueue, input);

@@ -1,13 +1,15 @@
 // The CLI's contract with scripts, through the real `shardctl` against the real stack: one exit
 // code per failure class (cli/exit.ts), errors as one JSON line on stderr under --json, the
 // --json shapes of the read verbs, and read verbs that never migrate the directory.
-import { describe, it, expect, beforeAll, afterAll } from 'vitest';
+import { describe, it, expect, beforeAll, afterAll, onTestFinished } from 'vitest';
 import fs from 'node:fs';
 import path from 'node:path';
 import { Pool } from 'pg';
-import { runCli, closedPort, configFile, jsonError, CliResult } from '../helpers/cli';
+import { WorkflowNotFoundError } from '@temporalio/client';
+import { runCli, runCliOnTty, closedPort, configFile, jsonError, CliResult } from '../helpers/cli';
 import { testConfig, uniq, directoryPool, closePools } from '../helpers/stack';
-import { prepareStack, newTenant } from '../helpers/move';
+import { prepareStack, newTenant, seed, temporal, placement, rowCount, blobCount } from '../helpers/move';
+import { moveWorkflowId } from '../../lib/ids';
 import { openPool } from '../../lib/connections';
 import { DIRECTORY_MIGRATIONS } from '../../lib/directory/schema';
 import type { Config } from '../../lib/config';
@@ -266,4 +268,87 @@ describe('read verbs on a directory that is not migrated', () => {
       await admin.query(`drop database if exists ${name} with (force)`);
     }
   });
+});
+
+describe('safety rails: a soak shorter than the default', () => {
+  /** The tenant's placement and source copy, and whether a move workflow exists: what "changed nothing" compares. */
+  async function state(t: string) {
+    const tc = await temporal();
+    try {
+      const exists = await tc.client.workflow
+        .getHandle(moveWorkflowId(t))
+        .describe()
+        .then(
+          () => true,
+          (e) => {
+            if (e instanceof WorkflowNotFoundError) return false;
+            throw e;
+          },
+        );
+      return { placement: await placement(t), rows: await rowCount('shard-a', t), blobs: await blobCount('shard-a', t), workflow: exists };
+    } finally {
+      await tc.close();
+    }
+  }
+
+  it(
+    'move start --soak under the default refuses without --yes off a terminal (exit 4), printing the shard, tables, row counts and blob prefix; nothing starts',
+    { timeout: 120_000 },
+    async () => {
+      const t = await newTenant('shard-a', 'rail');
+      await seed(t, 30, 2);
+      const before = await state(t);
+      expect(before.workflow).toBe(false);
+      // A task queue no worker polls: a move that did start would only sit there.
+      const env = { SHARDCTL_TASK_QUEUE: uniq('rail-nobody') };
+      // Whatever did start (the rail failing) is not left behind on the shared stack.
+      onTestFinished(async () => {
+        const tc = await temporal();
+        await tc.client.workflow
+          .getHandle(moveWorkflowId(t))
+          .terminate('rail test over')
+          .catch(() => {});
+        await tc.close();
+      });
+      for (const soak of ['10m', '0']) {
+        const r = await runCli(['move', 'start', '--tenant', t, '--to', 'shard-b', '--soak', soak], { env });
+        expect(r.code, r.stderr).toBe(4);
+        expect(r.stdout).toBe('');
+        expect(r.stderr).toContain(`start a move of ${t} with a ${soak === '0' ? '0s' : '10m'} soak (default 72h)`);
+        expect(r.stderr).toMatch(new RegExp(`on shard shard-a: ${before.rows} row\\(s\\) of ${t} in \\d+ table\\(s\\)`));
+        expect(r.stderr).toMatch(/public\.accounts\s+\d+ row\(s\)/);
+        expect(r.stderr).toContain(`blobs: 2 object(s)`);
+        expect(r.stderr).toContain(`s3://${testConfig().shards[0].bucket}/tenants/${t}/`);
+        expect(r.stderr).toContain(`shardctl: refused to start a move of ${t}`);
+        expect(r.stderr).toContain('without --yes (no terminal to ask on); nothing changed');
+      }
+      expect(await state(t)).toEqual(before);
+
+      // On a terminal it asks for the tenant id: anything else aborts, and nothing starts.
+      const wrong = await runCliOnTty(['move', 'start', '--tenant', t, '--to', 'shard-b', '--soak', '10m'], 'yes', { env });
+      expect(wrong.code, wrong.stdout).toBe(4);
+      expect(wrong.stdout).toContain(`type ${t} to confirm`);
+      expect(wrong.stdout).toContain(`not confirmed (expected ${t}); nothing changed`);
+      expect(await state(t)).toEqual(before);
+
+      // The default soak, or a longer one, does not ask; typing the id back, or --yes, starts it.
+      const tc = await temporal();
+      try {
+        const typed = await runCliOnTty(['move', 'start', '--tenant', t, '--to', 'shard-b', '--soak', '10m'], t, { env });
+        expect(typed.code, typed.stdout).toBe(0);
+        expect(typed.stdout).toContain(`started move of ${t} to shard-b`);
+        await tc.client.workflow.getHandle(moveWorkflowId(t)).terminate('rail test');
+        const yes = await runCli(['move', 'start', '--tenant', t, '--to', 'shard-b', '--soak', '10m', '--yes'], { env });
+        expect(yes.code, yes.stderr).toBe(0);
+        expect(yes.stderr).toBe('');
+        await tc.client.workflow.getHandle(moveWorkflowId(t)).terminate('rail test');
+        const long = await runCli(['move', 'start', '--tenant', t, '--to', 'shard-b', '--soak', '96h'], { env });
+        expect(long.code, long.stderr).toBe(0);
+        await tc.client.workflow.getHandle(moveWorkflowId(t)).terminate('rail test');
+      } finally {
+        await tc.close();
+      }
+      expect((await state(t)).placement).toEqual(before.placement);
+    },
+  );
 });
