@@ -502,4 +502,13 @@ export const MUTATIONS: Mutation[] = [
     testFile: 'test/e2e/cli-rails.test.ts',
     testName: 'the CLI refuses it once its config requires another',
   },
+  {
+    id: 'config-password-file',
+    guarantee: 'a DSN password can come from the file its passwordFile names (issue 12, docs/production.md)',
+    file: 'lib/config-secrets.ts',
+    from: 'url.password = encodeURIComponent(password);',
+    to: 'void password;',
+    testFile: 'test/integration/cli.test.ts',
+    testName: 'reads DSN passwords and the S3 secret from files named in the config',
+  },
 ];

@@ -352,3 +352,92 @@ describe('safety rails: a soak shorter than the default', () => {
     },
   );
 });
+
+describe('strict config and secrets from files', () => {
+  /** The stack's config with every password moved to files beside it (as production would), written to a temp dir. */
+  function passwordFileConfig(password: (dsn: string) => string) {
+    const dir = fs.mkdtempSync('/tmp/shardctl-secrets-');
+    const raw: any = structuredClone(testConfig());
+    const strip = (holder: { dsn: string; passwordFile?: string }, name: string) => {
+      const u = new URL(holder.dsn);
+      fs.writeFileSync(path.join(dir, `${name}.pw`), `${password(holder.dsn)}\n`, { mode: 0o600 });
+      u.password = '';
+      holder.dsn = u.toString();
+      holder.passwordFile = `${name}.pw`; // relative: read from the config file's directory
+    };
+    strip(raw.directory, 'directory');
+    raw.shards.forEach((s: any) => strip(s, s.name));
+    fs.writeFileSync(path.join(dir, 's3.key'), `${raw.s3.secretAccessKey}\n`);
+    delete raw.s3.secretAccessKey;
+    raw.s3.secretAccessKeyFile = 's3.key';
+    const file = path.join(dir, 'config.json');
+    fs.writeFileSync(file, JSON.stringify(raw));
+    return { file, raw, dir, remove: () => fs.rmSync(dir, { recursive: true, force: true }) };
+  }
+
+  it('refuses an unknown key with exit 2, naming its path and the nearest known key; the stack config and its round trip stay valid', async () => {
+    const raw: any = structuredClone(testConfig());
+    raw.limits.soakSecond = 60;
+    raw.shards[1].passwordfile = 'x';
+    const dir = fs.mkdtempSync('/tmp/shardctl-cfg-');
+    const file = path.join(dir, 'config.json');
+    fs.writeFileSync(file, JSON.stringify(raw));
+    try {
+      const r = await runCli(['--config', file, 'tenant', 'list']);
+      expectFailure(r, 2, ['unknown keys']);
+      expect(r.stderr).toContain(`shardctl: invalid configuration in ${file}:`);
+      expect(r.stderr).toContain('limits.soakSecond: unknown key (did you mean limits.soakSeconds?)');
+      expect(r.stderr).toContain('shards.1.passwordfile: unknown key (did you mean shards.1.passwordFile?)');
+      const j = await runCli(['--config', file, 'tenant', 'list', '--json']);
+      expect(jsonError(j)).toMatchObject({ code: 'ConfigError', exitCode: 2 });
+      const env = await runCli(['tenant', 'list'], { env: { SHARDCTL_SOAK_SECONDS: '3 days' } });
+      expectFailure(env, 2, ['bad env override']);
+      expect(env.stderr.trim()).toBe('shardctl: invalid environment variable SHARDCTL_SOAK_SECONDS: expected a whole number, got "3 days"');
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+    // The dev stack's own file (read by every other test) and a parsed config written back both parse.
+    expect((await runCli(['tenant', 'list', '--json'])).code).toBe(0);
+    const back = configFile(testConfig());
+    try {
+      expect((await runCli(['--config', back.file, 'tenant', 'list', '--json'])).code).toBe(0);
+    } finally {
+      back.remove();
+    }
+  });
+
+  it('reads DSN passwords and the S3 secret from files named in the config; a wrong one is refused without ever printing it', async () => {
+    const right = passwordFileConfig((dsn) => decodeURIComponent(new URL(dsn).password));
+    try {
+      expect(JSON.stringify(right.raw)).not.toContain(':shardctl-dev@');
+      const shown = await runCli(['--config', right.file, 'tenant', 'show', tenant, '--json']);
+      expect(shown.code, shown.stderr).toBe(0);
+      expect(JSON.parse(shown.stdout)).toMatchObject({ tenant, shard: 'shard-a' });
+      const shards = await runCli(['--config', right.file, 'shards', 'list', '--json']);
+      expect(shards.code, shards.stderr).toBe(0);
+      expect(JSON.parse(shards.stdout).map((s: any) => s.reachable)).toEqual([true, true, true]);
+      const plan = await runCli(['--config', right.file, 'move', 'plan', '--tenant', tenant, '--to', 'shard-b', '--json']);
+      expect(plan.code, plan.stderr).toBe(0);
+    } finally {
+      right.remove();
+    }
+    const secret = `Wr0ng-s3cret-${uniq('pw')}`;
+    const wrong = passwordFileConfig(() => secret);
+    try {
+      for (const args of [
+        ['tenant', 'show', tenant],
+        ['tenant', 'show', tenant, '--json'],
+        ['shards', 'list', '--json'],
+        ['directory', 'migrate'],
+      ]) {
+        const r = await runCli(['--config', wrong.file, ...args]);
+        expect(r.code, `${args.join(' ')}: ${r.stderr}`).not.toBe(0);
+        expect(`${r.stdout}${r.stderr}`, args.join(' ')).toMatch(/password authentication failed/);
+        expect(`${r.stdout}${r.stderr}`, args.join(' ')).not.toContain(secret);
+        expect(`${r.stdout}${r.stderr}`).not.toContain(encodeURIComponent(secret));
+      }
+    } finally {
+      wrong.remove();
+    }
+  });
+});
