@@ -511,4 +511,13 @@ export const MUTATIONS: Mutation[] = [
     testFile: 'test/integration/cli.test.ts',
     testName: 'reads DSN passwords and the S3 secret from files named in the config',
   },
+  {
+    id: 'worker-waits-unreachable',
+    guarantee: '`shardctl worker` waits for a directory or Temporal that is not up yet instead of exiting (issue 12)',
+    file: 'worker/wait.ts',
+    from: 'if (!isUnreachable(e) || opts.signal.aborted) {',
+    to: 'if (true) {',
+    testFile: 'test/integration/worker-wait.test.ts',
+    testName: 'with Temporal down it retries with backoff',
+  },
 ];
