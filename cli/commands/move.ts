@@ -7,11 +7,10 @@ import { WorkflowNotFoundError, WorkflowUpdateFailedError, type WorkflowExecutio
 import { moveInputFor, startMove, MOVE_WORKFLOW_TYPE } from '../../lib/moves/start';
 import { createDeps } from '../../activities/deps';
 import { createPlanActivities, type PlanResult } from '../../activities/move/plan';
-import { loadConfig, knownShard, Config } from '../../lib/config';
+import { knownShard, Config } from '../../lib/config';
 import { validateTenantId, moveWorkflowId } from '../../lib/ids';
 import { parseDurationMs } from '../../lib/duration';
 import { invalidInput, ShardctlError } from '../../lib/errors';
-import { temporalClient } from '../../lib/temporal-client';
 import * as M from '../../workflows/messages';
 import { isPhase, isTerminal, phaseReached, PHASES, sameApproverRefusal } from '../../workflows/phases';
 import { SA } from '../../workflows/search-attributes';
@@ -19,32 +18,17 @@ import { copyProgress, formatCopyProgress, formatTableProgress, withCopyProgress
 import { requireCurrentDirectorySchema } from '../../lib/directory/schema';
 import { exitCodeFor } from '../exit';
 import { examples } from '../help';
+import { configOf, printResult, withConnections, withTemporal } from '../run';
 import { confirmIrreversible, soakNeedsConfirmation } from '../confirm';
-import { createConnections } from '../../lib/connections';
-import { DEFAULT_CONNECT_TIMEOUT_MS } from '../../lib/directory/db';
 import { getTenant } from '../../lib/tenants';
 import { formatDeletionPreview, previewUnitDeletion } from '../../lib/moves/deletion-preview';
 import { formatDurationSeconds } from '../../lib/duration';
 
 export const actorDefault = () => process.env.SHARDCTL_ACTOR || process.env.USER || os.userInfo().username || 'cli';
 
-export async function withClient<T>(config: Config, fn: (c: Awaited<ReturnType<typeof temporalClient>>['client']) => Promise<T>): Promise<T> {
-  let tc: Awaited<ReturnType<typeof temporalClient>>;
-  try {
-    tc = await temporalClient(config);
-  } catch (e: any) {
-    throw new ShardctlError('Unavailable', `cannot reach Temporal at ${config.temporal.address}: ${e.message} (is \`shardctl dev up\` running?)`);
-  }
-  try {
-    return await fn(tc.client);
-  } finally {
-    await tc.close();
-  }
-}
-
 export async function moveStatus(config: Config, tenant: string): Promise<M.MoveStatus> {
   validateTenantId(tenant);
-  return withClient(config, async (client) => {
+  return withTemporal(config, async (client) => {
     try {
       return await client.workflow.getHandle(moveWorkflowId(tenant)).query(M.statusQuery);
     } catch (e) {
@@ -56,25 +40,14 @@ export async function moveStatus(config: Config, tenant: string): Promise<M.Move
 
 /** What deleting the unit's copy on `shard` would remove, read with read-only sessions. */
 async function deletionLines(config: Config, shard: string, tenant: string): Promise<string[]> {
-  const conns = createConnections(config, { max: 2, connectionTimeoutMillis: DEFAULT_CONNECT_TIMEOUT_MS, readOnly: true });
-  try {
-    return formatDeletionPreview(await previewUnitDeletion(config, conns, shard, tenant));
-  } finally {
-    await conns.close();
-  }
+  return formatDeletionPreview(await withConnections(config, { readOnly: true }, (conns) => previewUnitDeletion(config, conns, shard, tenant)));
 }
 
 /** The tenant's current shard (the source a move would delete from), read-only. */
 async function currentShard(config: Config, tenant: string): Promise<string> {
-  const conns = createConnections(config, { max: 2, connectionTimeoutMillis: DEFAULT_CONNECT_TIMEOUT_MS, readOnly: true });
-  try {
-    await requireCurrentDirectorySchema(conns.directoryPool());
-    const p = await getTenant(conns.directoryPool(), tenant);
-    if (!p) throw new ShardctlError('NotFound', `no tenant ${tenant}`);
-    return p.shard;
-  } finally {
-    await conns.close();
-  }
+  const p = await withConnections(config, { readOnly: true, requireCurrentSchema: true }, (conns) => getTenant(conns.directoryPool(), tenant));
+  if (!p) throw new ShardctlError('NotFound', `no tenant ${tenant}`);
+  return p.shard;
 }
 
 function printPlan(tenant: string, to: string, p: PlanResult) {
@@ -146,7 +119,7 @@ function printStatus(s: M.MoveStatus) {
 
 export function register(program: Command) {
   const move = program.command('move').description('tenant moves');
-  const cfg = () => loadConfig({ file: program.opts().config });
+  const cfg = configOf(program);
 
   const start = move
     .command('start')
@@ -177,7 +150,7 @@ export function register(program: Command) {
         });
       }
       const input = moveInputFor(config, { tenant, target: o.to, soakSeconds, approveCutover: o.approveCutover, requestedBy: o.actor || actorDefault() });
-      await withClient(config, async (client) => {
+      await withTemporal(config, async (client) => {
         const h = await startMove(client, config.temporal.taskQueue, input);
         console.log(`started move of ${tenant} to ${o.to}: workflow ${h.workflowId} run ${h.firstExecutionRunId}`);
       });
@@ -202,8 +175,7 @@ export function register(program: Command) {
       try {
         await requireCurrentDirectorySchema(deps.directoryPool());
         const p = await createPlanActivities(deps).planMove({ unit: tenant, target: o.to });
-        if (o.json) console.log(JSON.stringify(p, null, 2));
-        else printPlan(tenant, o.to, p);
+        printResult(o.json, p, (x) => printPlan(tenant, o.to, x), { pretty: true });
         // Refused by the current state: the reasons are the output, the code says so too.
         if (!p.ok) process.exitCode = exitCodeFor('PreconditionFailed');
       } finally {
@@ -276,7 +248,7 @@ export function register(program: Command) {
       const q = [`WorkflowType = '${MOVE_WORKFLOW_TYPE}'`];
       if (o.phase) q.push(`ShardctlPhase = '${o.phase}'`);
       if (o.blocked) q.push(`ShardctlBlockedReason IS NOT NULL`);
-      await withClient(cfg(), async (client) => {
+      await withTemporal(cfg(), async (client) => {
         const moves: MoveListEntry[] = [];
         for await (const w of client.workflow.list({ query: q.join(' AND ') })) {
           const m = moveListEntry(w);
@@ -305,7 +277,7 @@ export function register(program: Command) {
       const config = cfg();
       const arg = { actor: o.actor || actorDefault(), reason: o.reason, ...(spec.payload ? spec.payload(o) : {}) };
       if (spec.confirm) await spec.confirm(tenant, o, config);
-      await withClient(config, async (client) => {
+      await withTemporal(config, async (client) => {
         try {
           const r = await client.workflow.getHandle(moveWorkflowId(tenant)).executeUpdate(update, { args: [arg] });
           console.log(`${tenant}: ${r}`);

@@ -3,7 +3,8 @@
 // are JSON lines on stdout (SHARDCTL_LOG_LEVEL, default info); with --metrics-addr (or
 // SHARDCTL_METRICS_ADDR / observability.metricsAddr) it serves Prometheus metrics on GET /metrics.
 import { Command } from 'commander';
-import { loadConfig, projectRoot } from '../../lib/config';
+import { projectRoot } from '../../lib/config';
+import { configOf } from '../run';
 import { startWorker, type StartedWorker } from '../../worker';
 import { untilReachable } from '../../worker/wait';
 import { createDeps } from '../../activities/deps';
@@ -24,7 +25,7 @@ export function register(program: Command) {
     .option('--task-queue <q>', 'task queue (default from config)')
     .option('--metrics-addr <[host]:port>', 'serve GET /metrics here, e.g. :9464 (default $SHARDCTL_METRICS_ADDR or observability.metricsAddr; none if unset)')
     .action(async (o) => {
-      const config = loadConfig({ file: program.opts().config });
+      const config = configOf(program)();
       const metricsAddr: string | undefined = o.metricsAddr ?? config.observability.metricsAddr;
       if (metricsAddr) {
         try {

@@ -10,6 +10,7 @@ import { runCli, runCliOnTty, closedPort, configFile, jsonError, CliResult } fro
 import { testConfig, uniq, directoryPool, closePools } from '../helpers/stack';
 import { prepareStack, newTenant, seed, temporal, placement, rowCount, blobCount } from '../helpers/move';
 import { moveWorkflowId } from '../../lib/ids';
+import { REBALANCE_WORKFLOW_ID } from '../../workflows/rebalance-messages';
 import { openPool } from '../../lib/connections';
 import { DIRECTORY_MIGRATIONS } from '../../lib/directory/schema';
 import type { Config } from '../../lib/config';
@@ -351,6 +352,35 @@ describe('safety rails: a soak shorter than the default', () => {
       expect((await state(t)).placement).toEqual(before.placement);
     },
   );
+});
+
+describe('safety rails: a rebalance with a short soak', () => {
+  it('rebalance start --soak under the default shows the plan and refuses without --yes (exit 4); no run starts', { timeout: 120_000 }, async () => {
+    const tc = await temporal();
+    const running = () =>
+      tc.client.workflow
+        .getHandle(REBALANCE_WORKFLOW_ID)
+        .describe()
+        .then(
+          (d) => d.status.name === 'RUNNING',
+          () => false,
+        );
+    try {
+      expect(await running()).toBe(false);
+      const r = await runCli(['rebalance', 'start', '--soak', '10m', '--tolerance', '0'], { env: { SHARDCTL_TASK_QUEUE: uniq('rail-nobody') } });
+      expect(r.code, r.stderr).toBe(4);
+      expect(r.stdout).toMatch(/^plan: rebalance the fleet — [1-9]\d* move\(s\)/);
+      expect(r.stderr).toMatch(/its copy on shard-\w is deleted 10m after its switch to shard-\w/);
+      expect(r.stderr).toContain('shardctl: refused to rebalance the fleet with a 10m soak per move (default 72h) without --yes');
+      expect(await running()).toBe(false);
+    } finally {
+      await tc.client.workflow
+        .getHandle(REBALANCE_WORKFLOW_ID)
+        .terminate('rail test over')
+        .catch(() => {});
+      await tc.close();
+    }
+  });
 });
 
 describe('strict config and secrets from files', () => {

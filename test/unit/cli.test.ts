@@ -141,3 +141,20 @@ describe('safety rails (pure parts)', () => {
     expect([0, 45, 600, 5400, 72 * 3600].map(formatDurationSeconds)).toEqual(['0s', '45s', '10m', '1h30m', '72h']);
   });
 });
+
+describe('printResult', () => {
+  it('prints one JSON document (compact, or indented with pretty) with --json, else the text form', async () => {
+    const { printResult } = await import('../../cli/run');
+    const out: string[] = [];
+    const log = console.log;
+    console.log = (s: string) => out.push(s);
+    try {
+      printResult(true, { a: [1] }, () => out.push('text'));
+      printResult(true, { a: [1] }, () => out.push('text'), { pretty: true });
+      printResult(false, { a: [1] }, (v) => out.push(`text ${v.a.length}`));
+    } finally {
+      console.log = log;
+    }
+    expect(out).toEqual(['{"a":[1]}', '{\n  "a": [\n    1\n  ]\n}', 'text 1']);
+  });
+});
