@@ -6,6 +6,9 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { MAX_BUCKETS } from './buckets/units';
 import { sharedBucketProblems } from './blobs/bucket-identity';
+import { ConfigError } from './config-error';
+import { unknownKeyLines } from './config-keys';
+import { resolveSecretFiles } from './config-secrets';
 
 const shardName = z.string().regex(/^[a-z][a-z0-9-]{0,62}$/, 'shard names are lower-case letters, digits and dashes');
 const datasetName = z.string().regex(/^[a-z][a-z0-9_]{0,31}$/, 'dataset names are 1-32 lower-case letters, digits and underscores, starting with a letter');
@@ -15,134 +18,169 @@ const bucketCount = z
   .min(1, 'the bucket count B is at least 1')
   .max(MAX_BUCKETS, `the bucket count B is at most ${MAX_BUCKETS}`);
 
-export const configSchema = z.object({
-  temporal: z.object({
-    address: z.string().min(1),
-    namespace: z.string().min(1).default('default'),
-    taskQueue: z.string().min(1).default('shardctl-moves'),
-    uiUrl: z.string().url().optional(),
-    tls: z
+export const configSchema = z
+  .object({
+    temporal: z
       .object({
-        serverName: z.string().optional(),
-        caPath: z.string().optional(),
-        certPath: z.string().optional(),
-        keyPath: z.string().optional(),
+        address: z.string().min(1),
+        namespace: z.string().min(1).default('default'),
+        taskQueue: z.string().min(1).default('shardctl-moves'),
+        uiUrl: z.string().url().optional(),
+        tls: z
+          .object({
+            serverName: z.string().optional(),
+            caPath: z.string().optional(),
+            certPath: z.string().optional(),
+            keyPath: z.string().optional(),
+          })
+          .strict()
+          .optional(),
+        apiKeyEnv: z.string().optional(),
       })
-      .optional(),
-    apiKeyEnv: z.string().optional(),
-  }),
-  directory: z.object({ dsn: z.string().min(1) }),
-  shards: z
-    .array(
-      z.object({
-        name: shardName,
+      .strict(),
+    directory: z
+      .object({
         dsn: z.string().min(1),
-        bucket: z.string().min(3),
-        s3Endpoint: z.string().url().optional(),
-      }),
-    )
-    .min(1),
-  s3: z.object({
-    endpoint: z.string().url().optional(),
-    region: z.string().min(1).default('us-east-1'),
-    accessKeyId: z.string().min(1),
-    secretAccessKey: z.string().min(1),
-    forcePathStyle: z.boolean().default(true),
-  }),
-  tenant: z
-    .object({
-      column: z.string().min(1).default('tenant_id'),
-      schemas: z.array(z.string().min(1)).min(1).default(['public']),
-      tables: z.array(z.string().min(1)).optional(),
-      /** Writes without an epoch are refused unless this is true (fail closed). */
-      allowUnfencedWrites: z.boolean().default(false),
-    })
-    .default({}),
-  /**
-   * Datasets routed by bucket (docs/architecture.md, "Buckets"): a row's unit is
-   * `bucket:<name>:<stable_hash(column) mod buckets>`. B is fixed when the dataset is created:
-   * `shards prepare` records it on each shard and refuses a config that changes it.
-   */
-  datasets: z
-    .array(
-      z.object({
-        name: datasetName,
-        /** The routing key column, hashed as text. */
-        column: z.string().min(1),
-        buckets: bucketCount,
-      }),
-    )
-    .default([]),
-  limits: z
-    .object({
-      copyBatchRows: z.number().int().positive().default(5000),
-      applyMaxTxBytes: z
-        .number()
-        .int()
-        .positive()
-        .default(64 * 1024 * 1024),
-      lagThresholdMs: z.number().int().positive().default(1000),
-      fenceBudgetMs: z.number().int().positive().default(2000),
-      /**
-       * The source's freeze is a lease of the fence budget plus this (lib/cutover/lease.ts): a
-       * worker cut off from the source cannot keep the unit frozen longer (DESIGN.md §5.8).
-       */
-      freezeLeaseExtraMs: z.number().int().min(1500).default(3000),
-      /**
-       * Each statement a cutover sends inside its frozen window (source, target, directory) fails
-       * after this, and those connections use TCP keepalive: a blackholed link fails the step
-       * instead of hanging. Keep it well under the lease (fence budget + freezeLeaseExtraMs).
-       */
-      frozenWindowQueryTimeoutMs: z.number().int().positive().default(2500),
-      soakSeconds: z
-        .number()
-        .int()
-        .nonnegative()
-        .default(72 * 3600),
-      headroomFraction: z.number().min(0).max(0.9).default(0.1),
-      rowsPerSecond: z.number().int().nonnegative().default(0),
-      slotRetentionWarnBytes: z
-        .number()
-        .int()
-        .positive()
-        .default(512 * 1024 * 1024),
-      /**
-       * Catch-up gives a replication stream up after this long without a byte from the source
-       * (a half-open link), and bounds each control statement on the source; unset: the default of
-       * lib/cdc/stream.ts (10 s). Keep it under the activities' heartbeat timeout.
-       */
-      replicationReceiveTimeoutMs: z.number().int().min(500).optional(),
-      /** Each statement of the catch-up's apply session on the target gives up after this; unset: lib/cdc/apply.ts's default (30 s). */
-      applyStatementTimeoutMs: z.number().int().min(500).optional(),
-      routerRetryBudget: z.number().int().positive().default(5),
-      routerDeadlineMs: z.number().int().positive().default(5000),
-      routerSnapshotTtlMs: z.number().int().positive().default(2000),
-    })
-    .default({}),
-  /** The worker's metrics endpoint and logs (docs/production.md, "Metrics" and "Logs"). */
-  observability: z
-    .object({
-      /** `[host]:port` the worker serves GET /metrics on (e.g. ":9464"); absent = no endpoint. */
-      metricsAddr: z.string().min(1).optional(),
-    })
-    .default({}),
-});
+        /** A file holding the DSN's password (lib/config-secrets.ts); the DSN then names none. */
+        passwordFile: z.string().min(1).optional(),
+      })
+      .strict(),
+    shards: z
+      .array(
+        z
+          .object({
+            name: shardName,
+            dsn: z.string().min(1),
+            bucket: z.string().min(3),
+            s3Endpoint: z.string().url().optional(),
+            passwordFile: z.string().min(1).optional(),
+          })
+          .strict(),
+      )
+      .min(1),
+    s3: z
+      .object({
+        endpoint: z.string().url().optional(),
+        region: z.string().min(1).default('us-east-1'),
+        accessKeyId: z.string().min(1),
+        secretAccessKey: z.string().min(1),
+        /** A file holding the secret key, instead of secretAccessKey (lib/config-secrets.ts). */
+        secretAccessKeyFile: z.string().min(1).optional(),
+        forcePathStyle: z.boolean().default(true),
+      })
+      .strict(),
+    tenant: z
+      .object({
+        column: z.string().min(1).default('tenant_id'),
+        schemas: z.array(z.string().min(1)).min(1).default(['public']),
+        tables: z.array(z.string().min(1)).optional(),
+        /** Writes without an epoch are refused unless this is true (fail closed). */
+        allowUnfencedWrites: z.boolean().default(false),
+      })
+      .strict()
+      .default({}),
+    /**
+     * Datasets routed by bucket (docs/architecture.md, "Buckets"): a row's unit is
+     * `bucket:<name>:<stable_hash(column) mod buckets>`. B is fixed when the dataset is created:
+     * `shards prepare` records it on each shard and refuses a config that changes it.
+     */
+    datasets: z
+      .array(
+        z
+          .object({
+            name: datasetName,
+            /** The routing key column, hashed as text. */
+            column: z.string().min(1),
+            buckets: bucketCount,
+          })
+          .strict(),
+      )
+      .default([]),
+    limits: z
+      .object({
+        copyBatchRows: z.number().int().positive().default(5000),
+        applyMaxTxBytes: z
+          .number()
+          .int()
+          .positive()
+          .default(64 * 1024 * 1024),
+        lagThresholdMs: z.number().int().positive().default(1000),
+        fenceBudgetMs: z.number().int().positive().default(2000),
+        /**
+         * The source's freeze is a lease of the fence budget plus this (lib/cutover/lease.ts): a
+         * worker cut off from the source cannot keep the unit frozen longer (DESIGN.md §5.8).
+         */
+        freezeLeaseExtraMs: z.number().int().min(1500).default(3000),
+        /**
+         * Each statement a cutover sends inside its frozen window (source, target, directory) fails
+         * after this, and those connections use TCP keepalive: a blackholed link fails the step
+         * instead of hanging. Keep it well under the lease (fence budget + freezeLeaseExtraMs).
+         */
+        frozenWindowQueryTimeoutMs: z.number().int().positive().default(2500),
+        soakSeconds: z
+          .number()
+          .int()
+          .nonnegative()
+          .default(72 * 3600),
+        headroomFraction: z.number().min(0).max(0.9).default(0.1),
+        rowsPerSecond: z.number().int().nonnegative().default(0),
+        slotRetentionWarnBytes: z
+          .number()
+          .int()
+          .positive()
+          .default(512 * 1024 * 1024),
+        /**
+         * Catch-up gives a replication stream up after this long without a byte from the source
+         * (a half-open link), and bounds each control statement on the source; unset: the default of
+         * lib/cdc/stream.ts (10 s). Keep it under the activities' heartbeat timeout.
+         */
+        replicationReceiveTimeoutMs: z.number().int().min(500).optional(),
+        /** Each statement of the catch-up's apply session on the target gives up after this; unset: lib/cdc/apply.ts's default (30 s). */
+        applyStatementTimeoutMs: z.number().int().min(500).optional(),
+        routerRetryBudget: z.number().int().positive().default(5),
+        routerDeadlineMs: z.number().int().positive().default(5000),
+        routerSnapshotTtlMs: z.number().int().positive().default(2000),
+      })
+      .strict()
+      .default({}),
+    /** Who may approve what (docs/production.md, "Separation of duties"). */
+    approvals: z
+      .object({
+        /** `move approve` by the operator who started the move is refused (the CLI's actor: --actor, $SHARDCTL_ACTOR, $USER). */
+        requireDistinctApprover: z.boolean().default(false),
+      })
+      .strict()
+      .default({}),
+    /** The worker's metrics endpoint and logs (docs/production.md, "Metrics" and "Logs"). */
+    observability: z
+      .object({
+        /** `[host]:port` the worker serves GET /metrics on (e.g. ":9464"); absent = no endpoint. */
+        metricsAddr: z.string().min(1).optional(),
+      })
+      .strict()
+      .default({}),
+  })
+  .strict();
 
 export type Config = z.infer<typeof configSchema>;
 export type ShardConfig = Config['shards'][number];
 
-export class ConfigError extends Error {
-  readonly type = 'ConfigError';
-}
+export { ConfigError };
 
-/** Turns zod issues into "path: expected ..." lines an operator can act on. */
+/** Turns zod issues into "path: expected ..." lines an operator can act on (an unknown key with the nearest known one). */
 export function formatIssues(err: z.ZodError, source: string): string {
-  const lines = err.issues.map((i) => `  ${i.path.join('.') || '(root)'}: ${i.message}`);
+  const lines = err.issues.flatMap((i) =>
+    i.code === 'unrecognized_keys' ? unknownKeyLines(configSchema, i).map((l) => `  ${l}`) : [`  ${i.path.join('.') || '(root)'}: ${i.message}`],
+  );
   return `invalid configuration in ${source}:\n${lines.join('\n')}`;
 }
 
-export function parseConfig(raw: unknown, source = 'config'): Config {
-  const res = configSchema.safeParse(raw);
+/**
+ * Validates a raw config (strict: an unknown key is an error), after reading the secret files it
+ * names (lib/config-secrets.ts; relative paths from `baseDir`, default the working directory).
+ */
+export function parseConfig(raw: unknown, source = 'config', opts: { baseDir?: string } = {}): Config {
+  const res = configSchema.safeParse(resolveSecretFiles(raw, source, { baseDir: opts.baseDir ?? process.cwd() }));
   if (!res.success) throw new ConfigError(formatIssues(res.error, source));
   const names = new Set<string>();
   for (const s of res.data.shards) {
@@ -164,7 +202,7 @@ export function parseConfig(raw: unknown, source = 'config'): Config {
   return res.data;
 }
 
-/** Environment overrides: a few well-known variables win over the file. */
+/** Environment overrides: a few well-known variables win over the file. A bad value names its variable. */
 export function applyEnvOverrides(raw: any, env: NodeJS.ProcessEnv): any {
   const out = structuredClone(raw ?? {});
   const set = (p: string[], v: string | undefined, conv: (s: string) => unknown = (s) => s) => {
@@ -173,12 +211,17 @@ export function applyEnvOverrides(raw: any, env: NodeJS.ProcessEnv): any {
     for (const k of p.slice(0, -1)) o = o[k] ??= {};
     o[p[p.length - 1]] = conv(v);
   };
+  const variable = (name: string) => (s: string) => {
+    if (!/^\d{1,15}$/.test(s.trim()))
+      throw new ConfigError(`invalid environment variable ${name}: expected a whole number, got ${JSON.stringify(s.slice(0, 40))}`);
+    return Number(s.trim());
+  };
   set(['temporal', 'address'], env.SHARDCTL_TEMPORAL_ADDRESS);
   set(['temporal', 'namespace'], env.SHARDCTL_TEMPORAL_NAMESPACE);
   set(['temporal', 'taskQueue'], env.SHARDCTL_TASK_QUEUE);
   set(['directory', 'dsn'], env.SHARDCTL_DIRECTORY_DSN);
-  set(['limits', 'soakSeconds'], env.SHARDCTL_SOAK_SECONDS, Number);
-  set(['limits', 'lagThresholdMs'], env.SHARDCTL_LAG_THRESHOLD_MS, Number);
+  set(['limits', 'soakSeconds'], env.SHARDCTL_SOAK_SECONDS, variable('SHARDCTL_SOAK_SECONDS'));
+  set(['limits', 'lagThresholdMs'], env.SHARDCTL_LAG_THRESHOLD_MS, variable('SHARDCTL_LAG_THRESHOLD_MS'));
   set(['observability', 'metricsAddr'], env.SHARDCTL_METRICS_ADDR);
   return out;
 }
@@ -199,7 +242,7 @@ export function loadConfig(opts: { file?: string; env?: NodeJS.ProcessEnv } = {}
     }
     throw new ConfigError(`cannot read configuration ${file}: ${e.message}`);
   }
-  return parseConfig(applyEnvOverrides(raw, env), file);
+  return parseConfig(applyEnvOverrides(raw, env), file, { baseDir: path.dirname(path.resolve(file)) });
 }
 
 export function projectRoot(): string {

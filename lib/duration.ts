@@ -19,3 +19,22 @@ export function parseDurationMs(text: string, what = 'duration'): number {
   }
   return Math.round(total);
 }
+
+/** Seconds as an operator writes them (hours the largest unit, as soaks are given): 72h, 1h30m, 10m, 0s. */
+export function formatDurationSeconds(seconds: number): string {
+  const s = Math.max(0, Math.round(seconds));
+  if (s === 0) return '0s';
+  const parts: string[] = [];
+  let rest = s;
+  for (const [unit, n] of [
+    ['h', 3600],
+    ['m', 60],
+    ['s', 1],
+  ] as const) {
+    if (rest >= n) {
+      parts.push(`${Math.floor(rest / n)}${unit}`);
+      rest %= n;
+    }
+  }
+  return parts.join('');
+}

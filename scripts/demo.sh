@@ -70,7 +70,7 @@ start_bg .dev/logs/loadgen-demo.log node cli/shardctl.js loadgen --tenants $T,$B
 LOADGEN=$!
 echo "== loadgen pid $LOADGEN (log .dev/logs/loadgen-demo.log)"
 sleep 2
-sc move start --tenant $T --to $TO --soak "${SHARDCTL_DEMO_SOAK:-10s}" --actor demo
+sc move start --tenant $T --to $TO --soak "${SHARDCTL_DEMO_SOAK:-10s}" --yes --actor demo
 sc move wait $T --phase done --timeout 5m || { sc move status $T; exit 1; }
 sc move status $T
 echo "== waiting for loadgen to finish"

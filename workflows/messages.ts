@@ -70,6 +70,8 @@ export interface MoveInput {
   copyBatchRows?: number;
   /** Aborted cutover attempts in a row before the move waits for `move approve`; default 3. */
   maxCutoverAborts?: number;
+  /** `approve` by `requestedBy` is refused (config approvals.requireDistinctApprover at start). */
+  requireDistinctApprover?: boolean;
   /** Carried across continue-as-new. */
   resume?: unknown;
 }

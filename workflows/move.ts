@@ -19,7 +19,7 @@ import {
 import type { RetryPolicy } from '@temporalio/common';
 import type { Activities } from '../activities';
 import * as M from './messages';
-import { Phase, refuseVerb, pastPointOfNoReturn } from './phases';
+import { Phase, refuseVerb, pastPointOfNoReturn, sameApproverRefusal } from './phases';
 import { MoveState } from './move-state';
 import { PERMANENT_ERROR_TYPES, isPermanentErrorType } from '../lib/errors';
 import { copyEtaSeconds, copyProgress } from '../lib/move-progress';
@@ -104,7 +104,13 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
       st.operators.approvedBy = op.actor;
       return 'approved';
     },
-    { validator: guard('approve') },
+    {
+      validator: (op) => {
+        guard('approve')(op);
+        const why = input.requireDistinctApprover ? sameApproverRefusal(op.actor, input.requestedBy) : undefined;
+        if (why) throw new Error(why);
+      },
+    },
   );
   setHandler(
     M.rollbackUpdate,

@@ -67,6 +67,13 @@ export function phaseReached(current: Phase, wanted: Phase): boolean {
   return false;
 }
 
+/** Separation of duties: why `approver` may not approve a move `starter` started, or undefined. */
+export function sameApproverRefusal(approver: string, starter: string): string | undefined {
+  return approver.trim() === starter.trim()
+    ? `separation of duties (approvals.requireDistinctApprover): ${starter} started this move, so another operator must approve it`
+    : undefined;
+}
+
 /** Why an operator verb is not possible in this phase, or undefined when it is. */
 export function refuseVerb(
   verb: 'cancel' | 'approve' | 'rollback' | 'retire-now' | 'extend-soak' | 'pause' | 'resume',

@@ -5,7 +5,7 @@
 // 1 when something needs attention; with --fix, 0 when every named fix was applied.
 import os from 'node:os';
 import { Command } from 'commander';
-import { loadConfig } from '../../lib/config';
+import { configOf } from '../run';
 import { createConnections } from '../../lib/connections';
 import { temporalClient } from '../../lib/temporal-client';
 import { gatherFacts } from '../../lib/doctor/facts';
@@ -48,7 +48,7 @@ export function register(program: Command) {
     )
     .option('--actor <name>', 'operator identity for the audit log of a fix')
     .action(async (o: { json?: boolean; walThreshold?: string; fix: string[]; actor?: string }) => {
-      const config = loadConfig({ file: program.opts().config });
+      const config = configOf(program)();
       const walThresholdBytes = o.walThreshold ? parseBytes(o.walThreshold) : config.limits.slotRetentionWarnBytes;
       const fixing = o.fix.length > 0;
       // A plain run only reads: its sessions refuse writes.

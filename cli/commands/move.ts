@@ -7,38 +7,28 @@ import { WorkflowNotFoundError, WorkflowUpdateFailedError, type WorkflowExecutio
 import { moveInputFor, startMove, MOVE_WORKFLOW_TYPE } from '../../lib/moves/start';
 import { createDeps } from '../../activities/deps';
 import { createPlanActivities, type PlanResult } from '../../activities/move/plan';
-import { loadConfig, knownShard, Config } from '../../lib/config';
+import { knownShard, Config } from '../../lib/config';
 import { validateTenantId, moveWorkflowId } from '../../lib/ids';
 import { parseDurationMs } from '../../lib/duration';
 import { invalidInput, ShardctlError } from '../../lib/errors';
-import { temporalClient } from '../../lib/temporal-client';
 import * as M from '../../workflows/messages';
-import { isPhase, isTerminal, phaseReached, PHASES } from '../../workflows/phases';
+import { isPhase, isTerminal, phaseReached, PHASES, sameApproverRefusal } from '../../workflows/phases';
 import { SA } from '../../workflows/search-attributes';
 import { copyProgress, formatCopyProgress, formatTableProgress, withCopyProgress } from '../../lib/move-progress';
 import { requireCurrentDirectorySchema } from '../../lib/directory/schema';
 import { exitCodeFor } from '../exit';
 import { examples } from '../help';
+import { configOf, printResult, withConnections, withTemporal } from '../run';
+import { confirmIrreversible, soakNeedsConfirmation } from '../confirm';
+import { getTenant } from '../../lib/tenants';
+import { formatDeletionPreview, previewUnitDeletion } from '../../lib/moves/deletion-preview';
+import { formatDurationSeconds } from '../../lib/duration';
 
 export const actorDefault = () => process.env.SHARDCTL_ACTOR || process.env.USER || os.userInfo().username || 'cli';
 
-export async function withClient<T>(config: Config, fn: (c: Awaited<ReturnType<typeof temporalClient>>['client']) => Promise<T>): Promise<T> {
-  let tc: Awaited<ReturnType<typeof temporalClient>>;
-  try {
-    tc = await temporalClient(config);
-  } catch (e: any) {
-    throw new ShardctlError('Unavailable', `cannot reach Temporal at ${config.temporal.address}: ${e.message} (is \`shardctl dev up\` running?)`);
-  }
-  try {
-    return await fn(tc.client);
-  } finally {
-    await tc.close();
-  }
-}
-
 export async function moveStatus(config: Config, tenant: string): Promise<M.MoveStatus> {
   validateTenantId(tenant);
-  return withClient(config, async (client) => {
+  return withTemporal(config, async (client) => {
     try {
       return await client.workflow.getHandle(moveWorkflowId(tenant)).query(M.statusQuery);
     } catch (e) {
@@ -46,6 +36,18 @@ export async function moveStatus(config: Config, tenant: string): Promise<M.Move
       throw e;
     }
   });
+}
+
+/** What deleting the unit's copy on `shard` would remove, read with read-only sessions. */
+async function deletionLines(config: Config, shard: string, tenant: string): Promise<string[]> {
+  return formatDeletionPreview(await withConnections(config, { readOnly: true }, (conns) => previewUnitDeletion(config, conns, shard, tenant)));
+}
+
+/** The tenant's current shard (the source a move would delete from), read-only. */
+async function currentShard(config: Config, tenant: string): Promise<string> {
+  const p = await withConnections(config, { readOnly: true, requireCurrentSchema: true }, (conns) => getTenant(conns.directoryPool(), tenant));
+  if (!p) throw new ShardctlError('NotFound', `no tenant ${tenant}`);
+  return p.shard;
 }
 
 function printPlan(tenant: string, to: string, p: PlanResult) {
@@ -117,7 +119,7 @@ function printStatus(s: M.MoveStatus) {
 
 export function register(program: Command) {
   const move = program.command('move').description('tenant moves');
-  const cfg = () => loadConfig({ file: program.opts().config });
+  const cfg = configOf(program);
 
   const start = move
     .command('start')
@@ -127,6 +129,7 @@ export function register(program: Command) {
     .option('--soak <duration>', 'how long the source is kept as the way back', '')
     .option('--approve-cutover <mode>', 'auto | manual (manual waits for `move approve`)', 'auto')
     .option('--actor <name>', 'operator identity for the audit log')
+    .option('--yes', 'confirm a --soak shorter than the default (or than 1h) without being asked')
     .action(async (o) => {
       const config = cfg();
       const tenant = validateTenantId(o.tenant);
@@ -134,13 +137,29 @@ export function register(program: Command) {
       if (o.approveCutover !== 'auto' && o.approveCutover !== 'manual')
         throw invalidInput(`--approve-cutover must be auto or manual, got ${JSON.stringify(o.approveCutover)}`);
       const soakSeconds = o.soak ? Math.round(parseDurationMs(o.soak, '--soak') / 1000) : config.limits.soakSeconds;
+      // A short soak shortens the way back: the source copy is deleted that much sooner.
+      if (o.soak && !o.yes && soakNeedsConfirmation(soakSeconds, config.limits.soakSeconds)) {
+        const source = await currentShard(config, tenant);
+        await confirmIrreversible({
+          action: `start a move of ${tenant} with a ${formatDurationSeconds(soakSeconds)} soak (default ${formatDurationSeconds(config.limits.soakSeconds)})`,
+          details: [
+            `  the source copy stays the way back for only ${formatDurationSeconds(soakSeconds)} after the switch; then it is deleted:`,
+            ...(await deletionLines(config, source, tenant)),
+          ],
+          typeBack: tenant,
+        });
+      }
       const input = moveInputFor(config, { tenant, target: o.to, soakSeconds, approveCutover: o.approveCutover, requestedBy: o.actor || actorDefault() });
-      await withClient(config, async (client) => {
+      await withTemporal(config, async (client) => {
         const h = await startMove(client, config.temporal.taskQueue, input);
         console.log(`started move of ${tenant} to ${o.to}: workflow ${h.workflowId} run ${h.firstExecutionRunId}`);
       });
     });
-  examples(start, 'move start --tenant acme --to shard-c', 'move start --tenant acme --to shard-c --soak 24h --approve-cutover manual --actor alice');
+  examples(
+    start,
+    'move start --tenant acme --to shard-c',
+    'move start --tenant acme --to shard-c --soak 24h --approve-cutover manual --actor alice --yes   # a soak under the default asks, or needs --yes',
+  );
 
   const plan = move
     .command('plan')
@@ -156,8 +175,7 @@ export function register(program: Command) {
       try {
         await requireCurrentDirectorySchema(deps.directoryPool());
         const p = await createPlanActivities(deps).planMove({ unit: tenant, target: o.to });
-        if (o.json) console.log(JSON.stringify(p, null, 2));
-        else printPlan(tenant, o.to, p);
+        printResult(o.json, p, (x) => printPlan(tenant, o.to, x), { pretty: true });
         // Refused by the current state: the reasons are the output, the code says so too.
         if (!p.ok) process.exitCode = exitCodeFor('PreconditionFailed');
       } finally {
@@ -230,7 +248,7 @@ export function register(program: Command) {
       const q = [`WorkflowType = '${MOVE_WORKFLOW_TYPE}'`];
       if (o.phase) q.push(`ShardctlPhase = '${o.phase}'`);
       if (o.blocked) q.push(`ShardctlBlockedReason IS NOT NULL`);
-      await withClient(cfg(), async (client) => {
+      await withTemporal(cfg(), async (client) => {
         const moves: MoveListEntry[] = [];
         for await (const w of client.workflow.list({ query: q.join(' AND ') })) {
           const m = moveListEntry(w);
@@ -242,15 +260,24 @@ export function register(program: Command) {
     });
   examples(list, 'move list', 'move list --phase validate --blocked', 'move list --json | jq -r \'.moves[] | select(.status == "RUNNING") | .tenant\'');
 
-  const verb = (name: string, update: any, desc: string, extra?: (c: Command) => Command, payload?: (o: any) => object) => {
+  interface VerbSpec {
+    /** Options of its own (after --actor and --reason), and what they add to the update's argument. */
+    options?: (c: Command) => Command;
+    payload?: (o: any) => object;
+    /** Runs before the update is sent: a verb that cannot be undone asks here, a forbidden one refuses. */
+    confirm?: (tenant: string, o: any, config: Config) => Promise<void>;
+    example?: string;
+  }
+  const verb = (name: string, update: any, desc: string, spec: VerbSpec = {}) => {
     let c = move.command(`${name} <tenant>`).description(desc).option('--actor <name>', 'operator identity').option('--reason <text>', 'why');
-    if (extra) c = extra(c);
-    examples(c, `move ${name} acme${extra ? ' --by 24h' : ''} --actor alice --reason "ticket OPS-123"`);
+    if (spec.options) c = spec.options(c);
+    examples(c, `move ${name} acme${spec.example ?? ''} --actor alice --reason "ticket OPS-123"`);
     c.action(async (tenant, o) => {
       validateTenantId(tenant);
       const config = cfg();
-      const arg = { actor: o.actor || actorDefault(), reason: o.reason, ...(payload ? payload(o) : {}) };
-      await withClient(config, async (client) => {
+      const arg = { actor: o.actor || actorDefault(), reason: o.reason, ...(spec.payload ? spec.payload(o) : {}) };
+      if (spec.confirm) await spec.confirm(tenant, o, config);
+      await withTemporal(config, async (client) => {
         try {
           const r = await client.workflow.getHandle(moveWorkflowId(tenant)).executeUpdate(update, { args: [arg] });
           console.log(`${tenant}: ${r}`);
@@ -265,18 +292,41 @@ export function register(program: Command) {
     });
   };
   verb('cancel', M.cancelUpdate, 'undo a move before its switch');
-  verb('approve', M.approveUpdate, 'approve a manual cutover');
+  verb('approve', M.approveUpdate, 'approve a manual cutover (with approvals.requireDistinctApprover, not by the operator who started the move)', {
+    // The workflow refuses it for moves started under the setting; this holds it for the others too.
+    async confirm(tenant, o, config) {
+      if (!config.approvals.requireDistinctApprover) return;
+      const s = await moveStatus(config, tenant);
+      const why = sameApproverRefusal(o.actor || actorDefault(), s.operators.startedBy);
+      if (why) throw new ShardctlError('Forbidden', `approve refused: ${why}`);
+    },
+  });
   verb('rollback', M.rollbackUpdate, 'switch back to the source during soak (loses no write)');
-  verb('retire', M.retireNowUpdate, 'end soak now and delete the source copy (irreversible)');
+  verb(
+    'retire',
+    M.retireNowUpdate,
+    'end soak now and delete the source copy (irreversible: prints what it deletes, asks on a terminal, needs --yes elsewhere)',
+    {
+      options: (c) => c.option('--yes', 'confirm the deletion without being asked'),
+      example: ' --yes',
+      async confirm(tenant, o, config) {
+        if (o.yes) return;
+        const s = await moveStatus(config, tenant);
+        // Outside soak the workflow refuses retire with its own reason: nothing would be deleted.
+        if (s.phase !== 'soak') return;
+        await confirmIrreversible({
+          action: `retire the source copy of ${tenant} on ${s.source} (the way back; move ${s.moveId})`,
+          details: await deletionLines(config, s.source, tenant),
+          typeBack: tenant,
+        });
+      },
+    },
+  );
   verb('pause', M.pauseUpdate, 'pause copy / catch-up');
   verb('resume', M.resumeUpdate, 'resume (or re-validate after a mismatch)');
-  verb(
-    'extend-soak',
-    M.extendSoakUpdate,
-    'keep the way back longer',
-    (c) => c.requiredOption('--by <duration>', 'extra soak time'),
-    (o) => ({
-      seconds: Math.round(parseDurationMs(o.by, '--by') / 1000),
-    }),
-  );
+  verb('extend-soak', M.extendSoakUpdate, 'keep the way back longer', {
+    options: (c) => c.requiredOption('--by <duration>', 'extra soak time'),
+    payload: (o) => ({ seconds: Math.round(parseDurationMs(o.by, '--by') / 1000) }),
+    example: ' --by 24h',
+  });
 }

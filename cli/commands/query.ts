@@ -4,7 +4,7 @@
 import { EXIT } from '../exit';
 import { examples } from '../help';
 import { Command } from 'commander';
-import { loadConfig } from '../../lib/config';
+import { configOf } from '../run';
 import { parseDurationMs } from '../../lib/duration';
 import { IncompleteResult, MissingShard, ShardctlError, invalidInput } from '../../lib/errors';
 import { Router } from '../../lib/router';
@@ -133,7 +133,7 @@ export function register(program: Command) {
       let router: Router | undefined;
       try {
         const { sql, opts } = scatterOptionsFromFlags(sqlArg, o);
-        const config = loadConfig({ file: program.opts().config });
+        const config = configOf(program)();
         router = await Router.create(config, { listen: false, freezeCache: true });
         const r = await router.scatter(sql, [], opts);
         if (o.json) console.log(JSON.stringify(r));

@@ -4,10 +4,7 @@
 // first and refuse (exit 4, nothing started) a drain or isolate the fleet has no room for.
 import { Command } from 'commander';
 import { WorkflowNotFoundError, WorkflowUpdateFailedError } from '@temporalio/client';
-import { loadConfig, knownShard, type Config } from '../../lib/config';
-import { createConnections } from '../../lib/connections';
-import { DEFAULT_CONNECT_TIMEOUT_MS } from '../../lib/directory/db';
-import { requireCurrentDirectorySchema } from '../../lib/directory/schema';
+import { knownShard, type Config } from '../../lib/config';
 import { parseDurationMs } from '../../lib/duration';
 import { invalidInput, ShardctlError } from '../../lib/errors';
 import { validateTenantId } from '../../lib/ids';
@@ -18,16 +15,15 @@ import * as R from '../../workflows/rebalance-messages';
 import * as M from '../../workflows/messages';
 import { EXIT } from '../exit';
 import { examples } from '../help';
-import { actorDefault, withClient } from './move';
+import { confirmIrreversible, soakNeedsConfirmation } from '../confirm';
+import { formatDurationSeconds } from '../../lib/duration';
+import { actorDefault } from './move';
+import { configOf, printResult, withConnections, withTemporal } from '../run';
 
-async function dryRun(config: Config, scope: PlanScope, tolerance?: number, units?: string[]): Promise<RebalancePlan> {
-  const c = createConnections(config, { max: 2, connectionTimeoutMillis: DEFAULT_CONNECT_TIMEOUT_MS, readOnly: true });
-  try {
-    await requireCurrentDirectorySchema(c.directoryPool());
-    return await planFromDirectory(c.directoryPool(), config, scope, { tolerance, units });
-  } finally {
-    await c.close();
-  }
+function dryRun(config: Config, scope: PlanScope, tolerance?: number, units?: string[]): Promise<RebalancePlan> {
+  return withConnections(config, { readOnly: true, requireCurrentSchema: true }, (c) =>
+    planFromDirectory(c.directoryPool(), config, scope, { tolerance, units }),
+  );
 }
 
 function scopeText(s: PlanScope) {
@@ -64,7 +60,7 @@ function numOpt(v: string | undefined, name: string): number | undefined {
 }
 
 export async function rebalanceStatus(config: Config): Promise<R.RebalanceStatus & { runningPhases: Record<string, string> }> {
-  return withClient(config, async (client) => {
+  return withTemporal(config, async (client) => {
     let st: R.RebalanceStatus;
     try {
       st = await client.workflow.getHandle(R.REBALANCE_WORKFLOW_ID).query(R.rebalanceStatusQuery);
@@ -108,6 +104,7 @@ interface StartOpts {
   json?: boolean;
   wait?: boolean;
   units?: string;
+  yes?: boolean;
 }
 
 const startOptions = (c: Command) =>
@@ -117,7 +114,11 @@ const startOptions = (c: Command) =>
     .option('--soak <duration>', "each move's soak (default: config limits.soakSeconds)")
     .option('--actor <name>', 'operator identity for the audit log')
     .option('--wait', 'wait for the run to end; exit 7 unless every move completed')
-    .option('--json', 'print the plan (and with --wait the final status) as JSON');
+    .option('--json', 'print the plan (and with --wait the final status) as JSON')
+    .option('--yes', 'confirm a --soak shorter than the default (or than 1h) without being asked');
+
+/** What an operator types back to confirm a short soak: the tenant, the shard, or "rebalance". */
+const scopeWord = (s: PlanScope) => (s.kind === 'isolate' ? s.tenant : s.kind === 'drain' ? s.shard : 'rebalance');
 
 /** Shows the plan, refuses what cannot be done, starts the run, and with --wait follows it to its end. */
 async function planAndStart(config: Config, scope: PlanScope, o: StartOpts) {
@@ -133,26 +134,32 @@ async function planAndStart(config: Config, scope: PlanScope, o: StartOpts) {
     units: o.units ? o.units.split(',').map((u) => validateTenantId(u.trim())) : undefined,
   });
   const plan = await dryRun(config, scope, tolerance, input.units);
-  if (o.json) console.log(JSON.stringify({ plan }));
-  else printPlan(plan);
+  printResult(o.json, { plan }, () => printPlan(plan));
   if (scope.kind !== 'rebalance' && plan.problems.length) throw new ShardctlError('NoCapacity', `refused, nothing started: ${plan.problems[0]}`);
   if (!plan.moves.length && !plan.dedicate) {
     if (!o.json) console.log('nothing to move: no run started');
     return;
   }
-  await withClient(config, async (client) => {
+  // A short soak shortens every move's way back: each source copy is deleted that much sooner.
+  if (soakSeconds !== undefined && !o.yes && soakNeedsConfirmation(soakSeconds, config.limits.soakSeconds)) {
+    await confirmIrreversible({
+      action: `${scopeText(scope)} with a ${formatDurationSeconds(soakSeconds)} soak per move (default ${formatDurationSeconds(config.limits.soakSeconds)})`,
+      details: plan.moves.map((m) => `  ${m.unit}: its copy on ${m.from} is deleted ${formatDurationSeconds(soakSeconds)} after its switch to ${m.to}`),
+      typeBack: scopeWord(scope),
+    });
+  }
+  await withTemporal(config, async (client) => {
     const h = await startRebalance(client, config.temporal.taskQueue, input);
     if (!o.json) console.log(`started ${scopeText(scope)}: workflow ${h.workflowId}; follow with \`shardctl rebalance status\``);
     if (!o.wait) return;
     const st: R.RebalanceStatus = await h.result();
-    if (o.json) console.log(JSON.stringify({ status: st }));
-    else printStatus({ ...st, runningPhases: {} });
+    printResult(o.json, { status: st }, () => printStatus({ ...st, runningPhases: {} }));
     if (st.phase !== 'done') process.exitCode = EXIT.moveFailed;
   });
 }
 
 async function sendUpdate(config: Config, update: typeof R.rebalancePauseUpdate, actor: string, reason?: string) {
-  await withClient(config, async (client) => {
+  await withTemporal(config, async (client) => {
     try {
       console.log(await client.workflow.getHandle(R.REBALANCE_WORKFLOW_ID).executeUpdate(update, { args: [{ actor, reason }] }));
     } catch (e: any) {
@@ -164,7 +171,7 @@ async function sendUpdate(config: Config, update: typeof R.rebalancePauseUpdate,
 }
 
 export function register(program: Command) {
-  const cfg = () => loadConfig({ file: program.opts().config });
+  const cfg = configOf(program);
   const rebalance = program.command('rebalance').description('even the load over the shards: plan the moves, run them as one workflow');
 
   const plan = rebalance
@@ -174,8 +181,7 @@ export function register(program: Command) {
     .option('--json', 'as JSON: {scope, moves: [{unit, from, to, load, reason}], shards, balanced, problems}')
     .action(async (o: { tolerance?: string; json?: boolean }) => {
       const p = await dryRun(cfg(), { kind: 'rebalance' }, numOpt(o.tolerance, '--tolerance'));
-      if (o.json) console.log(JSON.stringify(p, null, 2));
-      else printPlan(p);
+      printResult(o.json, p, printPlan, { pretty: true });
     });
   examples(plan, 'rebalance plan', "rebalance plan --json | jq '.moves[] | [.unit, .from, .to] | @tsv'");
 
@@ -191,8 +197,7 @@ export function register(program: Command) {
     .option('--json', 'as JSON: {phase, scope, moves: [{unit, from, to, state, result}], runningPhases, problems, ...}')
     .action(async (o: { json?: boolean }) => {
       const s = await rebalanceStatus(cfg());
-      if (o.json) console.log(JSON.stringify(s, null, 2));
-      else printStatus(s);
+      printResult(o.json, s, printStatus, { pretty: true });
     });
   examples(status, 'rebalance status', "rebalance status --json | jq -r '.phase'");
 

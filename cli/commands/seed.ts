@@ -1,7 +1,7 @@
 // `shardctl seed <tenant> --rows N --blobs M`: realistic demo data for a tenant, written through
 // the router (fenced write transactions), blobs into the owning shard's bucket first.
 import { Command } from 'commander';
-import { loadConfig } from '../../lib/config';
+import { configOf } from '../run';
 import { invalidInput } from '../../lib/errors';
 import { Router } from '../../lib/router';
 import { createDeps } from '../../activities/deps';
@@ -25,7 +25,7 @@ export function register(program: Command) {
       const rows = count(o.rows, '--rows');
       const blobs = count(o.blobs, '--blobs');
       const bodyBytes = count(o.bodyBytes, '--body-bytes');
-      const config = loadConfig({ file: program.opts().config });
+      const config = configOf(program)();
       const deps = createDeps(config);
       const router = await Router.create(config);
       try {

@@ -2,15 +2,16 @@
 // shards are reachable and how many of their tenant tables are fenced. Pools are closed at the
 // end so the process exits. `list` exits 5 when a shard is unreachable (cli/exit.ts).
 import { Command } from 'commander';
-import { Config, knownShard, loadConfig } from '../../lib/config';
-import { createConnections } from '../../lib/connections';
+import { Config, knownShard } from '../../lib/config';
 import type { Pool } from 'pg';
 import { fenceStatus, prepareAllShards } from '../../lib/shard/prepare';
 import { EXIT, exitCodeFor } from '../exit';
 import { examples } from '../help';
+import { configOf, printResult, withConnections } from '../run';
 
 export function register(program: Command) {
   const shards = program.command('shards').description('the shards: prepare them for moves, list them');
+  const cfg = configOf(program);
 
   const prepare = shards
     .command('prepare')
@@ -18,11 +19,10 @@ export function register(program: Command) {
     .option('--shard <name>', 'only this shard (default: every configured shard)')
     .option('--demo-schema', "also create the demo application's tables (before fencing them)")
     .action(async (o: { shard?: string; demoSchema?: boolean }) => {
-      const config = loadConfig({ file: program.opts().config });
+      const config = cfg();
       if (o.shard) knownShard(config, o.shard); // unknown shard: one line, before any connection
-      const pools = poolsFor(config);
-      try {
-        const results = await prepareAllShards(config, pools.get, { shard: o.shard, demoSchema: !!o.demoSchema, s3For: pools.s3For });
+      await withConnections(config, {}, async (pools) => {
+        const results = await prepareAllShards(config, pools.shardPool, { shard: o.shard, demoSchema: !!o.demoSchema, s3For: pools.s3For });
         for (const r of results) {
           if (r.error) {
             console.log(`${r.shard}: FAILED: ${r.error}`);
@@ -34,9 +34,7 @@ export function register(program: Command) {
           console.log(`  bucket identity marker: ${r.bucketMarker === 'created' ? 'written' : 'present'}`);
           for (const p of r.problems) console.log(`  warning: ${p}`);
         }
-      } finally {
-        await pools.close();
-      }
+      });
     });
   examples(prepare, 'shards prepare', 'shards prepare --shard shard-c --demo-schema');
 
@@ -45,13 +43,12 @@ export function register(program: Command) {
     .description('configured shards: reachability and fenced tenant tables')
     .option('--json', 'as JSON: [{name, reachable, schemaInstalled, tenantTables, fencedTables, unfenced, error?}]')
     .action(async (o: { json?: boolean }) => {
-      const config = loadConfig({ file: program.opts().config });
-      const pools = poolsFor(config);
-      try {
-        const rows = await Promise.all(config.shards.map((s) => describeShard(config, s.name, pools.get(s.name))));
-        if (o.json) {
-          console.log(JSON.stringify(rows, null, 2));
-        } else {
+      const config = cfg();
+      const rows = await withConnections(config, {}, (pools) => Promise.all(config.shards.map((s) => describeShard(config, s.name, pools.shardPool(s.name)))));
+      printResult(
+        o.json,
+        rows,
+        () => {
           const w = Math.max(...rows.map((r) => r.name.length));
           for (const r of rows) {
             const state = !r.reachable
@@ -63,11 +60,10 @@ export function register(program: Command) {
                   (r.error ? `; ${r.error}` : '');
             console.log(`${r.name.padEnd(w)}  ${state}`);
           }
-        }
-        if (rows.some((r) => !r.reachable)) process.exitCode = exitCodeFor('Unavailable');
-      } finally {
-        await pools.close();
-      }
+        },
+        { pretty: true },
+      );
+      if (rows.some((r) => !r.reachable)) process.exitCode = exitCodeFor('Unavailable');
     });
   examples(list, 'shards list', "shards list --json | jq -r '.[] | select(.unfenced | length > 0) | .name'");
 }
@@ -96,9 +92,4 @@ async function describeShard(config: Config, name: string, pool: Pool): Promise<
     row.error = e?.message ?? String(e);
   }
   return row;
-}
-
-function poolsFor(config: Config) {
-  const c = createConnections(config, { max: 2, connectionTimeoutMillis: 5000 });
-  return { get: c.shardPool, s3For: c.s3For, close: c.close };
 }

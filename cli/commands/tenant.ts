@@ -3,22 +3,14 @@
 // `show` and `list` never write: read-only sessions, and an outdated directory schema is refused
 // (naming the command that migrates it), never migrated.
 import { Command } from 'commander';
-import { loadConfig, Config } from '../../lib/config';
-import { createConnections } from '../../lib/connections';
 import { invalidInput, ShardctlError } from '../../lib/errors';
 import { validateTenantId } from '../../lib/ids';
-import { DEFAULT_CONNECT_TIMEOUT_MS } from '../../lib/directory/db';
 import { ensureDirectory } from '../../lib/directory/ensure';
-import { requireCurrentDirectorySchema } from '../../lib/directory/schema';
 import { examples } from '../help';
+import { configOf, printResult, withConnections } from '../run';
 import { createTenant, getTenant, listTenants, tenantView, validateCreateInput } from '../../lib/tenants';
 
 export { ensureDirectory };
-
-/** Connections for one CLI invocation; close() ends them all so the process can exit. */
-function cliPools(config: Config, readOnly = false) {
-  return createConnections(config, { max: 2, connectionTimeoutMillis: DEFAULT_CONNECT_TIMEOUT_MS, readOnly });
-}
 
 function parseLoad(v: string | undefined): number | undefined {
   if (v === undefined) return undefined;
@@ -26,17 +18,13 @@ function parseLoad(v: string | undefined): number | undefined {
   return Number(v.trim());
 }
 
-function printTenant(v: ReturnType<typeof tenantView>, json: boolean) {
-  if (json) console.log(JSON.stringify(v));
-  else
-    console.log(
-      `${v.tenant}  ${v.shard}  epoch ${v.epoch}  ${v.state}${v.moveId ? ` (move ${v.moveId})` : ''}  load ${v.expectedLoad}  updated ${v.updatedAt}`,
-    );
+function tenantLine(v: ReturnType<typeof tenantView>): string {
+  return `${v.tenant}  ${v.shard}  epoch ${v.epoch}  ${v.state}${v.moveId ? ` (move ${v.moveId})` : ''}  load ${v.expectedLoad}  updated ${v.updatedAt}`;
 }
 
 export function register(program: Command) {
   const tenant = program.command('tenant').description('create and inspect tenants (placement directory)');
-  const config = () => loadConfig({ file: program.opts().config });
+  const config = configOf(program);
 
   const create = tenant
     .command('create <id>')
@@ -50,14 +38,11 @@ export function register(program: Command) {
       const cfg = config();
       const input = { tenant: id, shard: o.shard, expectedLoad: parseLoad(o.expectedLoad), actor: o.actor, reason: o.reason };
       validateCreateInput(input, cfg); // before any connection: bad input touches nothing
-      const pools = cliPools(cfg);
-      try {
+      const p = await withConnections(cfg, {}, async (pools) => {
         await ensureDirectory(pools.directoryPool(), cfg);
-        const p = await createTenant({ directory: pools.directoryPool(), shardPool: pools.shardPool, config: cfg }, input);
-        printTenant(tenantView(p), !!o.json);
-      } finally {
-        await pools.close();
-      }
+        return createTenant({ directory: pools.directoryPool(), shardPool: pools.shardPool, config: cfg }, input);
+      });
+      printResult(o.json, tenantView(p), (v) => console.log(tenantLine(v)));
     });
   examples(create, 'tenant create acme --shard shard-a --expected-load 5 --reason "new customer"', 'tenant create acme --json');
 
@@ -68,15 +53,9 @@ export function register(program: Command) {
     .action(async (id: string, o: { json?: boolean }) => {
       const cfg = config();
       validateTenantId(id);
-      const pools = cliPools(cfg, true);
-      try {
-        await requireCurrentDirectorySchema(pools.directoryPool());
-        const p = await getTenant(pools.directoryPool(), id);
-        if (!p) throw new ShardctlError('NotFound', `no tenant ${id}`);
-        printTenant(tenantView(p), !!o.json);
-      } finally {
-        await pools.close();
-      }
+      const p = await withConnections(cfg, { readOnly: true, requireCurrentSchema: true }, (pools) => getTenant(pools.directoryPool(), id));
+      if (!p) throw new ShardctlError('NotFound', `no tenant ${id}`);
+      printResult(o.json, tenantView(p), (v) => console.log(tenantLine(v)));
     });
   examples(show, 'tenant show acme', 'tenant show acme --json   # {"tenant","shard","epoch","state","moveId","expectedLoad","updatedAt"}');
 
@@ -86,21 +65,14 @@ export function register(program: Command) {
     .option('--shard <name>', 'only tenants on this shard')
     .option('--json', 'as JSON: {generation, tenants}')
     .action(async (o: { shard?: string; json?: boolean }) => {
-      const cfg = config();
-      const pools = cliPools(cfg, true);
-      try {
-        await requireCurrentDirectorySchema(pools.directoryPool());
-        const { generation, tenants } = await listTenants(pools.directoryPool());
-        const views = tenants.filter((t) => !o.shard || t.shard === o.shard).map(tenantView);
-        if (o.json) {
-          console.log(JSON.stringify({ generation, tenants: views }));
-        } else {
-          console.log(`generation ${generation}, ${views.length} tenant(s)`);
-          for (const v of views) printTenant(v, false);
-        }
-      } finally {
-        await pools.close();
-      }
+      const { generation, tenants } = await withConnections(config(), { readOnly: true, requireCurrentSchema: true }, (pools) =>
+        listTenants(pools.directoryPool()),
+      );
+      const views = tenants.filter((t) => !o.shard || t.shard === o.shard).map(tenantView);
+      printResult(o.json, { generation, tenants: views }, () => {
+        console.log(`generation ${generation}, ${views.length} tenant(s)`);
+        for (const v of views) console.log(tenantLine(v));
+      });
     });
   examples(list, 'tenant list', 'tenant list --shard shard-a --json   # {"generation", "tenants": [<tenant show --json>...]}');
 }

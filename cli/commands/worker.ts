@@ -1,8 +1,12 @@
-// `shardctl worker`: runs the Temporal worker (workflows + activities) until SIGINT/SIGTERM. Logs
+// `shardctl worker`: runs the Temporal worker (workflows + activities) until SIGINT/SIGTERM; a
+// directory or Temporal not up yet is waited for (worker/wait.ts), a signal ends the wait. Logs
 // are JSON lines on stdout (SHARDCTL_LOG_LEVEL, default info); with --metrics-addr (or
 // SHARDCTL_METRICS_ADDR / observability.metricsAddr) it serves Prometheus metrics on GET /metrics.
 import { Command } from 'commander';
-import { loadConfig, projectRoot } from '../../lib/config';
+import { projectRoot } from '../../lib/config';
+import { configOf } from '../run';
+import type { StartedWorker } from '../../worker';
+import { untilReachable } from '../../worker/wait';
 import { ensureDirectory } from '../../lib/directory/ensure';
 import { dsnHost } from '../../lib/directory/db';
 import { registerWorker } from '../../lib/dev/workers';
@@ -19,7 +23,7 @@ export function register(program: Command) {
     .option('--task-queue <q>', 'task queue (default from config)')
     .option('--metrics-addr <[host]:port>', 'serve GET /metrics here, e.g. :9464 (default $SHARDCTL_METRICS_ADDR or observability.metricsAddr; none if unset)')
     .action(async (o) => {
-      const config = loadConfig({ file: program.opts().config });
+      const config = configOf(program)();
       const metricsAddr: string | undefined = o.metricsAddr ?? config.observability.metricsAddr;
       if (metricsAddr) {
         try {
@@ -45,11 +49,28 @@ export function register(program: Command) {
       ]);
       const metrics = createMetrics();
       const deps = createDeps(config, { faultPoint: faultHookFromEnv(), metrics });
-      // The directory's schema is the worker's contract with the CLI: bring it up to date first.
-      await ensureDirectory(deps.directoryPool(), config);
-      const w = await startWorker(config, { taskQueue, deps, log, metricsAddr });
-      // Listed by `dev status` and stopped by `dev down` of this checkout's stack until it exits.
+      // Listed by `dev status` and stopped by `dev down` of this checkout's stack until it exits, waiting or polling.
       registerWorker(path.join(projectRoot(), '.dev'), { taskQueue, temporalAddress: config.temporal.address });
+      const stopping = new AbortController();
+      let w: StartedWorker | undefined;
+      const stop = () => {
+        log.info('worker stopping');
+        stopping.abort();
+        if (w) void w.shutdown();
+      };
+      process.once('SIGINT', stop);
+      process.once('SIGTERM', stop);
+      const wait = { log, signal: stopping.signal, say: (line: string) => process.stderr.write(`worker: ${line}\n`) };
+      // The directory's schema is the worker's contract with the CLI: bring it up to date first.
+      const migrated = await untilReachable('directory', dsnHost(config.directory.dsn), () => ensureDirectory(deps.directoryPool(), config), wait);
+      if (migrated) w = await untilReachable('Temporal', config.temporal.address, () => startWorker(config, { taskQueue, deps, log, metricsAddr }), wait);
+      if (!w || stopping.signal.aborted) {
+        // Told to stop while waiting (or while the worker was being created): nothing ran.
+        await w?.shutdown();
+        if (!w) await deps.close();
+        log.flush();
+        return;
+      }
       log.info(
         {
           temporal: config.temporal.address,
@@ -61,12 +82,6 @@ export function register(program: Command) {
         'worker polling',
       );
       process.stderr.write(`worker: polling ${taskQueue} on ${config.temporal.address} (pid ${process.pid})\n`);
-      const stop = () => {
-        log.info('worker stopping');
-        void w.shutdown();
-      };
-      process.once('SIGINT', stop);
-      process.once('SIGTERM', stop);
       await w.run;
       await w.shutdown();
       log.flush();

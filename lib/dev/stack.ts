@@ -283,6 +283,7 @@ export function stackConfig(s: Stack): Config {
       routerDeadlineMs: 5000,
       routerSnapshotTtlMs: 2000,
     },
+    approvals: { requireDistinctApprover: false },
     observability: {},
   };
 }

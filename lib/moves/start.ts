@@ -24,8 +24,14 @@ export function moveInputFor(
     lagThresholdMs: config.limits.lagThresholdMs,
     fenceBudgetMs: config.limits.fenceBudgetMs,
     rowsPerSecond: config.limits.rowsPerSecond,
+    ...distinctApprover(config),
     ...req,
   };
+}
+
+/** Separation of duties, when configured, travels with the move: the workflow enforces it. */
+export function distinctApprover(config: Config): Pick<MoveInput, 'requireDistinctApprover'> {
+  return config.approvals.requireDistinctApprover ? { requireDistinctApprover: true } : {};
 }
 
 /** Starts the move workflow; a second move of the same unit is refused, naming the running one. */

@@ -3,6 +3,7 @@
 // caller's choices. Node-only (client).
 import { WorkflowExecutionAlreadyStartedError, type Client, type WorkflowHandle } from '@temporalio/client';
 import type { Config } from '../config';
+import { distinctApprover } from '../moves/start';
 import { ShardctlError, invalidInput } from '../errors';
 import { REBALANCE_WORKFLOW_ID, type RebalanceInput } from '../../workflows/rebalance-messages';
 import type { PlanScope } from './plan';
@@ -42,6 +43,7 @@ export function rebalanceInputFor(
       fenceBudgetMs: config.limits.fenceBudgetMs,
       rowsPerSecond: config.limits.rowsPerSecond,
       copyBatchRows: config.limits.copyBatchRows,
+      ...distinctApprover(config),
     },
   };
 }

@@ -28,7 +28,21 @@ describe('shardctl move: exit codes and --json', () => {
     async () => {
       const tenant = await H.newTenant('shard-a', 'clim');
       await H.seed(tenant, 60, 1);
-      const started = await cli('move', 'start', '--tenant', tenant, '--to', 'shard-b', '--approve-cutover', 'manual', '--soak', '2s', '--actor', 'sre-cli');
+      const started = await cli(
+        'move',
+        'start',
+        '--tenant',
+        tenant,
+        '--to',
+        'shard-b',
+        '--approve-cutover',
+        'manual',
+        '--soak',
+        '2s',
+        '--yes',
+        '--actor',
+        'sre-cli',
+      );
       expect(started.code, started.stderr).toBe(0);
       const h = env.t.client.workflow.getHandle(moveWorkflowId(tenant));
       try {

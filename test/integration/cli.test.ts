@@ -1,13 +1,16 @@
 // The CLI's contract with scripts, through the real `shardctl` against the real stack: one exit
 // code per failure class (cli/exit.ts), errors as one JSON line on stderr under --json, the
 // --json shapes of the read verbs, and read verbs that never migrate the directory.
-import { describe, it, expect, beforeAll, afterAll } from 'vitest';
+import { describe, it, expect, beforeAll, afterAll, onTestFinished } from 'vitest';
 import fs from 'node:fs';
 import path from 'node:path';
 import { Pool } from 'pg';
-import { runCli, closedPort, configFile, jsonError, CliResult } from '../helpers/cli';
+import { WorkflowNotFoundError } from '@temporalio/client';
+import { runCli, runCliOnTty, closedPort, configFile, jsonError, CliResult } from '../helpers/cli';
 import { testConfig, uniq, directoryPool, closePools } from '../helpers/stack';
-import { prepareStack, newTenant } from '../helpers/move';
+import { prepareStack, newTenant, seed, temporal, placement, rowCount, blobCount } from '../helpers/move';
+import { moveWorkflowId } from '../../lib/ids';
+import { REBALANCE_WORKFLOW_ID } from '../../workflows/rebalance-messages';
 import { openPool } from '../../lib/connections';
 import { DIRECTORY_MIGRATIONS } from '../../lib/directory/schema';
 import type { Config } from '../../lib/config';
@@ -265,6 +268,207 @@ describe('read verbs on a directory that is not migrated', () => {
       f.remove();
       await db.end();
       await admin.query(`drop database if exists ${name} with (force)`);
+    }
+  });
+});
+
+describe('safety rails: a soak shorter than the default', () => {
+  /** The tenant's placement and source copy, and whether a move workflow exists: what "changed nothing" compares. */
+  async function state(t: string) {
+    const tc = await temporal();
+    try {
+      const exists = await tc.client.workflow
+        .getHandle(moveWorkflowId(t))
+        .describe()
+        .then(
+          () => true,
+          (e) => {
+            if (e instanceof WorkflowNotFoundError) return false;
+            throw e;
+          },
+        );
+      return { placement: await placement(t), rows: await rowCount('shard-a', t), blobs: await blobCount('shard-a', t), workflow: exists };
+    } finally {
+      await tc.close();
+    }
+  }
+
+  it(
+    'move start --soak under the default refuses without --yes off a terminal (exit 4), printing the shard, tables, row counts and blob prefix; nothing starts',
+    { timeout: 120_000 },
+    async () => {
+      const t = await newTenant('shard-a', 'rail');
+      await seed(t, 30, 2);
+      const before = await state(t);
+      expect(before.workflow).toBe(false);
+      // A task queue no worker polls: a move that did start would only sit there.
+      const env = { SHARDCTL_TASK_QUEUE: uniq('rail-nobody') };
+      // Whatever did start (the rail failing) is not left behind on the shared stack.
+      onTestFinished(async () => {
+        const tc = await temporal();
+        await tc.client.workflow
+          .getHandle(moveWorkflowId(t))
+          .terminate('rail test over')
+          .catch(() => {});
+        await tc.close();
+      });
+      for (const soak of ['10m', '0']) {
+        const r = await runCli(['move', 'start', '--tenant', t, '--to', 'shard-b', '--soak', soak], { env });
+        expect(r.code, r.stderr).toBe(4);
+        expect(r.stdout).toBe('');
+        expect(r.stderr).toContain(`start a move of ${t} with a ${soak === '0' ? '0s' : '10m'} soak (default 72h)`);
+        expect(r.stderr).toMatch(new RegExp(`on shard shard-a: ${before.rows} row\\(s\\) of ${t} in \\d+ table\\(s\\)`));
+        expect(r.stderr).toMatch(/public\.accounts\s+\d+ row\(s\)/);
+        expect(r.stderr).toContain(`blobs: 2 object(s)`);
+        expect(r.stderr).toContain(`s3://${testConfig().shards[0].bucket}/tenants/${t}/`);
+        expect(r.stderr).toContain(`shardctl: refused to start a move of ${t}`);
+        expect(r.stderr).toContain('without --yes (no terminal to ask on); nothing changed');
+      }
+      expect(await state(t)).toEqual(before);
+
+      // On a terminal it asks for the tenant id: anything else aborts, and nothing starts.
+      const wrong = await runCliOnTty(['move', 'start', '--tenant', t, '--to', 'shard-b', '--soak', '10m'], 'yes', { env });
+      expect(wrong.code, wrong.stdout).toBe(4);
+      expect(wrong.stdout).toContain(`type ${t} to confirm`);
+      expect(wrong.stdout).toContain(`not confirmed (expected ${t}); nothing changed`);
+      expect(await state(t)).toEqual(before);
+
+      // The default soak, or a longer one, does not ask; typing the id back, or --yes, starts it.
+      const tc = await temporal();
+      try {
+        const typed = await runCliOnTty(['move', 'start', '--tenant', t, '--to', 'shard-b', '--soak', '10m'], t, { env });
+        expect(typed.code, typed.stdout).toBe(0);
+        expect(typed.stdout).toContain(`started move of ${t} to shard-b`);
+        await tc.client.workflow.getHandle(moveWorkflowId(t)).terminate('rail test');
+        const yes = await runCli(['move', 'start', '--tenant', t, '--to', 'shard-b', '--soak', '10m', '--yes'], { env });
+        expect(yes.code, yes.stderr).toBe(0);
+        expect(yes.stderr).toBe('');
+        await tc.client.workflow.getHandle(moveWorkflowId(t)).terminate('rail test');
+        const long = await runCli(['move', 'start', '--tenant', t, '--to', 'shard-b', '--soak', '96h'], { env });
+        expect(long.code, long.stderr).toBe(0);
+        await tc.client.workflow.getHandle(moveWorkflowId(t)).terminate('rail test');
+      } finally {
+        await tc.close();
+      }
+      expect((await state(t)).placement).toEqual(before.placement);
+    },
+  );
+});
+
+describe('safety rails: a rebalance with a short soak', () => {
+  it('rebalance start --soak under the default shows the plan and refuses without --yes (exit 4); no run starts', { timeout: 120_000 }, async () => {
+    const tc = await temporal();
+    const running = () =>
+      tc.client.workflow
+        .getHandle(REBALANCE_WORKFLOW_ID)
+        .describe()
+        .then(
+          (d) => d.status.name === 'RUNNING',
+          () => false,
+        );
+    try {
+      expect(await running()).toBe(false);
+      const r = await runCli(['rebalance', 'start', '--soak', '10m', '--tolerance', '0'], { env: { SHARDCTL_TASK_QUEUE: uniq('rail-nobody') } });
+      expect(r.code, r.stderr).toBe(4);
+      expect(r.stdout).toMatch(/^plan: rebalance the fleet — [1-9]\d* move\(s\)/);
+      expect(r.stderr).toMatch(/its copy on shard-\w is deleted 10m after its switch to shard-\w/);
+      expect(r.stderr).toContain('shardctl: refused to rebalance the fleet with a 10m soak per move (default 72h) without --yes');
+      expect(await running()).toBe(false);
+    } finally {
+      await tc.client.workflow
+        .getHandle(REBALANCE_WORKFLOW_ID)
+        .terminate('rail test over')
+        .catch(() => {});
+      await tc.close();
+    }
+  });
+});
+
+describe('strict config and secrets from files', () => {
+  /** The stack's config with every password moved to files beside it (as production would), written to a temp dir. */
+  function passwordFileConfig(password: (dsn: string) => string) {
+    const dir = fs.mkdtempSync('/tmp/shardctl-secrets-');
+    const raw: any = structuredClone(testConfig());
+    const strip = (holder: { dsn: string; passwordFile?: string }, name: string) => {
+      const u = new URL(holder.dsn);
+      fs.writeFileSync(path.join(dir, `${name}.pw`), `${password(holder.dsn)}\n`, { mode: 0o600 });
+      u.password = '';
+      holder.dsn = u.toString();
+      holder.passwordFile = `${name}.pw`; // relative: read from the config file's directory
+    };
+    strip(raw.directory, 'directory');
+    raw.shards.forEach((s: any) => strip(s, s.name));
+    fs.writeFileSync(path.join(dir, 's3.key'), `${raw.s3.secretAccessKey}\n`);
+    delete raw.s3.secretAccessKey;
+    raw.s3.secretAccessKeyFile = 's3.key';
+    const file = path.join(dir, 'config.json');
+    fs.writeFileSync(file, JSON.stringify(raw));
+    return { file, raw, dir, remove: () => fs.rmSync(dir, { recursive: true, force: true }) };
+  }
+
+  it('refuses an unknown key with exit 2, naming its path and the nearest known key; the stack config and its round trip stay valid', async () => {
+    const raw: any = structuredClone(testConfig());
+    raw.limits.soakSecond = 60;
+    raw.shards[1].passwordfile = 'x';
+    const dir = fs.mkdtempSync('/tmp/shardctl-cfg-');
+    const file = path.join(dir, 'config.json');
+    fs.writeFileSync(file, JSON.stringify(raw));
+    try {
+      const r = await runCli(['--config', file, 'tenant', 'list']);
+      expectFailure(r, 2, ['unknown keys']);
+      expect(r.stderr).toContain(`shardctl: invalid configuration in ${file}:`);
+      expect(r.stderr).toContain('limits.soakSecond: unknown key (did you mean limits.soakSeconds?)');
+      expect(r.stderr).toContain('shards.1.passwordfile: unknown key (did you mean shards.1.passwordFile?)');
+      const j = await runCli(['--config', file, 'tenant', 'list', '--json']);
+      expect(jsonError(j)).toMatchObject({ code: 'ConfigError', exitCode: 2 });
+      const env = await runCli(['tenant', 'list'], { env: { SHARDCTL_SOAK_SECONDS: '3 days' } });
+      expectFailure(env, 2, ['bad env override']);
+      expect(env.stderr.trim()).toBe('shardctl: invalid environment variable SHARDCTL_SOAK_SECONDS: expected a whole number, got "3 days"');
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+    // The dev stack's own file (read by every other test) and a parsed config written back both parse.
+    expect((await runCli(['tenant', 'list', '--json'])).code).toBe(0);
+    const back = configFile(testConfig());
+    try {
+      expect((await runCli(['--config', back.file, 'tenant', 'list', '--json'])).code).toBe(0);
+    } finally {
+      back.remove();
+    }
+  });
+
+  it('reads DSN passwords and the S3 secret from files named in the config; a wrong one is refused without ever printing it', async () => {
+    const right = passwordFileConfig((dsn) => decodeURIComponent(new URL(dsn).password));
+    try {
+      expect(JSON.stringify(right.raw)).not.toContain(':shardctl-dev@');
+      const shown = await runCli(['--config', right.file, 'tenant', 'show', tenant, '--json']);
+      expect(shown.code, shown.stderr).toBe(0);
+      expect(JSON.parse(shown.stdout)).toMatchObject({ tenant, shard: 'shard-a' });
+      const shards = await runCli(['--config', right.file, 'shards', 'list', '--json']);
+      expect(shards.code, shards.stderr).toBe(0);
+      expect(JSON.parse(shards.stdout).map((s: any) => s.reachable)).toEqual([true, true, true]);
+      const plan = await runCli(['--config', right.file, 'move', 'plan', '--tenant', tenant, '--to', 'shard-b', '--json']);
+      expect(plan.code, plan.stderr).toBe(0);
+    } finally {
+      right.remove();
+    }
+    const secret = `Wr0ng-s3cret-${uniq('pw')}`;
+    const wrong = passwordFileConfig(() => secret);
+    try {
+      for (const args of [
+        ['tenant', 'show', tenant],
+        ['tenant', 'show', tenant, '--json'],
+        ['shards', 'list', '--json'],
+        ['directory', 'migrate'],
+      ]) {
+        const r = await runCli(['--config', wrong.file, ...args]);
+        expect(r.code, `${args.join(' ')}: ${r.stderr}`).not.toBe(0);
+        expect(`${r.stdout}${r.stderr}`, args.join(' ')).toMatch(/password authentication failed/);
+        expect(`${r.stdout}${r.stderr}`, args.join(' ')).not.toContain(secret);
+        expect(`${r.stdout}${r.stderr}`).not.toContain(encodeURIComponent(secret));
+      }
+    } finally {
+      wrong.remove();
     }
   });
 });

@@ -124,3 +124,37 @@ describe('exit codes', () => {
     expect(isHelpOrVersion(new CommanderError(1, 'commander.help', '(outputHelp)'))).toBe(false);
   });
 });
+
+describe('safety rails (pure parts)', () => {
+  it('asks for a soak shorter than the default or than an hour, not for one at or above both', async () => {
+    const { soakNeedsConfirmation } = await import('../../cli/confirm');
+    expect(soakNeedsConfirmation(0, 72 * 3600)).toBe(true);
+    expect(soakNeedsConfirmation(600, 72 * 3600)).toBe(true);
+    expect(soakNeedsConfirmation(24 * 3600, 72 * 3600)).toBe(true);
+    expect(soakNeedsConfirmation(72 * 3600, 72 * 3600)).toBe(false);
+    expect(soakNeedsConfirmation(30 * 60, 60)).toBe(true);
+    expect(soakNeedsConfirmation(3600, 60)).toBe(false);
+  });
+
+  it('prints durations the way operators write them', async () => {
+    const { formatDurationSeconds } = await import('../../lib/duration');
+    expect([0, 45, 600, 5400, 72 * 3600].map(formatDurationSeconds)).toEqual(['0s', '45s', '10m', '1h30m', '72h']);
+  });
+});
+
+describe('printResult', () => {
+  it('prints one JSON document (compact, or indented with pretty) with --json, else the text form', async () => {
+    const { printResult } = await import('../../cli/run');
+    const out: string[] = [];
+    const log = console.log;
+    console.log = (s: string) => out.push(s);
+    try {
+      printResult(true, { a: [1] }, () => out.push('text'));
+      printResult(true, { a: [1] }, () => out.push('text'), { pretty: true });
+      printResult(false, { a: [1] }, (v) => out.push(`text ${v.a.length}`));
+    } finally {
+      console.log = log;
+    }
+    expect(out).toEqual(['{"a":[1]}', '{\n  "a": [\n    1\n  ]\n}', 'text 1']);
+  });
+});

@@ -1,0 +1,41 @@
+// What deleting a unit's copy on a shard would remove — its rows per tenant table and its blobs
+// under the tenant prefix — read (never written) so an operator sees it before saying yes to an
+// irreversible step (`move retire`, a short soak). Node-only.
+import type { Config } from '../config';
+import { shardByName } from '../config';
+import type { Connections } from '../connections';
+import { countUnitRows, listTenantTables } from '../shard/tables';
+import { listBlobs, tenantBlobPrefix } from '../blobs';
+
+export interface DeletionPreview {
+  unit: string;
+  shard: string;
+  bucket: string;
+  blobPrefix: string;
+  blobs: number;
+  blobBytes: number;
+  tables: { table: string; rows: number }[];
+}
+
+export async function previewUnitDeletion(config: Config, conns: Connections, shard: string, unit: string): Promise<DeletionPreview> {
+  const pool = conns.shardPool(shard);
+  const t = config.tenant;
+  const tables = await listTenantTables(pool, { column: t.column, schemas: t.schemas, tables: t.tables });
+  const counted = [];
+  for (const table of tables) counted.push({ table: `${table.schema}.${table.name}`, rows: await countUnitRows(pool, table, t.column, unit) });
+  const bucket = shardByName(config, shard).bucket;
+  const blobPrefix = tenantBlobPrefix(unit);
+  const blobs = await listBlobs(conns.s3For(shard), bucket, blobPrefix);
+  return { unit, shard, bucket, blobPrefix, blobs: blobs.length, blobBytes: blobs.reduce((n, b) => n + b.size, 0), tables: counted };
+}
+
+/** The preview as lines for a terminal: the shard, each table with its row count, the blob prefix. */
+export function formatDeletionPreview(p: DeletionPreview): string[] {
+  const rows = p.tables.reduce((n, t) => n + t.rows, 0);
+  const w = Math.max(0, ...p.tables.map((t) => t.table.length));
+  return [
+    `  on shard ${p.shard}: ${rows} row(s) of ${p.unit} in ${p.tables.length} table(s)`,
+    ...p.tables.map((t) => `    ${t.table.padEnd(w)}  ${t.rows} row(s)`),
+    `  blobs: ${p.blobs} object(s), ${p.blobBytes} bytes under s3://${p.bucket}/${p.blobPrefix}`,
+  ];
+}
