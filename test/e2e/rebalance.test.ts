@@ -66,7 +66,12 @@ describe('rebalance, end to end', () => {
         await deps.close();
       }
 
-      expect(st.phase, st.lastError).toBe('done');
+      // Every move succeeded. The fleet-wide verdict depends on the other suites' tenants on this
+      // shared stack (hundreds, placed unevenly): when moving only these three cannot bring every
+      // shard within tolerance, the run ends failed with that one problem and nothing else.
+      expect(st.lastError, JSON.stringify(st.problems)).toBe('');
+      expect(st.problems.filter((p) => !p.startsWith('the fleet stays outside'))).toEqual([]);
+      expect(st.phase, JSON.stringify(st.problems)).toBe(st.problems.length ? 'failed' : 'done');
       expect(st.plans).toBe(1);
       // The plan balances the whole fleet, and the stack holds other suites' tenants (load 1 each,
       // a few hundred, placed by those suites): two or all three of these heavy ones move off shard-a.
