@@ -79,7 +79,10 @@ export const DEFAULT_RECEIVE_TIMEOUT_MS = 10_000;
 export class ReplicationStream {
   private readonly service: LogicalReplicationService;
   private readonly plugin: ExactTextPgoutputPlugin;
-  private readonly queue: StreamItem[] = [];
+  // A FIFO as an array and a head index: Array.shift() copies the whole array once it is large
+  // (tens of thousands of decoded messages here), which made a big transaction's apply O(n²).
+  private readonly queue: (StreamItem | undefined)[] = [];
+  private head = 0;
   private queueBytes = 0;
   private paused = false;
   private failure: Error | null = null;
@@ -173,7 +176,7 @@ export class ReplicationStream {
    */
   async next(timeoutMs: number): Promise<StreamItem | null> {
     if (this.failure) throw this.failure;
-    if (this.queue.length === 0 && !this.failure && timeoutMs > 0) {
+    if (this.queuedItems === 0 && !this.failure && timeoutMs > 0) {
       await new Promise<void>((resolve) => {
         const t = setTimeout(() => {
           this.waiter = null;
@@ -187,7 +190,7 @@ export class ReplicationStream {
       });
     }
     if (this.failure) throw this.failure;
-    const item = this.queue.shift();
+    const item = this.take();
     if (item) {
       if (item.kind === 'message') this.queueBytes -= item.bytes;
       if (this.paused && this.queueBytes <= this.opts.maxQueueBytes / 2) this.setPaused(false);
@@ -203,7 +206,22 @@ export class ReplicationStream {
   }
 
   get queuedItems(): number {
-    return this.queue.length;
+    return this.queue.length - this.head;
+  }
+
+  /** The oldest queued item, removed; compacts the array once half of it is taken. */
+  private take(): StreamItem | undefined {
+    if (this.head >= this.queue.length) return undefined;
+    const item = this.queue[this.head];
+    this.queue[this.head++] = undefined;
+    if (this.head === this.queue.length) {
+      this.queue.length = 0;
+      this.head = 0;
+    } else if (this.head >= 1024 && this.head * 2 >= this.queue.length) {
+      this.queue.splice(0, this.head);
+      this.head = 0;
+    }
+    return item;
   }
 
   /**
@@ -238,6 +256,7 @@ export class ReplicationStream {
     socket?.destroy?.(); // no-op after a clean end; unblocks a hung one
     await Promise.race([this.subscription ?? Promise.resolve(), timer]);
     this.queue.length = 0;
+    this.head = 0;
     this.queueBytes = 0;
   }
 
