@@ -62,6 +62,23 @@ async function switchOwner(t: string, from: ShardName, to: ShardName, epoch: num
   await dir.query(`update shardctl.units set shard = $2, epoch = $3, updated_at = now() where unit = $1`, [t, to, epoch + 1]);
 }
 
+/** The directory names shard-b the owner at epoch 2 and announces it, in one transaction, as placements do it. */
+async function announceOnShardB(t: string) {
+  const c = await dir.connect();
+  try {
+    await c.query('begin');
+    await c.query(`update shardctl.units set shard = 'shard-b', epoch = 2, updated_at = now() where unit = $1`, [t]);
+    const gen = Number((await c.query('select value from shardctl.generation')).rows[0].value);
+    await c.query('select pg_notify($1, $2)', [
+      'shardctl_placement',
+      JSON.stringify({ unit: t, shard: 'shard-b', epoch: 2, state: 'active', generation: gen }),
+    ]);
+    await c.query('commit');
+  } finally {
+    c.release();
+  }
+}
+
 async function accounts(shard: ShardName, t: string): Promise<number> {
   return Number((await shards[shard].query('select count(*) from public.accounts where tenant_id = $1', [t])).rows[0].count);
 }
@@ -329,19 +346,7 @@ describe('router: frozen units', () => {
     // The cutover's switch: the target accepts epoch 2 and the directory names it (announced);
     // the source stays frozen and owned at epoch 1 until the router has heard.
     await setUnitFence(shards['shard-b'], { unit: t, epoch: 2, owned: true, frozen: false });
-    const c = await dir.connect();
-    try {
-      await c.query('begin');
-      await c.query(`update shardctl.units set shard = 'shard-b', epoch = 2, updated_at = now() where unit = $1`, [t]);
-      const gen = Number((await c.query('select value from shardctl.generation')).rows[0].value);
-      await c.query('select pg_notify($1, $2)', [
-        'shardctl_placement',
-        JSON.stringify({ unit: t, shard: 'shard-b', epoch: 2, state: 'active', generation: gen }),
-      ]);
-      await c.query('commit');
-    } finally {
-      c.release();
-    }
+    await announceOnShardB(t);
     await vi.waitFor(() => expect(router.lookup(t)).toMatchObject({ shard: 'shard-b', epoch: 2 }), { timeout: 5000, interval: 10 });
     expect(await write).toBe('shard-b');
     expect(router.metrics().staleRetries).toBe(0); // never sent to the old owner after the switch
@@ -372,20 +377,7 @@ describe('router: directory snapshot', () => {
     expect(router.metrics().listening).toBe(true);
     await setUnitFence(shards['shard-a'], { unit: t, epoch: 1, owned: false, frozen: false });
     await setUnitFence(shards['shard-b'], { unit: t, epoch: 2, owned: true, frozen: false });
-    // The directory's change and its announcement in one transaction, as placements do it.
-    const c = await dir.connect();
-    try {
-      await c.query('begin');
-      await c.query(`update shardctl.units set shard = 'shard-b', epoch = 2, updated_at = now() where unit = $1`, [t]);
-      const gen = Number((await c.query('select value from shardctl.generation')).rows[0].value);
-      await c.query('select pg_notify($1, $2)', [
-        'shardctl_placement',
-        JSON.stringify({ unit: t, shard: 'shard-b', epoch: 2, state: 'active', generation: gen }),
-      ]);
-      await c.query('commit');
-    } finally {
-      c.release();
-    }
+    await announceOnShardB(t);
     await vi.waitFor(() => expect(router.lookup(t)).toMatchObject({ shard: 'shard-b', epoch: 2 }), { timeout: 5000, interval: 20 });
     const before = router.metrics();
     await router.withTenant(t, grantAll, 'write', insertAccount(t));
