@@ -42,11 +42,13 @@ export function register(program: Command) {
       const log = createLogger(config, { level, base: { taskQueue } });
       // Loaded here, not at the top: the Temporal worker (and its native bridge) takes about 1.5 s of
       // CPU to load, which every other verb of the CLI would pay.
-      const [{ startWorker }, { createDeps }, { faultHookFromEnv }] = await Promise.all([
-        import('../../worker'),
-        import('../../activities/deps'),
-        import('../../worker/faults'),
-      ]);
+      // require, not import(): the CLI runs TypeScript through tsx's CommonJS hook, and a dynamic
+      // import() of a local .ts module goes to Node's ESM loader, which cannot load it.
+      /* eslint-disable @typescript-eslint/no-require-imports */
+      const { startWorker } = require('../../worker') as typeof import('../../worker');
+      const { createDeps } = require('../../activities/deps') as typeof import('../../activities/deps');
+      const { faultHookFromEnv } = require('../../worker/faults') as typeof import('../../worker/faults');
+      /* eslint-enable @typescript-eslint/no-require-imports */
       const metrics = createMetrics();
       const deps = createDeps(config, { faultPoint: faultHookFromEnv(), metrics });
       // Listed by `dev status` and stopped by `dev down` of this checkout's stack until it exits, waiting or polling.

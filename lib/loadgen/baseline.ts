@@ -136,7 +136,7 @@ export async function checkUnit(o: {
   const stray = present.filter((e) => !explained.has(e.key)).map((e) => e.key);
   if (stray.length) note(`${stray.length} objects in ${bucket} neither seeded nor written by loadgen, e.g. ${stray[0]}`);
   // Objects loadgen deleted (acknowledged, object delete confirmed) must stay deleted.
-  const deleted = mine.filter((r) => r.op === 'blob_delete' && r.status === 'ack' && r.objectDeleted && r.blobKey).map((r) => r.blobKey!);
+  const deleted = mine.filter((r) => r.op === 'blob_delete' && r.status === 'ack' && r.objectDeleted === true && r.blobKey).map((r) => r.blobKey!);
   const back = deleted.filter((k) => byKey.has(k));
   if (back.length) note(`${back.length} objects loadgen deleted are in ${bucket} again, e.g. ${back[0]}`);
   return { findings, ownerRows };

@@ -117,7 +117,8 @@ export function foldLog(records: LogRecord[]): LogExpectations {
         if (rec.op === 'blob_put' && rec.blobKey && typeof rec.value === 'string') {
           blobs.push({ tenant: rec.tenant, key: rec.key, blobKey: rec.blobKey, sha256: rec.value });
         }
-        if (rec.op === 'blob_delete' && rec.blobKey && rec.objectDeleted) deletedObjects.add(rec.blobKey);
+        // Deleted, or maybe deleted (unknown outcome): no longer required to be present.
+        if (rec.op === 'blob_delete' && rec.blobKey && (rec.objectDeleted === true || rec.objectDeleted === 'unknown')) deletedObjects.add(rec.blobKey);
         break;
       }
       case 'refused':

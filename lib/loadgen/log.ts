@@ -31,7 +31,7 @@ export interface LogRecord {
   /** blob_put over a document that had an object: the object it replaces (which stays, immutable). */
   replaces?: string;
   /** blob_delete, ack: whether the object was deleted from the bucket after the row committed. */
-  objectDeleted?: boolean;
+  objectDeleted?: boolean | 'unknown';
   run?: string;
   slot?: number;
   latencyMs?: number;

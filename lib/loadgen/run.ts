@@ -146,14 +146,16 @@ export function startLoadgen(opts: LoadgenOptions): LoadgenHandle {
       // A blob delete counts once the row no longer names the object; the object itself goes
       // only then (a refused delete must leave it), in a fenced transaction of its own on the
       // tenant's owner now (the unit may have moved since the row committed).
-      let objectDeleted: boolean | undefined;
+      // Its outcome: true, false (refused: the object is untouched), or 'unknown' (the call failed
+      // after it may have deleted it, e.g. a connection lost around its COMMIT).
+      let objectDeleted: boolean | 'unknown' | undefined;
       if (w.blobDelete && shard) {
         const name = blobNameOf(w.tenant, w.blobDelete.blobKey);
         objectDeleted = await router
           .withTenant(w.tenant, grant, 'write', (tx, route) => blobsOfTransaction(opts.config, tx, route, w.tenant, clients.s3For).delete(name), routerOpts)
           .then(
-            () => true,
-            () => false,
+            () => true as const,
+            (e) => (classifyFailure(e, true) === 'refused' ? false : ('unknown' as const)),
           );
       }
       log.append({ ...base, status: 'ack', latencyMs, shard, ...(objectDeleted !== undefined ? { objectDeleted } : {}) });

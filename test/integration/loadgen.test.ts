@@ -368,7 +368,14 @@ describe('loadgen and verify', () => {
     const report = await verifyLog({ logFile, config });
     expect(
       report.ok,
-      JSON.stringify({ missing: report.missing, wrong: report.wrongValue, refused: report.presentButRefused, unit: report.unit }).slice(0, 2000),
+      JSON.stringify({
+        missing: report.missing,
+        wrong: report.wrongValue,
+        refused: report.presentButRefused,
+        deleted: report.presentButDeleted,
+        blobs: report.blobMissing,
+        unit: report.unit,
+      }).slice(0, 3000),
     ).toBe(true);
     expect(report.unknownOutcomes).toBe(unknown.length);
     expect(report.ambiguousKeys).toBe(new Set(unknown.map((u) => u.key)).size);

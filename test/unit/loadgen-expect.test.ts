@@ -94,6 +94,17 @@ describe('foldLog', () => {
     expect(e.blobsDeleted).toBe(1);
   });
 
+  it('after an acked blob delete whose object delete failed, expects the object only when that delete was refused', () => {
+    const d = { table: 'documents' as const };
+    const put = [rec({ ...d, op: 'insert', value: 1, bodySha: null }), rec({ ...d, op: 'blob_put', value: 's1', blobKey: 'tenants/t1/docs/1' })];
+    const del = (objectDeleted: boolean | 'unknown') =>
+      foldLog([...put, rec({ ...d, op: 'blob_delete', value: null, blobKey: 'tenants/t1/docs/1', objectDeleted })]);
+    // Refused: untouched, still expected. Unknown (lost around its COMMIT): maybe gone, not expected.
+    expect(del(false).blobs.map((b) => b.blobKey)).toEqual(['tenants/t1/docs/1']);
+    expect(del('unknown').blobs).toEqual([]);
+    expect(del('unknown').keys[0].states).toEqual([present(1, { bodySha: null, blobKey: null })]);
+  });
+
   it('keeps the object expected after a refused or unknown blob delete, and allows either row state after the unknown one', () => {
     const d = { table: 'documents' as const };
     const put = [rec({ ...d, op: 'insert', value: 1, bodySha: null }), rec({ ...d, op: 'blob_put', value: 's1', blobKey: 'tenants/t1/docs/1' })];
