@@ -302,11 +302,9 @@ function cutSourceInFrozenWindow(how: 'down' | 'blackhole') {
   };
 }
 
-// Known bugs these cases reproduce (issue 14): they fail today, so they run only when asked
-// (SHARDCTL_KNOWN_BUGS=1 npm test -- test/crash/network.test.ts), never silently in CI. F2: a
-// half-open replication stream is never noticed. Each turns into an ordinary test once its fix
-// lands (F1, a worker cut off from the source inside the frozen window, did: the freeze lease).
-const KNOWN_BUGS = process.env.SHARDCTL_KNOWN_BUGS === '1';
+// The cases named F1 and F2 reproduced issue 14's known bugs (a worker cut off from the source
+// inside the frozen window left the unit frozen; a half-open replication stream was never
+// noticed). Both are fixed (the freeze lease; the stream's receive deadline) and run in CI.
 
 describe('network faults under live traffic', () => {
   (
