@@ -51,14 +51,13 @@ export function activitySignal(): AbortSignal | undefined {
 /**
  * Runs an activity body: heartbeats every second while it runs (so a killed worker is noticed
  * within the heartbeat timeout, even during one long SQL call), and turns permanent failures
- * into non-retryable ApplicationFailures carrying the error's `type`. With `heartbeat: 'progress'`
- * there is no timer: the body heartbeats as it makes its way, so a body stuck on a server that
- * stopped answering stops heartbeating and Temporal hands the activity to another attempt.
- * `timerBeats`, when given, stops the timer's beats while it answers false (the cutover's frozen
- * window beats on progress only, the same way).
+ * into non-retryable ApplicationFailures carrying the error's `type`. `timerBeats`, when given,
+ * stops the timer's beats while it answers false: the body then heartbeats as it makes its way,
+ * so a body stuck on a server that stopped answering stops heartbeating and Temporal hands the
+ * activity to another attempt (catch-up always, the cutover from its freeze on).
  */
-export async function typed<T>(fn: () => Promise<T>, o: { heartbeat?: 'timer' | 'progress'; timerBeats?: () => boolean } = {}): Promise<T> {
-  const timer = o.heartbeat === 'progress' ? undefined : setInterval(() => (o.timerBeats?.() ?? true) && beat(), 1000);
+export async function typed<T>(fn: () => Promise<T>, o: { timerBeats?: () => boolean } = {}): Promise<T> {
+  const timer = setInterval(() => (o.timerBeats?.() ?? true) && beat(), 1000);
   beat();
   try {
     return await fn();
@@ -74,7 +73,7 @@ export async function typed<T>(fn: () => Promise<T>, o: { heartbeat?: 'timer' | 
 
 /** typed() whose body heartbeats as it makes progress (no timer). */
 export function typedByProgress<T>(fn: () => Promise<T>): Promise<T> {
-  return typed(fn, { heartbeat: 'progress' });
+  return typed(fn, { timerBeats: () => false });
 }
 
 export function parse<S extends z.ZodTypeAny>(schema: S, input: unknown): z.infer<S> {
