@@ -191,19 +191,21 @@ export class Router {
         err = e;
       }
       const kind = classifyError(err);
+      const frozenAtDeadline = () =>
+        new ShardctlError(
+          'Frozen',
+          `tenant ${unit} is frozen for cutover; retry`,
+          { tenant: unit, shard: placement.shard, epoch: placement.epoch, waitedMs: Date.now() - started, attempts: frozenRounds },
+          true,
+        );
+      // The deadline ran out inside a retry of a frozen unit (its statement timeout): the reason is the freeze.
+      if (frozenRounds > 0 && err instanceof ShardctlError && err.type === 'TimedOut') throw frozenAtDeadline();
       if (kind === 'other') throw err;
       if (kind === 'frozen') {
         // Frozen is checked after ownership, so the route is right: wait, do not refresh.
         this.m.frozenWaits++;
         const wait = nextWaitMs(frozenRounds++, Date.now(), deadline, FROZEN_BACKOFF);
-        if (wait === undefined) {
-          throw new ShardctlError(
-            'Frozen',
-            `tenant ${unit} is frozen for cutover; retry`,
-            { tenant: unit, shard: placement.shard, epoch: placement.epoch, waitedMs: Date.now() - started, attempts: frozenRounds },
-            true,
-          );
-        }
+        if (wait === undefined) throw frozenAtDeadline();
         await sleep(wait);
         // The listener keeps the cache current: a switch during the wait sends the retry to the new owner.
         placement = this.cache.get(unit) ?? placement;
