@@ -19,7 +19,7 @@ export interface Deps extends Connections {
 }
 
 export function createDeps(config: Config, opts: { faultPoint?: (name: string) => Promise<void>; metrics?: Metrics } = {}): Deps {
-  // application_name marks shardctl's own data-plane sessions (see lib/shard/write-audit.ts).
+  // application_name names shardctl's own data-plane sessions; each registers itself before it writes in the replica role (lib/shard/write-audit.ts).
   const conns = createConnections(config, { applicationName: 'shardctl-worker', max: 10 });
   const q = config.limits.frozenWindowQueryTimeoutMs;
   const bounded = createConnections(config, {

@@ -11,7 +11,7 @@ import { Client, Pool } from 'pg';
 import { from as copyFrom, to as copyTo } from 'pg-copy-streams';
 import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { copyTenant } from '../lib/copy';
+import { copyTenant, REPLICA_ROLE_SQL } from '../lib/copy';
 import type { TenantTable } from '../lib/shard/tables';
 import { COLUMNS, RAW_SCHEMA, SCHEMA, TABLES, tablesDdl, truncateTarget } from './setup';
 import { timed } from './measure';
@@ -66,7 +66,7 @@ async function pipeTables(ctx: CopyContext, into: string, replica: boolean): Pro
       for (const table of TABLES) {
         const cols = COLUMNS[table].join(', ');
         await t.query('begin');
-        if (replica) await t.query(`select set_config('session_replication_role', 'replica', true)`);
+        if (replica) await t.query(REPLICA_ROLE_SQL);
         const out = s.query(copyTo(`copy (select ${cols} from ${SCHEMA}.${table} where tenant_id = '${ctx.tenant}') to stdout (format binary)`));
         out.on('data', (c: Buffer) => void (bytes += c.length));
         const sink = t.query(copyFrom(`copy ${into}.${table} (${cols}) from stdin (format binary)`));

@@ -16,7 +16,7 @@ export interface Connections {
 }
 
 export interface ConnectionOptions {
-  /** Marks the sessions: 'shardctl-…' names shardctl's own data plane (lib/shard/write-audit.ts). */
+  /** Names the sessions: 'shardctl-…' is reserved for shardctl's own data plane, whose sessions register themselves (lib/shard/write-audit.ts). */
   applicationName?: string;
   /** Connections per pool. */
   max?: number;

@@ -61,7 +61,7 @@ interface TableBatches {
   bytes: number;
 }
 
-// The apply session: replica role skips the fence triggers (deliberately, only here); an empty
+// The apply session: replica role skips the fence triggers (deliberately, only here), registered as shardctl's own; an empty
 // search_path (as PostgreSQL's own apply worker uses) keeps user functions from being resolved by
 // name; and the commit must be durable before the slot is acknowledged, so synchronous_commit=off
 // is raised for this transaction. A statement timeout: a statement stuck on the server (a lock,
@@ -72,6 +72,8 @@ const beginApply = (statementTimeoutMs: number) =>
     ...(statementTimeoutMs > 0 ? [`SET LOCAL statement_timeout = ${Math.trunc(statementTimeoutMs)}`] : []),
     'SET LOCAL session_replication_role = replica',
     "SET LOCAL search_path = ''",
+    // Registers the session as shardctl's own: the write-audit guard refuses a replica session named shardctl… otherwise.
+    'SELECT shardctl.enter_data_plane()',
     "SET LOCAL datestyle = 'ISO'",
     "SET LOCAL intervalstyle = 'postgres'",
     "SELECT CASE WHEN current_setting('synchronous_commit') = 'off' THEN set_config('synchronous_commit', 'on', true) END",

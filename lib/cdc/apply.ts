@@ -155,7 +155,7 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
     target = boundQueries(targetClient, applyQueryTimeoutMs, `target shard ${targetName}`);
     alive();
     // Install only when missing: concurrent CREATE OR REPLACE FUNCTION can fail ("tuple concurrently updated").
-    if ((await target.query<{ missing: boolean }>("select to_regclass('shardctl.move_delta') is null as missing")).rows[0].missing) {
+    if ((await target.query<{ missing: boolean }>("select to_regprocedure('shardctl.enter_data_plane()') is null as missing")).rows[0].missing) {
       await installShardSchema(target);
     }
     // One apply per (move, stream), taken before reading the row: the skip decision relies on nobody

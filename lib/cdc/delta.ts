@@ -37,8 +37,8 @@ export async function startDelta(pool: Pool, moveId: string, stream: string, tok
     await c.query('select pg_advisory_xact_lock($1, hashtext($2))', [DELTA_LOCK_CLASS, lockKey(moveId, stream)]);
     await c.query('delete from shardctl.move_delta where move_id = $1 and stream = $2', [moveId, stream]);
     await c.query(
-      `insert into shardctl.move_delta_since(move_id, stream, since, token) values ($1, $2, now(), $3)
-       on conflict (move_id, stream) do update set since = now(), token = excluded.token`,
+      `insert into shardctl.move_delta_since(move_id, stream, since, token, since_snapshot) values ($1, $2, now(), $3, pg_catalog.pg_current_snapshot())
+       on conflict (move_id, stream) do update set since = now(), token = excluded.token, since_snapshot = excluded.since_snapshot`,
       [moveId, stream, token],
     );
   });
@@ -81,6 +81,8 @@ export type Delta =
       tables: Map<string, string[]>;
       overflow: boolean;
       /** When tracking started: seconds since the epoch on the database's clock. */ since: string;
+      /** The start's snapshot (pg_snapshot text; null from an older shardctl): what committed after it is new. */
+      sinceSnapshot: string | null;
     };
 
 /**
@@ -89,11 +91,12 @@ export type Delta =
  * recorded that it had too many: the caller compares the whole unit instead.
  */
 export async function readDelta(pool: Pool, moveId: string, stream: string, cap: number, expect: { token: string } | 'any'): Promise<Delta> {
-  const m = await pool.query<{ token: string | null; since: string }>(
-    'select token, extract(epoch from since)::text as since from shardctl.move_delta_since where move_id = $1 and stream = $2',
+  const m = await pool.query<{ token: string | null; since: string; snap: string | null }>(
+    'select token, extract(epoch from since)::text as since, since_snapshot::text as snap from shardctl.move_delta_since where move_id = $1 and stream = $2',
     [moveId, stream],
   );
   const since = m.rows[0]?.since;
+  const sinceSnapshot = m.rows[0]?.snap ?? null;
   if (!m.rowCount) return { tracked: false, why: 'no delta tracked' };
   if (expect !== 'any' && m.rows[0].token !== expect.token) return { tracked: false, why: 'the delta was restarted after the comparison the move knows' };
   const n = await pool.query<{ n: string; overflow: boolean }>(
@@ -101,12 +104,12 @@ export async function readDelta(pool: Pool, moveId: string, stream: string, cap:
     [moveId, stream, OVERFLOW],
   );
   const total = Number(n.rows[0].n);
-  if (total > cap || n.rows[0].overflow) return { tracked: true, total, tables: new Map(), overflow: true, since };
+  if (total > cap || n.rows[0].overflow) return { tracked: true, total, tables: new Map(), overflow: true, since, sinceSnapshot };
   const r = await pool.query<{ tbl: string; keys: string[] }>(
     'select tbl, array_agg(key order by key) as keys from shardctl.move_delta where move_id = $1 and stream = $2 group by tbl',
     [moveId, stream],
   );
-  return { tracked: true, total, tables: new Map(r.rows.map((x) => [x.tbl, x.keys])), overflow: false, since };
+  return { tracked: true, total, tables: new Map(r.rows.map((x) => [x.tbl, x.keys])), overflow: false, since, sinceSnapshot };
 }
 
 /** Forgets the move's delta on this shard (with its progress, at cleanup). */

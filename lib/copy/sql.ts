@@ -18,8 +18,11 @@ export const STABLE_TEXT_SETTINGS_SQL =
   ` set_config('timezone', 'UTC', true), set_config('extra_float_digits', '3', true),` +
   ` set_config('bytea_output', 'hex', true), set_config('lc_monetary', 'C', true)`;
 
-/** The data-plane role: ordinary triggers (the fence) and FK checks do not fire. */
-export const REPLICA_ROLE_SQL = `select set_config('session_replication_role', 'replica', true)`;
+/**
+ * The data-plane role: ordinary triggers (the fence) and FK checks do not fire; the session is
+ * registered as shardctl's own, so the write-audit guard lets it write (lib/shard/write-audit.ts).
+ */
+export const REPLICA_ROLE_SQL = `select pg_catalog.set_config('session_replication_role', 'replica', true), shardctl.enter_data_plane()`;
 
 export function copyStreamName(table: Pick<TenantTable, 'schema' | 'name'>): string {
   return `copy:${table.schema}.${table.name}`;

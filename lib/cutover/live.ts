@@ -188,7 +188,10 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
         keys ? fingerprintUnitKeys(pool, tables, env.tenantColumn, unit, keys) : fingerprintUnit(pool, tables, env.tenantColumn, unit);
       // The delta covers the stream; a write on the next owner behind the stream's back (a session
       // bypassing its fence) is in its write audit instead: any since the delta started fails the compare.
-      const bypass = keys && delta.tracked ? unownedWritesSince(env.nextPool, unit, delta.since) : Promise.resolve({ count: 0, example: null });
+      const bypass =
+        keys && delta.tracked
+          ? unownedWritesSince(env.nextPool, unit, { snapshot: delta.sinceSnapshot, epochSeconds: delta.since })
+          : Promise.resolve({ count: 0, example: null });
       const [, a, b, written] = await Promise.all([env.syncBlobs().then(onBlobsSynced), fingerprint(env.ownerPool), fingerprint(env.nextPool), bypass]);
       env.beat({
         step: 'compared',

@@ -89,7 +89,22 @@ export async function setUnitFence(
     await c.query('select pg_advisory_xact_lock($1, hashtext($2))', [FENCE_LOCK_CLASS, next.unit]);
     const waitedMs = Date.now() - t0;
     // Under the exclusive lock: every writer of the unit committed before this transaction will.
-    if (opts.marker !== undefined) await c.query('select pg_catalog.pg_logical_emit_message(true, $1, $2)', [FENCE_MARKER_PREFIX, opts.marker]);
+    // A freeze's snapshot is taken before its marker (the same statement: its snapshot is taken at
+    // its start): a fence-bypassing write visible in it committed before the fence point, so the
+    // change stream carries it; one not visible is what retire's write audit counts.
+    let freezeSnapshot: string | null = null;
+    if (next.frozen) {
+      const q =
+        opts.marker !== undefined
+          ? await c.query('select pg_catalog.pg_current_snapshot()::text as snap, pg_catalog.pg_logical_emit_message(true, $1, $2)', [
+              FENCE_MARKER_PREFIX,
+              opts.marker,
+            ])
+          : await c.query('select pg_catalog.pg_current_snapshot()::text as snap');
+      freezeSnapshot = q.rows[0].snap;
+    } else if (opts.marker !== undefined) {
+      await c.query('select pg_catalog.pg_logical_emit_message(true, $1, $2)', [FENCE_MARKER_PREFIX, opts.marker]);
+    }
     const current = await getUnitFence(c, next.unit);
     const e = opts.expect;
     const mismatch =
@@ -124,12 +139,16 @@ export async function setUnitFence(
       return { ok: true, current, waitedMs };
     }
     await c.query(
-      `insert into shardctl.fence(unit, epoch, owned, frozen, freeze_token, accept_gen, frozen_until, freeze_gen, updated_at)
-       values ($1, $2, $3, $4, $5, $6, pg_catalog.clock_timestamp() + $7::bigint * interval '1 millisecond', $8, now())
+      `insert into shardctl.fence(unit, epoch, owned, frozen, freeze_token, accept_gen, frozen_until, freeze_gen, freeze_snapshot, updated_at)
+       values ($1, $2, $3, $4, $5, $6, pg_catalog.clock_timestamp() + $7::bigint * interval '1 millisecond', $8, $9::pg_snapshot, now())
        on conflict (unit) do update set epoch = excluded.epoch, owned = excluded.owned, frozen = excluded.frozen,
          freeze_token = excluded.freeze_token, accept_gen = excluded.accept_gen, frozen_until = excluded.frozen_until,
-         freeze_gen = greatest(shardctl.fence.freeze_gen, excluded.freeze_gen), updated_at = now()`,
-      [next.unit, next.epoch, next.owned, next.frozen, token, acceptGen, leaseMs, opts.freezeGen ?? null],
+         freeze_gen = greatest(shardctl.fence.freeze_gen, excluded.freeze_gen),
+         -- raised from open: this freeze's snapshot; a takeover or re-raise keeps the earlier (older) one
+         freeze_snapshot = case when excluded.frozen and (not shardctl.fence.frozen or shardctl.fence.freeze_snapshot is null)
+                                then excluded.freeze_snapshot else shardctl.fence.freeze_snapshot end,
+         updated_at = now()`,
+      [next.unit, next.epoch, next.owned, next.frozen, token, acceptGen, leaseMs, opts.freezeGen ?? null, freezeSnapshot],
     );
     return { ok: true, current: await getUnitFence(c, next.unit), waitedMs };
   });

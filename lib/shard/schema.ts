@@ -39,6 +39,47 @@ alter table shardctl.fence add column if not exists frozen_until timestamptz;
 -- change): a superseded attempt's late raise is refused, so it cannot replace a later attempt's
 -- pinned freeze with a lease that would run out after that attempt's switch.
 alter table shardctl.fence add column if not exists freeze_gen bigint;
+-- The snapshot of the freeze that last raised this fence from open (taken before its fence
+-- marker): a write that bypassed the fence and is not visible in it may have committed after the
+-- fence point, so the change stream may not have carried it. Retire counts the write audit by it
+-- (by commit, not by when the writer began).
+alter table shardctl.fence add column if not exists freeze_snapshot pg_snapshot;
+
+-- shardctl's own data-plane sessions (copy, apply, clean-up): registered by the session itself
+-- (shardctl.enter_data_plane) by process id and start time, so a session that merely calls itself
+-- shardctl (application_name, a setting any client controls) is refused by the guard below
+-- instead of escaping the write audit (lib/shard/write-audit.ts).
+create table if not exists shardctl.data_plane_sessions (
+  pid integer primary key,
+  backend_start timestamptz not null
+);
+revoke all on shardctl.data_plane_sessions from public;
+create or replace function shardctl.enter_data_plane() returns void
+language plpgsql volatile ${PINNED_SEARCH_PATH} as $fn$
+declare v_start timestamptz;
+begin
+  select s.backend_start into v_start from pg_catalog.pg_stat_get_activity(pg_catalog.pg_backend_pid()) s;
+  if not exists (select 1 from shardctl.data_plane_sessions d
+                  where d.pid operator(pg_catalog.=) pg_catalog.pg_backend_pid() and d.backend_start operator(pg_catalog.=) v_start) then
+    insert into shardctl.data_plane_sessions(pid, backend_start) values (pg_catalog.pg_backend_pid(), v_start)
+      on conflict (pid) do update set backend_start = excluded.backend_start;
+  end if;
+end
+$fn$;
+-- BEFORE each statement of a replica-role session named shardctl… on a tenant table: refused
+-- unless the session registered itself (nothing is written before the refusal).
+create or replace function shardctl.data_plane_guard() returns trigger
+language plpgsql volatile ${PINNED_SEARCH_PATH} as $fn$
+begin
+  if not exists (select 1 from shardctl.data_plane_sessions d
+                  where d.pid operator(pg_catalog.=) pg_catalog.pg_backend_pid()
+                    and d.backend_start operator(pg_catalog.=) (select s.backend_start from pg_catalog.pg_stat_get_activity(pg_catalog.pg_backend_pid()) s)) then
+    raise exception 'shardctl: application_name "%" is reserved for shardctl''s own data-plane sessions, and this session is not one', pg_catalog.current_setting('application_name')
+      using errcode = 'SC403', hint = 'name the session after the tool that really writes (its writes to units this shard does not own are then audited)';
+  end if;
+  return null;
+end
+$fn$;
 
 create table if not exists shardctl.move_progress (
   move_id text not null,
@@ -60,6 +101,8 @@ create table if not exists shardctl.move_delta_since (
 );
 -- Which start this is: a comparison's own token, so a late start by a superseded delivery is seen.
 alter table shardctl.move_delta_since add column if not exists token text;
+-- The start's snapshot: a fence-bypassing write on the target not visible in it is new (by commit).
+alter table shardctl.move_delta_since add column if not exists since_snapshot pg_snapshot;
 create table if not exists shardctl.move_delta (
   move_id text not null,
   stream text not null,

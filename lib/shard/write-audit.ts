@@ -1,10 +1,17 @@
-// The evidence retire relies on: writes that reach a unit's rows on a shard that does not own
-// it, by a session that bypasses the fence (session_replication_role = replica) and is not one
-// of shardctl's own data-plane sessions (application_name 'shardctl…'). Routed writes to an
-// unowned unit are refused by the fence; this catches the rest (manual fixes, foreign tools).
-// The trigger is enabled for replica sessions only (ENABLE REPLICA), and its WHEN clause (evaluated
-// without a function call) skips shardctl's own sessions: ordinary writes never see it, and the
-// move's copy and apply pay only the WHEN: no per-row PL/pgSQL call, no queued after-trigger event.
+// The evidence retire relies on: writes that reach a unit's rows on a shard by a session that
+// bypasses the fence (session_replication_role = replica) and is not one of shardctl's own
+// data-plane sessions. Routed writes are fenced; this catches the rest (manual fixes, foreign tools).
+//
+// Two triggers per tenant table, both enabled for replica sessions only (ENABLE REPLICA), so
+// ordinary writes never see them:
+// - the audit (AFTER ROW): every row a replica session not named shardctl… writes is recorded with
+//   its transaction id, whether or not the unit is owned here. Its WHEN clause is evaluated without
+//   a function call, so the move's copy and apply pay no per-row PL/pgSQL call;
+// - the guard (BEFORE STATEMENT, WHEN named shardctl…): a session named so must have registered
+//   itself (shardctl.enter_data_plane, by process id and start time), or its statement is refused.
+//   A name is a setting any client controls; the registration is not.
+// Every check counts by commit, not by when the writer began: an audited write counts unless its
+// transaction is visible in the snapshot taken at the reference point (a freeze, a delta start).
 import type { Pool, PoolClient } from 'pg';
 import type { TenantTable } from './tables';
 import { PINNED_SEARCH_PATH } from './schema';
@@ -28,6 +35,10 @@ create table if not exists shardctl.unowned_writes (
   username text
 );
 create index if not exists unowned_writes_unit on shardctl.unowned_writes (unit, at);
+-- The writer's transaction (its commit decides whether a check counts it) and whether this shard
+-- owned the unit at the write.
+alter table shardctl.unowned_writes add column if not exists xid xid8;
+alter table shardctl.unowned_writes add column if not exists owned boolean;
 create or replace function ${fn}() returns trigger language plpgsql volatile ${PINNED_SEARCH_PATH} as $fn$
 declare v_unit text;
 begin
@@ -35,10 +46,9 @@ begin
     return null;
   end if;
   v_unit := case when tg_op = 'DELETE' then old.${col}::text else new.${col}::text end;
-  if not exists (select 1 from shardctl.fence where unit = v_unit and owned) then
-    insert into shardctl.unowned_writes(unit, table_name, op, application_name, username)
-    values (v_unit, tg_table_schema || '.' || tg_table_name, tg_op, pg_catalog.current_setting('application_name'), current_user);
-  end if;
+  insert into shardctl.unowned_writes(unit, table_name, op, application_name, username, xid, owned)
+  values (v_unit, tg_table_schema || '.' || tg_table_name, tg_op, pg_catalog.current_setting('application_name'), current_user,
+          pg_catalog.pg_current_xact_id(), coalesce((select f.owned from shardctl.fence f where f.unit = v_unit), false));
   return null;
 end
 $fn$;`,
@@ -60,7 +70,8 @@ async function hasAuditTrigger(c: PoolClient, t: TenantTable, fn: string): Promi
 
 /** Installs the audit trigger on a tenant table (idempotent); ENABLE REPLICA: only replica sessions fire it. */
 export async function installWriteAudit(c: PoolClient, t: TenantTable, fn: string): Promise<boolean> {
-  if (await hasAuditTrigger(c, t, fn)) return false;
+  const guarded = await installDataPlaneGuard(c, t);
+  if (await hasAuditTrigger(c, t, fn)) return guarded;
   await c.query(
     `create or replace trigger ${WRITE_AUDIT_TRIGGER} after insert or update or delete on ${t.qualified}
        for each row when (${AUDIT_WHEN}) execute function ${fn}()`,
@@ -69,25 +80,69 @@ export async function installWriteAudit(c: PoolClient, t: TenantTable, fn: strin
   return true;
 }
 
+export const DATA_PLANE_GUARD_TRIGGER = 'shardctl_data_plane_guard';
+const GUARD_WHEN = `pg_catalog.current_setting('application_name') operator(pg_catalog.~~) 'shardctl%'`;
+
 /**
- * Writes that reached the unit's rows on this shard bypassing the fence since `since` (epoch seconds, the database's clock)
- * less a margin: an audited writer's time is its transaction's start, which may
- * precede `since` while it commits after.
+ * The guard on the table and on each of its partitions (a statement on a partition fires only the
+ * partition's statement triggers); a partition attached later is guarded by the next prepare.
  */
-export async function unownedWritesSince(pool: Pool, unit: string, since: string, marginSeconds = 30): Promise<{ count: number; example: string | null }> {
+async function installDataPlaneGuard(c: PoolClient, t: TenantTable): Promise<boolean> {
+  const r = await c.query<{ rel: string; guarded: boolean }>(
+    `select p.relid::regclass::text as rel,
+            exists (select 1 from pg_trigger g where g.tgrelid = p.relid and g.tgname = $2 and g.tgenabled = 'R'
+                       and g.tgfoid = 'shardctl.data_plane_guard()'::regprocedure) as guarded
+       from (select $1::regclass as relid union select t.relid from pg_catalog.pg_partition_tree($1::regclass) t) p`,
+    [t.qualified, DATA_PLANE_GUARD_TRIGGER],
+  );
+  let changed = false;
+  for (const { rel, guarded } of r.rows) {
+    if (guarded) continue;
+    await c.query(
+      `create or replace trigger ${DATA_PLANE_GUARD_TRIGGER} before insert or update or delete on ${rel}
+         for each statement when (${GUARD_WHEN}) execute function shardctl.data_plane_guard()`,
+    );
+    await c.query(`alter table ${rel} enable replica trigger ${DATA_PLANE_GUARD_TRIGGER}`);
+    changed = true;
+  }
+  return changed;
+}
+
+/**
+ * Writes that reached the unit's rows on this shard bypassing the fence after the snapshot
+ * `sinceSnapshot` (pg_snapshot text): by commit — a writer that began before it and committed
+ * after counts. Without a snapshot (a delta started by an older shardctl), by time from `since`
+ * (epoch seconds, the database's clock) less a margin, as before.
+ */
+export async function unownedWritesSince(
+  pool: Pool,
+  unit: string,
+  since: { snapshot?: string | null; epochSeconds: string },
+  marginSeconds = 30,
+): Promise<{ count: number; example: string | null }> {
   const r = await pool.query(
     `select count(*)::int as n, min(application_name) as app from shardctl.unowned_writes
-      where unit = $1 and at >= pg_catalog.to_timestamp($2::float8 - $3)`,
-    [unit, since, marginSeconds],
+      where unit = $1
+        and case when $2::pg_snapshot is not null and xid is not null then not pg_catalog.pg_visible_in_snapshot(xid, $2::pg_snapshot)
+                 else at >= pg_catalog.to_timestamp($3::float8 - $4) end`,
+    [unit, since.snapshot ?? null, since.epochSeconds, marginSeconds],
   );
   return { count: Number(r.rows[0].n), example: r.rows[0].app ?? null };
 }
 
-/** Writes that reached the unit's rows on this shard, bypassing the fence, since its fence last changed (the disown at the switch). */
+/**
+ * Writes that reached the unit's rows on this shard, bypassing the fence, that the change stream
+ * may not have carried before the switch: every one not visible in the snapshot of the freeze
+ * that the switch followed (its transaction committed after the freeze began, whenever it began),
+ * or, for a fence frozen by an older shardctl, since the fence last changed (the disown).
+ */
 export async function unownedWritesSinceDisown(pool: Pool, unit: string): Promise<{ count: number; example: string | null }> {
   const r = await pool.query(
-    `select count(*)::int as n, min(application_name) as app from shardctl.unowned_writes
-      where unit = $1 and at >= (select updated_at from shardctl.fence where unit = $1)`,
+    `select count(*)::int as n, min(w.application_name) as app
+       from shardctl.unowned_writes w join shardctl.fence f on f.unit = w.unit
+      where w.unit = $1
+        and case when f.freeze_snapshot is not null and w.xid is not null then not pg_catalog.pg_visible_in_snapshot(w.xid, f.freeze_snapshot)
+                 else w.at >= f.updated_at and not coalesce(w.owned, false) end`,
     [unit],
   );
   return { count: Number(r.rows[0].n), example: r.rows[0].app ?? null };

@@ -209,9 +209,12 @@ describe('move lifecycle', () => {
     expect(s.blockedReason).toMatch(/1 writes reached the source copy .* psql-manual-fix/);
     expect(await H.rowCount('shard-a', tenant)).toBe(rowsBefore); // nothing deleted
     // Reconcile: the operator removes the stray row and clears the evidence, then retires again.
+    // The removal is audited like any fence-bypassing write (a name of shardctl's would be refused:
+    // the session is not one of its registered data-plane sessions); clearing after it, in the
+    // same transaction, clears that record too.
     const r = await shardPool('shard-a').connect();
     try {
-      await r.query(`set application_name = 'shardctl-operator'`);
+      await r.query(`set application_name = 'psql-operator'`);
       await r.query('begin');
       await r.query('set local session_replication_role = replica');
       await r.query(`delete from public.events where tenant_id = $1 and kind = 'manual'`, [tenant]);

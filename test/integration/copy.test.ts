@@ -12,7 +12,7 @@ import { openPool } from '../../lib/connections';
 import { shardByName } from '../../lib/config';
 import { inTransaction } from '../../lib/pg';
 import { installWriteAudit, writeAuditSchemaSql } from '../../lib/shard/write-audit';
-import { SOURCE_PLAN_SQL, batchKeyQuery, copyOutSql } from '../../lib/copy/sql';
+import { REPLICA_ROLE_SQL, SOURCE_PLAN_SQL, batchKeyQuery, copyOutSql } from '../../lib/copy/sql';
 import { typedFixture } from '../helpers/typed-fixture';
 import { quoteIdent, TenantTable } from '../../lib/shard/tables';
 import {
@@ -378,7 +378,7 @@ describe('write audit', () => {
       const calls = async (pool: Pool) =>
         inTransaction(pool, async (c) => {
           await c.query(`set local track_functions = 'pl'`);
-          await c.query(`set local session_replication_role = replica`);
+          await c.query(REPLICA_ROLE_SQL);
           await c.query(`update ${S}.parents set "MixedCase" = "MixedCase" where tenant_id = $1`, [tenant]);
           return Number((await c.query(`select pg_stat_get_xact_function_calls($1::regproc) as n`, [audit.fn])).rows[0].n);
         });

@@ -60,8 +60,9 @@ async function onTargetBehindTheStream(sql: string, params: unknown[], opts: { u
   try {
     await c.query('begin');
     await c.query('set local session_replication_role = replica');
-    // Named like shardctl's own sessions, the write audit does not see it: only the delta can.
-    if (opts.unaudited) await c.query(`set local application_name = 'shardctl-corrupt'`);
+    // Posing as one of shardctl's own sessions (named so and registered, as only shardctl does),
+    // the write audit does not see it: only the delta can.
+    if (opts.unaudited) await c.query(`set local application_name = 'shardctl-corrupt'; select shardctl.enter_data_plane()`);
     const r = await c.query(sql, params);
     await c.query('commit');
     return r.rowCount;

@@ -12,8 +12,9 @@ import { SQLSTATE } from '../../lib/errors';
 import { Config, projectRoot, shardByName } from '../../lib/config';
 import { Pool as PgPool } from 'pg';
 import { hardenPool, inTransaction } from '../../lib/pg';
-import { setUnitFence } from '../../lib/shard/fence';
-import { unownedWritesSinceDisown } from '../../lib/shard/write-audit';
+import { freezeSource, setUnitFence } from '../../lib/shard/fence';
+import { REPLICA_ROLE_SQL } from '../../lib/copy';
+import { unownedWritesSince, unownedWritesSinceDisown } from '../../lib/shard/write-audit';
 
 const SHARD = 'shard-a';
 let pool: Pool;
@@ -206,24 +207,68 @@ describe('prepareShard', () => {
     expect((await fenceStatus(pool, config)).unfenced).toEqual([`${schema}.p`]);
   });
 
-  it("installs the write audit: a replica-role write to a unit this shard does not own is recorded, unless the session is shardctl's own", async () => {
+  it("installs the write audit: a replica-role write by anyone but shardctl's registered sessions is recorded; a session merely named shardctl… is refused", async () => {
     const { schema, config } = await ownSchema();
     await createTenantTable(schema, 'a');
     await prepareShard(pool, config);
     const unit = uniq('audit');
     await setUnitFence(pool, { unit, epoch: 2, owned: false, frozen: false });
+    // A pool of its own: a session shardctl registered stays registered (a pooled connection is reused).
+    const impostor = hardenPool(new PgPool({ connectionString: shardByName(testConfig(), SHARD).dsn, max: 1 }));
+    const asReplica = (app: string, enter: string, id: number, db: Pool = pool) =>
+      inTransaction(db, async (c) => {
+        await c.query(`select set_config('application_name', $1, true)`, [app]);
+        await c.query(enter);
+        await c.query(`insert into ${schema}.a values ($1, $2, $3)`, [unit, id, app]);
+      });
     try {
-      for (const app of ['manual-fix', 'shardctl-apply']) {
-        await inTransaction(pool, async (c) => {
-          await c.query(`select set_config('application_name', $1, true)`, [app]);
-          await c.query('set local session_replication_role = replica');
-          await c.query(`insert into ${schema}.a values ($1, $2, $3)`, [unit, app.length, app]);
-        });
-      }
-      const r = await pool.query('select application_name, op, table_name from shardctl.unowned_writes where unit = $1', [unit]);
-      expect(r.rows).toEqual([{ application_name: 'manual-fix', op: 'INSERT', table_name: `${schema}.a` }]);
+      await asReplica('manual-fix', 'set local session_replication_role = replica', 1);
+      // shardctl's own data plane: the session registers itself (REPLICA_ROLE_SQL) and is not audited.
+      await asReplica('shardctl-apply', REPLICA_ROLE_SQL, 2);
+      // A session that only calls itself shardctl (a setting any client controls) is refused before it writes.
+      await expect(asReplica('shardctl-backfill', 'set local session_replication_role = replica', 3, impostor)).rejects.toMatchObject({
+        code: 'SC403',
+        message: expect.stringContaining('reserved for shardctl'),
+      });
+      expect((await pool.query(`select id from ${schema}.a where tenant_id = $1 order by id`, [unit])).rows).toEqual([{ id: '1' }, { id: '2' }]);
+      const r = await pool.query('select application_name, op, table_name, owned from shardctl.unowned_writes where unit = $1', [unit]);
+      expect(r.rows).toEqual([{ application_name: 'manual-fix', op: 'INSERT', table_name: `${schema}.a`, owned: false }]);
       expect(await unownedWritesSinceDisown(pool, unit)).toEqual({ count: 1, example: 'manual-fix' });
     } finally {
+      await impostor.end();
+      await pool.query('delete from shardctl.unowned_writes where unit = $1', [unit]);
+      await pool.query('delete from shardctl.fence where unit = $1', [unit]);
+    }
+  });
+
+  it('counts a fence-bypassing write by its commit: begun while the shard owned the unit, committed after the freeze and the disown, retire sees it', async () => {
+    const { schema, config } = await ownSchema();
+    await createTenantTable(schema, 'a');
+    await prepareShard(pool, config);
+    const unit = uniq('late');
+    await setUnitFence(pool, { unit, epoch: 1, owned: true, frozen: false });
+    const late = await pool.connect();
+    try {
+      // Committed before the freeze: the change stream carries it; not counted.
+      await inTransaction(pool, async (c) => {
+        await c.query('set local session_replication_role = replica');
+        await c.query(`insert into ${schema}.a values ($1, 1, 'before')`, [unit]);
+      });
+      // Begun (and written) while the shard owns the unit, left open across the freeze and the switch.
+      await late.query('begin');
+      await late.query('set local session_replication_role = replica');
+      await late.query(`insert into ${schema}.a values ($1, 2, 'late')`, [unit]);
+      expect((await freezeSource(pool, unit, 1, { token: 'tok' })).ok).toBe(true);
+      // The target's delta start (lib/cdc/delta.ts) takes its snapshot the same way.
+      const snap = (await pool.query('select pg_current_snapshot()::text as s')).rows[0].s;
+      expect((await setUnitFence(pool, { unit, epoch: 2, owned: false, frozen: false })).ok).toBe(true);
+      expect(await unownedWritesSinceDisown(pool, unit)).toEqual({ count: 0, example: null });
+      await late.query('commit');
+      // By the writer's start it would be before the disown; by its commit it is after the fence point.
+      expect(await unownedWritesSinceDisown(pool, unit)).toMatchObject({ count: 1 });
+      expect(await unownedWritesSince(pool, unit, { snapshot: snap, epochSeconds: String(Date.now() / 1000) }, 0)).toMatchObject({ count: 1 });
+    } finally {
+      late.release();
       await pool.query('delete from shardctl.unowned_writes where unit = $1', [unit]);
       await pool.query('delete from shardctl.fence where unit = $1', [unit]);
     }
