@@ -51,9 +51,16 @@ function schemaDiff(src: TenantTable[], dst: TenantTable[]): string[] {
       out.push(`table ${tableKey(s)} is missing on the target; create it there and run \`shardctl shards prepare\``);
       continue;
     }
-    const sc = s.columns.map((c) => `${c.name} ${c.type}${c.generated ? ' generated' : ''}`).join(', ');
-    const dc = d.columns.map((c) => `${c.name} ${c.type}${c.generated ? ' generated' : ''}`).join(', ');
-    if (sc !== dc) out.push(`table ${tableKey(s)} differs: source (${sc}) vs target (${dc})`);
+    // By name: copy, apply and every comparison name their columns, so the physical order may differ.
+    const describe = (t: TenantTable) => new Map(t.columns.map((c) => [c.name, `${c.name} ${c.type}${c.generated ? ' generated' : ''}`]));
+    const [sc, dc] = [describe(s), describe(d)];
+    const onlySource = [...sc].filter(([n, x]) => dc.get(n) !== x).map(([, x]) => x);
+    const onlyTarget = [...dc].filter(([n, x]) => sc.get(n) !== x).map(([, x]) => x);
+    if (onlySource.length || onlyTarget.length) {
+      out.push(
+        `table ${tableKey(s)} differs (columns compared by name): source (${onlySource.join(', ') || 'none'}) vs target (${onlyTarget.join(', ') || 'none'})`,
+      );
+    }
     if (s.primaryKey.join(',') !== d.primaryKey.join(',')) out.push(`table ${tableKey(s)} primary key differs: (${s.primaryKey}) vs (${d.primaryKey})`);
   }
   return out;

@@ -34,12 +34,18 @@ export interface SchemaWorld {
  * prepares every shard with a config whose tenant schemas are ['public', schema] and starts a worker
  * on a task queue of its own.
  */
-export async function createSchemaWorld(prefix: string, ddl: (S: string, shard: string) => string): Promise<SchemaWorld> {
+export async function createSchemaWorld(
+  prefix: string,
+  ddl: (S: string, shard: string) => string,
+  opts: { shardDsn?: (shard: string, dsn: string) => string } = {},
+): Promise<SchemaWorld> {
   const schema = `${prefix}_${randomBytes(4).toString('hex')}`;
   const S = quoteIdent(schema);
   const base = testConfig();
   const taskQueue = uniq(prefix.toLowerCase());
-  const config: Config = { ...base, temporal: { ...base.temporal, taskQueue }, tenant: { ...base.tenant, schemas: ['public', schema] } };
+  // `shardDsn`: how this world's worker (and routers made from its config) reach each shard.
+  const shards = opts.shardDsn ? base.shards.map((s) => ({ ...s, dsn: opts.shardDsn!(s.name, s.dsn) })) : base.shards;
+  const config: Config = { ...base, shards, temporal: { ...base.temporal, taskQueue }, tenant: { ...base.tenant, schemas: ['public', schema] } };
   const pools = new Map(SHARDS.map((s) => [s as string, shardPool(s)]));
   const pool = (shard: string) => pools.get(shard)!;
   for (const s of SHARDS) await pool(s).query(ddl(S, s));
