@@ -16,6 +16,8 @@ import { advanceSequencesForUnit } from '../shard/sequences';
 import { unownedWritesSince } from '../shard/write-audit';
 import { CUTOVER_FAULT_POINTS, type CutoverPlan, type CutoverSteps, type Standing, type UnfreezeOutcome } from './steps';
 
+/** The least time a frozen-window apply statement or stream read is given, however little budget is left. */
+const FENCE_APPLY_MIN_WAIT_MS = 500;
 export interface LiveCutoverEnv {
   directory: Pool;
   ownerPool: Pool;
@@ -164,6 +166,11 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
         // The raise's own marker: applied as soon as it arrives, without waiting for a keepalive.
         untilMarker: fenceMarker,
         maxDurationMs: budgetMs,
+        // Inside the frozen window every wait is bounded by what is left of the budget, not by the
+        // catch-up's own bounds (a 10 s receive deadline, 30 s statements): a next owner that stops
+        // answering mid-apply must end the attempt (and unfreeze) within the budget.
+        receiveTimeoutMs: Math.max(FENCE_APPLY_MIN_WAIT_MS, budgetMs),
+        applyQueryTimeoutMs: Math.max(FENCE_APPLY_MIN_WAIT_MS, budgetMs),
         maxTxBytes: env.maxTxBytes,
       });
       env.beat({ step: 'applied', appliedLsn: applied.appliedLsn });
@@ -243,7 +250,22 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
 
     async switchOwner(fenceLsn, reverseStartLsn) {
       if (freezeGen === undefined) throw new Error(`switch of ${unit} without a freeze of this attempt`);
-      const accepted = await acceptEpoch(env.nextPool, unit, newEpoch, freezeGen);
+      let accepted: Awaited<ReturnType<typeof acceptEpoch>>;
+      try {
+        accepted = await acceptEpoch(env.nextPool, unit, newEpoch, freezeGen);
+      } catch (e: any) {
+        // The next owner did not answer (down, partitioned, too slow): nothing is switched, so
+        // fail open now instead of holding the pinned freeze until a later attempt takes it over
+        // (the lease cannot end a pinned freeze). An acceptance the next owner recorded without
+        // answering is taken back if it answers now; a later attempt's (a later freeze generation)
+        // overrides it anyway, and no router learns of this epoch unless a switch publishes it.
+        const u = await unfreezeOwn(`${next} did not answer the acceptance of epoch ${newEpoch}`);
+        if (u === 'switched') return;
+        await takeBackAcceptance(env.nextPool, unit, newEpoch, freezeGen).catch(() => {});
+        throw new Error(
+          `switch not made: ${next} did not answer accepting ${unit} at epoch ${newEpoch} (${e?.message ?? e}); ${unit} ${u === 'unfrozen' ? 'unfrozen on' : 'left as is on'} ${owner}, will retry`,
+        );
+      }
       if (!accepted.ok) {
         // An attempt of a later freeze accepted first: it decides (switches or takes it back).
         // Nothing of this attempt's is on the next owner; its freeze was taken over.

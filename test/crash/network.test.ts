@@ -529,6 +529,37 @@ describe('network faults under live traffic', () => {
   );
 
   it(
+    'worker ↔ target blackholed just before the point of no return (the freeze pinned, the switch not yet made): the tenant is switched or unfrozen within its bound, one owner, nothing lost',
+    { timeout: 360_000 },
+    async () => {
+      await runCase('worker-target blackhole before switch', {
+        source: 'shard-b',
+        target: 'shard-c',
+        workerVia: ['shard-c'],
+        faultPoint: 'before-switch',
+        move: {},
+        drive: async (c) => {
+          await stoppedAt(c.w1, c.faultLog, 'before-switch');
+          const link = c.w1Links[c.target];
+          await link.blackhole();
+          const cutAt = Date.now();
+          process.kill(c.w1.proc.pid!, 'SIGCONT');
+          await c.second();
+          while (Date.now() - cutAt < CUT_MS) await sleep(250);
+          const p = await H.placement(c.tenant);
+          c.notes.push(
+            `longest frozen during the ${CUT_MS / 1000} s cut: ${c.frozen.longest()} ms (bound ${FROZEN_BOUND_MS}); directory at its end: ${p?.shard} epoch ${p?.epoch} ${p?.state}`,
+          );
+          await link.heal();
+        },
+        after: async (c) => {
+          expect(c.frozen.longest(), 'longest stretch the tenant stayed frozen (ms)').toBeLessThanOrEqual(FROZEN_BOUND_MS);
+        },
+      });
+    },
+  );
+
+  it(
     'worker ↔ Temporal blackholed during the copy: another worker takes the copy over, the move completes and loses nothing',
     { timeout: 360_000 },
     async () => {
