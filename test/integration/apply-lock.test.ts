@@ -31,4 +31,22 @@ describe('evictApplySessions', () => {
       await pool.query(`drop table if exists public.${table}`);
     }
   });
+
+  it('evictions at once (redelivered retires) all succeed and leave no applier: none ends another', async () => {
+    const pool = shardPool('shard-a');
+    for (let round = 0; round < 20; round++) {
+      const late = new Client({ connectionString: shardByName(testConfig(), 'shard-a').dsn });
+      late.on('error', () => {});
+      await late.connect();
+      try {
+        const key = applyLockKey(uniq('m'), 'reverse');
+        await acquireApplyLock(late, key);
+        const r = await Promise.allSettled([1, 2, 3, 4].map(() => evictApplySessions(pool, key)));
+        expect(r.map((x) => (x.status === 'rejected' ? String(x.reason?.message ?? x.reason) : 'ok'))).toEqual(['ok', 'ok', 'ok', 'ok']);
+        await expect(late.query('select 1')).rejects.toThrow();
+      } finally {
+        await late.end().catch(() => {});
+      }
+    }
+  });
 });
