@@ -560,6 +560,39 @@ describe('network faults under live traffic', () => {
   );
 
   it(
+    'worker ↔ Temporal blackholed inside the frozen window (a zombie cutover): whichever attempt switches, one owner, nothing lost, the tenant frozen within its bound',
+    { timeout: 360_000 },
+    async () => {
+      await runCase('worker-temporal blackhole in frozen window', {
+        source: 'shard-c',
+        target: 'shard-a',
+        workerVia: ['temporal'],
+        faultPoint: 'after-fence-raised',
+        move: {},
+        drive: async (c) => {
+          await stoppedAt(c.w1, c.faultLog, 'after-fence-raised');
+          const link = c.w1Links.temporal;
+          await link.blackhole();
+          const cutAt = Date.now();
+          // The zombie goes on with its cutover, unable to heartbeat or report; Temporal hands the
+          // attempt to the second worker once the heartbeat timeout passes.
+          process.kill(c.w1.proc.pid!, 'SIGCONT');
+          await c.second();
+          while (Date.now() - cutAt < CUT_MS) await sleep(250);
+          const p = await H.placement(c.tenant);
+          c.notes.push(
+            `longest frozen during the ${CUT_MS / 1000} s cut: ${c.frozen.longest()} ms (bound ${FROZEN_BOUND_MS}); directory at its end: ${p?.shard} epoch ${p?.epoch} ${p?.state}`,
+          );
+          await link.heal();
+        },
+        after: async (c) => {
+          expect(c.frozen.longest(), 'longest stretch the tenant stayed frozen (ms)').toBeLessThanOrEqual(FROZEN_BOUND_MS);
+        },
+      });
+    },
+  );
+
+  it(
     'worker ↔ Temporal blackholed during the copy: another worker takes the copy over, the move completes and loses nothing',
     { timeout: 360_000 },
     async () => {
