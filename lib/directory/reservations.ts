@@ -4,7 +4,8 @@
 // Taken once per move under the target's row lock, with the headroom check in the same
 // transaction (two concurrent takers are serialised: the second sees the first); released exactly
 // once (released_at is set by the one update that finds it open), in the transaction that records
-// the move's end. A reservation whose workflow is gone stays open: `shardctl doctor` reports it.
+// the move's end. A reservation whose workflow is gone stays open — `shardctl doctor` reports it —
+// until the unit's next move (the same workflow id, so the old execution cannot be running) supersedes it.
 import type { Pool } from 'pg';
 import { ShardctlError } from '../errors';
 import { inDirectoryTransaction, type Queryable } from './db';
@@ -91,8 +92,15 @@ export async function reserveHeadroom(pool: Pool, req: ReserveRequest, headroomF
         };
       return { ok: true as const, reservation: toReservation(x), taken: false };
     }
-    const other = await c.query('select move_id, target from shardctl.reservations where unit = $1 and released_at is null', [req.unit]);
-    if (other.rowCount) {
+    const other = await c.query('select move_id, target, workflow_id from shardctl.reservations where unit = $1 and released_at is null', [req.unit]);
+    if (other.rowCount && other.rows[0].workflow_id === req.workflowId) {
+      // The same workflow id runs one execution at a time, and this move's is running: the other
+      // move's execution is gone (terminated, timed out) and can never release its reservation.
+      await releaseReservation(c, other.rows[0].move_id, {
+        actor: req.actor,
+        reason: `superseded by move ${req.moveId} of workflow ${req.workflowId}: the move that took it no longer runs`,
+      });
+    } else if (other.rowCount) {
       const o = other.rows[0];
       return {
         ok: false as const,

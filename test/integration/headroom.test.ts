@@ -223,6 +223,23 @@ describe('headroom reservations of moves in flight (a directory database of its 
     await dir.query(`update shardctl.reservations set released_at = now(), released_by = 'test' where unit = $1`, [winner]);
   });
 
+  it('the next move of a unit supersedes the reservation its gone move left; another workflow’s is refused', async () => {
+    await setShardCapacity(dir, TARGET, 10_000, { actor: 'test', reason: 'room' });
+    const u = await tenantOnA('hrsup');
+    const req = (moveId: string, workflowId = `move-${u}`) => ({ moveId, unit: u, source: 'shard-a', target: TARGET, epoch: 1, workflowId, actor: 'test' });
+    expect(await reserveHeadroom(dir, req(`${u}.e1.old`), 0.1)).toMatchObject({ ok: true, taken: true });
+    const foreign = await reserveHeadroom(dir, req(`${u}.e1.other`, 'some-other-workflow'), 0.1);
+    expect(foreign).toMatchObject({ ok: false });
+    expect((foreign as { reasons: string[] }).reasons[0]).toContain(`already holds a headroom reservation of move ${u}.e1.old`);
+    expect(await reserveHeadroom(dir, req(`${u}.e1.new`), 0.1)).toMatchObject({ ok: true, taken: true });
+    expect(await reservationRows(u)).toEqual([
+      { move_id: `${u}.e1.old`, load: String(LOAD), released: true, released_by: 'test' },
+      { move_id: `${u}.e1.new`, load: String(LOAD), released: false, released_by: null },
+    ]);
+    expect(await releaseAudits(`${u}.e1.old`)).toBe(1);
+    await dir.query(`update shardctl.reservations set released_at = now(), released_by = 'test' where unit = $1`, [u]);
+  });
+
   it('a new tenant is not placed into room a move in flight has reserved', async () => {
     const z = await tenantOnA('hrz');
     await dir.query(`update shardctl.units set expected_load = 1 where unit = $1`, [z]);
