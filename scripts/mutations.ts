@@ -675,4 +675,14 @@ export const MUTATIONS: Mutation[] = [
     testFile: 'test/integration/doctor.test.ts',
     testName: 'non-owner’s bucket under a moved tenant’s prefix',
   },
+  {
+    id: 'tenant-insert-headroom',
+    guarantee:
+      "a new tenant's insert re-checks its chosen shard's headroom under the reservations' row lock: room reserved after the choice refuses it (issue 15)",
+    file: 'lib/directory/placements.ts',
+    from: 'if (opts.headroomFraction !== undefined) await refuseWithoutHeadroom',
+    to: 'if (false) await refuseWithoutHeadroom',
+    testFile: 'test/integration/headroom.test.ts',
+    testName: 'a reservation taken between a tenant’s placement choice and its insert',
+  },
 ];

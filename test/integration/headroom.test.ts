@@ -262,6 +262,42 @@ describe('headroom reservations of moves in flight (a directory database of its 
     for (const s of ['shard-a', 'shard-b']) await dir.query(`update shardctl.shards set capacity = 1000 where name = $1`, [s]);
   });
 
+  it('a reservation taken between a tenant’s placement choice and its insert refuses the insert, and the tenant’s fence is removed', async () => {
+    for (const s of ['shard-a', 'shard-b']) await dir.query(`update shardctl.shards set capacity = 1 where name = $1`, [s]);
+    try {
+      await setShardCapacity(dir, TARGET, 200, { actor: 'test', reason: 'a known room' });
+      const w = await tenantOnA('hrw');
+      const tenant = uniq('hrlate');
+      const err = await createTenant(
+        {
+          directory: dir,
+          shardPool,
+          config: cfg,
+          // After shard-c was chosen and the fence written: a move takes all of shard-c's room.
+          afterFence: async ({ shard }) => {
+            expect(shard).toBe(TARGET);
+            const room = 200 * 0.9 - committedLoad((await shardLoad(dir, TARGET, { exceptUnit: w }))!);
+            await dir.query(`update shardctl.units set expected_load = $2 where unit = $1`, [w, room]);
+            const r = await reserveHeadroom(
+              dir,
+              { moveId: `${w}.e1.test`, unit: w, source: 'shard-a', target: TARGET, epoch: 1, workflowId: `move-${w}`, actor: 'test' },
+              0.1,
+            );
+            expect(r.ok, JSON.stringify(r)).toBe(true);
+          },
+        },
+        { tenant, expectedLoad: 1, actor: 'test' },
+      ).catch((e) => e);
+      expect(err?.type, String(err)).toBe('NoCapacity');
+      expect(err.message).toContain(`shard ${TARGET} has no room for 1 now`);
+      expect((await dir.query('select 1 from shardctl.units where unit = $1', [tenant])).rowCount).toBe(0);
+      expect((await shardPool(TARGET).query('select 1 from shardctl.fence where unit = $1', [tenant])).rowCount).toBe(0);
+      await dir.query(`update shardctl.reservations set released_at = now(), released_by = 'test' where unit = $1`, [w]);
+    } finally {
+      for (const s of ['shard-a', 'shard-b']) await dir.query(`update shardctl.shards set capacity = 1000 where name = $1`, [s]);
+    }
+  });
+
   it('doctor reports a reservation whose move workflow is gone, and --fix releases it once', { timeout: 180_000 }, async () => {
     const u = await tenantOnA('hrgone', 10);
     await setShardCapacity(dir, TARGET, 10_000, { actor: 'test', reason: 'room' });
