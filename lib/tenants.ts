@@ -101,6 +101,8 @@ export async function createTenant(deps: TenantDeps, input: CreateTenantInput): 
       directory,
       { unit: tenant, kind: 'tenant', shard, expectedLoad },
       { actor, action: 'tenant.create', reason: input.reason, detail: { shard, expectedLoad } },
+      // A shard chosen for its headroom is re-checked atomically with the insert; an operator's named shard is theirs.
+      asked ? {} : { headroomFraction: config.limits.headroomFraction },
     );
     if (res.ok) return res.placement;
     // A concurrent creator won (necessarily on another shard: the fence CAS serialises one shard).

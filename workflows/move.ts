@@ -215,6 +215,26 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
         enter('failed');
         return false;
       }
+      // The target's headroom for this unit, held until the move ends (released with its end event).
+      if (patched('headroom-reservation')) {
+        const held = await step('reserve', () =>
+          quick.reserveHeadroom({
+            moveId: st.moveId,
+            unit: input.unit,
+            source: st.source,
+            target: input.target,
+            epoch: st.epoch,
+            workflowId: wfId,
+            actor: input.requestedBy,
+          }),
+        );
+        if (!held.ok) {
+          block(`plan: ${held.reasons[0]}`);
+          st.lastError = held.reasons.join('; ');
+          enter('failed');
+          return false;
+        }
+      }
       st.tables = plan.tables.map((t) => ({ table: t.table, rowsCopied: 0, rowsEstimated: t.rowsEstimated, done: false }));
       await record('start', input.requestedBy, undefined, { epoch: st.epoch, soakSeconds: input.soakSeconds, approveCutover: input.approveCutover });
       enter('copy');

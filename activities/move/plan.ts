@@ -18,6 +18,7 @@ import { moveIdFor } from '../../lib/ids';
 import { tenantTables, parse, typed, activityRunId, shardBucket } from './context';
 import { assertBucketOf, sharedBucketProblems } from '../../lib/blobs';
 import { shardByName } from '../../lib/config';
+import { reserveHeadroom } from '../../lib/directory/reservations';
 
 const planInput = z.object({
   unit: z.string().min(1),
@@ -25,6 +26,16 @@ const planInput = z.object({
   fenceBudgetMs: z.number().int().positive().optional(),
   /** The run the move id is derived from; defaults to the calling workflow's run ('dryrun' outside one). */
   runId: z.string().min(1).optional(),
+});
+
+const reserveInput = z.object({
+  moveId: z.string().min(1),
+  unit: z.string().min(1),
+  source: z.string().min(1),
+  target: z.string().min(1),
+  epoch: z.number().int().positive(),
+  workflowId: z.string().min(1),
+  actor: z.string().min(1),
 });
 
 export interface PlanResult {
@@ -105,7 +116,8 @@ export function createPlanActivities(deps: Deps) {
           reasons.push(e.message);
         }
         if (reasons.length) return { ok: false, reasons, ...base, tables: [] };
-        const s = await shardLoad(deps.directoryPool(), target);
+        // Moves in flight count on the target too (their reservations), but not this unit's own.
+        const s = await shardLoad(deps.directoryPool(), target, { exceptUnit: unit });
         if (!s) reasons.push(`target ${target} is not in the directory's shard inventory`);
         else reasons.push(...moveTargetProblems(s, unit, p.expectedLoad, deps.config.limits.headroomFraction));
         const [src, dst] = await Promise.all([tenantTables(deps, p.shard), tenantTables(deps, target)]);
@@ -155,6 +167,19 @@ export function createPlanActivities(deps: Deps) {
         // A still clock: the dry run's text (budgets left) must be the same on every delivery of plan.
         await runCutover(dry.steps, plan, { faultPoint: async () => {}, now: () => 0 });
         return { ok: true, reasons, ...base, tables, cutoverSteps: dry.log };
+      });
+    },
+
+    /**
+     * After a plan that passed: reserves the unit's load on the target, re-checking its headroom
+     * with every other move's reservation in the same transaction (lib/directory/reservations.ts).
+     * A refusal is a reason, like plan's; the move then fails having changed nothing.
+     */
+    async reserveHeadroom(input: z.infer<typeof reserveInput>): Promise<{ ok: boolean; reasons: string[] }> {
+      const req = parse(reserveInput, input);
+      return typed(async () => {
+        const r = await reserveHeadroom(deps.directoryPool(), req, deps.config.limits.headroomFraction);
+        return r.ok ? { ok: true, reasons: [] } : { ok: false, reasons: r.reasons };
       });
     },
   };

@@ -1,6 +1,7 @@
 // `shardctl doctor`: what an SRE needs at 3 a.m. — orphaned slots and publications, slots holding
 // too much WAL, units frozen with no move, fences that disagree with the directory, unreachable or
-// unprepared shards, blocked moves — each with the command that fixes it. It changes nothing
+// unprepared shards, blocked moves, reservations of gone moves, objects written behind shardctl's
+// back into a non-owner's bucket — each with the command that fixes it. It changes nothing
 // unless told `--fix <finding>` for one of the safe ones (lib/doctor/fix.ts). Exit 0 when clean,
 // 1 when something needs attention; with --fix, 0 when every named fix was applied.
 import os from 'node:os';
@@ -37,12 +38,14 @@ function printFindings(findings: Finding[]) {
 export function register(program: Command) {
   const doctor = program
     .command('doctor')
-    .description('find what needs an operator: orphaned slots, frozen units, disagreeing fences, unreachable or unprepared shards, blocked moves')
+    .description(
+      "find what needs an operator: orphaned slots, frozen units, disagreeing fences, unreachable or unprepared shards, blocked moves, stale headroom reservations, blobs written behind shardctl's back",
+    )
     .option('--json', 'print {ok, findings: [{id, kind, severity, message, fix, autoFix, shard?, unit?, object?, retainedBytes?}], checked}')
     .option('--wal-threshold <size>', 'report slots retaining more WAL than this (default limits.slotRetentionWarnBytes)')
     .option(
       '--fix <finding>',
-      'apply the fix of this finding id (repeatable); only orphaned slots and publications and frozen units without a move',
+      'apply the fix of this finding id (repeatable); only orphaned slots and publications, frozen units without a move and stale reservations',
       (v: string, acc: string[]) => [...acc, v],
       [] as string[],
     )

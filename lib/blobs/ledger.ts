@@ -52,15 +52,24 @@ async function ensureLedgerTable(pool: Pool): Promise<void> {
 
 const num = (v: unknown) => (v === null || v === undefined ? null : Number(v));
 
+/** The unit's ledger without creating the table (read-only sessions: doctor); empty when there is none. */
+export async function readLedger(pool: Pool, unit: string): Promise<Ledger> {
+  const t = await pool.query(`select to_regclass('shardctl.blob_ledger') is not null as ok`);
+  if (!t.rows[0].ok) return new Map();
+  const r = await pool.query('select key, etag, size, sha256, src_etag, src_size from shardctl.blob_ledger where unit = $1', [unit]);
+  return rowsToLedger(r.rows);
+}
+
+function rowsToLedger(rows: any[]): Ledger {
+  return new Map(
+    rows.map((row) => [row.key, { key: row.key, etag: row.etag, size: num(row.size), sha256: row.sha256, srcEtag: row.src_etag, srcSize: num(row.src_size) }]),
+  );
+}
+
 export async function loadLedger(pool: Pool, unit: string): Promise<Ledger> {
   await ensureLedgerTable(pool);
   const r = await pool.query('select key, etag, size, sha256, src_etag, src_size from shardctl.blob_ledger where unit = $1', [unit]);
-  return new Map(
-    r.rows.map((row) => [
-      row.key,
-      { key: row.key, etag: row.etag, size: num(row.size), sha256: row.sha256, srcEtag: row.src_etag, srcSize: num(row.src_size) },
-    ]),
-  );
+  return rowsToLedger(r.rows);
 }
 
 const CHUNK = 5000;
@@ -139,6 +148,20 @@ export function outOfBandObjects(listing: readonly BlobEntry[], ledger: Ledger):
     if (change) out.push({ key: e.key, change });
   }
   for (const [key, row] of ledger) if (!listed.has(key) && outOfBandChange(undefined, row)) out.push({ key, change: 'deleted' });
+  return out.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+}
+
+/**
+ * Objects listed in a bucket that none of the ledger reads accounts for (written, or changed since
+ * shardctl left them). Pass the ledger read before the listing and the one read after: a sync that
+ * records an object between the two is shardctl's own, not a write behind its back.
+ */
+export function unaccountedObjects(listing: readonly BlobEntry[], reads: readonly Ledger[]): OutOfBandObject[] {
+  const out: OutOfBandObject[] = [];
+  for (const e of listing) {
+    const changes = reads.map((l) => outOfBandChange(e, l.get(e.key)));
+    if (changes.length && changes.every((c) => c === 'written' || c === 'changed')) out.push({ key: e.key, change: changes[changes.length - 1]! });
+  }
   return out.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
 }
 

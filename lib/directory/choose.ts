@@ -1,5 +1,6 @@
 // Where a new unit goes: the open, shared (not dedicated) shard with the most headroom after adding its expected load,
-// keeping limits.headroomFraction of each shard's capacity free. Pure (no I/O).
+// keeping limits.headroomFraction of each shard's capacity free. Pure (no I/O). A shard's committed load is what
+// its units weigh plus what moves in flight reserve on it (lib/directory/reservations.ts): every check counts both.
 import { ShardctlError } from '../errors';
 
 export interface ShardLoad {
@@ -9,6 +10,32 @@ export interface ShardLoad {
   status: string;
   /** Dedicated to one tenant (`tenant isolate`): no new unit goes there. */
   dedicatedTo?: string | null;
+  /** Load reserved on the shard by moves in flight (not yet counted in `load`). */
+  reserved?: number;
+  /** The reservations behind `reserved`, named in a refusal. */
+  reservations?: readonly HeldReservation[];
+}
+
+/** A reservation counted on a shard: the move holding it, its unit and the load it holds. */
+export interface HeldReservation {
+  moveId: string;
+  unit: string;
+  load: number;
+}
+
+/** What the shard holds now: its units' load plus what moves in flight reserve on it. */
+export function committedLoad(s: ShardLoad): number {
+  return s.load + (s.reserved ?? 0);
+}
+
+function reservedText(s: ShardLoad): string {
+  if (!s.reserved) return '';
+  const named = (s.reservations ?? [])
+    .slice(0, 3)
+    .map((r) => `${r.load} by move ${r.moveId} of ${r.unit}`)
+    .join(', ');
+  const more = (s.reservations?.length ?? 0) > 3 ? `, and ${s.reservations!.length - 3} more` : '';
+  return ` + reserved ${s.reserved}${named ? ` (reservation ${named}${more})` : ''}`;
 }
 
 /** Capacity usable for placement: capacity minus the reserved headroom fraction. */
@@ -18,7 +45,7 @@ export function usableCapacity(capacity: number, headroomFraction: number): numb
 
 /** Headroom left on the shard if `expectedLoad` were added (negative: does not fit). */
 export function headroomAfter(s: ShardLoad, expectedLoad: number, headroomFraction: number): number {
-  return usableCapacity(s.capacity, headroomFraction) - s.load - expectedLoad;
+  return usableCapacity(s.capacity, headroomFraction) - committedLoad(s) - expectedLoad;
 }
 
 /**
@@ -30,8 +57,8 @@ export function moveTargetProblems(s: ShardLoad, unit: string, expectedLoad: num
   if (s.status !== 'open') reasons.push(`target ${s.name} is ${s.status}, not open`);
   if (s.dedicatedTo && s.dedicatedTo !== unit) reasons.push(`target ${s.name} is dedicated to tenant ${s.dedicatedTo}: no other unit moves there`);
   const usable = usableCapacity(s.capacity, headroomFraction);
-  if (s.load + expectedLoad > usable) {
-    reasons.push(`target ${s.name} lacks headroom: load ${s.load} + ${expectedLoad} > usable ${usable.toFixed(0)} of capacity ${s.capacity}`);
+  if (committedLoad(s) + expectedLoad > usable) {
+    reasons.push(`target ${s.name} lacks headroom: load ${s.load}${reservedText(s)} + ${expectedLoad} > usable ${usable.toFixed(0)} of capacity ${s.capacity}`);
   }
   return reasons;
 }
@@ -48,7 +75,7 @@ export function chooseShardForNewUnit(shards: readonly ShardLoad[], expectedLoad
     throw new ShardctlError('NoCapacity', `no open shard has room for ${expectedLoad}: add a shard or raise capacity`, {
       expectedLoad,
       headroomFraction,
-      shards: shards.map((s) => ({ name: s.name, status: s.status, capacity: s.capacity, load: s.load })),
+      shards: shards.map((s) => ({ name: s.name, status: s.status, capacity: s.capacity, load: s.load, reserved: s.reserved ?? 0 })),
     });
   }
   return best.name;

@@ -4,5 +4,6 @@ export * from './placements';
 export * from './listen';
 export * from './shards';
 export * from './choose';
+export * from './reservations';
 export * from './ensure';
 export { migrateDirectory, DIRECTORY_MIGRATIONS } from './schema';

@@ -1,7 +1,9 @@
 // The directory's move records (shardctl.moves) and the audit entries that describe a move.
 // Operator identities and the directory's own clock live here, so the reported write pause
 // includes any time a unit stayed frozen while a worker was dead.
-import type { Queryable } from './db';
+import type { Pool } from 'pg';
+import { inDirectoryTransaction, type Queryable } from './db';
+import { MOVE_END_ACTIONS, releaseReservation } from './reservations';
 
 export interface MoveEvent {
   moveId: string;
@@ -18,21 +20,25 @@ export interface MoveEvent {
 
 /**
  * Upserts the move record and appends one audit entry `move.<action>`. `idem` (derived from the
- * activity execution) makes a redelivered event a no-op instead of a duplicate audit row.
+ * activity execution) makes a redelivered event a no-op instead of a duplicate audit row. An event
+ * that ends the move (MOVE_END_ACTIONS) releases its headroom reservation in the same transaction.
  */
-export async function recordMoveEvent(db: Queryable, e: MoveEvent, idem: string | null): Promise<void> {
-  await db.query(
-    `insert into shardctl.moves(move_id, unit, source, target, workflow_id, status, started_by, detail)
-     values ($1, $2, $3, $4, $5, $6, $7, $8)
-     on conflict (move_id) do update set status = excluded.status, updated_at = now(),
-       detail = shardctl.moves.detail || excluded.detail`,
-    [e.moveId, e.unit, e.source, e.target, e.workflowId, e.status, e.actor, JSON.stringify(e.detail ?? {})],
-  );
-  await db.query(
-    `insert into shardctl.audit(actor, action, unit, detail, reason, idem) values ($1, $2, $3, $4, $5, $6)
-     on conflict (idem) where idem is not null do nothing`,
-    [e.actor, `move.${e.action}`, e.unit, JSON.stringify({ moveId: e.moveId, ...(e.detail ?? {}) }), e.reason ?? null, idem],
-  );
+export async function recordMoveEvent(pool: Pool, e: MoveEvent, idem: string | null): Promise<void> {
+  await inDirectoryTransaction(pool, async (db) => {
+    await db.query(
+      `insert into shardctl.moves(move_id, unit, source, target, workflow_id, status, started_by, detail)
+       values ($1, $2, $3, $4, $5, $6, $7, $8)
+       on conflict (move_id) do update set status = excluded.status, updated_at = now(),
+         detail = shardctl.moves.detail || excluded.detail`,
+      [e.moveId, e.unit, e.source, e.target, e.workflowId, e.status, e.actor, JSON.stringify(e.detail ?? {})],
+    );
+    await db.query(
+      `insert into shardctl.audit(actor, action, unit, detail, reason, idem) values ($1, $2, $3, $4, $5, $6)
+       on conflict (idem) where idem is not null do nothing`,
+      [e.actor, `move.${e.action}`, e.unit, JSON.stringify({ moveId: e.moveId, ...(e.detail ?? {}) }), e.reason ?? null, idem],
+    );
+    if (MOVE_END_ACTIONS.includes(e.action)) await releaseReservation(db, e.moveId, { actor: e.actor, reason: `move ${e.action}` });
+  });
 }
 
 /**

@@ -5,6 +5,8 @@
 import type { Pool, PoolClient } from 'pg';
 import { ShardctlError, invalidInput } from '../errors';
 import { Queryable, onDirectory, poolDsn, inDirectoryTransaction } from './db';
+import { shardLoad } from './shards';
+import { headroomAfter, usableCapacity } from './choose';
 
 export type PlacementState = 'active' | 'moving';
 export type UnitKind = 'tenant' | 'bucket';
@@ -117,6 +119,21 @@ async function recordChange(c: PoolClient, p: Placement, audit: AuditEntry, deta
   return generation;
 }
 
+/** Under the shard's row lock (the one reservations take): throws NoCapacity unless `load` fits now. */
+async function refuseWithoutHeadroom(c: PoolClient, shard: string, load: number, headroomFraction: number): Promise<void> {
+  await c.query('select 1 from shardctl.shards where name = $1 for no key update', [shard]);
+  const s = await shardLoad(c, shard);
+  if (!s) return; // the insert's foreign key answers NotFound
+  if (headroomAfter(s, load, headroomFraction) < 0) {
+    const usable = usableCapacity(s.capacity, headroomFraction);
+    throw new ShardctlError(
+      'NoCapacity',
+      `shard ${shard} has no room for ${load} now: load ${s.load} + reserved ${s.reserved ?? 0} by moves in flight > usable ${usable.toFixed(0)} of capacity ${s.capacity}; nothing was created — retry to choose again, add a shard or raise capacity`,
+      { shard, load: s.load, reserved: s.reserved ?? 0, capacity: s.capacity, expectedLoad: load },
+    );
+  }
+}
+
 class Rollback<T> {
   constructor(readonly value: T) {}
 }
@@ -194,17 +211,24 @@ export async function compareAndSetPlacement(
   }
 }
 
-/** Inserts a new unit (epoch 1, active). An existing unit is an answer, not an error. */
+/**
+ * Inserts a new unit (epoch 1, active). An existing unit is an answer, not an error. With
+ * `headroomFraction`, the shard's headroom (its units and the reservations of moves in flight) is
+ * checked under the same row lock reservations take, in the insert's transaction: a concurrent
+ * move or creation cannot overcommit it between the choice and the insert (NoCapacity).
+ */
 export async function insertPlacement(
   pool: Pool,
   unit: { unit: string; kind: UnitKind; shard: string; expectedLoad: number },
   audit: AuditEntry,
+  opts: { headroomFraction?: number } = {},
 ): Promise<InsertResult> {
   checkAudit(audit);
   if (!Number.isSafeInteger(unit.expectedLoad) || unit.expectedLoad < 0)
     throw invalidInput(`expected load must be a non-negative integer, got ${unit.expectedLoad}`);
   try {
     return await inDirectoryTransaction(pool, async (c) => {
+      if (opts.headroomFraction !== undefined) await refuseWithoutHeadroom(c, unit.shard, unit.expectedLoad, opts.headroomFraction);
       const r = await c.query(
         `insert into shardctl.units(unit, kind, shard, epoch, state, move_id, expected_load, updated_at)
          values ($1, $2, $3, 1, 'active', null, $4, now())

@@ -102,6 +102,29 @@ alter function shardctl.audit_append_only() set search_path = pg_catalog, pg_tem
     // compare-and-set refuses after it, so every switch commits while the source's lease still runs.
     sql: `alter table shardctl.units add column if not exists switch_deadline timestamptz;`,
   },
+  {
+    version: 8,
+    name: 'headroom reservations of moves in flight',
+    // A move reserves its unit's load on the shard it is going to, taken under the target's row
+    // lock at plan and released once when the move ends (lib/directory/reservations.ts), so two
+    // concurrent moves or tenant creations cannot overcommit a shard. One open reservation per unit.
+    sql: `
+create table if not exists shardctl.reservations (
+  move_id text primary key,
+  unit text not null,
+  source text not null references shardctl.shards(name),
+  target text not null references shardctl.shards(name),
+  load bigint not null check (load >= 0),
+  workflow_id text not null,
+  taken_at timestamptz not null default now(),
+  released_at timestamptz,
+  released_by text,
+  check (source <> target)
+);
+create unique index if not exists reservations_open_unit on shardctl.reservations (unit) where released_at is null;
+create index if not exists reservations_open_target on shardctl.reservations (target) where released_at is null;
+`,
+  },
 ];
 
 export async function migrateDirectory(pool: Pool): Promise<number[]> {

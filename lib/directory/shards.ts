@@ -8,6 +8,7 @@ import { ShardctlError, invalidInput } from '../errors';
 import { validateShardName } from '../ids';
 import { Queryable, onDirectory, poolDsn, inDirectoryTransaction } from './db';
 import type { AuditEntry } from './placements';
+import { openReservationsOn, reservationsOn } from './reservations';
 
 export type ShardStatus = 'open' | 'closed' | 'draining';
 export const SHARD_STATUSES: readonly ShardStatus[] = ['open', 'closed', 'draining'];
@@ -18,6 +19,8 @@ export interface ShardInfo {
   status: ShardStatus;
   /** Sum of expected_load of the units placed on the shard. */
   load: number;
+  /** Load reserved on the shard by moves in flight (lib/directory/reservations.ts). */
+  reserved: number;
   units: number;
   /** The tenant this shard is dedicated to (`tenant isolate`); null when shared. */
   dedicatedTo: string | null;
@@ -52,7 +55,8 @@ export async function listShards(db: Queryable): Promise<ShardInfo[]> {
   return onDirectory(async () => {
     const r = await db.query(
       `select s.name, s.capacity, s.status, s.updated_at, s.dedicated_to,
-              coalesce(sum(u.expected_load), 0) as load, count(u.unit) as units
+              coalesce(sum(u.expected_load), 0) as load, count(u.unit) as units,
+              coalesce((select sum(r.load) from ${openReservationsOn('s.name')}), 0) as reserved
          from shardctl.shards s left join shardctl.units u on u.shard = s.name
         group by s.name order by s.name`,
     );
@@ -61,6 +65,7 @@ export async function listShards(db: Queryable): Promise<ShardInfo[]> {
       capacity: Number(x.capacity),
       status: x.status,
       load: Number(x.load),
+      reserved: Number(x.reserved),
       units: Number(x.units),
       dedicatedTo: x.dedicated_to ?? null,
       updatedAt: x.updated_at instanceof Date ? x.updated_at.toISOString() : String(x.updated_at),
@@ -119,8 +124,11 @@ export async function setShardDedication(pool: Pool, name: string, tenant: strin
   return updateShard(pool, name, { dedicatedTo: tenant }, { ...audit, action: 'shard.dedicate' });
 }
 
-/** A shard's status, capacity, dedication and the expected load of the units placed on it; undefined when unknown. */
-export async function shardLoad(db: Queryable, name: string): Promise<ShardLoad | undefined> {
+/**
+ * A shard's status, capacity, dedication, the expected load of the units placed on it and the
+ * reservations of moves in flight counted on it (but `exceptUnit`'s); undefined when unknown.
+ */
+export async function shardLoad(db: Queryable, name: string, opts: { exceptUnit?: string } = {}): Promise<ShardLoad | undefined> {
   const r = await db.query(
     `select s.status, s.capacity, s.dedicated_to, coalesce((select sum(expected_load) from shardctl.units u where u.shard = s.name), 0) as load
        from shardctl.shards s where s.name = $1`,
@@ -128,5 +136,14 @@ export async function shardLoad(db: Queryable, name: string): Promise<ShardLoad 
   );
   if (!r.rowCount) return undefined;
   const s = r.rows[0];
-  return { name, status: s.status, capacity: Number(s.capacity), load: Number(s.load), dedicatedTo: s.dedicated_to ?? null };
+  const reservations = await reservationsOn(db, name, opts.exceptUnit);
+  return {
+    name,
+    status: s.status,
+    capacity: Number(s.capacity),
+    load: Number(s.load),
+    dedicatedTo: s.dedicated_to ?? null,
+    reserved: reservations.reduce((n, x) => n + x.load, 0),
+    reservations,
+  };
 }

@@ -4,7 +4,7 @@
 import { FROZEN_NOW_SQL } from '../shard/fence-sql';
 import type { Pool } from 'pg';
 import type { Client } from '@temporalio/client';
-import type { Config } from '../config';
+import { shardByName, type Config } from '../config';
 import type { Connections } from '../connections';
 import { dsnHost } from '../directory/db';
 import { listPlacements } from '../directory/placements';
@@ -14,6 +14,8 @@ import { MOVE_WORKFLOW_TYPE } from '../moves/start';
 import { SA } from '../../workflows/search-attributes';
 import * as M from '../../workflows/messages';
 import type { Facts, RunningMove, ShardFacts, SlotFact, FenceFact } from './findings';
+import { listOpenReservations } from '../directory/reservations';
+import { foreignBlobFacts } from './blob-facts';
 
 const OURS = replicationNamePattern('');
 const short = (e: unknown) =>
@@ -52,9 +54,10 @@ export async function shardFacts(pool: Pool, config: Config, shard: string): Pro
       schemaInstalled: st.schemaInstalled,
       fences,
       unfenced: st.unfenced,
+      foreignBlobs: [],
     };
   } catch (e) {
-    return { shard, host, reachable: false, error: short(e), slots: [], publications: [], schemaInstalled: false, fences: [], unfenced: [] };
+    return { shard, host, reachable: false, error: short(e), slots: [], publications: [], schemaInstalled: false, fences: [], unfenced: [], foreignBlobs: [] };
   }
 }
 
@@ -96,6 +99,15 @@ export async function moveIsRunning(client: Client, unit: string): Promise<boole
   }
 }
 
+const BUCKET_TIMEOUT_MS = 20_000;
+
+/** `p`, or a rejection with `why` after `ms` (doctor reports what it could not reach instead of hanging). */
+function withTimeout<T>(p: Promise<T>, ms: number, why: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(why)), ms)));
+  return Promise.race([p, late]).finally(() => clearTimeout(timer));
+}
+
 export interface FactSources {
   config: Config;
   conns: Connections;
@@ -117,9 +129,29 @@ export async function gatherFacts(src: FactSources): Promise<Facts> {
       reachable: true,
       placements: placements.map((p) => ({ unit: p.unit, shard: p.shard, epoch: p.epoch, state: p.state, moveId: p.moveId })),
       moveTargets: Object.fromEntries(targets.rows.map((r: { move_id: string; target: string }) => [r.move_id, r.target])),
+      reservations: await listOpenReservations(dir),
     };
   } catch (e) {
-    directory = { reachable: false, error: short(e), placements: [], moveTargets: {} };
+    directory = { reachable: false, error: short(e), placements: [], moveTargets: {}, reservations: [] };
+  }
+  if (directory.reachable) {
+    // Which unit each bucket may hold only as a copy: the directory places it elsewhere.
+    const owners = new Map(directory.placements.map((p) => [p.unit, p.shard]));
+    await Promise.all(
+      shards
+        .filter((s) => s.reachable)
+        .map(async (s) => {
+          try {
+            s.foreignBlobs = await withTimeout(
+              foreignBlobFacts(conns.s3For(s.shard), shardByName(config, s.shard).bucket, conns.shardPool(s.shard), s.shard, owners),
+              BUCKET_TIMEOUT_MS,
+              `listing the bucket took over ${BUCKET_TIMEOUT_MS / 1000} s`,
+            );
+          } catch (e) {
+            s.bucketError = short(e);
+          }
+        }),
+    );
   }
   let temporal: Facts['temporal'];
   if ('error' in src.temporal) temporal = { reachable: false, error: src.temporal.error, running: [] };

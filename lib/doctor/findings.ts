@@ -29,6 +29,31 @@ export interface ShardFacts {
   fences: FenceFact[];
   /** Tenant tables without an enabled fence trigger. */
   unfenced: string[];
+  /** Units placed elsewhere with objects in this shard's bucket that its blob ledger does not account for. */
+  foreignBlobs: ForeignBlobFact[];
+  /** Why the bucket could not be listed (absent: it was). */
+  bucketError?: string;
+}
+export interface ForeignBlobFact {
+  shard: string;
+  bucket: string;
+  unit: string;
+  /** The shard the directory places the unit on. */
+  owner: string;
+  /** The shard's ledger has rows for the unit (a sync left its record there). */
+  tracked: boolean;
+  /** How many objects are unaccounted for; `objects` shows the first of them. */
+  total: number;
+  objects: { key: string; change: 'written' | 'changed' | 'deleted' }[];
+}
+export interface ReservationFact {
+  moveId: string;
+  unit: string;
+  source: string;
+  target: string;
+  load: number;
+  workflowId: string;
+  takenAt: string;
 }
 export interface PlacementFact {
   unit: string;
@@ -46,7 +71,14 @@ export interface RunningMove {
   blockedReason: string | null;
 }
 export interface Facts {
-  directory: { reachable: boolean; error?: string; placements: PlacementFact[]; moveTargets: Record<string, string> };
+  directory: {
+    reachable: boolean;
+    error?: string;
+    placements: PlacementFact[];
+    moveTargets: Record<string, string>;
+    /** Headroom reservations not yet released (lib/directory/reservations.ts). */
+    reservations: ReservationFact[];
+  };
   temporal: { reachable: boolean; error?: string; running: RunningMove[] };
   shards: ShardFacts[];
   walThresholdBytes: number;
@@ -63,6 +95,9 @@ export const FINDING_KINDS = [
   'frozen-without-move',
   'fence-disagrees',
   'move-blocked',
+  'stale-reservation',
+  'foreign-blobs',
+  'bucket-unreachable',
 ] as const;
 export type FindingKind = (typeof FINDING_KINDS)[number];
 
@@ -326,6 +361,27 @@ export function judge(facts: Facts, opts: { fenceLockClass: number }): Finding[]
     }
   }
 
+  if (directory.reachable && temporal.reachable) out.push(...staleReservations(directory, temporal.running));
+  for (const s of facts.shards) {
+    if (!s.reachable) continue;
+    if (s.bucketError) {
+      out.push({
+        id: `bucket-unreachable:${s.shard}`,
+        kind: 'bucket-unreachable',
+        severity: 'warning',
+        shard: s.shard,
+        message: `the bucket of ${s.shard} could not be listed (${s.bucketError}): objects written there behind shardctl's back were not looked for`,
+        fix: `check the S3 endpoint and the bucket of ${s.shard} in the config (s3, shards[].bucket), then run \`shardctl doctor\` again`,
+        autoFix: false,
+      });
+    }
+    for (const b of s.foreignBlobs) {
+      // An untracked copy may be a running move's (its sync adopts what it finds): judged only without one.
+      if (!b.tracked && (!temporal.reachable || runningUnits.has(b.unit))) continue;
+      out.push(foreignBlobsFinding(b));
+    }
+  }
+
   for (const m of temporal.running) {
     if (!m.blockedReason) continue;
     out.push({
@@ -339,4 +395,55 @@ export function judge(facts: Facts, opts: { fenceLockClass: number }): Finding[]
     });
   }
   return out;
+}
+
+/** A reservation no running move holds: its move's workflow is gone (terminated, timed out) without releasing it. */
+function staleReservations(directory: Facts['directory'], running: readonly RunningMove[]): Finding[] {
+  const out: Finding[] = [];
+  for (const r of directory.reservations) {
+    // The running move of the unit holds it unless its id is known and differs.
+    const live = running.find((m) => m.workflowId === r.workflowId && (m.moveId === null || m.moveId === r.moveId));
+    if (live) continue;
+    const frozen = directory.placements.find((p) => p.unit === r.unit && p.state === 'moving' && p.moveId === r.moveId);
+    out.push({
+      id: `stale-reservation:${r.moveId}`,
+      kind: 'stale-reservation',
+      severity: 'warning',
+      unit: r.unit,
+      shard: r.target,
+      object: r.moveId,
+      message:
+        `move ${r.moveId} of ${r.unit} (${r.source} → ${r.target}) still reserves load ${r.load} (since ${r.takenAt}) but no move workflow runs for it: ` +
+        `the room stays taken on ${r.target} and ${r.source} for every move and placement, and ${r.unit} cannot move again until it is released` +
+        (frozen ? `; the unit is still frozen by that move: fix frozen-without-move:${r.unit} first` : ''),
+      fix: frozen
+        ? `shardctl doctor --fix frozen-without-move:${r.unit}, then \`shardctl doctor\` again`
+        : `shardctl doctor --fix stale-reservation:${r.moveId}`,
+      autoFix: !frozen,
+    });
+  }
+  return out;
+}
+
+function foreignBlobsFinding(b: ForeignBlobFact): Finding {
+  const shown = b.objects
+    .slice(0, 5)
+    .map((o) => `${o.key} ${o.change}`)
+    .join('; ');
+  const more = b.total > 5 ? `; and ${b.total - 5} more (\`shardctl doctor --json\` lists ${b.objects.length})` : '';
+  return {
+    id: `foreign-blobs:${b.shard}:${b.unit}`,
+    kind: 'foreign-blobs',
+    severity: 'critical',
+    shard: b.shard,
+    unit: b.unit,
+    object: b.bucket,
+    message:
+      `${b.total} object(s) of ${b.unit} in bucket ${b.bucket} of ${b.shard}, which does not own the unit (the directory places it on ${b.owner}), were written or changed behind shardctl's back (${shown}${more}): ` +
+      `nothing copies them to the owner, so they are lost when ${b.shard}'s copy is deleted, and retire or rollback clean-up on ${b.shard} refuses while they exist`,
+    fix:
+      `reconcile with the owner: write what the application still needs to ${b.unit} on ${b.owner} through the router's blob API, then remove exactly these keys from ${b.bucket} ` +
+      `(e.g. \`aws s3 rm s3://${b.bucket}/${b.objects[0]?.key ?? ''}\`) — not the unit's whole prefix while a move of it is in soak (that copy is the way back) — and run \`shardctl doctor\` again`,
+    autoFix: false,
+  };
 }

@@ -7,6 +7,8 @@ import type { Client } from '@temporalio/client';
 import { ShardctlError } from '../errors';
 import { listPlacements, getPlacement, compareAndSetPlacement } from '../directory/placements';
 import { unfreeze } from '../shard/fence';
+import { releaseReservation } from '../directory/reservations';
+import { inDirectoryTransaction } from '../directory/db';
 import { likeRegExp, type Finding } from './findings';
 import { replicationNamePattern } from '../ids';
 import { moveIsRunning } from './facts';
@@ -89,6 +91,21 @@ export async function applyFix(ctx: FixContext, f: Finding): Promise<string> {
         throw new ShardctlError('Conflict', `refusing: the directory changed under the fix (${JSON.stringify(cas.current)}); run \`shardctl doctor\` again`);
       const u = await unfreeze(ctx.conns.shardPool(p.shard), unit, p.epoch, p.freezeToken ? [p.freezeToken] : undefined);
       return `unfroze ${unit} on ${p.shard} at epoch ${p.epoch} (directory active${u.ok ? ', fence open' : `; the fence was not lowered: ${JSON.stringify(u.current)}`})`;
+    }
+    case 'stale-reservation': {
+      const unit = f.unit!;
+      // Describe, not visibility: a move of the unit running now may be the one that holds it.
+      if (await moveIsRunning(ctx.client, unit))
+        throw new ShardctlError('Conflict', `refusing: a move of ${unit} is running now and may hold reservation ${f.object}; run \`shardctl doctor\` again`);
+      const dir = ctx.conns.directoryPool();
+      const p = await getPlacement(dir, unit);
+      if (p?.state === 'moving' && p.moveId === f.object)
+        throw new ShardctlError('Conflict', `refusing: ${unit} is still frozen by move ${f.object}; fix frozen-without-move:${unit} first`);
+      const released = await inDirectoryTransaction(dir, (c) =>
+        releaseReservation(c, f.object!, { actor: ctx.actor, reason: 'shardctl doctor --fix: no move workflow runs for the reservation' }),
+      );
+      if (!released) throw new ShardctlError('Conflict', `refusing: reservation ${f.object} is no longer open; run \`shardctl doctor\` again`);
+      return `released the headroom reservation of move ${f.object} (${unit})`;
     }
     default:
       throw new ShardctlError('PreconditionFailed', `${f.id} is not fixed automatically: ${f.fix}`);

@@ -5,6 +5,7 @@ import type { Queryable } from '../directory/db';
 import type { Config } from '../config';
 import { listShards } from '../directory/shards';
 import { listPlacements } from '../directory/placements';
+import { listOpenReservations } from '../directory/reservations';
 import { planMoves, type PlanOptions, type PlanScope, type RebalancePlan } from './plan';
 
 export async function planFromDirectory(directory: Queryable, config: Config, scope: PlanScope, opts: PlanOptions = {}): Promise<RebalancePlan> {
@@ -12,9 +13,11 @@ export async function planFromDirectory(directory: Queryable, config: Config, sc
   const shards = (await listShards(directory)).filter((s) => known.has(s.name));
   // Tenant units first (issue 13): bucket units are not yet registered in the directory.
   const { placements } = await listPlacements(directory, { kind: 'tenant' });
+  // A unit whose move holds a reservation is in flight (even before its freeze): never planned again.
+  const inFlight = new Set((await listOpenReservations(directory)).map((r) => r.unit));
   return planMoves(
-    shards.map((s) => ({ name: s.name, capacity: s.capacity, status: s.status, dedicatedTo: s.dedicatedTo })),
-    placements.map((p) => ({ unit: p.unit, shard: p.shard, load: p.expectedLoad, state: p.state })),
+    shards.map((s) => ({ name: s.name, capacity: s.capacity, status: s.status, dedicatedTo: s.dedicatedTo, reserved: s.reserved })),
+    placements.map((p) => ({ unit: p.unit, shard: p.shard, load: p.expectedLoad, state: inFlight.has(p.unit) ? 'moving' : p.state })),
     scope,
     { headroomFraction: config.limits.headroomFraction, ...opts },
   );

@@ -11,6 +11,8 @@ export interface PlanShard {
   status: 'open' | 'closed' | 'draining';
   /** The tenant this shard is dedicated to (tenant isolate); nothing else is placed there. */
   dedicatedTo?: string | null;
+  /** Load held on it by moves in flight (directory reservations): counted as already there. */
+  reserved?: number;
 }
 
 export interface PlanUnit {
@@ -119,7 +121,7 @@ function start(shards: readonly PlanShard[], units: readonly PlanUnit[], opts: P
     shards: new Map(shards.map((s) => [s.name, s])),
     at: new Map(),
     units: new Map(),
-    initial: new Map(shards.map((s) => [s.name, 0])),
+    initial: new Map(shards.map((s) => [s.name, s.reserved ?? 0])),
     incoming: new Map(),
     moved: new Set(),
     moves: [],
@@ -309,7 +311,10 @@ function isolationShard(shards: readonly PlanShard[], units: readonly PlanUnit[]
   const others = units.filter((u) => u.shard === t.shard && u.unit !== t.unit);
   if (home?.status === 'open' && others.length === 0) return { shard: t.shard };
   const empty = shards
-    .filter((s) => s.status === 'open' && !s.dedicatedTo && s.name !== t.shard && !units.some((u) => u.shard === s.name) && t.load <= usable(s, headroom))
+    .filter(
+      (s) =>
+        s.status === 'open' && !s.dedicatedTo && s.name !== t.shard && !units.some((u) => u.shard === s.name) && !s.reserved && t.load <= usable(s, headroom),
+    )
     .sort((a, b) => b.capacity - a.capacity || (a.name < b.name ? -1 : 1));
   // Moving the tenant is one move; moving the others is others.length moves (their load is copied).
   const othersLoad = others.reduce((a, u) => a + u.load, 0);

@@ -11,6 +11,8 @@ import { compareAndSetPlacement, getPlacement } from '../../lib/directory/placem
 import { freezeSource, installOwner, disown, getUnitFence } from '../../lib/shard/fence';
 import { startWorker } from '../../worker';
 import type { Finding } from '../../lib/doctor/findings';
+import { DeleteObjectCommand, type S3Client } from '@aws-sdk/client-s3';
+import { switchedTenant, putDirect, type MoveRef } from '../helpers/blobs';
 
 let env: Awaited<ReturnType<typeof H.moveEnv>>;
 
@@ -36,6 +38,11 @@ async function orphanFor(shard: string, unit: string) {
   await p.query(`select pg_create_logical_replication_slot($1, 'pgoutput')`, [names.slot]);
   await p.query(`create publication ${names.publication}`);
   return names.slot;
+}
+
+async function deleteKeysDirect(s3: S3Client, shard: string, keys: string[]) {
+  const bucket = testConfig().shards.find((x) => x.name === shard)!.bucket;
+  for (const Key of keys) await s3.send(new DeleteObjectCommand({ Bucket: bucket, Key }));
 }
 
 beforeAll(async () => {
@@ -229,4 +236,41 @@ describe('shardctl doctor', () => {
       expect(d.code, d.stderr).toBe(0);
     }
   });
+  it(
+    'reports objects written behind shardctl’s back into a non-owner’s bucket under a moved tenant’s prefix, and nothing for a clean move',
+    { timeout: 120_000 },
+    async () => {
+      const refs: MoveRef[] = [];
+      const p = await H.inProcessActivities({ refs });
+      const written: { shard: string; keys: string[] }[] = [];
+      try {
+        // Moved from shard-a to shard-b by the move's own activities; shard-a keeps its copy (soak).
+        const { tenant } = await switchedTenant(p.act, refs, 'docblob', 'shard-a', 'shard-b');
+        const ofTenant = (fs: Finding[]) => fs.filter((f) => f.kind === 'foreign-blobs' && f.unit === tenant);
+        // Clean: the old owner's copy is what the syncs recorded in its ledger, so nothing is reported.
+        expect(ofTenant((await doctor()).findings)).toEqual([]);
+
+        written.push({ shard: 'shard-a', keys: await putDirect(p.deps.s3For('shard-a'), 'shard-a', tenant, 2, 'late') });
+        written.push({ shard: 'shard-c', keys: await putDirect(p.deps.s3For('shard-c'), 'shard-c', tenant, 1, 'stray') });
+        const d = await doctor();
+        expect(d.code).toBe(1);
+        const [onA, onC] = ['shard-a', 'shard-c'].map((s) => d.findings.find((x) => x.id === `foreign-blobs:${s}:${tenant}`));
+        expect(onA, d.stdout).toMatchObject({ kind: 'foreign-blobs', severity: 'critical', shard: 'shard-a', unit: tenant, autoFix: false });
+        expect(onA!.message).toContain(`2 object(s) of ${tenant} in bucket shardctl-shard-a of shard-a`);
+        expect(onA!.message).toContain('the directory places it on shard-b');
+        for (const k of written[0].keys) expect(onA!.message).toContain(`${k} written`);
+        expect(onA!.fix).toContain('aws s3 rm s3://shardctl-shard-a/');
+        expect(onC!.message).toContain(`${written[1].keys[0]} written`);
+        // The owner's bucket is never reported, and only these three objects were.
+        expect(
+          ofTenant(d.findings)
+            .map((f) => f.id)
+            .sort(),
+        ).toEqual([`foreign-blobs:shard-a:${tenant}`, `foreign-blobs:shard-c:${tenant}`]);
+      } finally {
+        for (const w of written) await deleteKeysDirect(p.deps.s3For(w.shard), w.shard, w.keys);
+        await p.close();
+      }
+    },
+  );
 });

@@ -1,5 +1,5 @@
 import { describe, it, expect } from 'vitest';
-import { ledgerSaysEqual, outOfBandChange, outOfBandObjects, type LedgerEntry } from '../../lib/blobs/ledger';
+import { ledgerSaysEqual, outOfBandChange, outOfBandObjects, unaccountedObjects, type Ledger, type LedgerEntry } from '../../lib/blobs/ledger';
 
 const row = (key: string, etag: string | null, size: number | null, src?: { etag: string; size: number }, sha: string | null = 'h'): LedgerEntry => ({
   key,
@@ -48,5 +48,30 @@ describe('ledgerSaysEqual', () => {
     const dstRow = row('k', 'dst-md5', 9); // as listed when the destination was the source
     expect(ledgerSaysEqual(e, d, dstRow, row('k', 'src-2', 9, { etag: 'dst-md5', size: 9 }, 'sha2'))).toBe('sha2');
     expect(ledgerSaysEqual(e, d, dstRow, row('k', 'src-1', 9, { etag: 'dst-md5', size: 9 }))).toBe(false);
+  });
+});
+
+describe('unaccountedObjects (doctor: objects on a shard that does not own the unit)', () => {
+  const ledger = (...rows: LedgerEntry[]): Ledger => new Map(rows.map((r) => [r.key, r]));
+  it('reports objects no ledger read accounts for: written (no row) or changed (another ETag or size), sorted', () => {
+    const l = ledger(row('a', 'e1', 3), row('b', 'e2', 4));
+    const listing = [listed('c', 'e3', 1), listed('a', 'e1', 3), listed('b', 'e9', 4)];
+    expect(unaccountedObjects(listing, [l, l])).toEqual([
+      { key: 'b', change: 'changed' },
+      { key: 'c', change: 'written' },
+    ]);
+  });
+  it('an untracked bucket (empty ledger) accounts for nothing', () => {
+    expect(unaccountedObjects([listed('a', 'e1', 3)], [new Map(), new Map()])).toEqual([{ key: 'a', change: 'written' }]);
+  });
+  it('an object a sync recorded between the two reads (or a copy in flight) is shardctl’s own', () => {
+    const before = ledger(row('a', 'e1', 3));
+    const after = ledger(row('a', 'e2', 3), row('n', 'e5', 1));
+    const listing = [listed('a', 'e2', 3), listed('n', 'e5', 1), listed('f', 'e7', 2)];
+    expect(unaccountedObjects(listing, [before, after])).toEqual([{ key: 'f', change: 'written' }]);
+    expect(unaccountedObjects([listed('f', 'e7', 2)], [ledger(row('f', null, null)), new Map()])).toEqual([]);
+  });
+  it('objects gone from the bucket are not its business (deletes are for retire and the syncs)', () => {
+    expect(unaccountedObjects([], [ledger(row('a', 'e1', 3))])).toEqual([]);
   });
 });

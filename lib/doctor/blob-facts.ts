@@ -1,0 +1,50 @@
+// doctor's eyes on the buckets: per shard, the units with objects under `tenants/<unit>/` that the
+// directory places on another shard, and of those objects the ones the shard's blob ledger does
+// not account for (written or changed behind shardctl's back). Reads only: the ledger is read
+// without creating its table, once before and once after the listing (see unaccountedObjects).
+import { ListObjectsV2Command, type S3Client } from '@aws-sdk/client-s3';
+import type { Pool } from 'pg';
+import { listBlobs, readLedger, tenantBlobPrefix, unaccountedObjects } from '../blobs';
+import type { ForeignBlobFact } from './findings';
+
+const TENANTS = 'tenants/';
+/** Keys shown per unit in a finding; the count is always the whole. */
+export const FOREIGN_KEYS_SHOWN = 20;
+
+/** The unit ids with at least one object under `tenants/<id>/` in the bucket. */
+export async function unitsInBucket(s3: S3Client, bucket: string): Promise<string[]> {
+  const out: string[] = [];
+  let token: string | undefined;
+  do {
+    const page = await s3.send(new ListObjectsV2Command({ Bucket: bucket, Prefix: TENANTS, Delimiter: '/', ContinuationToken: token }));
+    for (const p of page.CommonPrefixes ?? []) {
+      const m = /^tenants\/([^/]+)\/$/.exec(p.Prefix ?? '');
+      if (m) out.push(m[1]);
+    }
+    token = page.IsTruncated ? page.NextContinuationToken : undefined;
+  } while (token);
+  return out;
+}
+
+/** Objects of units placed elsewhere (`owners`: unit → owning shard) that this shard's ledger does not account for. */
+export async function foreignBlobFacts(
+  s3: S3Client,
+  bucket: string,
+  pool: Pool,
+  shard: string,
+  owners: ReadonlyMap<string, string>,
+): Promise<ForeignBlobFact[]> {
+  const out: ForeignBlobFact[] = [];
+  for (const unit of await unitsInBucket(s3, bucket)) {
+    const owner = owners.get(unit);
+    // Only units the directory knows: a prefix of no unit here is another directory's, or a test's.
+    if (!owner || owner === shard) continue;
+    const before = await readLedger(pool, unit);
+    const listing = await listBlobs(s3, bucket, tenantBlobPrefix(unit));
+    const after = await readLedger(pool, unit);
+    const odd = unaccountedObjects(listing, [before, after]);
+    if (odd.length === 0) continue;
+    out.push({ shard, bucket, unit, owner, tracked: before.size > 0 || after.size > 0, total: odd.length, objects: odd.slice(0, FOREIGN_KEYS_SHOWN) });
+  }
+  return out;
+}
