@@ -1,10 +1,13 @@
 // The fence's cost on the write path (issue 11), on one shard no move touches, in a schema of its
 // own: the same writes into a table carrying the fence (installed by the real prepareShard) and
 // into a plain one of the same shape. A fenced transaction opens as the router opens it
-// (begin_unit_write); a plain one sets the same unit and epoch, so the ratio is the check's cost alone. Writers send one simple-query batch per transaction (one round
-// trip), with synchronous_commit off: a commit flush would hide the check's CPU cost in noise.
+// (begin_unit_write); a plain one sets the same unit and epoch, so the ratio is the check's cost
+// alone. Writers send one simple-query batch per transaction (one round trip), with
+// synchronous_commit off: a commit flush would hide the check's CPU cost in noise.
 // And the router: a transaction through Router.withTenant into the fenced table against a direct
 // BEGIN; INSERT; <0.5 ms of work>; COMMIT into the plain one, one client, warm cache.
+// Every figure here runs many short paired rounds (bench/measure.ts interleavePaired) and is judged
+// on the median of its per-round ratios: one long round each side let a neighbour's burst decide it.
 import { Client, Pool } from 'pg';
 import type { Config } from '../lib/config';
 import { prepareShard } from '../lib/shard/prepare';
@@ -21,17 +24,24 @@ export interface WriteScenario {
   name: string;
   writers: number;
   rowsPerStatement: number;
-  /** Rows each writer writes per run. */
+  /** Rows each writer writes per run (one side of one round: a fraction of a second here). */
   rowsPerWriter: number;
+  /** Paired rounds (each side once per round). */
+  rounds: number;
 }
 
-export function fenceScenarios(scale: number): WriteScenario[] {
+/** The scenarios; `rounds` overrides every scenario's own count of paired rounds. */
+export function fenceScenarios(scale: number, rounds?: number): WriteScenario[] {
   return [
-    { name: '1-row tx, 8 writers', writers: 8, rowsPerStatement: 1, rowsPerWriter: Math.round(1500 * scale) },
-    { name: '100-row statements, 8 writers', writers: 8, rowsPerStatement: 100, rowsPerWriter: Math.round(200 * scale) * 100 },
-    { name: '200k-row statement', writers: 1, rowsPerStatement: 200_000, rowsPerWriter: 200_000 },
+    { name: '1-row tx, 8 writers', writers: 8, rowsPerStatement: 1, rowsPerWriter: Math.round(300 * scale), rounds: rounds ?? 15 },
+    { name: '100-row statements, 8 writers', writers: 8, rowsPerStatement: 100, rowsPerWriter: Math.round(100 * scale) * 100, rounds: rounds ?? 11 },
+    { name: '200k-row statement', writers: 1, rowsPerStatement: 200_000, rowsPerWriter: 200_000, rounds: rounds ?? 7 },
   ];
 }
+
+/** Router transactions per side per round, and the router figure's paired rounds. */
+export const ROUTER_TRANSACTIONS = 250;
+export const ROUTER_ROUNDS = 15;
 
 export interface FenceContext {
   pool: Pool;
@@ -94,6 +104,9 @@ export interface RouterContext {
   router: Router;
   direct: Client;
   tenant: string;
+  /** The tenant's epoch (the direct side opens at it as the router does) and the router's default deadline. */
+  epoch: number;
+  deadlineMs: number;
   transactions: number;
 }
 
@@ -102,22 +115,23 @@ export async function setupRouterBench(fence: FenceContext, directory: Pool, tra
   const { config, pool } = fence;
   await ensureDirectory(directory, config);
   const tenant = `bench-router-${Date.now().toString(36)}`;
-  await createTenant({ directory, shardPool: () => pool, config }, { tenant, shard: fence.shard, actor: 'bench' });
+  const placed = await createTenant({ directory, shardPool: () => pool, config }, { tenant, shard: fence.shard, actor: 'bench' });
   const router = await Router.create(config, { poolMax: 2 });
   const direct = new Client({ connectionString: fence.dsn, application_name: 'bench-direct' });
   await direct.connect();
-  return { router, direct, tenant, transactions };
+  return { router, direct, tenant, epoch: placed.epoch, deadlineMs: config.limits.routerDeadlineMs, transactions };
 }
 
 // The same work on both sides: one INSERT, then 0.5 ms of server time (and commit without a flush).
 const WORK_SQL = `select set_config('synchronous_commit', 'off', true), pg_sleep(0.0005)`;
-let routerIds = 0;
+/** One id sequence for every side: the router and the direct side opened as the router both write the fenced table. */
+let nextId = 0;
 
 /** Milliseconds per transaction through the router into the fenced table. */
 export async function routerRun(ctx: RouterContext): Promise<number> {
   const { seconds } = await timed(async () => {
     for (let i = 0; i < ctx.transactions; i++) {
-      const id = ++routerIds;
+      const id = ++nextId;
       await ctx.router.withTenant(ctx.tenant, { tenants: [ctx.tenant] }, 'write', async (tx) => {
         await tx.query(`insert into ${FENCE_SCHEMA}.fenced (tenant_id, id, payload) values ($1, $2, 'payload')`, [ctx.tenant, id]);
         await tx.query(WORK_SQL);
@@ -127,14 +141,17 @@ export async function routerRun(ctx: RouterContext): Promise<number> {
   return (seconds * 1000) / ctx.transactions;
 }
 
-let directIds = 0;
-
-/** Milliseconds per transaction on a direct connection into the plain table. */
-export async function directRun(ctx: RouterContext): Promise<number> {
+/**
+ * Milliseconds per transaction on a direct connection: into the plain table after a bare BEGIN, or
+ * (`as-router`) into the fenced table after the router's own opening batch, with the statement
+ * timeout a fresh call would carry: the same statements the router sends, without the router.
+ */
+export async function directRun(ctx: RouterContext, open: 'begin' | 'as-router' = 'begin'): Promise<number> {
+  const table = open === 'begin' ? 'plain' : 'fenced';
   const { seconds } = await timed(async () => {
     for (let i = 0; i < ctx.transactions; i++) {
-      await ctx.direct.query('begin');
-      await ctx.direct.query(`insert into ${FENCE_SCHEMA}.plain (tenant_id, id, payload) values ($1, $2, 'payload')`, [ctx.tenant, ++directIds]);
+      await ctx.direct.query(open === 'begin' ? 'begin' : openTransactionSql({ unit: ctx.tenant, epoch: ctx.epoch }, 'write', undefined, ctx.deadlineMs));
+      await ctx.direct.query(`insert into ${FENCE_SCHEMA}.${table} (tenant_id, id, payload) values ($1, $2, 'payload')`, [ctx.tenant, ++nextId]);
       await ctx.direct.query(WORK_SQL);
       await ctx.direct.query('commit');
     }

@@ -1,6 +1,8 @@
 // The bench's figures and its one table: each figure is ours against a baseline measured in the
-// same run (best of the interleaved rounds on each side), their ratio, and the goal the ratio must
-// meet. Pure: no I/O, so the verdicts are unit-tested (test/unit/bench-figures.test.ts).
+// same run, their ratio, and the goal the ratio must meet. A figure is judged on the best round of
+// each side, or, when its rounds are paired (short rounds, each side once per round), on the median
+// of the per-round ratios, printed with their interquartile range. Pure: no I/O, so the verdicts
+// are unit-tested (test/unit/bench-figures.test.ts).
 
 /** A goal on the ratio ours / baseline, or (no baseline) on ours itself. */
 export interface Goal {
@@ -23,6 +25,11 @@ export interface Figure {
   /** What the baseline is, for the table's reader. */
   baselineLabel: string;
   note?: string;
+  /**
+   * ours[i] and baseline[i] ran in the same round, one right after the other: judged on the median
+   * of the per-round ratios (ours and baseline shown as each side's median), not on best rounds.
+   */
+  paired?: boolean;
 }
 
 export interface Verdict {
@@ -36,6 +43,9 @@ export interface Verdict {
   met: boolean | null;
   baselineLabel: string;
   note?: string;
+  /** Paired figures: the per-round ratios, and their interquartile range [p25, p75]. */
+  ratios?: number[];
+  spread?: [number, number];
   samples: { ours: number[]; baseline: number[] | null };
 }
 
@@ -58,6 +68,20 @@ export function quantile(values: number[], q: number): number {
   return xs[Math.min(xs.length - 1, Math.max(0, Math.ceil(q * xs.length) - 1))];
 }
 
+/** The median (mean of the middle two for an even count), ignoring non-numbers. */
+export function median(values: number[]): number {
+  const xs = values.filter(Number.isFinite).sort((a, b) => a - b);
+  if (xs.length === 0) return NaN;
+  const m = xs.length >> 1;
+  return xs.length % 2 ? xs[m] : (xs[m - 1] + xs[m]) / 2;
+}
+
+/** Per-round ratios ours[i] / baseline[i] of a paired figure (rounds missing either side are left out). */
+export function pairedRatios(ours: number[], baseline: number[]): number[] {
+  if (ours.length !== baseline.length) throw new Error(`paired figure: ${ours.length} rounds of ours against ${baseline.length} of the baseline`);
+  return ours.map((o, i) => o / baseline[i]).filter((r) => Number.isFinite(r) && r > 0);
+}
+
 export function meets(value: number, goal: Goal): boolean {
   if (!Number.isFinite(value)) return false;
   if (goal.op === '>=') return value >= goal.value;
@@ -71,6 +95,7 @@ export function formatGoal(goal: Goal, unit = ''): string {
 }
 
 export function judge(f: Figure): Verdict {
+  if (f.paired && f.baseline) return judgePaired(f, f.baseline);
   const ours = best(f.ours, f.better);
   const baseline = f.baseline ? best(f.baseline, f.better) : null;
   const ratio = baseline === null ? null : ours / baseline;
@@ -85,6 +110,25 @@ export function judge(f: Figure): Verdict {
     baselineLabel: f.baselineLabel,
     note: f.note,
     samples: { ours: f.ours, baseline: f.baseline },
+  };
+}
+
+function judgePaired(f: Figure, baselineSamples: number[]): Verdict {
+  const ratios = pairedRatios(f.ours, baselineSamples);
+  const ratio = median(ratios);
+  return {
+    name: f.name,
+    unit: f.unit,
+    ours: median(f.ours),
+    baseline: median(baselineSamples),
+    ratio,
+    goal: f.goal ? formatGoal(f.goal) : '—',
+    met: f.goal ? meets(ratio, f.goal) : null,
+    baselineLabel: f.baselineLabel,
+    note: f.note,
+    ratios,
+    spread: [quantile(ratios, 0.25), quantile(ratios, 0.75)],
+    samples: { ours: f.ours, baseline: baselineSamples },
   };
 }
 
@@ -104,7 +148,7 @@ export function formatTable(verdicts: Verdict[]): string {
     v.name,
     `${num(v.ours)} ${v.unit}`,
     v.baseline === null ? '—' : `${num(v.baseline)} ${v.unit}`,
-    v.ratio === null ? '—' : `${num(v.ratio)}×`,
+    v.ratio === null ? '—' : v.spread ? `${num(v.ratio)}× [${num(v.spread[0])}–${num(v.spread[1])}, n=${v.ratios!.length}]` : `${num(v.ratio)}×`,
     v.goal,
     v.met === null ? '(diagnostic)' : v.met ? 'met' : 'NOT met',
     v.baselineLabel,

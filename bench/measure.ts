@@ -17,6 +17,20 @@ export async function interleave<K extends string, T>(rounds: number, sides: [K,
   return out;
 }
 
+/**
+ * Paired rounds for a figure judged on its per-round ratios: every round runs each side once, the
+ * order reversed every other round (a, b, b, a, …) so neither side always runs first, after the
+ * other's dirty buffers or in its wake. Each side's samples come back in round order: sample i of
+ * every side ran in round i.
+ */
+export async function interleavePaired<K extends string, T>(rounds: number, sides: [K, () => Promise<T>][]): Promise<Record<K, T[]>> {
+  const out = Object.fromEntries(sides.map(([k]) => [k, [] as T[]])) as Record<K, T[]>;
+  for (let r = 0; r < rounds; r++) {
+    for (const [k, run] of r % 2 ? [...sides].reverse() : sides) out[k].push(await run());
+  }
+  return out;
+}
+
 export function log(msg: string): void {
   process.stderr.write(`[bench ${new Date().toISOString().slice(11, 19)}] ${msg}\n`);
 }

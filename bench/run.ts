@@ -4,6 +4,7 @@
 // environment) when it is not running. Method: BENCHMARKS.md.
 //
 //   npm run bench -- [--rows 300000] [--rounds 2] [--write-seconds 8] [--apply-seconds 30] [--only copy,validate,catchup,fence,router]
+//                    [--paired-rounds N (fence and router: default 15 / 11 / 7 by scenario, 15 for the router)]
 //                    [--cutover [--cutover-sizes 10000,100000,1000000] [--cutover-moves 5]] [--no-save]
 import fs from 'node:fs';
 import os from 'node:os';
@@ -12,12 +13,24 @@ import { openPool } from '../lib/connections';
 import type { Config } from '../lib/config';
 import { stackAt, stackConfig, status, up } from '../lib/dev/stack';
 import { Figure, Verdict, formatTable, judge } from './figures';
-import { interleave, log } from './measure';
+import { interleave, interleavePaired, log } from './measure';
 import { createBenchData, dropBenchSchema } from './setup';
 import { CopyContext, CopySample, createNativeTarget, dropNativeTarget, nativeInitialSync, ourCopy, rawCopyPipe, rawPipeIntoPrepared } from './copy';
 import { ourValidation, scanBothSides } from './validate';
 import { WORKLOADS, applyBacklog, pgbenchScript, runPgbench, setupCatchUp, teardownCatchUp } from './catchup';
-import { FenceContext, RouterContext, directRun, fenceScenarios, routerRun, setupFenceBench, setupRouterBench, teardownFence, writeRun } from './fence';
+import {
+  FenceContext,
+  ROUTER_ROUNDS,
+  ROUTER_TRANSACTIONS,
+  RouterContext,
+  directRun,
+  fenceScenarios,
+  routerRun,
+  setupFenceBench,
+  setupRouterBench,
+  teardownFence,
+  writeRun,
+} from './fence';
 import { measureCutoverPauses, pauseFigures } from './cutover-pause';
 
 require('../lib/quiet-warnings.js');
@@ -50,6 +63,7 @@ async function main() {
   const rounds = intArg('rounds', 2);
   const writeSeconds = intArg('write-seconds', 8);
   const applySeconds = intArg('apply-seconds', 30);
+  const pairedRounds = arg('paired-rounds') === undefined ? undefined : intArg('paired-rounds', 1);
   const only = new Set((arg('only') ?? SECTIONS.join(',')).split(','));
   const startedAt = new Date();
   const config = await ensureStack();
@@ -193,9 +207,9 @@ async function main() {
     if (only.has('fence') || only.has('router')) {
       fence = await setupFenceBench(fencePool, c.dsn, c.name, config, 8);
       if (only.has('fence')) {
-        for (const sc of fenceScenarios(1)) {
-          log(`fence ${sc.name}: plain / fenced, interleaved`);
-          const r = await interleave(rounds, [
+        for (const sc of fenceScenarios(1, pairedRounds)) {
+          log(`fence ${sc.name}: plain / fenced, ${sc.rounds} paired rounds`);
+          const r = await interleavePaired(sc.rounds, [
             ['plain', () => writeRun(fence!, sc, 'plain')],
             ['fenced', () => writeRun(fence!, sc, 'fenced')],
           ]);
@@ -207,26 +221,52 @@ async function main() {
             better: 'higher',
             goal: { op: '>=', value: 0.9 },
             baselineLabel: 'same writes, table without the fence',
+            paired: true,
           });
         }
       }
       if (only.has('router')) {
-        router = await setupRouterBench(fence, directory, 1000);
-        log('router: direct / router transactions, interleaved');
+        router = await setupRouterBench(fence, directory, ROUTER_TRANSACTIONS);
+        const n = pairedRounds ?? ROUTER_ROUNDS;
+        log(`router: direct / direct opened as the router opens / router transactions, ${n} paired rounds`);
         await routerRun({ ...router, transactions: 50 }); // warm the cache and the pools
-        const r = await interleave(rounds, [
+        await directRun(router, 'as-router');
+        const r = await interleavePaired(n, [
           ['direct', () => directRun(router!)],
+          ['asRouter', () => directRun(router!, 'as-router')],
           ['router', () => routerRun(router!)],
         ]);
-        figures.push({
-          name: 'router tx vs direct connection',
+        const routerFigure = {
           unit: 'ms/tx',
-          ours: r.router,
-          baseline: r.direct,
-          better: 'lower',
-          goal: { op: '<=', value: 1.1 },
-          baselineLabel: 'BEGIN; INSERT; 0.5 ms work; COMMIT, unfenced',
-        });
+          better: 'lower' as const,
+          paired: true,
+        };
+        figures.push(
+          {
+            ...routerFigure,
+            name: 'router tx vs direct connection',
+            ours: r.router,
+            baseline: r.direct,
+            goal: { op: '<=', value: 1.1 },
+            baselineLabel: 'BEGIN; INSERT; 0.5 ms work; COMMIT, unfenced',
+          },
+          {
+            ...routerFigure,
+            name: 'direct, opened as the router opens',
+            ours: r.asRouter,
+            baseline: r.direct,
+            baselineLabel: 'the same, unfenced',
+            note: "the router's opening batch (statement timeout, fence check) and the fenced table on a plain client: the shard's share",
+          },
+          {
+            ...routerFigure,
+            name: 'router tx vs direct opened as the router',
+            ours: r.router,
+            baseline: r.asRouter,
+            baselineLabel: 'direct, opened as the router opens',
+            note: "the same statements: the router's client-side share (pool, retry loop, revocable client)",
+          },
+        );
       }
     }
 
@@ -253,7 +293,7 @@ async function main() {
     const args = process.argv.slice(2).join(' ');
     const command = args ? `npm run bench -- ${args}` : 'npm run bench';
     console.log(
-      `\n${table}\n\n${notes.rows ? `${rows} rows, ` : ''}${rounds} interleaved rounds per figure (best round each side), ${durationSec} s; ${machineLine}`,
+      `\n${table}\n\n${notes.rows ? `${rows} rows, ` : ''}${rounds} interleaved rounds per figure (best round each side), fence and router figures paired (median of per-round ratios [interquartile range, rounds]), ${durationSec} s; ${machineLine}`,
     );
     if (!flag('no-save')) saveResults({ startedAt, durationSec, command, machine, machineLine, rows, rounds, verdicts, notes, table });
   } finally {

@@ -161,6 +161,15 @@ export const MUTATIONS: Mutation[] = [
     reinstall: PREPARE,
   },
   {
+    id: 'router-open-check',
+    guarantee: "the router's write transaction is checked in its opening batch, holding the unit's lock before anything of the caller's runs (§3)",
+    file: 'lib/router/open-tx.ts',
+    from: 'call shardctl.${OPEN_WRITE_PROCEDURE}(${unit}, ${p.epoch})',
+    to: "select pg_catalog.set_config('shardctl.unit', ${unit}, true)",
+    testFile: 'test/integration/fence.test.ts',
+    testName: 'is one simple query that answers no row (the check is a CALL)',
+  },
+  {
     id: 'freeze-pin',
     guarantee: 'a source that loses the unit never reopens when its freeze lease runs out: the switch pins the freeze first (§5.1, §5.4)',
     file: 'lib/shard/fence.ts',

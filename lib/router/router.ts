@@ -6,7 +6,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { openPool } from '../connections';
 import type { Pool, PoolClient } from 'pg';
-import { Isolation, Mode, openTransactionSql } from './open-tx';
+import { Isolation, Mode, openFailure, openTransactionSql } from './open-tx';
 import type { Config } from '../config';
 import { IncompleteResult, ShardctlError, invalidInput } from '../errors';
 import { validateTenantId } from '../ids';
@@ -396,7 +396,9 @@ export class Router {
       // BEGIN and the route check in one round trip (a simple-query batch): nothing of fn's runs
       // on a shard that does not own the unit at our epoch, and no write goes without the epoch.
       // Every statement ends by the caller's deadline (at least 1 ms: the deadline may just have passed).
-      await client.query(openTransactionSql(p, mode, isolation, Math.max(1, Math.ceil(deadline - Date.now()))));
+      await client.query(openTransactionSql(p, mode, isolation, Math.max(1, Math.ceil(deadline - Date.now())))).catch((e: unknown) => {
+        throw openFailure(e, p.shard);
+      });
       const route: TenantRoute = { unit: p.unit, shard: p.shard, epoch: p.epoch, blobs: tenantBlobs(tx.client, p.unit, this.bucketOf(p.shard)) };
       const result = await fn(tx.client, route);
       const done = await client.query('commit');

@@ -2,11 +2,17 @@
 // write pays a few per cent for it. Installed by `shards prepare` (lib/shard/prepare.ts).
 //
 // Protocol:
-//  - The router opens a write transaction with `begin; select shardctl.begin_unit_write(unit,
-//    epoch)` (one round trip). That function sets `shardctl.unit` / `shardctl.epoch`, takes the
+//  - The router opens a write transaction with `begin; call shardctl.open_unit_write(unit,
+//    epoch)` (one round trip). That procedure sets `shardctl.unit` / `shardctl.epoch`, takes the
 //    unit's advisory lock shared for the rest of the transaction, reads the fence row, refuses
 //    with SC421 / SC423 / SC428, and marks the transaction checked for the unit
-//    (`shardctl.checked`, transaction-local).
+//    (`shardctl.checked`, transaction-local). A CALL, not a SELECT: a SELECT of the same check
+//    is parsed, planned and answered with a row, which cost the shard about 30 µs and the router
+//    about 25 µs more per transaction here (BENCHMARKS.md, "Where the router's time goes").
+//    `shardctl.begin_unit_write(unit, epoch)` is the same body as a function, kept for routers of
+//    the previous release (`select shardctl.begin_unit_write(...)`), so shards can be prepared
+//    before routers are upgraded; a router meeting a shard without the procedure fails closed
+//    and says to run `shards prepare`.
 //  - Every tenant table carries two AFTER ROW triggers whose WHEN clauses compare the row's
 //    tenant column with `shardctl.checked_unit()`: new rows (INSERT, UPDATE, COPY) and old rows
 //    (UPDATE, DELETE). A row of another unit fires the trigger, which refuses with SC403.
@@ -40,7 +46,7 @@
 //    itself: a role that can write a tenant's table can corrupt that tenant's rows anyway. The
 //    functions pin their search_path; the triggers' WHEN clauses name every function and
 //    operator by schema (they are stored resolved).
-//  - Cost, measured on this repo's 2-core machine (`npm run bench`, its fence rows): begin_unit_write
+//  - Cost, measured on this repo's 2-core machine (`npm run bench`, its fence rows): the check
 //    about 10 µs of server CPU (2 of them the pinned search_path, 6 the fence read), the fold about 5 µs
 //    per write statement, a row about 1 %. Small transactions feel the two plpgsql entries;
 //    statements of many rows barely notice.
@@ -72,20 +78,18 @@ export const FENCE_OLD_ROWS_TRIGGER = 'shardctl_fence_old_rows';
 /** The fence's functions (schema `shardctl`); part of shardSchemaSql. */
 export function fenceFunctionsSql(): string {
   return `
--- The router's first statement of a write transaction.
+-- The router's first statement of a write transaction, as a procedure: a CALL is not planned and
+-- answers no row, so it costs the shard and the router less than the same check in a SELECT.
+create or replace procedure shardctl.open_unit_write(p_unit text, p_epoch bigint)
+language plpgsql ${PINNED_SEARCH_PATH} as $fn$
+${beginUnitWriteBody()}
+$fn$;
+
+-- The same check as a function, for routers of the previous release (they open with
+-- "select shardctl.begin_unit_write(...)") and for tests: one body, so the two cannot drift.
 create or replace function shardctl.begin_unit_write(p_unit text, p_epoch bigint) returns void
 language plpgsql volatile ${PINNED_SEARCH_PATH} as $fn$
-declare
-${CHECK_DECLARE}
-begin
-  if p_unit is null or p_unit = '' or p_epoch is null then
-    raise exception 'shardctl: a write transaction needs a unit and an epoch, got % and %', p_unit, p_epoch using errcode = 'SC428';
-  end if;
-  v_set := pg_catalog.set_config('shardctl.unit', p_unit, true);
-  v_set := pg_catalog.set_config('shardctl.epoch', p_epoch::text, true);
-${routeCheckPlpgsql('p_unit', 'p_epoch')}
-  v_set := pg_catalog.set_config('shardctl.checked', p_unit, true);
-end
+${beginUnitWriteBody()}
 $fn$;
 
 -- The unit this statement may write rows of, checked: only for the fence triggers' WHEN
@@ -145,6 +149,21 @@ ${routeCheckPlpgsql('v_unit', 'v_epoch_txt::bigint')}
 end
 $fn$;
 `;
+}
+
+/** open_unit_write's and begin_unit_write's body: set the route, check it, mark the transaction. */
+function beginUnitWriteBody(): string {
+  return `declare
+${CHECK_DECLARE}
+begin
+  if p_unit is null or p_unit = '' or p_epoch is null then
+    raise exception 'shardctl: a write transaction needs a unit and an epoch, got % and %', p_unit, p_epoch using errcode = 'SC428';
+  end if;
+  v_set := pg_catalog.set_config('shardctl.unit', p_unit, true);
+  v_set := pg_catalog.set_config('shardctl.epoch', p_epoch::text, true);
+${routeCheckPlpgsql('p_unit', 'p_epoch')}
+  v_set := pg_catalog.set_config('shardctl.checked', p_unit, true);
+end`;
 }
 
 const CHECK_DECLARE = `  v_set text;

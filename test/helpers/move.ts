@@ -222,13 +222,13 @@ export async function placement(tenant: string) {
 /**
  * Tries a direct write under an explicit epoch, rolled back; returns the SQLSTATE or 'ok'. `via`:
  * a writer outside the router that sets unit and epoch (checked at its first write), or a
- * transaction opened as the router opens it (`begin_unit_write`, checked at once).
+ * transaction opened as the router opens it (`open_unit_write`, checked at once).
  */
 export async function tryWrite(shard: string, tenant: string, epoch: number, via: 'settings' | 'router' = 'settings'): Promise<string> {
   const c = await shardPool(shard).connect();
   try {
     await c.query('begin');
-    if (via === 'router') await c.query('select shardctl.begin_unit_write($1, $2)', [tenant, epoch]);
+    if (via === 'router') await c.query('call shardctl.open_unit_write($1, $2)', [tenant, epoch]);
     else await c.query(`select set_config('shardctl.unit', $1, true), set_config('shardctl.epoch', $2, true)`, [tenant, String(epoch)]);
     await c.query(`insert into public.events(tenant_id, kind) values ($1, 'probe')`, [tenant]);
     await c.query('rollback');

@@ -91,7 +91,7 @@ describe('blob writes through the router are fenced like rows', () => {
   });
 
   for (const op of ['PUT', 'DELETE'] as const) {
-    // A write transaction holds the unit's lock from its BEGIN (begin_unit_write), so a switch can
+    // A write transaction holds the unit's lock from its BEGIN (open_unit_write), so a switch can
     // no longer overtake one in flight: the fence waits for it (the case above). What remains is a
     // router whose route went stale: its transaction is refused at BEGIN by the old owner, before
     // the bucket is touched, and retried on the new owner.

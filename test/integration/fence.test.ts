@@ -1,7 +1,7 @@
 // Proof of DESIGN.md §3 against a real shard: the fence check refuses stale, foreign, unrouted
 // and frozen writes before any row changes; a fence change waits for in-flight writers and, once
 // it returns, no write under the old state commits — at every isolation level. Each check is
-// proven both for a transaction opened as the router opens it (shardctl.begin_unit_write, checked
+// proven both for a transaction opened as the router opens it (shardctl.open_unit_write, checked
 // once) and for a writer outside the router that only sets unit and epoch (checked by the
 // statement trigger).
 import { describe, it, expect, beforeAll, afterAll, afterEach } from 'vitest';
@@ -12,14 +12,15 @@ import { prepareShard } from '../../lib/shard/prepare';
 import { setUnitFence, FenceState } from '../../lib/shard/fence';
 import { FENCE_LOCK_CLASS } from '../../lib/shard/schema';
 import { DEMO_TABLES } from '../../lib/demo/schema';
-import { SQLSTATE } from '../../lib/errors';
+import { SQLSTATE, ShardctlError } from '../../lib/errors';
+import { openFailure, openTransactionSql } from '../../lib/router/open-tx';
 
 const SHARD = 'shard-a';
 type Isolation = 'read committed' | 'repeatable read' | 'serializable';
-/** How a transaction carries its route: the router's begin_unit_write, or set_config only. */
+/** How a transaction carries its route: the router's open_unit_write, or set_config only. */
 type Via = 'router' | 'settings';
 const VIAS: Via[] = ['router', 'settings'];
-const VIA_NAME: Record<Via, string> = { router: "opened by the router's begin_unit_write", settings: 'unit and epoch set by a writer outside the router' };
+const VIA_NAME: Record<Via, string> = { router: "opened by the router's open_unit_write", settings: 'unit and epoch set by a writer outside the router' };
 interface Route {
   unit?: string;
   epoch?: number | string;
@@ -33,6 +34,8 @@ const units: string[] = [];
 const open = new Set<PoolClient>();
 /** What a write refused by a fence change may fail with (never: commit). */
 const REFUSED = ['40001', SQLSTATE.staleRoute, SQLSTATE.frozen];
+/** The router's route check (lib/router/open-tx.ts), with unit and epoch as parameters. */
+const ROUTER_OPEN = 'call shardctl.open_unit_write($1, $2)';
 
 beforeAll(async () => {
   pool = shardPool(SHARD);
@@ -74,7 +77,7 @@ async function begin(route: Route): Promise<PoolClient> {
   await c.query(`begin isolation level ${route.isolation ?? 'read committed'}`);
   if (route.via === 'router') {
     // The check runs here, once, and holds the unit's lock until the transaction ends.
-    await c.query('select shardctl.begin_unit_write($1, $2)', [route.unit, route.epoch]);
+    await c.query(ROUTER_OPEN, [route.unit, route.epoch]);
     return c;
   }
   if (route.unit !== undefined) await c.query(`select set_config('shardctl.unit', $1, true)`, [route.unit]);
@@ -230,6 +233,64 @@ for (const via of VIAS) {
   });
 }
 
+describe("the router's opening batch", () => {
+  it('is one simple query that answers no row (the check is a CALL), leaves the transaction checked and holds the unit lock', async () => {
+    const unit = await newUnit({ epoch: 3 });
+    const c = await pool.connect();
+    open.add(c);
+    const results = (await c.query(openTransactionSql({ unit, epoch: 3 }, 'write', undefined, 5000))) as unknown as { command: string; rows: unknown[] }[];
+    expect(results.map((r) => [r.command, r.rows.length])).toEqual([
+      ['BEGIN', 0],
+      ['SET', 0],
+      ['CALL', 0],
+    ]);
+    const r = await c.query(
+      `select current_setting('shardctl.checked') as checked, current_setting('statement_timeout') as timeout,
+              (select count(*)::int from pg_locks where locktype = 'advisory' and pid = pg_backend_pid() and mode = 'ShareLock'
+                 and classid = $1 and objid = hashtext($2)::oid and objsubid = 2) as locks`,
+      [FENCE_LOCK_CLASS, unit],
+    );
+    expect(r.rows[0]).toEqual({ checked: unit, timeout: '5s', locks: 1 });
+    await insertAccounts(c, unit, ['opened']);
+    await end(c, 'commit');
+    expect(await accountNames(unit)).toEqual(['opened']);
+  });
+
+  it("refuses a stale epoch through the previous release's begin_unit_write too (routers not yet upgraded)", async () => {
+    const unit = await newUnit({ epoch: 2 });
+    const w = await begin({ unit, epoch: 1 });
+    expect(await outcome(w.query('select shardctl.begin_unit_write($1, 1)', [unit]))).toBe(SQLSTATE.staleRoute);
+    await end(w, 'rollback');
+    await inTx({ unit, epoch: 2 }, async (c) => {
+      await c.query('select shardctl.begin_unit_write($1, 2)', [unit]);
+      await insertAccounts(c, unit, ['old-router']);
+    });
+    expect(await accountNames(unit)).toEqual(['old-router']);
+  });
+
+  it('says to run shards prepare when a shard lacks the procedure (the error the shard gives for a missing one)', async () => {
+    const c = await pool.connect();
+    try {
+      await c.query('begin');
+      // The same name with a signature no shard has: the shard's own "does not exist" error.
+      const err = await c.query(`call shardctl.open_unit_write('x', 1, 1)`).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect((err as { code?: string }).code).toBe('42883');
+      const mapped = openFailure(err, 'shard-z');
+      expect(mapped).toBeInstanceOf(ShardctlError);
+      expect(mapped).toMatchObject({ type: 'ConfigError', details: { shard: 'shard-z' } });
+      expect((mapped as Error).message).toMatch(/shard shard-z lacks shardctl\.open_unit_write .*shardctl shards prepare.*no write was made/);
+      const other = Object.assign(new Error('function shardctl.other() does not exist'), { code: '42883' });
+      expect(openFailure(other, 'shard-z')).toBe(other);
+    } finally {
+      await c.query('rollback').catch(() => {});
+      c.release();
+    }
+  });
+});
+
 describe('writes without a route', () => {
   it('refuses a write that carries no epoch with SC428 (fail closed)', async () => {
     const unit = await newUnit();
@@ -264,7 +325,7 @@ describe('writes without a route', () => {
     const c = await pool.connect();
     try {
       await c.query('begin');
-      await c.query('select shardctl.begin_unit_write($1, 1)', [unit]);
+      await c.query(ROUTER_OPEN, [unit, 1]);
       await insertAccounts(c, unit, ['first']);
       await c.query('commit');
       // Unrouted on the same session: fail closed, whatever the last transaction set.
@@ -347,7 +408,7 @@ for (const via of VIAS) {
         const second = await begin({ isolation });
         let write: Promise<string>;
         if (via === 'router') {
-          write = outcome(second.query('select shardctl.begin_unit_write($1, 1)', [unit]).then(() => insertAccounts(second, unit, ['second'])));
+          write = outcome(second.query(ROUTER_OPEN, [unit, 1]).then(() => insertAccounts(second, unit, ['second'])));
         } else {
           await second.query(`select set_config('shardctl.unit', $1, true), set_config('shardctl.epoch', '1', true)`, [unit]);
           await second.query('select count(*) from public.accounts where tenant_id = $1', [unit]); // snapshot taken now
@@ -393,7 +454,7 @@ describe('a snapshot older than the fence cannot write', () => {
             await change(unit);
             const write =
               via === 'router'
-                ? w.query('select shardctl.begin_unit_write($1, 1)', [unit]).then(() => insertAccounts(w, unit, ['stale']))
+                ? w.query(ROUTER_OPEN, [unit, 1]).then(() => insertAccounts(w, unit, ['stale']))
                 : w
                     .query(`select set_config('shardctl.unit', $1, true), set_config('shardctl.epoch', '1', true)`, [unit])
                     .then(() => insertAccounts(w, unit, ['stale']));
@@ -411,7 +472,7 @@ describe('a snapshot older than the fence cannot write', () => {
         const w = await begin({ isolation });
         await w.query('select count(*) from public.accounts where tenant_id = $1', [unit]);
         await changes.freeze(other);
-        if (via === 'router') await w.query('select shardctl.begin_unit_write($1, 1)', [unit]);
+        if (via === 'router') await w.query(ROUTER_OPEN, [unit, 1]);
         else await w.query(`select set_config('shardctl.unit', $1, true), set_config('shardctl.epoch', '1', true)`, [unit]);
         await insertAccounts(w, unit, ['ok']);
         await end(w, 'commit');

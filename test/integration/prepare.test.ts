@@ -125,6 +125,7 @@ describe('prepareShard', () => {
 
   it('upgrades shardctl functions installed without a pinned search_path', async () => {
     const OURS = [
+      'open_unit_write',
       'begin_unit_write',
       'checked_unit',
       'check_unrouted_write',
@@ -151,7 +152,7 @@ describe('prepareShard', () => {
       )
     ).rows;
     expect(all).toHaveLength(OURS.length);
-    for (const { fn } of all) await pool.query(`alter function ${fn} reset search_path`);
+    for (const { fn } of all) await pool.query(`alter routine ${fn} reset search_path`);
     expect((await unpinned()).length).toBe(all.length);
     await prepareShard(pool, testConfig(), { demoSchema: true });
     expect(await unpinned()).toEqual([]);

@@ -3,9 +3,9 @@ import { openTransactionSql } from '../../lib/router/open-tx';
 
 describe('openTransactionSql', () => {
   it('opens a write transaction with BEGIN and the route check in one batch', () => {
-    expect(openTransactionSql({ unit: 'acme', epoch: 3 }, 'write', undefined)).toBe("begin; select shardctl.begin_unit_write('acme', 3)");
+    expect(openTransactionSql({ unit: 'acme', epoch: 3 }, 'write', undefined)).toBe("begin; call shardctl.open_unit_write('acme', 3)");
     expect(openTransactionSql({ unit: 'acme', epoch: 3 }, 'write', 'repeatable read')).toBe(
-      "begin isolation level repeatable read; select shardctl.begin_unit_write('acme', 3)",
+      "begin isolation level repeatable read; call shardctl.open_unit_write('acme', 3)",
     );
   });
 
@@ -17,7 +17,7 @@ describe('openTransactionSql', () => {
 
   it("bounds every statement by the caller's deadline when asked", () => {
     expect(openTransactionSql({ unit: 'acme', epoch: 3 }, 'write', undefined, 1234)).toBe(
-      "begin; set local statement_timeout = 1234; select shardctl.begin_unit_write('acme', 3)",
+      "begin; set local statement_timeout = 1234; call shardctl.open_unit_write('acme', 3)",
     );
     expect(openTransactionSql({ unit: 'acme', epoch: 1 }, 'read', undefined, 50)).toMatch(
       /^begin read only; set local statement_timeout = 50; select set_config/,
@@ -27,7 +27,7 @@ describe('openTransactionSql', () => {
   });
 
   it('quotes the unit as a literal and refuses an epoch that is not a non-negative integer', () => {
-    expect(openTransactionSql({ unit: "o'brien", epoch: 1 }, 'write', undefined)).toBe("begin; select shardctl.begin_unit_write('o''brien', 1)");
+    expect(openTransactionSql({ unit: "o'brien", epoch: 1 }, 'write', undefined)).toBe("begin; call shardctl.open_unit_write('o''brien', 1)");
     for (const epoch of [-1, 1.5, Number.NaN, 2 ** 60]) expect(() => openTransactionSql({ unit: 'acme', epoch }, 'write', undefined)).toThrow(/epoch/);
   });
 });
