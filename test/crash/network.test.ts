@@ -284,6 +284,32 @@ function activityFailures(logFile: string): { at: number; type: string; error: s
 }
 
 /**
+ * With the first worker stopped at fault point `point`, blackholes its `link`, lets it go on, starts
+ * a second worker that reaches everything, and heals after CUT_MS; notes the longest frozen stretch
+ * and where the directory stood at the cut's end.
+ */
+function blackholeAtFaultPoint(point: string, link: (c: Ctx) => Link) {
+  return async (c: Ctx) => {
+    await stoppedAt(c.w1, c.faultLog, point);
+    const l = link(c);
+    await l.blackhole();
+    const cutAt = Date.now();
+    process.kill(c.w1.proc.pid!, 'SIGCONT');
+    await c.second();
+    while (Date.now() - cutAt < CUT_MS) await sleep(250);
+    const p = await H.placement(c.tenant);
+    c.notes.push(
+      `longest frozen during the ${CUT_MS / 1000} s cut: ${c.frozen.longest()} ms (bound ${FROZEN_BOUND_MS}); directory at its end: ${p?.shard} epoch ${p?.epoch} ${p?.state}`,
+    );
+    await l.heal();
+  };
+}
+
+async function expectFrozenWithinBound(c: Ctx) {
+  expect(c.frozen.longest(), 'longest stretch the tenant stayed frozen (ms)').toBeLessThanOrEqual(FROZEN_BOUND_MS);
+}
+
+/**
  * Inside the frozen window (the worker stopped at after-fence-raised), cuts the worker's path to
  * the source with `how`, lets it go on, starts a second worker that reaches everything, and
  * heals after CUT_MS. The tenant must not stay frozen beyond FROZEN_BOUND_MS meanwhile.
@@ -324,9 +350,7 @@ describe('network faults under live traffic', () => {
           faultPoint: 'after-fence-raised',
           move: {},
           drive: cutSourceInFrozenWindow(how),
-          after: async (c) => {
-            expect(c.frozen.longest(), 'longest stretch the tenant stayed frozen (ms)').toBeLessThanOrEqual(FROZEN_BOUND_MS);
-          },
+          after: expectFrozenWithinBound,
         });
       },
     );
@@ -538,23 +562,8 @@ describe('network faults under live traffic', () => {
         workerVia: ['shard-c'],
         faultPoint: 'before-switch',
         move: {},
-        drive: async (c) => {
-          await stoppedAt(c.w1, c.faultLog, 'before-switch');
-          const link = c.w1Links[c.target];
-          await link.blackhole();
-          const cutAt = Date.now();
-          process.kill(c.w1.proc.pid!, 'SIGCONT');
-          await c.second();
-          while (Date.now() - cutAt < CUT_MS) await sleep(250);
-          const p = await H.placement(c.tenant);
-          c.notes.push(
-            `longest frozen during the ${CUT_MS / 1000} s cut: ${c.frozen.longest()} ms (bound ${FROZEN_BOUND_MS}); directory at its end: ${p?.shard} epoch ${p?.epoch} ${p?.state}`,
-          );
-          await link.heal();
-        },
-        after: async (c) => {
-          expect(c.frozen.longest(), 'longest stretch the tenant stayed frozen (ms)').toBeLessThanOrEqual(FROZEN_BOUND_MS);
-        },
+        drive: blackholeAtFaultPoint('before-switch', (c) => c.w1Links[c.target]),
+        after: expectFrozenWithinBound,
       });
     },
   );
@@ -569,25 +578,10 @@ describe('network faults under live traffic', () => {
         workerVia: ['temporal'],
         faultPoint: 'after-fence-raised',
         move: {},
-        drive: async (c) => {
-          await stoppedAt(c.w1, c.faultLog, 'after-fence-raised');
-          const link = c.w1Links.temporal;
-          await link.blackhole();
-          const cutAt = Date.now();
-          // The zombie goes on with its cutover, unable to heartbeat or report; Temporal hands the
-          // attempt to the second worker once the heartbeat timeout passes.
-          process.kill(c.w1.proc.pid!, 'SIGCONT');
-          await c.second();
-          while (Date.now() - cutAt < CUT_MS) await sleep(250);
-          const p = await H.placement(c.tenant);
-          c.notes.push(
-            `longest frozen during the ${CUT_MS / 1000} s cut: ${c.frozen.longest()} ms (bound ${FROZEN_BOUND_MS}); directory at its end: ${p?.shard} epoch ${p?.epoch} ${p?.state}`,
-          );
-          await link.heal();
-        },
-        after: async (c) => {
-          expect(c.frozen.longest(), 'longest stretch the tenant stayed frozen (ms)').toBeLessThanOrEqual(FROZEN_BOUND_MS);
-        },
+        // The zombie goes on with its cutover, unable to heartbeat or report; Temporal hands the
+        // attempt to the second worker once the heartbeat timeout passes.
+        drive: blackholeAtFaultPoint('after-fence-raised', (c) => c.w1Links.temporal),
+        after: expectFrozenWithinBound,
       });
     },
   );
