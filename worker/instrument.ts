@@ -9,11 +9,12 @@ import type { Logger } from '../lib/obs/log';
 import { withLogger, errorFields } from '../lib/obs/log';
 import type { Metrics } from '../lib/obs/metrics';
 
-/** The move context an activity's input carries (activities take `{...ref, phase}`; plan takes `{unit, target}`). */
+/** The move context an activity's input carries (activities take `{...ref, phase}`; plan and the reservation take no phase). */
 export function moveContextOf(activity: string, arg: unknown): { moveId: string | null; unit: string | null; phase: string | null; direction?: string } {
   const a = (arg && typeof arg === 'object' ? arg : {}) as Record<string, unknown>;
   const str = (v: unknown) => (typeof v === 'string' && v !== '' ? v : null);
-  const phase = str(a.phase) ?? (activity === 'planMove' ? 'plan' : null);
+  // Plan and the headroom reservation right after it run in the plan phase (their inputs carry none).
+  const phase = str(a.phase) ?? (activity === 'planMove' || activity === 'reserveHeadroom' ? 'plan' : null);
   return { moveId: str(a.moveId), unit: str(a.unit), phase, ...(str(a.direction) ? { direction: a.direction as string } : {}) };
 }
 

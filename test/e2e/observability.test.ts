@@ -126,6 +126,7 @@ describe('worker metrics and logs on a real move', () => {
     expect(new Set(activityLines.map((l) => l.activity))).toEqual(
       new Set([
         'planMove',
+        'reserveHeadroom',
         'recordMoveEvent',
         'setupReplication',
         'copyTable',
