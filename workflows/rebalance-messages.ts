@@ -51,6 +51,8 @@ export interface RebalanceStatus {
   /** Shards marked for this run (draining, dedicated). */
   marked: string[];
   lastError: string;
+  /** A drain's end: whether its shard was closed, and if not why (units or unfinished moves left). */
+  drain?: { shard: string; closed: boolean; reasons: string[] };
   operators: { startedBy: string; pausedBy?: string; cancelledBy?: string };
 }
 

@@ -3,7 +3,8 @@
 // and perShardLimit out of and into each shard. A failed move is never retried: it is excluded,
 // the running moves finish, and the rest is planned again from the directory as it is then.
 // Pause stops starting moves; cancel also cancels the running ones (before their switch; a move
-// past it finishes). Children are abandoned, not terminated, if this workflow ends: a move is
+// past it finishes). A drain ends by closing its shard, once the directory shows nothing left on
+// it (closeDrainedShard); otherwise the summary says why it stays draining. Children are abandoned, not terminated, if this workflow ends: a move is
 // never cut short by its parent. Resumable by replay; no state outside the history.
 import {
   proxyActivities,
@@ -16,6 +17,7 @@ import {
   ActivityFailure,
   ChildWorkflowFailure,
   allHandlersFinished,
+  patched,
 } from '@temporalio/workflow';
 import type { RetryPolicy } from '@temporalio/common';
 import { TypedSearchAttributes, WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
@@ -202,8 +204,16 @@ export async function rebalanceWorkflow(input: R.RebalanceInput): Promise<R.Reba
     await condition(() => running().length === 0);
     await Promise.all(children);
     st.phase = 'cancelled';
+    if (input.scope.kind === 'drain') st.drain = { shard: input.scope.shard, closed: false, reasons: ['the drain was cancelled'] };
   } else {
     await Promise.all(children);
+    // patched: a drain run recorded before drains closed their shard replays (a query of it) unchanged.
+    if (input.scope.kind === 'drain' && patched('drain-closes-shard')) {
+      const shard = input.scope.shard;
+      const r = await quick.closeDrainedShard({ shard, actor: input.requestedBy });
+      st.drain = { shard, ...r };
+      if (!r.closed) st.problems = [...st.problems, `${shard} stays draining, not closed: ${r.reasons.join('; ')}`];
+    }
     st.phase = st.moves.some((m) => m.state === 'failed') || st.problems.length ? 'failed' : 'done';
   }
   await condition(allHandlersFinished);

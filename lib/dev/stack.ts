@@ -255,6 +255,7 @@ export function stackConfig(s: Stack): Config {
       address: `127.0.0.1:${s.ports.temporal}`,
       namespace: T.TEMPORAL_NAMESPACE,
       taskQueue: T.TEMPORAL_TASK_QUEUE,
+      rebalanceWorkflowId: 'rebalance',
       uiUrl: `http://127.0.0.1:${s.ports.temporalUi}`,
     },
     directory: { dsn: pgDsn(s, 'directory') },

@@ -48,13 +48,16 @@ export function rebalanceInputFor(
   };
 }
 
-/** Starts the run; a second one while one runs is refused, naming it. */
-export async function startRebalance(client: Client, taskQueue: string, input: RebalanceInput): Promise<WorkflowHandle> {
+/**
+ * Starts the run under the fleet's id (config `temporal.rebalanceWorkflowId`); a second one while
+ * one runs is refused, naming it.
+ */
+export async function startRebalance(client: Client, taskQueue: string, input: RebalanceInput, workflowId = REBALANCE_WORKFLOW_ID): Promise<WorkflowHandle> {
   try {
-    return await client.workflow.start(REBALANCE_WORKFLOW_TYPE, { taskQueue, workflowId: REBALANCE_WORKFLOW_ID, args: [input] });
+    return await client.workflow.start(REBALANCE_WORKFLOW_TYPE, { taskQueue, workflowId, args: [input] });
   } catch (e) {
     if (e instanceof WorkflowExecutionAlreadyStartedError)
-      throw new ShardctlError('AlreadyExists', `a rebalance is already running: workflow ${REBALANCE_WORKFLOW_ID}; see \`shardctl rebalance status\``);
+      throw new ShardctlError('AlreadyExists', `a rebalance is already running: workflow ${workflowId}; see \`shardctl rebalance status\``);
     throw e;
   }
 }
