@@ -647,4 +647,13 @@ export const MUTATIONS: Mutation[] = [
     testFile: 'test/e2e/drain.test.ts',
     testName: 'ends with shard-c closed',
   },
+  {
+    id: 'rebalance-continue-as-new',
+    guarantee: "a rebalance run's history stays small: past its bound it continues as new, carrying its state (issue 13)",
+    file: 'workflows/rebalance.ts',
+    from: 'const historyFull = () => mayContinue && workThisRun > 0 &&',
+    to: 'const historyFull = () => false && mayContinue && workThisRun > 0 &&',
+    testFile: 'test/e2e/rebalance-continue.test.ts',
+    testName: 'continues as new between moves',
+  },
 ];

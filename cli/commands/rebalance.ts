@@ -84,7 +84,7 @@ export async function rebalanceStatus(config: Config): Promise<R.RebalanceStatus
 function printStatus(s: Awaited<ReturnType<typeof rebalanceStatus>>) {
   const count = (k: R.PlannedMoveState) => s.moves.filter((m) => m.state === k).length;
   const lines = [
-    `rebalance (${scopeText(s.scope)}): ${s.phase}${s.paused ? ' (paused)' : ''} — ${count('done')} done, ${count('running')} running, ${count('pending')} pending, ${count('failed')} failed; plans ${s.plans}; at most ${s.maxConcurrent} at once, ${s.perShardLimit} per shard and direction`,
+    `rebalance (${scopeText(s.scope)}): ${s.phase}${s.paused ? ' (paused)' : ''} — ${count('done')} done, ${count('running')} running, ${count('pending')} pending, ${count('failed')} failed; plans ${s.plans}; at most ${s.maxConcurrent} at once, ${s.perShardLimit} per shard and direction${s.continuedAsNew ? `; continued as new ${s.continuedAsNew} time(s)` : ''}`,
   ];
   for (const m of s.moves)
     lines.push(

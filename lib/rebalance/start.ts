@@ -1,7 +1,7 @@
 // The one way to start a rebalance run (CLI, tests): its fixed workflow id (one run of the fleet
 // at a time; a drain or an isolate is a run too), its input from config defaults plus the
 // caller's choices. Node-only (client).
-import { WorkflowExecutionAlreadyStartedError, type Client, type WorkflowHandle } from '@temporalio/client';
+import { WorkflowExecutionAlreadyStartedError, type Client, type WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
 import type { Config } from '../config';
 import { distinctApprover } from '../moves/start';
 import { ShardctlError, invalidInput } from '../errors';
@@ -52,7 +52,12 @@ export function rebalanceInputFor(
  * Starts the run under the fleet's id (config `temporal.rebalanceWorkflowId`); a second one while
  * one runs is refused, naming it.
  */
-export async function startRebalance(client: Client, taskQueue: string, input: RebalanceInput, workflowId = REBALANCE_WORKFLOW_ID): Promise<WorkflowHandle> {
+export async function startRebalance(
+  client: Client,
+  taskQueue: string,
+  input: RebalanceInput,
+  workflowId = REBALANCE_WORKFLOW_ID,
+): Promise<WorkflowHandleWithFirstExecutionRunId> {
   try {
     return await client.workflow.start(REBALANCE_WORKFLOW_TYPE, { taskQueue, workflowId, args: [input] });
   } catch (e) {

@@ -3,6 +3,9 @@
 // buckets (units are the test's own tenants, so fences and rows never meet another suite's), a
 // rebalance workflow id of its own, a worker on its own task queue, and a config file for the CLI.
 import type { Pool } from 'pg';
+import { WorkflowNotFoundError, type Client, type WorkflowHandle } from '@temporalio/client';
+import { moveWorkflowId } from '../../lib/ids';
+import { rebalanceStatusQuery, type RebalanceStatus } from '../../workflows/rebalance-messages';
 import type { Config } from '../../lib/config';
 import { openPool } from '../../lib/connections';
 import { ensureDirectory } from '../../lib/directory/ensure';
@@ -65,6 +68,11 @@ export async function ownFleet(prefix: string, o: { worker?: boolean } = {}) {
       return tenant;
     },
     async close() {
+      // A run a failed test left behind (paused, say) would wait forever on the stack.
+      await t.client.workflow
+        .getHandle(config.temporal.rebalanceWorkflowId)
+        .terminate('test over')
+        .catch(() => {});
       await t.close();
       await worker?.shutdown();
       await directory.end();
@@ -77,4 +85,42 @@ export async function ownFleet(prefix: string, o: { worker?: boolean } = {}) {
       }
     },
   };
+}
+
+/** Polls a rebalance run's status query (its latest run) until `pred` holds; a failing query is retried until the deadline. */
+export async function waitForRebalance(handle: WorkflowHandle, pred: (s: RebalanceStatus) => boolean, timeoutMs = 120_000): Promise<RebalanceStatus> {
+  const deadline = Date.now() + timeoutMs;
+  let last: RebalanceStatus | undefined;
+  while (Date.now() < deadline) {
+    last = await handle.query(rebalanceStatusQuery).catch(() => last);
+    if (last && pred(last)) return last;
+    await new Promise((r) => setTimeout(r, 300));
+  }
+  throw new Error(`rebalance status never matched within ${timeoutMs} ms; last: ${JSON.stringify(last)}`);
+}
+
+/** Whether a move workflow of `unit` was ever started (its id is derived from the unit). */
+export async function moveExists(client: Client, unit: string): Promise<boolean> {
+  return client.workflow
+    .getHandle(moveWorkflowId(unit))
+    .describe()
+    .then(
+      () => true,
+      (e) => {
+        if (e instanceof WorkflowNotFoundError) return false;
+        throw e;
+      },
+    );
+}
+
+/** Every run of a workflow from its first, following continue-as-new: each run's id and full history. */
+export async function runsOf(client: Client, workflowId: string, firstRunId: string) {
+  const runs: { runId: string; history: Awaited<ReturnType<WorkflowHandle['fetchHistory']>> }[] = [];
+  for (let runId: string | undefined = firstRunId; runId;) {
+    const history = await client.workflow.getHandle(workflowId, runId).fetchHistory();
+    runs.push({ runId, history });
+    const last = history.events?.at(-1);
+    runId = last?.workflowExecutionContinuedAsNewEventAttributes?.newExecutionRunId ?? undefined;
+  }
+  return runs;
 }
