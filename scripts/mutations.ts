@@ -656,4 +656,22 @@ export const MUTATIONS: Mutation[] = [
     testFile: 'test/e2e/rebalance-continue.test.ts',
     testName: 'continues as new between moves',
   },
+  {
+    id: 'rebalance-cancel-reaches-children',
+    guarantee: 'cancelling a rebalance cancels its running moves (undone before their switch) (issue 13)',
+    file: 'workflows/rebalance.ts',
+    from: 'await Promise.all(running().map(cancelChild));',
+    to: 'await Promise.all(running().map(async () => undefined));',
+    testFile: 'test/e2e/rebalance-controls.test.ts',
+    testName: 'the move still copying is cancelled and undone',
+  },
+  {
+    id: 'rebalance-pause-holds',
+    guarantee: 'a paused rebalance starts no new move (issue 13)',
+    file: 'workflows/rebalance.ts',
+    from: 'st.paused = true;',
+    to: 'st.paused = st.paused;',
+    testFile: 'test/e2e/rebalance-controls.test.ts',
+    testName: 'the two running moves go on to done while the third never starts',
+  },
 ];
