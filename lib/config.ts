@@ -25,6 +25,14 @@ export const configSchema = z
         address: z.string().min(1),
         namespace: z.string().min(1).default('default'),
         taskQueue: z.string().min(1).default('shardctl-moves'),
+        /**
+         * The workflow id of the fleet's one rebalance run (a drain and an isolate are runs too):
+         * two fleets (directories) that share a namespace give theirs different ids.
+         */
+        rebalanceWorkflowId: z
+          .string()
+          .regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$/, 'a workflow id of letters, digits, dots, dashes and underscores')
+          .default('rebalance'),
         uiUrl: z.string().url().optional(),
         tls: z
           .object({

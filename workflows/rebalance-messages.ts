@@ -31,6 +31,13 @@ export interface RebalanceInput {
   units?: string[];
   /** Re-plans after failed moves before the run gives up; default 5. */
   maxReplans?: number;
+  /**
+   * The run continues as new once its history has this many events (or Temporal suggests it),
+   * after its running moves finish; default DEFAULT_HISTORY_EVENT_BOUND. Tests set it low.
+   */
+  historyEventBound?: number;
+  /** Set by the run itself when it continues as new: its state so far. */
+  carried?: { status: RebalanceStatus; failedSincePlan: boolean };
   /** Every child move's input but its unit, target and id. */
   move: Omit<MoveInput, 'moveId' | 'unit' | 'tenant' | 'target' | 'requestedBy' | 'resume'>;
 }
@@ -51,8 +58,15 @@ export interface RebalanceStatus {
   /** Shards marked for this run (draining, dedicated). */
   marked: string[];
   lastError: string;
+  /** A drain's end: whether its shard was closed, and if not why (units or unfinished moves left). */
+  drain?: { shard: string; closed: boolean; reasons: string[] };
   operators: { startedBy: string; pausedBy?: string; cancelledBy?: string };
+  /** How many times the run has continued as new (its history restarted, its state carried). */
+  continuedAsNew: number;
 }
+
+/** Far below Temporal's limits (50k events), above a run of a few dozen moves. */
+export const DEFAULT_HISTORY_EVENT_BOUND = 2000;
 
 export const rebalanceStatusQuery = defineQuery<RebalanceStatus>('rebalanceStatus');
 export const rebalancePauseUpdate = defineUpdate<string, [Operator]>('rebalancePause');

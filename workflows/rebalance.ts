@@ -3,8 +3,13 @@
 // and perShardLimit out of and into each shard. A failed move is never retried: it is excluded,
 // the running moves finish, and the rest is planned again from the directory as it is then.
 // Pause stops starting moves; cancel also cancels the running ones (before their switch; a move
-// past it finishes). Children are abandoned, not terminated, if this workflow ends: a move is
+// past it finishes). A drain ends by closing its shard, once the directory shows nothing left on
+// it (closeDrainedShard); otherwise the summary says why it stays draining. Children are abandoned, not terminated, if this workflow ends: a move is
 // never cut short by its parent. Resumable by replay; no state outside the history.
+// History stays small with any number of children: once it passes a bound (or Temporal suggests
+// it), no new move starts, the running ones finish, and the run continues as new carrying its
+// whole state (plan, every move's state and result, paused, operators). A child's completion is
+// delivered to the run that started it, so a run never continues while it has children running.
 import {
   proxyActivities,
   setHandler,
@@ -16,6 +21,9 @@ import {
   ActivityFailure,
   ChildWorkflowFailure,
   allHandlersFinished,
+  patched,
+  continueAsNew,
+  workflowInfo,
 } from '@temporalio/workflow';
 import type { RetryPolicy } from '@temporalio/common';
 import { TypedSearchAttributes, WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
@@ -36,7 +44,8 @@ const requireActor = (op: Operator) => {
 };
 
 export async function rebalanceWorkflow(input: R.RebalanceInput): Promise<R.RebalanceStatus> {
-  const st: R.RebalanceStatus = {
+  const carried = input.carried;
+  const st: R.RebalanceStatus = carried?.status ?? {
     phase: 'planning',
     scope: input.scope,
     paused: false,
@@ -50,9 +59,17 @@ export async function rebalanceWorkflow(input: R.RebalanceInput): Promise<R.Reba
     marked: [],
     lastError: '',
     operators: { startedBy: input.requestedBy },
+    continuedAsNew: 0,
   };
   let cancelRequested = false;
-  let failedSincePlan = false;
+  let failedSincePlan = carried?.failedSincePlan ?? false;
+  // patched: a run recorded before continue-as-new existed replays without it.
+  const mayContinue = patched('rebalance-continue-as-new');
+  const bound = input.historyEventBound ?? R.DEFAULT_HISTORY_EVENT_BOUND;
+  // Work done in this run (a plan, a started move): a run that has done none never continues, so
+  // a bound below one run's own overhead still makes progress.
+  let workThisRun = 0;
+  const historyFull = () => mayContinue && workThisRun > 0 && (workflowInfo().continueAsNewSuggested || workflowInfo().historyLength >= bound);
   const running = () => st.moves.filter((m) => m.state === 'running');
   const terminal = (p: R.RebalancePhase) => p === 'done' || p === 'cancelled' || p === 'failed';
 
@@ -111,6 +128,7 @@ export async function rebalanceWorkflow(input: R.RebalanceInput): Promise<R.Reba
   const plan = async () => {
     // Units this run moved or failed to move are never planned again in it.
     const exclude = st.moves.filter((m) => m.state !== 'dropped' && m.state !== 'pending').map((m) => m.unit);
+    workThisRun++;
     const p = await quick.planRebalance({ scope: input.scope, tolerance: input.tolerance, maxMoves: input.maxMoves, exclude, units: input.units });
     st.marked.push(...(await quick.markPlanShards({ plan: p, actor: input.requestedBy })));
     adopt(p);
@@ -127,6 +145,7 @@ export async function rebalanceWorkflow(input: R.RebalanceInput): Promise<R.Reba
 
   const runMove = async (m: R.RebalanceMoveEntry) => {
     m.state = 'running';
+    workThisRun++;
     try {
       const child = await startChild(moveTenantWorkflow, {
         workflowId: m.workflowId,
@@ -160,25 +179,37 @@ export async function rebalanceWorkflow(input: R.RebalanceInput): Promise<R.Reba
       .signal(cancelSignal, { actor: st.operators.cancelledBy ?? input.requestedBy, reason: 'rebalance cancelled' })
       .catch(() => undefined);
 
-  try {
-    await plan();
-  } catch (err) {
-    const cause: any = err instanceof ActivityFailure ? err.cause : err;
-    st.lastError = `plan: ${cause?.message ?? String(err)}`.slice(0, 500);
-    st.phase = 'failed';
-    return st;
+  if (!carried) {
+    try {
+      await plan();
+    } catch (err) {
+      const cause: any = err instanceof ActivityFailure ? err.cause : err;
+      st.lastError = `plan: ${cause?.message ?? String(err)}`.slice(0, 500);
+      st.phase = 'failed';
+      return st;
+    }
+    st.phase = 'running';
   }
-  st.phase = 'running';
   const children: Promise<void>[] = [];
   const maxReplans = input.maxReplans ?? 5;
   for (;;) {
     await condition(
       () =>
         cancelRequested ||
-        (running().length === 0 && (failedSincePlan || !st.moves.some((m) => m.state === 'pending'))) ||
-        (!st.paused && !failedSincePlan && !!nextStartable()),
+        (running().length === 0 && (failedSincePlan || historyFull() || !st.moves.some((m) => m.state === 'pending'))) ||
+        (!st.paused && !failedSincePlan && !historyFull() && !!nextStartable()),
     );
     if (cancelRequested) break;
+    if (running().length === 0 && historyFull() && (failedSincePlan || st.moves.some((m) => m.state === 'pending'))) {
+      // Nothing running, work left: continue as new with the whole state (a re-plan, if one is
+      // due, happens in the next run). Accepted updates finish here first.
+      await condition(allHandlersFinished);
+      if (!cancelRequested) {
+        st.continuedAsNew++;
+        await continueAsNew<typeof rebalanceWorkflow>({ ...input, carried: { status: st, failedSincePlan } });
+      }
+      continue;
+    }
     if (running().length === 0 && failedSincePlan) {
       // A failure: drop what the old plan still had pending and plan again from the directory now.
       for (const m of st.moves) if (m.state === 'pending') m.state = 'dropped';
@@ -193,7 +224,7 @@ export async function rebalanceWorkflow(input: R.RebalanceInput): Promise<R.Reba
       continue;
     }
     if (running().length === 0 && !st.moves.some((m) => m.state === 'pending')) break;
-    for (let m = nextStartable(); m && !st.paused && !failedSincePlan; m = nextStartable()) children.push(runMove(m));
+    for (let m = nextStartable(); m && !st.paused && !failedSincePlan && !historyFull(); m = nextStartable()) children.push(runMove(m));
   }
   if (cancelRequested) {
     st.phase = 'cancelling';
@@ -202,8 +233,16 @@ export async function rebalanceWorkflow(input: R.RebalanceInput): Promise<R.Reba
     await condition(() => running().length === 0);
     await Promise.all(children);
     st.phase = 'cancelled';
+    if (input.scope.kind === 'drain') st.drain = { shard: input.scope.shard, closed: false, reasons: ['the drain was cancelled'] };
   } else {
     await Promise.all(children);
+    // patched: a drain run recorded before drains closed their shard replays (a query of it) unchanged.
+    if (input.scope.kind === 'drain' && patched('drain-closes-shard')) {
+      const shard = input.scope.shard;
+      const r = await quick.closeDrainedShard({ shard, actor: input.requestedBy });
+      st.drain = { shard, ...r };
+      if (!r.closed) st.problems = [...st.problems, `${shard} stays draining, not closed: ${r.reasons.join('; ')}`];
+    }
     st.phase = st.moves.some((m) => m.state === 'failed') || st.problems.length ? 'failed' : 'done';
   }
   await condition(allHandlersFinished);

@@ -1,10 +1,11 @@
 // The rebalance workflow's activities: plan from the directory now (the first plan and every
 // re-plan after a failed move) and record what the run decided. Each is idempotent: planning
-// changes nothing; marking a shard draining or dedicated is a set to a value.
+// changes nothing; marking a shard draining or dedicated is a set to a value; closing a drained
+// shard is a set to closed that checks, in the same transaction, that nothing is left on it.
 import { z } from 'zod';
 import type { Deps } from '../deps';
 import { planFromDirectory } from '../../lib/rebalance/fleet';
-import { setShardDedication, setShardStatus, getShard } from '../../lib/directory/shards';
+import { setShardDedication, setShardStatus, getShard, closeDrainedShard } from '../../lib/directory/shards';
 import type { RebalancePlan } from '../../lib/rebalance/plan';
 import { parse, typed } from '../move/context';
 
@@ -21,6 +22,8 @@ const planInput = z.object({
   exclude: z.array(z.string()).default([]),
   units: z.array(z.string()).optional(),
 });
+
+const closeInput = z.object({ shard: z.string().min(1), actor: z.string().min(1) });
 
 const prepareInput = z.object({
   plan: z.object({ scope: planScope, dedicate: z.object({ shard: z.string(), tenant: z.string() }).optional() }),
@@ -56,6 +59,15 @@ export function createRebalanceActivities(deps: Deps) {
           }
         }
         return done;
+      });
+    },
+
+    /** The end of a drain: closed when no unit and no unfinished move is left on the shard, else why not. */
+    async closeDrainedShard(input: z.input<typeof closeInput>): Promise<{ closed: boolean; reasons: string[] }> {
+      const { shard, actor } = parse(closeInput, input);
+      return typed(async () => {
+        const r = await closeDrainedShard(deps.directoryPool(), shard, { actor, reason: 'shards drain: every unit is off it' });
+        return r.closed ? { closed: true, reasons: [] } : { closed: false, reasons: r.reasons };
       });
     },
   };

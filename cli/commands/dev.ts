@@ -19,9 +19,12 @@ export function registerDev(program: Command) {
       '--with-proxies',
       'also start toxiproxy with a proxy in front of each server, and write .dev/config.proxied.json (installs toxiproxy with go install)',
     )
-    .action(async (o: { withProxies?: boolean }) => {
+    .option('--shards <n>', 'Postgres shards (shard-a, shard-b, ...; default 3, or as many as the stack has); ports and buckets derived as for the first three')
+    .action(async (o: { withProxies?: boolean; shards?: string }) => {
       const t0 = Date.now();
-      const st = s();
+      if (o.shards !== undefined && !/^\d{1,2}$/.test(o.shards))
+        throw new stack.StackError(`--shards must be a whole number, got ${JSON.stringify(o.shards.slice(0, 20))}`);
+      const st = stack.stackAt(projectRoot(), process.env, { shards: o.shards === undefined ? undefined : Number(o.shards) });
       await stack.up(st, log, { withProxies: o.withProxies });
       const parts = await stack.status(st);
       printStatus(parts);
@@ -29,7 +32,12 @@ export function registerDev(program: Command) {
       console.log(`\nready in ${((Date.now() - t0) / 1000).toFixed(1)}s — Temporal Web UI: ${env.temporal.uiUrl}`);
       if (parts.some((x) => !x.healthy)) process.exitCode = exitCodeFor('Unavailable');
     });
-  examples(up, 'dev up', 'SHARDCTL_DEV_PG_PORT=25432 SHARDCTL_DEV_TEMPORAL_PORT=27233 shardctl dev up   # a second stack on other ports');
+  examples(
+    up,
+    'dev up',
+    'dev up --shards 5   # shard-d and shard-e too',
+    'SHARDCTL_DEV_PG_PORT=25432 SHARDCTL_DEV_TEMPORAL_PORT=27233 shardctl dev up   # a second stack on other ports',
+  );
   const status = dev
     .command('status')
     .description('health of each part, and the workers running against the stack')

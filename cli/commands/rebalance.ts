@@ -63,7 +63,7 @@ export async function rebalanceStatus(config: Config): Promise<R.RebalanceStatus
   return withTemporal(config, async (client) => {
     let st: R.RebalanceStatus;
     try {
-      st = await client.workflow.getHandle(R.REBALANCE_WORKFLOW_ID).query(R.rebalanceStatusQuery);
+      st = await client.workflow.getHandle(config.temporal.rebalanceWorkflowId).query(R.rebalanceStatusQuery);
     } catch (e) {
       if (e instanceof WorkflowNotFoundError) throw new ShardctlError('NotFound', 'no rebalance has run: see `shardctl rebalance plan`');
       throw e;
@@ -84,12 +84,13 @@ export async function rebalanceStatus(config: Config): Promise<R.RebalanceStatus
 function printStatus(s: Awaited<ReturnType<typeof rebalanceStatus>>) {
   const count = (k: R.PlannedMoveState) => s.moves.filter((m) => m.state === k).length;
   const lines = [
-    `rebalance (${scopeText(s.scope)}): ${s.phase}${s.paused ? ' (paused)' : ''} — ${count('done')} done, ${count('running')} running, ${count('pending')} pending, ${count('failed')} failed; plans ${s.plans}; at most ${s.maxConcurrent} at once, ${s.perShardLimit} per shard and direction`,
+    `rebalance (${scopeText(s.scope)}): ${s.phase}${s.paused ? ' (paused)' : ''} — ${count('done')} done, ${count('running')} running, ${count('pending')} pending, ${count('failed')} failed; plans ${s.plans}; at most ${s.maxConcurrent} at once, ${s.perShardLimit} per shard and direction${s.continuedAsNew ? `; continued as new ${s.continuedAsNew} time(s)` : ''}`,
   ];
   for (const m of s.moves)
     lines.push(
       `  ${m.state.padEnd(9)} ${m.unit} ${m.from} -> ${m.to}${m.state === 'running' ? ` (phase ${s.runningPhases[m.unit]})` : ''}${m.result && m.result !== 'done' ? `: ${m.result}` : ''}`,
     );
+  if (s.drain) lines.push(`  ${s.drain.shard}: ${s.drain.closed ? 'closed' : `not closed: ${s.drain.reasons.join('; ')}`}`);
   for (const x of s.problems) lines.push(`  problem: ${x}`);
   if (s.lastError) lines.push(`  last error: ${s.lastError}`);
   console.log(lines.join('\n'));
@@ -136,7 +137,8 @@ async function planAndStart(config: Config, scope: PlanScope, o: StartOpts) {
   const plan = await dryRun(config, scope, tolerance, input.units);
   printResult(o.json, { plan }, () => printPlan(plan));
   if (scope.kind !== 'rebalance' && plan.problems.length) throw new ShardctlError('NoCapacity', `refused, nothing started: ${plan.problems[0]}`);
-  if (!plan.moves.length && !plan.dedicate) {
+  // A drain with nothing left to move still runs: its end closes the shard.
+  if (!plan.moves.length && !plan.dedicate && scope.kind !== 'drain') {
     if (!o.json) console.log('nothing to move: no run started');
     return;
   }
@@ -149,7 +151,7 @@ async function planAndStart(config: Config, scope: PlanScope, o: StartOpts) {
     });
   }
   await withTemporal(config, async (client) => {
-    const h = await startRebalance(client, config.temporal.taskQueue, input);
+    const h = await startRebalance(client, config.temporal.taskQueue, input, config.temporal.rebalanceWorkflowId);
     if (!o.json) console.log(`started ${scopeText(scope)}: workflow ${h.workflowId}; follow with \`shardctl rebalance status\``);
     if (!o.wait) return;
     const st: R.RebalanceStatus = await h.result();
@@ -161,7 +163,7 @@ async function planAndStart(config: Config, scope: PlanScope, o: StartOpts) {
 async function sendUpdate(config: Config, update: typeof R.rebalancePauseUpdate, actor: string, reason?: string) {
   await withTemporal(config, async (client) => {
     try {
-      console.log(await client.workflow.getHandle(R.REBALANCE_WORKFLOW_ID).executeUpdate(update, { args: [{ actor, reason }] }));
+      console.log(await client.workflow.getHandle(config.temporal.rebalanceWorkflowId).executeUpdate(update, { args: [{ actor, reason }] }));
     } catch (e: any) {
       if (e instanceof WorkflowNotFoundError) throw new ShardctlError('NotFound', 'no rebalance is running');
       if (e instanceof WorkflowUpdateFailedError) throw new ShardctlError('PreconditionFailed', e.cause?.message ?? e.message);

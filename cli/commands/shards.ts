@@ -1,10 +1,12 @@
 // `shardctl shards prepare|list`: put the fence on the shards' tenant tables, and show which
-// shards are reachable and how many of their tenant tables are fenced. Pools are closed at the
+// shards are reachable, how many of their tenant tables are fenced, and the directory's status
+// (open, draining, closed) and units of each. Pools are closed at the
 // end so the process exits. `list` exits 5 when a shard is unreachable (cli/exit.ts).
 import { Command } from 'commander';
 import { Config, knownShard } from '../../lib/config';
 import type { Pool } from 'pg';
 import { fenceStatus, prepareAllShards } from '../../lib/shard/prepare';
+import { listShards, type ShardInfo } from '../../lib/directory/shards';
 import { EXIT, exitCodeFor } from '../exit';
 import { examples } from '../help';
 import { configOf, printResult, withConnections } from '../run';
@@ -41,10 +43,17 @@ export function register(program: Command) {
   const list = shards
     .command('list')
     .description('configured shards: reachability and fenced tenant tables')
-    .option('--json', 'as JSON: [{name, reachable, schemaInstalled, tenantTables, fencedTables, unfenced, error?}]')
+    .option('--json', 'as JSON: [{name, status, units, reachable, schemaInstalled, tenantTables, fencedTables, unfenced, error?, directoryError?}]')
     .action(async (o: { json?: boolean }) => {
       const config = cfg();
-      const rows = await withConnections(config, {}, (pools) => Promise.all(config.shards.map((s) => describeShard(config, s.name, pools.shardPool(s.name)))));
+      const rows = await withConnections(config, {}, async (pools) => {
+        // The directory's view is optional here: an unreachable directory still lists the shards.
+        const inventory = await listShards(pools.directoryPool()).then(
+          (l) => new Map(l.map((x) => [x.name, x])),
+          (e: any) => e as Error,
+        );
+        return Promise.all(config.shards.map((s) => describeShard(config, s.name, pools.shardPool(s.name), inventory)));
+      });
       printResult(
         o.json,
         rows,
@@ -58,7 +67,8 @@ export function register(program: Command) {
                 : `reachable    ${r.fencedTables}/${r.tenantTables} tenant tables fenced` +
                   (r.unfenced.length ? `; NOT fenced: ${r.unfenced.join(', ')}` : '') +
                   (r.error ? `; ${r.error}` : '');
-            console.log(`${r.name.padEnd(w)}  ${state}`);
+            const where = r.status ? `${r.status.padEnd(8)}  ${String(r.units).padStart(5)} unit(s)` : `status unknown (${r.directoryError})`;
+            console.log(`${r.name.padEnd(w)}  ${where}  ${state}`);
           }
         },
         { pretty: true },
@@ -70,16 +80,32 @@ export function register(program: Command) {
 
 interface ShardRow {
   name: string;
+  /** From the directory: open, draining or closed; null when the directory could not be read. */
+  status: ShardInfo['status'] | null;
+  units: number | null;
   reachable: boolean;
   schemaInstalled: boolean;
   tenantTables: number;
   fencedTables: number;
   unfenced: string[];
   error?: string;
+  directoryError?: string;
 }
 
-async function describeShard(config: Config, name: string, pool: Pool): Promise<ShardRow> {
-  const row: ShardRow = { name, reachable: false, schemaInstalled: false, tenantTables: 0, fencedTables: 0, unfenced: [] };
+async function describeShard(config: Config, name: string, pool: Pool, inventory: Map<string, ShardInfo> | Error): Promise<ShardRow> {
+  const known = inventory instanceof Error ? undefined : inventory.get(name);
+  const row: ShardRow = {
+    name,
+    status: known?.status ?? null,
+    units: known?.units ?? null,
+    reachable: false,
+    schemaInstalled: false,
+    tenantTables: 0,
+    fencedTables: 0,
+    unfenced: [],
+  };
+  if (inventory instanceof Error) row.directoryError = inventory.message;
+  else if (!known) row.directoryError = 'not in the directory (run `shardctl directory migrate`)';
   try {
     await pool.query('select 1');
     row.reachable = true;

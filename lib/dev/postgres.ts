@@ -17,6 +17,8 @@ export interface PgStack {
   root: string;
   dev: string;
   ports: { pg: Record<T.PgServerName, number> };
+  /** `directory` and every shard of the stack. */
+  servers: readonly string[];
 }
 
 export function findPgBin(env = process.env): string {
@@ -73,9 +75,9 @@ export async function pgHealthy(s: PgStack, name: T.PgServerName, db = 'postgres
 /** Brings every server up (idempotent); returns where their data lives. */
 export async function upPostgresServers(s: PgStack, log: (m: string) => void): Promise<PgHome> {
   const bin = findPgBin();
-  const home = ensurePgHome(s.dev, s.root, pgOsUser(), T.PG_SERVERS);
+  const home = ensurePgHome(s.dev, s.root, pgOsUser(), s.servers);
   if (home.relocated) log(`postgres data in ${home.dir} (${pgOsUser()}, who runs the servers, cannot enter ${s.root})`);
-  for (const n of T.PG_SERVERS) await upPostgres(s, home, n, bin, log);
+  for (const n of s.servers) await upPostgres(s, home, n, bin, log);
   return home;
 }
 
@@ -168,7 +170,7 @@ export async function downPostgresServers(s: PgStack, log: (m: string) => void):
   }
   const home = findPgHome(s.dev);
   await Promise.all(
-    T.PG_SERVERS.map(async (n) => {
+    s.servers.map(async (n) => {
       const data = dataDir(home, n);
       if (!fs.existsSync(path.join(data, 'postmaster.pid'))) return;
       run(...asPgUser(path.join(bin, 'pg_ctl'), ['stop', '-D', data, '-m', 'fast', '-w', '-t', '60']));

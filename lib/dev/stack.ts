@@ -32,16 +32,36 @@ export interface Stack {
   root: string;
   dev: string;
   ports: StackPorts;
+  /** The dev shards (shard-a, shard-b, ...: three unless `dev up --shards N` made more). */
+  shards: string[];
+  /** `directory` and the shards: every Postgres server of the stack. */
+  servers: string[];
 }
 
-export function stackAt(root: string, env: NodeJS.ProcessEnv = process.env): Stack {
+/**
+ * The stack of a checkout. Its shard count is `opts.shards`, else what `.dev/stack.json` recorded
+ * (the last `dev up`), else three; a shard's port is the directory's + its index, as for the first three.
+ */
+export function stackAt(root: string, env: NodeJS.ProcessEnv = process.env, opts: { shards?: number } = {}): Stack {
   const dev = path.join(root, '.dev');
   const saved = readJson<StackPorts>(path.join(dev, 'stack.json'));
   const num = (v: string | undefined, d: number) => (v ? Number(v) : d);
   const base = saved ?? T.DEFAULT_PORTS;
+  const savedShards = saved ? Object.keys(saved.pg).filter((n) => n !== 'directory').length : undefined;
+  if (opts.shards !== undefined && savedShards !== undefined && opts.shards < savedShards)
+    throw new StackError(
+      `this stack has ${savedShards} shards; --shards ${opts.shards} would leave the others' data behind: \`shardctl dev down\` and \`shardctl dev reset\` first`,
+    );
+  let shards: string[];
+  try {
+    shards = T.devShardNames(opts.shards ?? savedShards ?? T.SHARD_NAMES.length);
+  } catch (e: any) {
+    throw new StackError(`--shards: ${e.message}`);
+  }
+  const servers = ['directory', ...shards];
   const pgBase = env.SHARDCTL_DEV_PG_PORT ? Number(env.SHARDCTL_DEV_PG_PORT) : undefined;
   const pg = {} as Record<T.PgServerName, number>;
-  T.PG_SERVERS.forEach((n, i) => (pg[n] = pgBase !== undefined ? pgBase + i : base.pg[n]));
+  servers.forEach((n, i) => (pg[n] = pgBase !== undefined ? pgBase + i : (base.pg[n] ?? base.pg.directory + i)));
   const temporal = num(env.SHARDCTL_DEV_TEMPORAL_PORT, base.temporal);
   const ports: StackPorts = {
     temporal,
@@ -62,7 +82,7 @@ export function stackAt(root: string, env: NodeJS.ProcessEnv = process.env): Sta
     const other = all.find(([k2, v2]) => k2 !== k && v2 === v);
     if (other) throw new StackError(`ports for ${k} and ${other[0]} are both ${v}; give each part its own port`);
   }
-  return { root, dev, ports };
+  return { root, dev, ports, shards, servers };
 }
 
 function readJson<X>(file: string): X | undefined {
@@ -239,7 +259,7 @@ async function upS3(s: Stack, log: (m: string) => void) {
   const c = s3Client(s);
   try {
     const have = new Set(((await c.send(new ListBucketsCommand({}))).Buckets ?? []).map((b) => b.Name));
-    for (const shard of T.SHARD_NAMES) {
+    for (const shard of s.shards) {
       if (!have.has(T.bucketFor(shard))) await c.send(new CreateBucketCommand({ Bucket: T.bucketFor(shard) }));
     }
   } finally {
@@ -255,10 +275,11 @@ export function stackConfig(s: Stack): Config {
       address: `127.0.0.1:${s.ports.temporal}`,
       namespace: T.TEMPORAL_NAMESPACE,
       taskQueue: T.TEMPORAL_TASK_QUEUE,
+      rebalanceWorkflowId: 'rebalance',
       uiUrl: `http://127.0.0.1:${s.ports.temporalUi}`,
     },
     directory: { dsn: pgDsn(s, 'directory') },
-    shards: T.SHARD_NAMES.map((n) => ({ name: n, dsn: pgDsn(s, n), bucket: T.bucketFor(n) })),
+    shards: s.shards.map((n) => ({ name: n, dsn: pgDsn(s, n), bucket: T.bucketFor(n) })),
     s3: {
       endpoint: `http://127.0.0.1:${s.ports.s3}`,
       region: T.S3_REGION,
@@ -329,7 +350,7 @@ export interface PartStatus {
 
 export async function status(s: Stack): Promise<PartStatus[]> {
   const out: PartStatus[] = [];
-  const checks = T.PG_SERVERS.map(async (n) => {
+  const checks = s.servers.map(async (n) => {
     const wal = await pgHealthy(s, n, T.PG_DATABASE);
     return {
       part: `postgres ${n}`,
@@ -385,6 +406,8 @@ export async function reset(s: Stack, log: (m: string) => void = () => {}): Prom
 /** The servers a proxy can stand in front of (S3 is not proxied). */
 export type ProxiedServer = T.PgServerName | 'temporal';
 export const PROXIED_SERVERS: readonly ProxiedServer[] = [...T.PG_SERVERS, 'temporal'];
+/** The servers of this stack a proxy can stand in front of: its Postgres servers, then Temporal. */
+export const proxiedServers = (s: Stack): ProxiedServer[] => [...s.servers, 'temporal'];
 
 export function serverPort(s: Stack, server: ProxiedServer): number {
   return server === 'temporal' ? s.ports.temporal : s.ports.pg[server];
@@ -393,13 +416,13 @@ export function serverPort(s: Stack, server: ProxiedServer): number {
 /** The stack's config, with each server of `via` reached through that local port (a proxy) instead. */
 export function configVia(s: Stack, via: Partial<Record<ProxiedServer, number>>): Config {
   const pg = { ...s.ports.pg };
-  for (const n of T.PG_SERVERS) pg[n] = via[n] ?? pg[n];
+  for (const n of s.servers) pg[n] = via[n] ?? pg[n];
   return stackConfig({ ...s, ports: { ...s.ports, temporal: via.temporal ?? s.ports.temporal, pg } });
 }
 
 /** The listen ports of `dev up --with-proxies`: toxiproxy's API port + 1, + 2, ... one per server. */
 export function devProxyPort(s: Stack, server: ProxiedServer): number {
-  return s.ports.toxiproxy + 1 + PROXIED_SERVERS.indexOf(server);
+  return s.ports.toxiproxy + 1 + proxiedServers(s).indexOf(server);
 }
 
 /**
@@ -411,7 +434,7 @@ async function upProxies(s: Stack, log: (m: string) => void) {
   const api = await upToxiproxy(s, s.ports.toxiproxy, log);
   const have = await api.proxies();
   const via: Partial<Record<ProxiedServer, number>> = {};
-  for (const server of PROXIED_SERVERS) {
+  for (const server of proxiedServers(s)) {
     const port = devProxyPort(s, server);
     via[server] = port;
     if (have[`dev-${server}`]) continue;

@@ -3,7 +3,17 @@
 
 export const SHARD_NAMES = ['shard-a', 'shard-b', 'shard-c'] as const;
 export const PG_SERVERS = ['directory', ...SHARD_NAMES] as const;
-export type PgServerName = (typeof PG_SERVERS)[number];
+/** `directory` or a dev shard's name (`dev up --shards N`: shard-a, shard-b, ... one letter each). */
+export type PgServerName = string;
+
+/** Shards a dev stack may have (`dev up --shards N`): one letter each, shard-a .. shard-z. */
+export const MAX_DEV_SHARDS = 26;
+
+/** The first `n` dev shard names: shard-a, shard-b, ...; the default stack is the first three. */
+export function devShardNames(n: number): string[] {
+  if (!Number.isInteger(n) || n < 1 || n > MAX_DEV_SHARDS) throw new RangeError(`a dev stack has 1..${MAX_DEV_SHARDS} shards, got ${n}`);
+  return Array.from({ length: n }, (_, i) => `shard-${String.fromCharCode(97 + i)}`);
+}
 
 /** Default ports; all avoid the 5432/7233/8233/9000 defaults of system services. */
 export const DEFAULT_PORTS = {

@@ -65,3 +65,31 @@ export async function switchDetail(db: Queryable, unit: string, moveId: string, 
   ]);
   return r.rows[0]?.detail ?? undefined;
 }
+
+/** The audit actions after which a move holds nothing on either shard any more (its way back included). */
+export const MOVE_END_AUDIT_ACTIONS = ['move.retired', 'move.cancelled', 'move.failed', 'move.rolled-back'] as const;
+
+export interface MoveInFlight {
+  moveId: string;
+  unit: string;
+  source: string;
+  target: string;
+  /** The phase its last recorded event saw. */
+  status: string;
+}
+
+/**
+ * Moves onto or off `shard` that have not ended (no retire, cancel, failure or rollback recorded):
+ * a move in soak still has its source as the way back. A move whose workflow was terminated
+ * outside shardctl never records its end and stays here until an operator reconciles it.
+ */
+export async function movesInFlight(db: Queryable, shard: string): Promise<MoveInFlight[]> {
+  const r = await db.query(
+    `select m.move_id, m.unit, m.source, m.target, m.status from shardctl.moves m
+      where (m.source = $1 or m.target = $1)
+        and not exists (select 1 from shardctl.audit a where a.unit = m.unit and a.detail->>'moveId' = m.move_id and a.action = any($2::text[]))
+      order by m.created_at`,
+    [shard, [...MOVE_END_AUDIT_ACTIONS]],
+  );
+  return r.rows.map((x) => ({ moveId: x.move_id, unit: x.unit, source: x.source, target: x.target, status: x.status }));
+}

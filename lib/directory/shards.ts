@@ -9,6 +9,7 @@ import { validateShardName } from '../ids';
 import { Queryable, onDirectory, poolDsn, inDirectoryTransaction } from './db';
 import type { AuditEntry } from './placements';
 import { openReservationsOn, reservationsOn } from './reservations';
+import { movesInFlight } from './moves';
 
 export type ShardStatus = 'open' | 'closed' | 'draining';
 export const SHARD_STATUSES: readonly ShardStatus[] = ['open', 'closed', 'draining'];
@@ -146,4 +147,43 @@ export async function shardLoad(db: Queryable, name: string, opts: { exceptUnit?
     reserved: reservations.reduce((n, x) => n + x.load, 0),
     reservations,
   };
+}
+
+export type CloseResult = { closed: true; shard: ShardInfo } | { closed: false; reasons: string[] };
+
+/**
+ * The end of `shards drain`: draining → closed, only while the directory shows no unit placed on
+ * the shard and no move onto or off it that has not ended. The shard's row is locked FOR UPDATE
+ * first: a placement that would reference it (a new tenant, a switch onto it) takes a key-share
+ * lock on that row, so none can commit between these checks and the close. Otherwise it changes
+ * nothing and says why, one reason per obstacle.
+ */
+export async function closeDrainedShard(pool: Pool, name: string, audit: { actor: string; reason?: string }): Promise<CloseResult> {
+  validateShardName(name);
+  if (!audit?.actor?.trim()) throw invalidInput('audit actor is required');
+  const result = await inDirectoryTransaction(pool, async (c): Promise<CloseResult> => {
+    const s = await c.query('select status from shardctl.shards where name = $1 for update', [name]);
+    if (!s.rowCount) throw new ShardctlError('NotFound', `shard "${name}" is not in the directory`);
+    const status: ShardStatus = s.rows[0].status;
+    if (status === 'closed') return { closed: true, shard: undefined as unknown as ShardInfo };
+    const reasons: string[] = [];
+    if (status !== 'draining') reasons.push(`${name} is ${status}, not draining (someone reopened it)`);
+    const units = await c.query('select unit, state from shardctl.units where shard = $1 order by unit', [name]);
+    if (units.rowCount) {
+      const shown = units.rows.slice(0, 5).map((u) => `${u.unit}${u.state === 'active' ? '' : ` (${u.state})`}`);
+      reasons.push(`${units.rowCount} unit(s) still placed on ${name}: ${shown.join(', ')}${units.rowCount > 5 ? ', ...' : ''}`);
+    }
+    for (const m of await movesInFlight(c, name))
+      reasons.push(`move ${m.moveId} of ${m.unit} ${m.source} -> ${m.target} has not ended (last recorded phase ${m.status})`);
+    if (reasons.length) return { closed: false, reasons };
+    await c.query(`update shardctl.shards set status = 'closed', updated_at = now() where name = $1`, [name]);
+    await c.query('insert into shardctl.audit(actor, action, unit, detail, reason) values ($1, $2, null, $3, $4)', [
+      audit.actor,
+      'shard.status',
+      JSON.stringify({ shard: name, status: 'closed', from: status }),
+      audit.reason ?? null,
+    ]);
+    return { closed: true, shard: undefined as unknown as ShardInfo };
+  });
+  return result.closed ? { closed: true, shard: (await getShard(pool, name))! } : result;
 }

@@ -1,7 +1,7 @@
 // The one way to start a rebalance run (CLI, tests): its fixed workflow id (one run of the fleet
 // at a time; a drain or an isolate is a run too), its input from config defaults plus the
 // caller's choices. Node-only (client).
-import { WorkflowExecutionAlreadyStartedError, type Client, type WorkflowHandle } from '@temporalio/client';
+import { WorkflowExecutionAlreadyStartedError, type Client, type WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
 import type { Config } from '../config';
 import { distinctApprover } from '../moves/start';
 import { ShardctlError, invalidInput } from '../errors';
@@ -48,13 +48,21 @@ export function rebalanceInputFor(
   };
 }
 
-/** Starts the run; a second one while one runs is refused, naming it. */
-export async function startRebalance(client: Client, taskQueue: string, input: RebalanceInput): Promise<WorkflowHandle> {
+/**
+ * Starts the run under the fleet's id (config `temporal.rebalanceWorkflowId`); a second one while
+ * one runs is refused, naming it.
+ */
+export async function startRebalance(
+  client: Client,
+  taskQueue: string,
+  input: RebalanceInput,
+  workflowId = REBALANCE_WORKFLOW_ID,
+): Promise<WorkflowHandleWithFirstExecutionRunId> {
   try {
-    return await client.workflow.start(REBALANCE_WORKFLOW_TYPE, { taskQueue, workflowId: REBALANCE_WORKFLOW_ID, args: [input] });
+    return await client.workflow.start(REBALANCE_WORKFLOW_TYPE, { taskQueue, workflowId, args: [input] });
   } catch (e) {
     if (e instanceof WorkflowExecutionAlreadyStartedError)
-      throw new ShardctlError('AlreadyExists', `a rebalance is already running: workflow ${REBALANCE_WORKFLOW_ID}; see \`shardctl rebalance status\``);
+      throw new ShardctlError('AlreadyExists', `a rebalance is already running: workflow ${workflowId}; see \`shardctl rebalance status\``);
     throw e;
   }
 }

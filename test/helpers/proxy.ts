@@ -5,7 +5,7 @@
 // as in a partition), latency, bandwidth, reset_peer, limit_data.
 import fs from 'node:fs';
 import path from 'node:path';
-import { stackAt, configVia, PROXIED_SERVERS, ProxiedServer, serverPort, Stack } from '../../lib/dev/stack';
+import { stackAt, configVia, proxiedServers, ProxiedServer, serverPort, Stack } from '../../lib/dev/stack';
 import { downToxiproxy, ToxiproxyApi, Toxic, upToxiproxy } from '../../lib/dev/toxiproxy';
 import { projectRoot, Config } from '../../lib/config';
 import { pidAlive, portOpen } from '../../lib/dev/proc';
@@ -84,7 +84,7 @@ export class NetLab {
     private readonly dir: string,
   ) {
     // Above the ports `dev up --with-proxies` uses (toxiproxy + 1 .. + servers).
-    this.nextPort = stack.ports.toxiproxy + 1 + PROXIED_SERVERS.length;
+    this.nextPort = stack.ports.toxiproxy + 1 + proxiedServers(stack).length;
   }
 
   static async start(dir: string): Promise<NetLab> {
