@@ -1,18 +1,22 @@
-// `shardctl shards prepare|list`: put the fence on the shards' tenant tables, and show which
+// `shardctl shards prepare|list|set-status`: put the fence on the shards' tenant tables, and show which
 // shards are reachable, how many of their tenant tables are fenced, and the directory's status
 // (open, draining, closed) and units of each. Pools are closed at the
-// end so the process exits. `list` exits 5 when a shard is unreachable (cli/exit.ts).
+// end so the process exits. `list` exits 5 when a shard is unreachable (cli/exit.ts). `set-status`
+// changes the directory's status of a shard (audited); `closed` only when nothing is placed there
+// and no move onto or off it is unfinished (exit 4 with each reason otherwise).
 import { Command } from 'commander';
 import { Config, knownShard } from '../../lib/config';
 import type { Pool } from 'pg';
 import { fenceStatus, prepareAllShards } from '../../lib/shard/prepare';
-import { listShards, type ShardInfo } from '../../lib/directory/shards';
+import { closeDrainedShard, getShard, listShards, setShardStatus, SHARD_STATUSES, type ShardInfo, type ShardStatus } from '../../lib/directory/shards';
+import { ShardctlError, invalidInput } from '../../lib/errors';
+import { actorDefault } from './move';
 import { EXIT, exitCodeFor } from '../exit';
 import { examples } from '../help';
 import { configOf, printResult, withConnections } from '../run';
 
 export function register(program: Command) {
-  const shards = program.command('shards').description('the shards: prepare them for moves, list them');
+  const shards = program.command('shards').description('the shards: prepare them for moves, list them, open or close them');
   const cfg = configOf(program);
 
   const prepare = shards
@@ -76,6 +80,40 @@ export function register(program: Command) {
       if (rows.some((r) => !r.reachable)) process.exitCode = exitCodeFor('Unavailable');
     });
   examples(list, 'shards list', "shards list --json | jq -r '.[] | select(.unfenced | length > 0) | .name'");
+
+  const setStatus = shards
+    .command('set-status')
+    .description(`set a shard's directory status (${SHARD_STATUSES.join(' | ')}): draining and closed take no new units; closed only once it is empty`)
+    .argument('<shard>', 'a shard of the config')
+    .argument('<status>', SHARD_STATUSES.join(' | '))
+    .option('--reason <text>', 'why, for the audit log')
+    .option('--actor <name>', 'operator identity for the audit log')
+    .option('--json', 'as JSON: {name, from, status}')
+    .action(async (name: string, status: string, o: { reason?: string; actor?: string; json?: boolean }) => {
+      const config = cfg();
+      knownShard(config, name); // unknown shard: one line, before any connection
+      if (!SHARD_STATUSES.includes(status as ShardStatus))
+        throw invalidInput(`status must be one of ${SHARD_STATUSES.join(', ')}, got ${JSON.stringify(status)}`);
+      const audit = { actor: o.actor || actorDefault(), reason: o.reason };
+      const result = await withConnections(config, {}, async (pools) => {
+        const db = pools.directoryPool();
+        const before = await getShard(db, name);
+        if (!before) throw new ShardctlError('NotFound', `shard "${name}" is not in the directory (run \`shardctl directory migrate\`)`);
+        if (status === 'closed') {
+          const c = await closeDrainedShard(db, name, audit, { fromOpen: true });
+          if (!c.closed)
+            throw new ShardctlError(
+              'PreconditionFailed',
+              `refusing to close ${name}: ${c.reasons.join('; ')} (drain it first: \`shardctl shards drain --shard ${name}\`)`,
+            );
+        } else {
+          await setShardStatus(db, name, status as ShardStatus, audit);
+        }
+        return { name, from: before.status, status };
+      });
+      printResult(o.json, result, () => console.log(`${name}: ${result.from} -> ${result.status}`));
+    });
+  examples(setStatus, 'shards set-status shard-d draining --reason "hardware refresh"', 'shards set-status shard-d open', 'shards set-status shard-d closed');
 }
 
 interface ShardRow {

@@ -158,7 +158,12 @@ export type CloseResult = { closed: true; shard: ShardInfo } | { closed: false; 
  * lock on that row, so none can commit between these checks and the close. Otherwise it changes
  * nothing and says why, one reason per obstacle.
  */
-export async function closeDrainedShard(pool: Pool, name: string, audit: { actor: string; reason?: string }): Promise<CloseResult> {
+export async function closeDrainedShard(
+  pool: Pool,
+  name: string,
+  audit: { actor: string; reason?: string },
+  opts: { fromOpen?: boolean } = {},
+): Promise<CloseResult> {
   validateShardName(name);
   if (!audit?.actor?.trim()) throw invalidInput('audit actor is required');
   const result = await inDirectoryTransaction(pool, async (c): Promise<CloseResult> => {
@@ -167,7 +172,8 @@ export async function closeDrainedShard(pool: Pool, name: string, audit: { actor
     const status: ShardStatus = s.rows[0].status;
     if (status === 'closed') return { closed: true, shard: undefined as unknown as ShardInfo };
     const reasons: string[] = [];
-    if (status !== 'draining') reasons.push(`${name} is ${status}, not draining (someone reopened it)`);
+    // `fromOpen`: an operator's `shards set-status closed`, the same checks from open too.
+    if (status !== 'draining' && !opts.fromOpen) reasons.push(`${name} is ${status}, not draining (someone reopened it)`);
     const units = await c.query('select unit, state from shardctl.units where shard = $1 order by unit', [name]);
     if (units.rowCount) {
       const shown = units.rows.slice(0, 5).map((u) => `${u.unit}${u.state === 'active' ? '' : ` (${u.state})`}`);
