@@ -284,15 +284,15 @@ function activityFailures(logFile: string): { at: number; type: string; error: s
 }
 
 /**
- * With the first worker stopped at fault point `point`, blackholes its `link`, lets it go on, starts
- * a second worker that reaches everything, and heals after CUT_MS; notes the longest frozen stretch
- * and where the directory stood at the cut's end.
+ * With the first worker stopped at fault point `point`, cuts its `link` (`how`: down, or a
+ * blackhole), lets it go on, starts a second worker that reaches everything, and heals after
+ * CUT_MS; notes the longest frozen stretch and where the directory stood at the cut's end.
  */
-function blackholeAtFaultPoint(point: string, link: (c: Ctx) => Link) {
+function cutAtFaultPoint(point: string, link: (c: Ctx) => Link, how: 'down' | 'blackhole' = 'blackhole') {
   return async (c: Ctx) => {
     await stoppedAt(c.w1, c.faultLog, point);
     const l = link(c);
-    await l.blackhole();
+    await (how === 'down' ? l.down() : l.blackhole());
     const cutAt = Date.now();
     process.kill(c.w1.proc.pid!, 'SIGCONT');
     await c.second();
@@ -307,25 +307,6 @@ function blackholeAtFaultPoint(point: string, link: (c: Ctx) => Link) {
 
 async function expectFrozenWithinBound(c: Ctx) {
   expect(c.frozen.longest(), 'longest stretch the tenant stayed frozen (ms)').toBeLessThanOrEqual(FROZEN_BOUND_MS);
-}
-
-/**
- * Inside the frozen window (the worker stopped at after-fence-raised), cuts the worker's path to
- * the source with `how`, lets it go on, starts a second worker that reaches everything, and
- * heals after CUT_MS. The tenant must not stay frozen beyond FROZEN_BOUND_MS meanwhile.
- */
-function cutSourceInFrozenWindow(how: 'down' | 'blackhole') {
-  return async (c: Ctx) => {
-    await stoppedAt(c.w1, c.faultLog, 'after-fence-raised');
-    const link = c.w1Links[c.source];
-    const cutAt = Date.now();
-    await (how === 'down' ? link.down() : link.blackhole());
-    process.kill(c.w1.proc.pid!, 'SIGCONT');
-    await c.second();
-    while (Date.now() - cutAt < CUT_MS) await sleep(250);
-    c.notes.push(`longest frozen during the ${CUT_MS / 1000} s cut: ${c.frozen.longest()} ms (bound ${FROZEN_BOUND_MS})`);
-    await link.heal();
-  };
 }
 
 // The cases named F1 and F2 reproduced issue 14's known bugs (a worker cut off from the source
@@ -349,7 +330,7 @@ describe('network faults under live traffic', () => {
           workerVia: [source],
           faultPoint: 'after-fence-raised',
           move: {},
-          drive: cutSourceInFrozenWindow(how),
+          drive: cutAtFaultPoint('after-fence-raised', (c) => c.w1Links[c.source], how),
           after: expectFrozenWithinBound,
         });
       },
@@ -562,7 +543,7 @@ describe('network faults under live traffic', () => {
         workerVia: ['shard-c'],
         faultPoint: 'before-switch',
         move: {},
-        drive: blackholeAtFaultPoint('before-switch', (c) => c.w1Links[c.target]),
+        drive: cutAtFaultPoint('before-switch', (c) => c.w1Links[c.target]),
         after: expectFrozenWithinBound,
       });
     },
@@ -580,7 +561,7 @@ describe('network faults under live traffic', () => {
         move: {},
         // The zombie goes on with its cutover, unable to heartbeat or report; Temporal hands the
         // attempt to the second worker once the heartbeat timeout passes.
-        drive: blackholeAtFaultPoint('after-fence-raised', (c) => c.w1Links.temporal),
+        drive: cutAtFaultPoint('after-fence-raised', (c) => c.w1Links.temporal),
         after: expectFrozenWithinBound,
       });
     },
