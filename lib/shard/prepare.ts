@@ -113,7 +113,15 @@ export async function prepareAllShards(
   try {
     for (const shard of names) {
       try {
-        const r = await prepareShard(shardPool(shard), config, { demoSchema: opts.demoSchema });
+        // Its trigger DDL can be chosen as a deadlock's victim by a writer of the same tables:
+        // the transaction rolled back whole, so it is tried again (twice) before it counts as failed.
+        let r: PrepareResult | undefined;
+        for (let attempt = 1; !r; attempt++) {
+          r = await prepareShard(shardPool(shard), config, { demoSchema: opts.demoSchema }).catch((e: any) => {
+            if (e?.code === '40P01' && attempt < 3) return undefined;
+            throw e;
+          });
+        }
         const m = await ensureBucketMarker({ shard, s3: s3For(shard), bucket: shardByName(config, shard).bucket });
         out.push({ shard, ...r, bucketMarker: m.created ? 'created' : 'present' });
       } catch (e: any) {
