@@ -1,6 +1,7 @@
 // Secrets from files named in the config, resolved once when it is loaded: `passwordFile` beside
 // a DSN (the directory's, each shard's) puts the file's content in as the DSN's password, and
-// `s3.secretAccessKeyFile` supplies the S3 secret. Paths are relative to the config file. An
+// `s3.secretAccessKeyFile` supplies the S3 secret; a shard's `dsnEnv` names the environment
+// variable holding its whole DSN (`shards add --dsn-env`). Paths are relative to the config file. An
 // error names the field and the file, never the content; logs scrub the resolved values
 // (lib/obs/log.ts) as they do any DSN password. Node-only.
 import fs from 'node:fs';
@@ -10,6 +11,8 @@ import { ConfigError } from './config-error';
 export interface SecretFileOptions {
   /** Relative paths are read from here (the config file's directory). */
   baseDir: string;
+  /** Where a shard's `dsnEnv` is looked up (default: none, so a `dsnEnv` is an error naming its variable). */
+  env?: NodeJS.ProcessEnv;
   readFile?: (file: string) => string;
 }
 
@@ -48,8 +51,25 @@ export function resolveSecretFiles(raw: unknown, source: string, opts: SecretFil
     // Resolved: a config written back out (a child's file) parses again the same.
     delete holder.passwordFile;
   };
+  // A shard's DSN from an environment variable (`shards add --dsn-env`): the file names the
+  // variable, never its value. Resolved before passwordFile so the two compose.
+  const withEnvDsn = (holder: any, at: string) => {
+    if (!holder || typeof holder !== 'object' || holder.dsnEnv === undefined) return;
+    const field = `${at}.dsnEnv`;
+    const name = holder.dsnEnv;
+    if (typeof name !== 'string' || !/^[A-Za-z_][A-Za-z0-9_]*$/.test(name)) throw bad(source, field, 'expected the name of an environment variable');
+    if (holder.dsn !== undefined) throw bad(source, field, `${at}.dsn is set too: give one or the other`);
+    const value = opts.env?.[name];
+    if (!value) throw bad(source, field, `environment variable ${name} is not set (it holds this shard's DSN)`);
+    holder.dsn = value;
+    delete holder.dsnEnv;
+  };
   withPassword(out.directory, 'directory');
-  if (Array.isArray(out.shards)) out.shards.forEach((s: unknown, i: number) => withPassword(s, `shards.${i}`));
+  if (Array.isArray(out.shards))
+    out.shards.forEach((s: unknown, i: number) => {
+      withEnvDsn(s, `shards.${i}`);
+      withPassword(s, `shards.${i}`);
+    });
   const s3 = out.s3;
   if (s3 && typeof s3 === 'object' && s3.secretAccessKeyFile !== undefined) {
     if (s3.secretAccessKey !== undefined) throw bad(source, 's3.secretAccessKeyFile', 's3.secretAccessKey is set too: give one or the other');

@@ -58,6 +58,7 @@ export const configSchema = z
         z
           .object({
             name: shardName,
+            /** Resolved before validation from `dsnEnv` when the file names a variable instead (lib/config-secrets.ts). */
             dsn: z.string().min(1),
             bucket: z.string().min(3),
             s3Endpoint: z.string().url().optional(),
@@ -187,8 +188,8 @@ export function formatIssues(err: z.ZodError, source: string): string {
  * Validates a raw config (strict: an unknown key is an error), after reading the secret files it
  * names (lib/config-secrets.ts; relative paths from `baseDir`, default the working directory).
  */
-export function parseConfig(raw: unknown, source = 'config', opts: { baseDir?: string } = {}): Config {
-  const res = configSchema.safeParse(resolveSecretFiles(raw, source, { baseDir: opts.baseDir ?? process.cwd() }));
+export function parseConfig(raw: unknown, source = 'config', opts: { baseDir?: string; env?: NodeJS.ProcessEnv } = {}): Config {
+  const res = configSchema.safeParse(resolveSecretFiles(raw, source, { baseDir: opts.baseDir ?? process.cwd(), env: opts.env ?? process.env }));
   if (!res.success) throw new ConfigError(formatIssues(res.error, source));
   const names = new Set<string>();
   for (const s of res.data.shards) {
@@ -234,13 +235,18 @@ export function applyEnvOverrides(raw: any, env: NodeJS.ProcessEnv): any {
   return out;
 }
 
+/** The file `loadConfig` reads: `file`, else $SHARDCTL_CONFIG, else .dev/config.json. */
+export function configPath(file?: string, env: NodeJS.ProcessEnv = process.env): string {
+  return file ?? env.SHARDCTL_CONFIG ?? defaultConfigPath();
+}
+
 export function defaultConfigPath(root = projectRoot()): string {
   return path.join(root, '.dev', 'config.json');
 }
 
 export function loadConfig(opts: { file?: string; env?: NodeJS.ProcessEnv } = {}): Config {
   const env = opts.env ?? process.env;
-  const file = opts.file ?? env.SHARDCTL_CONFIG ?? defaultConfigPath();
+  const file = configPath(opts.file, env);
   let raw: unknown;
   try {
     raw = JSON.parse(fs.readFileSync(file, 'utf8'));
@@ -250,7 +256,7 @@ export function loadConfig(opts: { file?: string; env?: NodeJS.ProcessEnv } = {}
     }
     throw new ConfigError(`cannot read configuration ${file}: ${e.message}`);
   }
-  return parseConfig(applyEnvOverrides(raw, env), file, { baseDir: path.dirname(path.resolve(file)) });
+  return parseConfig(applyEnvOverrides(raw, env), file, { baseDir: path.dirname(path.resolve(file)), env });
 }
 
 export function projectRoot(): string {

@@ -87,6 +87,11 @@ export async function createTenant(deps: TenantDeps, input: CreateTenantInput): 
     if (info.status !== 'open') throw new ShardctlError('PreconditionFailed', `shard ${asked} is ${info.status}: new tenants go to open shards only`);
     if (info.dedicatedTo && info.dedicatedTo !== tenant)
       throw new ShardctlError('PreconditionFailed', `shard ${asked} is dedicated to tenant ${info.dedicatedTo}: new tenants go to shared shards only`);
+    if (info.class === 'dedicated' && !info.dedicatedTo)
+      throw new ShardctlError(
+        'PreconditionFailed',
+        `shard ${asked} is a dedicated-class shard, kept for an isolated tenant: create the tenant on a shared shard, then \`shardctl tenant isolate --tenant ${tenant}\``,
+      );
     shard = asked;
   } else {
     shard = chooseShardForNewUnit(shards, expectedLoad, config.limits.headroomFraction);

@@ -12,7 +12,7 @@ import { parse, typed } from '../move/context';
 export const planScope = z.discriminatedUnion('kind', [
   z.object({ kind: z.literal('rebalance') }),
   z.object({ kind: z.literal('drain'), shard: z.string().min(1) }),
-  z.object({ kind: z.literal('isolate'), tenant: z.string().min(1) }),
+  z.object({ kind: z.literal('isolate'), tenant: z.string().min(1), to: z.string().min(1).optional() }),
 ]);
 
 const planInput = z.object({

@@ -232,7 +232,13 @@ export function register(program: Command) {
   const tenant = program.commands.find((c) => c.name() === 'tenant')!;
   const isolate = startOptions(
     tenant.command('isolate').description('give a tenant a shard of its own (moves it to an empty shard, or the others off its shard)'),
-  ).requiredOption('--tenant <id>', 'tenant to isolate');
-  isolate.action((o: StartOpts & { tenant: string }) => planAndStart(cfg(), { kind: 'isolate', tenant: validateTenantId(o.tenant) }, o));
-  examples(isolate, 'tenant isolate --tenant acme', 'tenant isolate --tenant acme --wait');
+  )
+    .requiredOption('--tenant <id>', 'tenant to isolate')
+    .option('--to <shard>', 'the empty shard to dedicate to it (e.g. one added with `shards add --class dedicated`); default: chosen by the planner');
+  isolate.action((o: StartOpts & { tenant: string; to?: string }) => {
+    const config = cfg();
+    if (o.to) knownShard(config, o.to);
+    return planAndStart(config, { kind: 'isolate', tenant: validateTenantId(o.tenant), ...(o.to ? { to: o.to } : {}) }, o);
+  });
+  examples(isolate, 'tenant isolate --tenant acme', 'tenant isolate --tenant acme --to shard-e --wait');
 }

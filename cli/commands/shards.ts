@@ -1,14 +1,25 @@
-// `shardctl shards prepare|list|set-status`: put the fence on the shards' tenant tables, and show which
+// `shardctl shards prepare|list|set-status|add`: put the fence on the shards' tenant tables, and show which
 // shards are reachable, how many of their tenant tables are fenced, and the directory's status
 // (open, draining, closed) and units of each. Pools are closed at the
 // end so the process exits. `list` exits 5 when a shard is unreachable (cli/exit.ts). `set-status`
 // changes the directory's status of a shard (audited); `closed` only when nothing is placed there
-// and no move onto or off it is unfinished (exit 4 with each reason otherwise).
+// and no move onto or off it is unfinished (exit 4 with each reason otherwise). `add` joins a new
+// shard to the config's allowlist and the directory (lib/directory/add-shard.ts).
 import { Command } from 'commander';
-import { Config, knownShard } from '../../lib/config';
+import { Config, configPath, knownShard } from '../../lib/config';
+import { addShard, checkAddShardRequest, SHARD_CLASSES, type AddShardRequest, type ShardClass } from '../../lib/directory/add-shard';
 import type { Pool } from 'pg';
 import { fenceStatus, prepareAllShards } from '../../lib/shard/prepare';
-import { closeDrainedShard, getShard, listShards, setShardStatus, SHARD_STATUSES, type ShardInfo, type ShardStatus } from '../../lib/directory/shards';
+import {
+  closeDrainedShard,
+  DEFAULT_SHARD_CAPACITY,
+  getShard,
+  listShards,
+  setShardStatus,
+  SHARD_STATUSES,
+  type ShardInfo,
+  type ShardStatus,
+} from '../../lib/directory/shards';
 import { ShardctlError, invalidInput } from '../../lib/errors';
 import { actorDefault } from './move';
 import { EXIT, exitCodeFor } from '../exit';
@@ -47,7 +58,10 @@ export function register(program: Command) {
   const list = shards
     .command('list')
     .description('configured shards: reachability and fenced tenant tables')
-    .option('--json', 'as JSON: [{name, status, units, reachable, schemaInstalled, tenantTables, fencedTables, unfenced, error?, directoryError?}]')
+    .option(
+      '--json',
+      'as JSON: [{name, status, units, class, region, capacity, capacityBytes, reachable, schemaInstalled, tenantTables, fencedTables, unfenced, error?, directoryError?}]',
+    )
     .action(async (o: { json?: boolean }) => {
       const config = cfg();
       const rows = await withConnections(config, {}, async (pools) => {
@@ -71,7 +85,9 @@ export function register(program: Command) {
                 : `reachable    ${r.fencedTables}/${r.tenantTables} tenant tables fenced` +
                   (r.unfenced.length ? `; NOT fenced: ${r.unfenced.join(', ')}` : '') +
                   (r.error ? `; ${r.error}` : '');
-            const where = r.status ? `${r.status.padEnd(8)}  ${String(r.units).padStart(5)} unit(s)` : `status unknown (${r.directoryError})`;
+            const kind = r.class === 'dedicated' ? '  dedicated' : '';
+            const region = r.region ? `  ${r.region}` : '';
+            const where = r.status ? `${r.status.padEnd(8)}  ${String(r.units).padStart(5)} unit(s)${kind}${region}` : `status unknown (${r.directoryError})`;
             console.log(`${r.name.padEnd(w)}  ${where}  ${state}`);
           }
         },
@@ -114,13 +130,87 @@ export function register(program: Command) {
       printResult(o.json, result, () => console.log(`${name}: ${result.from} -> ${result.status}`));
     });
   examples(setStatus, 'shards set-status shard-d draining --reason "hardware refresh"', 'shards set-status shard-d open', 'shards set-status shard-d closed');
+
+  const add = shards
+    .command('add')
+    .description(
+      'add a shard to the config (by the variable that holds its DSN) and to the directory, after checking its server, that it is no shard already, and its bucket; prepares it',
+    )
+    .argument('<name>', 'the new shard (a-z, 0-9, -)')
+    .requiredOption('--dsn-env <var>', 'environment variable holding its DSN; the config records the name, never the DSN (workers need it set too)')
+    .requiredOption('--bucket <bucket>', 'its S3 bucket (its own: no other shard may use it)')
+    .option('--capacity-ops <n>', `its load capacity, in the unit of tenants' expected load (default ${DEFAULT_SHARD_CAPACITY})`, wholeNumber('--capacity-ops'))
+    .option('--capacity-bytes <n>', 'its disk budget in bytes (recorded, shown by `shards list`)', wholeNumber('--capacity-bytes'))
+    .option('--region <r>', 'its region (recorded for residency policy)')
+    .option('--class <class>', `${SHARD_CLASSES.join(' | ')}: a dedicated shard takes only a tenant isolated onto it (tenant isolate --to)`, 'shared')
+    .option('--reason <text>', 'why, for the audit log')
+    .option('--actor <name>', 'operator identity for the audit log')
+    .option('--json', 'as JSON: {name, dsnEnv, bucket, class, region, capacity, capacityBytes, server, tenantTables, warnings, configFile}')
+    .action(async (name: string, o: AddOpts) => {
+      const config = cfg();
+      const file = configPath(program.opts().config);
+      const req: AddShardRequest = {
+        name,
+        dsnEnv: o.dsnEnv,
+        bucket: o.bucket,
+        capacityOps: o.capacityOps,
+        capacityBytes: o.capacityBytes,
+        region: o.region,
+        class: o.class as ShardClass,
+        actor: o.actor || actorDefault(),
+        reason: o.reason,
+      };
+      checkAddShardRequest(config, req, process.env); // bad input: one line, before any connection
+      const r = await withConnections(config, {}, (pools) => addShard(config, file, pools.directoryPool(), req));
+      printResult(
+        o.json,
+        r,
+        () => {
+          console.log(
+            `${r.name}: added (${r.class}${r.region ? `, region ${r.region}` : ''}, capacity ${r.capacity}${r.capacityBytes ? `, ${r.capacityBytes} bytes` : ''}), open`,
+          );
+          console.log(`  server: PostgreSQL ${r.server.version}, database ${r.server.database}, system ${r.server.systemIdentifier}`);
+          console.log(`  config: ${r.configFile} names $${r.dsnEnv} for its DSN: set it for every worker and router, then restart them`);
+          console.log(`  prepared: ${r.tenantTables.length} tenant table(s) fenced${r.tenantTables.length ? `: ${r.tenantTables.join(', ')}` : ''}`);
+          for (const w of r.warnings) console.log(`  warning: ${w}`);
+        },
+        { pretty: true },
+      );
+    });
+  examples(
+    add,
+    'SHARD_E_DSN=postgres://shardctl@db-e:5432/app shards add shard-e --dsn-env SHARD_E_DSN --bucket tenants-e',
+    'shards add shard-f --dsn-env SHARD_F_DSN --bucket tenants-f --class dedicated --region eu-west-1 --capacity-ops 4000',
+  );
 }
+
+interface AddOpts {
+  dsnEnv: string;
+  bucket: string;
+  capacityOps?: number;
+  capacityBytes?: number;
+  region?: string;
+  class: string;
+  reason?: string;
+  actor?: string;
+  json?: boolean;
+}
+
+const wholeNumber = (flag: string) => (v: string) => {
+  if (!/^\d{1,18}$/.test(v.trim()) || Number(v) <= 0 || !Number.isSafeInteger(Number(v)))
+    throw invalidInput(`${flag} wants a positive whole number, got ${JSON.stringify(v)}`);
+  return Number(v);
+};
 
 interface ShardRow {
   name: string;
   /** From the directory: open, draining or closed; null when the directory could not be read. */
   status: ShardInfo['status'] | null;
   units: number | null;
+  class: ShardInfo['class'] | null;
+  region: string | null;
+  capacity: number | null;
+  capacityBytes: number | null;
   reachable: boolean;
   schemaInstalled: boolean;
   tenantTables: number;
@@ -136,6 +226,10 @@ async function describeShard(config: Config, name: string, pool: Pool, inventory
     name,
     status: known?.status ?? null,
     units: known?.units ?? null,
+    class: known?.class ?? null,
+    region: known?.region ?? null,
+    capacity: known?.capacity ?? null,
+    capacityBytes: known?.capacityBytes ?? null,
     reachable: false,
     schemaInstalled: false,
     tenantTables: 0,

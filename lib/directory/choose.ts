@@ -10,6 +10,8 @@ export interface ShardLoad {
   status: string;
   /** Dedicated to one tenant (`tenant isolate`): no new unit goes there. */
   dedicatedTo?: string | null;
+  /** `dedicated` (`shards add --class dedicated`): reserved for an isolated tenant, no shared unit goes there. */
+  class?: 'shared' | 'dedicated';
   /** Load reserved on the shard by moves in flight (not yet counted in `load`). */
   reserved?: number;
   /** The reservations behind `reserved`, named in a refusal. */
@@ -56,6 +58,8 @@ export function moveTargetProblems(s: ShardLoad, unit: string, expectedLoad: num
   const reasons: string[] = [];
   if (s.status !== 'open') reasons.push(`target ${s.name} is ${s.status}, not open`);
   if (s.dedicatedTo && s.dedicatedTo !== unit) reasons.push(`target ${s.name} is dedicated to tenant ${s.dedicatedTo}: no other unit moves there`);
+  else if (s.class === 'dedicated' && !s.dedicatedTo)
+    reasons.push(`target ${s.name} is a dedicated-class shard, kept for an isolated tenant: use \`shardctl tenant isolate --tenant ${unit}\``);
   const usable = usableCapacity(s.capacity, headroomFraction);
   if (committedLoad(s) + expectedLoad > usable) {
     reasons.push(`target ${s.name} lacks headroom: load ${s.load}${reservedText(s)} + ${expectedLoad} > usable ${usable.toFixed(0)} of capacity ${s.capacity}`);
@@ -66,7 +70,7 @@ export function moveTargetProblems(s: ShardLoad, unit: string, expectedLoad: num
 export function chooseShardForNewUnit(shards: readonly ShardLoad[], expectedLoad: number, headroomFraction: number): string {
   let best: { name: string; room: number } | undefined;
   for (const s of shards) {
-    if (s.status !== 'open' || s.dedicatedTo) continue;
+    if (s.status !== 'open' || s.dedicatedTo || s.class === 'dedicated') continue;
     const room = headroomAfter(s, expectedLoad, headroomFraction);
     if (room < 0) continue;
     if (!best || room > best.room || (room === best.room && s.name < best.name)) best = { name: s.name, room };

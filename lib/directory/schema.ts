@@ -125,6 +125,20 @@ create unique index if not exists reservations_open_unit on shardctl.reservation
 create index if not exists reservations_open_target on shardctl.reservations (target) where released_at is null;
 `,
   },
+  {
+    version: 9,
+    name: 'shard class, region and byte capacity',
+    // `shards add --class --region --capacity-bytes` (lib/directory/add-shard.ts): a dedicated-class
+    // shard takes no shared unit (placement, rebalance), only a tenant isolated onto it; region is
+    // recorded for residency policy; capacity_bytes is the shard's disk budget (null: unstated).
+    sql: `
+alter table shardctl.shards add column if not exists class text not null default 'shared';
+alter table shardctl.shards drop constraint if exists shards_class_check;
+alter table shardctl.shards add constraint shards_class_check check (class in ('shared', 'dedicated'));
+alter table shardctl.shards add column if not exists region text;
+alter table shardctl.shards add column if not exists capacity_bytes bigint check (capacity_bytes > 0);
+`,
+  },
 ];
 
 export async function migrateDirectory(pool: Pool): Promise<number[]> {

@@ -25,6 +25,11 @@ export interface ShardInfo {
   units: number;
   /** The tenant this shard is dedicated to (`tenant isolate`); null when shared. */
   dedicatedTo: string | null;
+  /** `dedicated`: added for isolation (`shards add --class dedicated`), it takes no shared unit. */
+  class: 'shared' | 'dedicated';
+  region: string | null;
+  /** The shard's disk budget in bytes (`shards add --capacity-bytes`); null when unstated. */
+  capacityBytes: number | null;
   updatedAt: string;
 }
 
@@ -55,7 +60,7 @@ export async function syncShardsFromConfig(pool: Pool, config: Config, actor = '
 export async function listShards(db: Queryable): Promise<ShardInfo[]> {
   return onDirectory(async () => {
     const r = await db.query(
-      `select s.name, s.capacity, s.status, s.updated_at, s.dedicated_to,
+      `select s.name, s.capacity, s.status, s.updated_at, s.dedicated_to, s.class, s.region, s.capacity_bytes,
               coalesce(sum(u.expected_load), 0) as load, count(u.unit) as units,
               coalesce((select sum(r.load) from ${openReservationsOn('s.name')}), 0) as reserved
          from shardctl.shards s left join shardctl.units u on u.shard = s.name
@@ -69,6 +74,9 @@ export async function listShards(db: Queryable): Promise<ShardInfo[]> {
       reserved: Number(x.reserved),
       units: Number(x.units),
       dedicatedTo: x.dedicated_to ?? null,
+      class: x.class ?? 'shared',
+      region: x.region ?? null,
+      capacityBytes: x.capacity_bytes === null || x.capacity_bytes === undefined ? null : Number(x.capacity_bytes),
       updatedAt: x.updated_at instanceof Date ? x.updated_at.toISOString() : String(x.updated_at),
     }));
   }, poolDsn(db));
@@ -131,7 +139,7 @@ export async function setShardDedication(pool: Pool, name: string, tenant: strin
  */
 export async function shardLoad(db: Queryable, name: string, opts: { exceptUnit?: string } = {}): Promise<ShardLoad | undefined> {
   const r = await db.query(
-    `select s.status, s.capacity, s.dedicated_to, coalesce((select sum(expected_load) from shardctl.units u where u.shard = s.name), 0) as load
+    `select s.status, s.capacity, s.dedicated_to, s.class, coalesce((select sum(expected_load) from shardctl.units u where u.shard = s.name), 0) as load
        from shardctl.shards s where s.name = $1`,
     [name],
   );
@@ -144,6 +152,7 @@ export async function shardLoad(db: Queryable, name: string, opts: { exceptUnit?
     capacity: Number(s.capacity),
     load: Number(s.load),
     dedicatedTo: s.dedicated_to ?? null,
+    class: s.class ?? 'shared',
     reserved: reservations.reduce((n, x) => n + x.load, 0),
     reservations,
   };

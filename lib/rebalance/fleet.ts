@@ -16,7 +16,7 @@ export async function planFromDirectory(directory: Queryable, config: Config, sc
   // A unit whose move holds a reservation is in flight (even before its freeze): never planned again.
   const inFlight = new Set((await listOpenReservations(directory)).map((r) => r.unit));
   return planMoves(
-    shards.map((s) => ({ name: s.name, capacity: s.capacity, status: s.status, dedicatedTo: s.dedicatedTo, reserved: s.reserved })),
+    shards.map((s) => ({ name: s.name, capacity: s.capacity, status: s.status, dedicatedTo: s.dedicatedTo, class: s.class, reserved: s.reserved })),
     placements.map((p) => ({ unit: p.unit, shard: p.shard, load: p.expectedLoad, state: inFlight.has(p.unit) ? 'moving' : p.state })),
     scope,
     { headroomFraction: config.limits.headroomFraction, ...opts },

@@ -11,6 +11,8 @@ export interface PlanShard {
   status: 'open' | 'closed' | 'draining';
   /** The tenant this shard is dedicated to (tenant isolate); nothing else is placed there. */
   dedicatedTo?: string | null;
+  /** `dedicated` (`shards add --class dedicated`): kept for an isolated tenant, no shared unit goes there. */
+  class?: 'shared' | 'dedicated';
   /** Load held on it by moves in flight (directory reservations): counted as already there. */
   reserved?: number;
 }
@@ -43,7 +45,7 @@ export interface ShardSummary {
   unitsAfter: number;
 }
 
-export type PlanScope = { kind: 'rebalance' } | { kind: 'drain'; shard: string } | { kind: 'isolate'; tenant: string };
+export type PlanScope = { kind: 'rebalance' } | { kind: 'drain'; shard: string } | { kind: 'isolate'; tenant: string; to?: string };
 
 export interface PlanOptions {
   /** A shard is balanced when its utilisation is within ±tolerance (relative) of the fleet's mean. */
@@ -100,6 +102,7 @@ function loadOf(w: Work, shard: string): number {
 function fits(w: Work, unit: PlanUnit, shard: PlanShard): boolean {
   if (shard.status !== 'open') return false;
   if (shard.dedicatedTo && shard.dedicatedTo !== unit.unit) return false;
+  if (shard.class === 'dedicated' && shard.dedicatedTo !== unit.unit) return false;
   const worst = (w.initial.get(shard.name) ?? 0) + (w.incoming.get(shard.name) ?? 0) + unit.load;
   return worst <= usable(shard, w.headroom) + 1e-9;
 }
@@ -169,7 +172,7 @@ function evacuate(w: Work, problems: string[], mustLeave: (u: PlanUnit, s: PlanS
 
 /** Open shards that take part in balancing: not dedicated (a dedicated shard holds its tenant only). */
 function balanceSet(w: Work): PlanShard[] {
-  return [...w.shards.values()].filter((s) => s.status === 'open' && !s.dedicatedTo);
+  return [...w.shards.values()].filter((s) => s.status === 'open' && !s.dedicatedTo && s.class !== 'dedicated');
 }
 
 /** How far outside the band [mean·(1−tol), mean·(1+tol)] of utilisation each shard is, summed (in load units). */
@@ -263,6 +266,7 @@ function stayProblem(u: PlanUnit, s: PlanShard | undefined): string | undefined 
   if (!s) return `shard ${u.shard} is not in the inventory`;
   if (s.status !== 'open') return `${s.name} is ${s.status}`;
   if (s.dedicatedTo && s.dedicatedTo !== u.unit) return `${s.name} is dedicated to ${s.dedicatedTo}`;
+  if (s.class === 'dedicated' && !s.dedicatedTo) return `${s.name} is a dedicated-class shard, kept for an isolated tenant`;
   return undefined;
 }
 
@@ -281,7 +285,9 @@ export function planMoves(shards: readonly PlanShard[], units: readonly PlanUnit
   if (scope.kind === 'isolate') {
     const t = units.find((u) => u.unit === scope.tenant);
     if (!t) return { scope, moves: [], shards: [], balanced: false, problems: [`tenant ${scope.tenant} is not in the directory`] };
-    const choice = isolationShard(shards, units, t, opts.headroomFraction ?? 0);
+    const choice = scope.to
+      ? namedIsolationShard(shards, units, t, scope.to, opts.headroomFraction ?? 0)
+      : isolationShard(shards, units, t, opts.headroomFraction ?? 0);
     if ('problem' in choice) return { scope, moves: [], shards: [], balanced: false, problems: [choice.problem] };
     dedicate = { shard: choice.shard, tenant: t.unit };
     shards = shards.map((x) => (x.name === choice.shard ? { ...x, dedicatedTo: t.unit } : x));
@@ -315,13 +321,40 @@ function isolationShard(shards: readonly PlanShard[], units: readonly PlanUnit[]
       (s) =>
         s.status === 'open' && !s.dedicatedTo && s.name !== t.shard && !units.some((u) => u.shard === s.name) && !s.reserved && t.load <= usable(s, headroom),
     )
-    .sort((a, b) => b.capacity - a.capacity || (a.name < b.name ? -1 : 1));
+    // A shard added for isolation (class dedicated) first, then the largest.
+    .sort((a, b) => Number(b.class === 'dedicated') - Number(a.class === 'dedicated') || b.capacity - a.capacity || (a.name < b.name ? -1 : 1));
   // Moving the tenant is one move; moving the others is others.length moves (their load is copied).
   const othersLoad = others.reduce((a, u) => a + u.load, 0);
   if (empty.length && (others.length > 1 || home?.status !== 'open' || othersLoad > t.load)) return { shard: empty[0].name };
   if (home?.status === 'open' && (!home.dedicatedTo || home.dedicatedTo === t.unit)) return { shard: t.shard };
   if (empty.length) return { shard: empty[0].name };
   return { problem: `no shard can be dedicated to ${t.unit}: its shard ${t.shard} is ${home?.status ?? 'unknown'} and no open shard is empty; add a shard` };
+}
+
+/** `tenant isolate --to S`: S must be open, hold no other unit, be nobody else's and fit the tenant. */
+function namedIsolationShard(
+  shards: readonly PlanShard[],
+  units: readonly PlanUnit[],
+  t: PlanUnit,
+  to: string,
+  headroom: number,
+): { shard: string } | { problem: string } {
+  const s = shards.find((x) => x.name === to);
+  const why = (m: string) => ({ problem: `cannot isolate ${t.unit} on ${to}: ${m}` });
+  if (!s) return why('it is not in the inventory');
+  if (s.status !== 'open') return why(`it is ${s.status}`);
+  if (s.dedicatedTo && s.dedicatedTo !== t.unit) return why(`it is dedicated to ${s.dedicatedTo}`);
+  const others = units.filter((u) => u.shard === to && u.unit !== t.unit);
+  if (others.length)
+    return why(
+      `it holds ${others.length} other unit(s) (${others
+        .slice(0, 3)
+        .map((u) => u.unit)
+        .join(', ')}); isolate onto an empty shard`,
+    );
+  if (s.reserved) return why('a move onto it is in flight');
+  if (t.shard !== to && t.load > usable(s, headroom)) return why(`its usable capacity ${usable(s, headroom).toFixed(0)} is below the tenant's load ${t.load}`);
+  return { shard: to };
 }
 
 /** Applies a plan to the units (for checks and for `status`): where each unit ends. */

@@ -175,7 +175,20 @@ describe('--json shapes of the read verbs', () => {
     const shards = await runCli(['shards', 'list', '--json']);
     expect(shards.code).toBe(0);
     for (const row of JSON.parse(shards.stdout)) {
-      expect(Object.keys(row).sort()).toEqual(['fencedTables', 'name', 'reachable', 'schemaInstalled', 'status', 'tenantTables', 'unfenced', 'units']);
+      expect(Object.keys(row).sort()).toEqual([
+        'capacity',
+        'capacityBytes',
+        'class',
+        'fencedTables',
+        'name',
+        'reachable',
+        'region',
+        'schemaInstalled',
+        'status',
+        'tenantTables',
+        'unfenced',
+        'units',
+      ]);
       // The shared directory's shards stay open: tests that drain or close one use a fleet of their own.
       expect(row.status).toBe('open');
       expect(Number.isInteger(row.units)).toBe(true);

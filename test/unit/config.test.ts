@@ -155,4 +155,18 @@ describe('secrets from files', () => {
     expect(nearestKey('PasswordFile', ['dsn', 'passwordFile'])).toBe('passwordFile');
     expect(nearestKey('colour', ['endpoint', 'region'])).toBeUndefined();
   });
+
+  it("takes a shard's DSN from the environment variable it names, and names a missing one", () => {
+    const raw = good();
+    const dsn = raw.shards[1].dsn;
+    delete raw.shards[1].dsn;
+    raw.shards[1].dsnEnv = 'SHARD_B_DSN';
+    expect(parseConfig(structuredClone(raw), 'x.json', { env: { SHARD_B_DSN: dsn } }).shards[1].dsn).toBe(dsn);
+    expect(() => parseConfig(structuredClone(raw), 'x.json', { env: {} })).toThrowError(
+      /x\.json:\n {2}shards\.1\.dsnEnv: environment variable SHARD_B_DSN is not set/,
+    );
+    expect(() =>
+      parseConfig({ ...structuredClone(raw), shards: [raw.shards[0], { ...raw.shards[1], dsn }] }, 'x.json', { env: { SHARD_B_DSN: dsn } }),
+    ).toThrowError(/shards\.1\.dsnEnv: shards\.1\.dsn is set too/);
+  });
 });

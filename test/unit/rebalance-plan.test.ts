@@ -200,4 +200,33 @@ describe('rebalance plan', () => {
       }
     }
   });
+
+  it('a dedicated-class shard takes no shared unit, and is where an isolated tenant goes first', () => {
+    const ded: PlanShard = { ...shard('e', 100), class: 'dedicated' };
+    const shards = [shard('a', 100), shard('b', 100), ded, shard('f', 400)];
+    const units = [unit('t1', 'a', 40), unit('t2', 'a', 30), unit('t3', 'a', 20), unit('t4', 'b', 5)];
+    const p = planMoves(shards, units, { kind: 'rebalance' }, { headroomFraction: 0 });
+    expect(p.moves.length).toBeGreaterThan(0);
+    expect(p.moves.filter((m) => m.to === 'e')).toEqual([]);
+    // Isolation prefers the shard added for it, over the larger empty shared one.
+    const iso = planMoves(shards, units, { kind: 'isolate', tenant: 't1' }, { headroomFraction: 0 });
+    expect(iso.dedicate).toEqual({ shard: 'e', tenant: 't1' });
+    expect(iso.moves).toEqual([expect.objectContaining({ unit: 't1', from: 'a', to: 'e' })]);
+    // A unit found on a dedicated-class shard not dedicated to it leaves on a rebalance.
+    const stray = planMoves(shards, [...units, unit('t5', 'e', 1)], { kind: 'rebalance' }, { headroomFraction: 0 });
+    expect(stray.moves).toContainEqual(expect.objectContaining({ unit: 't5', from: 'e' }));
+  });
+
+  it('isolate --to names the shard: it must be open, empty and fit the tenant', () => {
+    const shards = [shard('a', 100), shard('b', 100), shard('c', 10), shard('d', 100, 'draining')];
+    const units = [unit('t1', 'a', 40), unit('t2', 'a', 30), unit('t3', 'b', 5)];
+    const to = (s: string) => planMoves(shards, units, { kind: 'isolate', tenant: 't1', to: s }, { headroomFraction: 0 });
+    expect(to('b').problems).toEqual([expect.stringMatching(/cannot isolate t1 on b: it holds 1 other unit\(s\) \(t3\)/)]);
+    expect(to('c').problems).toEqual([expect.stringMatching(/cannot isolate t1 on c: its usable capacity 10 is below the tenant's load 40/)]);
+    expect(to('d').problems).toEqual([expect.stringMatching(/cannot isolate t1 on d: it is draining/)]);
+    expect(to('zz').problems).toEqual([expect.stringMatching(/not in the inventory/)]);
+    const ok = planMoves([...shards, shard('e', 100)], units, { kind: 'isolate', tenant: 't1', to: 'e' }, { headroomFraction: 0 });
+    expect(ok.problems).toEqual([]);
+    expect(ok.moves).toEqual([expect.objectContaining({ unit: 't1', to: 'e' })]);
+  });
 });
