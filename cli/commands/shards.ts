@@ -25,6 +25,7 @@ import { actorDefault } from './move';
 import { EXIT, exitCodeFor } from '../exit';
 import { examples } from '../help';
 import { configOf, printResult, withConnections } from '../run';
+import { parseDurationMs } from '../../lib/duration';
 
 export function register(program: Command) {
   const shards = program.command('shards').description('the shards: prepare them for moves, list them, open or close them');
@@ -60,9 +61,10 @@ export function register(program: Command) {
     .description('configured shards: reachability and fenced tenant tables')
     .option(
       '--json',
-      'as JSON: [{name, status, units, class, region, capacity, capacityBytes, reachable, schemaInstalled, tenantTables, fencedTables, unfenced, error?, directoryError?}]',
+      'as JSON: [{name, status, units, class, region, capacity, capacityBytes, reachable, schemaInstalled, tenantTables, fencedTables, unfenced, tenantBytes, tenantRows, writesPerSecond, slotRetainedBytes, error?, directoryError?}]',
     )
-    .action(async (o: { json?: boolean }) => {
+    .option('--rate-window <duration>', "how long to sample the tenant tables' write counters for writesPerSecond (0: skip)", '1s')
+    .action(async (o: { json?: boolean; rateWindow?: string }) => {
       const config = cfg();
       const rows = await withConnections(config, {}, async (pools) => {
         // The directory's view is optional here: an unreachable directory still lists the shards.
@@ -70,7 +72,8 @@ export function register(program: Command) {
           (l) => new Map(l.map((x) => [x.name, x])),
           (e: any) => e as Error,
         );
-        return Promise.all(config.shards.map((s) => describeShard(config, s.name, pools.shardPool(s.name), inventory)));
+        const window = o.rateWindow === undefined ? 1000 : parseDurationMs(o.rateWindow, '--rate-window');
+        return Promise.all(config.shards.map((s) => describeShard(config, s.name, pools.shardPool(s.name), inventory, window)));
       });
       printResult(
         o.json,
@@ -82,7 +85,7 @@ export function register(program: Command) {
               ? `UNREACHABLE  ${r.error}`
               : !r.schemaInstalled
                 ? 'reachable    not prepared (run `shardctl shards prepare`)'
-                : `reachable    ${r.fencedTables}/${r.tenantTables} tenant tables fenced` +
+                : `reachable    ${r.fencedTables}/${r.tenantTables} tenant tables fenced, ${volumeText(r)}` +
                   (r.unfenced.length ? `; NOT fenced: ${r.unfenced.join(', ')}` : '') +
                   (r.error ? `; ${r.error}` : '');
             const kind = r.class === 'dedicated' ? '  dedicated' : '';
@@ -184,6 +187,18 @@ export function register(program: Command) {
   );
 }
 
+function bytesText(n: number): string {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) ((n /= 1024), i++);
+  return `${i ? n.toFixed(1) : n} ${units[i]}`;
+}
+
+function volumeText(r: ShardRow): string {
+  const rate = r.writesPerSecond === null ? '' : `, ${r.writesPerSecond} writes/s`;
+  return `${bytesText(r.tenantBytes ?? 0)} in ~${r.tenantRows ?? 0} rows${rate}, slots retain ${bytesText(r.slotRetainedBytes ?? 0)}`;
+}
+
 interface AddOpts {
   dsnEnv: string;
   bucket: string;
@@ -216,11 +231,36 @@ interface ShardRow {
   tenantTables: number;
   fencedTables: number;
   unfenced: string[];
+  /** On-disk size of its tenant tables (with indexes and TOAST), bytes; null when unreachable. */
+  tenantBytes: number | null;
+  /** Rows of its tenant tables, from the statistics (n_live_tup: an estimate, never a scan). */
+  tenantRows: number | null;
+  /** Inserts, updates and deletes per second on its tenant tables over the sampling window. */
+  writesPerSecond: number | null;
+  /** WAL its replication slots hold back (every slot's, shardctl's or not), bytes. */
+  slotRetainedBytes: number | null;
   error?: string;
   directoryError?: string;
 }
 
-async function describeShard(config: Config, name: string, pool: Pool, inventory: Map<string, ShardInfo> | Error): Promise<ShardRow> {
+/** Tenant tables' bytes, rows and write counter, and the WAL every slot retains, in one statement. */
+async function shardVolume(pool: Pool, tables: string[]): Promise<{ bytes: number; rows: number; writes: number; retained: number }> {
+  const r = await pool.query(
+    `select coalesce(sum(pg_total_relation_size(c.oid)), 0)::text as bytes,
+            coalesce(sum(st.n_live_tup), 0)::text as rows,
+            coalesce(sum(st.n_tup_ins + st.n_tup_upd + st.n_tup_del), 0)::text as writes,
+            (select coalesce(sum(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)), 0)::text
+               from pg_replication_slots where restart_lsn is not null) as retained
+       from unnest($1::text[]) as t(name)
+       join pg_class c on c.oid = to_regclass(t.name)
+       left join pg_stat_user_tables st on st.relid = c.oid`,
+    [tables],
+  );
+  const x = r.rows[0];
+  return { bytes: Number(x.bytes), rows: Number(x.rows), writes: Number(x.writes), retained: Number(x.retained) };
+}
+
+async function describeShard(config: Config, name: string, pool: Pool, inventory: Map<string, ShardInfo> | Error, rateWindowMs: number): Promise<ShardRow> {
   const known = inventory instanceof Error ? undefined : inventory.get(name);
   const row: ShardRow = {
     name,
@@ -235,6 +275,10 @@ async function describeShard(config: Config, name: string, pool: Pool, inventory
     tenantTables: 0,
     fencedTables: 0,
     unfenced: [],
+    tenantBytes: null,
+    tenantRows: null,
+    writesPerSecond: null,
+    slotRetainedBytes: null,
   };
   if (inventory instanceof Error) row.directoryError = inventory.message;
   else if (!known) row.directoryError = 'not in the directory (run `shardctl directory migrate`)';
@@ -246,6 +290,15 @@ async function describeShard(config: Config, name: string, pool: Pool, inventory
     row.tenantTables = st.tenantTables.length;
     row.fencedTables = st.fenced.length;
     row.unfenced = st.unfenced;
+    // Two samples of the write counters, `rateWindowMs` apart (statistics lag by up to
+    // stats_fetch_consistency's snapshot; each sample is its own transaction).
+    const first = await shardVolume(pool, st.tenantTables);
+    if (rateWindowMs > 0) await new Promise((r) => setTimeout(r, rateWindowMs));
+    const second = rateWindowMs > 0 ? await shardVolume(pool, st.tenantTables) : first;
+    row.tenantBytes = second.bytes;
+    row.tenantRows = second.rows;
+    row.writesPerSecond = rateWindowMs > 0 ? Math.max(0, Math.round(((second.writes - first.writes) * 1000) / rateWindowMs)) : null;
+    row.slotRetainedBytes = second.retained;
   } catch (e: any) {
     row.error = e?.message ?? String(e);
   }

@@ -184,10 +184,14 @@ describe('--json shapes of the read verbs', () => {
         'reachable',
         'region',
         'schemaInstalled',
+        'slotRetainedBytes',
         'status',
+        'tenantBytes',
+        'tenantRows',
         'tenantTables',
         'unfenced',
         'units',
+        'writesPerSecond',
       ]);
       // The shared directory's shards stay open: tests that drain or close one use a fleet of their own.
       expect(row.status).toBe('open');

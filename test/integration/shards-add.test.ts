@@ -202,6 +202,9 @@ describe('shards add', () => {
       fencedTables: 1,
       tenantTables: 1,
       region: 'eu-test-1',
+      tenantBytes: expect.any(Number),
+      writesPerSecond: 0,
+      slotRetainedBytes: expect.any(Number), // the server's slots: other suites' moves off shard-c count too
     });
     const again = await cli(['shards', 'add', 'shard-x', '--dsn-env', ENV, '--bucket', `${bucket}-d`, '--json'], { [ENV]: dedicatedDb });
     expect(again.code).toBe(4);
@@ -229,6 +232,11 @@ describe('shards add', () => {
       } finally {
         await x.end();
       }
+      // shards list measures the shard's tenant tables: bytes now, rows from the statistics.
+      const listed = JSON.parse((await cli(['shards', 'list', '--rate-window', '0', '--json'], { [ENV]: newDsn })).stdout);
+      const sx = listed.find((s: { name: string }) => s.name === 'shard-x');
+      expect(sx.tenantBytes).toBeGreaterThan(0);
+      expect(sx.writesPerSecond).toBeNull();
       const src = await shardPool('shard-a').query(`select count(*)::int as n from ${schema}.items where tenant_id = $1`, [tenant]);
       expect(src.rows[0].n).toBe(0); // retired after the soak
       expect((await fleet.directory.query('select shard, epoch from shardctl.units where unit = $1', [tenant])).rows[0]).toEqual({
