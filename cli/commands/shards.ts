@@ -190,7 +190,10 @@ export function register(program: Command) {
 function bytesText(n: number): string {
   const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
   let i = 0;
-  while (n >= 1024 && i < units.length - 1) ((n /= 1024), i++);
+  while (n >= 1024 && i < units.length - 1) {
+    n /= 1024;
+    i++;
+  }
   return `${i ? n.toFixed(1) : n} ${units[i]}`;
 }
 
