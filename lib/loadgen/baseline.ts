@@ -15,6 +15,7 @@ import { manifestOf } from '../blobs/hash';
 import { listBlobs } from '../blobs/list';
 import { LOAD_TABLES, LogRecord } from './log';
 import { currentPlacements } from './route';
+import { STABLE_TEXT_SETTINGS_SQL } from '../copy/sql';
 
 export interface TableBaseline {
   table: string;
@@ -45,12 +46,24 @@ const qualified = (t: TenantTable) => `${t.schema}.${t.name}`;
 async function fingerprintExcept(pool: Pool, t: TenantTable, tenantColumn: string, tenant: string, exclude: string[]): Promise<{ rows: number; md5: string }> {
   const order = t.primaryKey.map((c) => `x.${quoteIdent(c)}::text collate "C"`).join(', ');
   const skip = exclude.length ? ` and not (x.id::text = any($2::text[]))` : '';
-  const r = await pool.query(
-    `select count(*)::bigint as n, coalesce(md5(string_agg((x.*)::text, E'\\n' order by ${order})), '') as h
-       from ${t.qualified} x where x.${quoteIdent(tenantColumn)} = $1${skip}`,
-    exclude.length ? [tenant, exclude] : [tenant],
-  );
-  return { rows: Number(r.rows[0].n), md5: r.rows[0].h };
+  // Row text depends on the session (DateStyle, TimeZone, extra_float_digits, ...): the baseline
+  // and the check may read two shards whose servers differ, so both pin the copy's settings.
+  const c = await pool.connect();
+  try {
+    await c.query(`begin transaction read only; ${STABLE_TEXT_SETTINGS_SQL}`);
+    const r = await c.query(
+      `select count(*)::bigint as n, coalesce(md5(string_agg((x.*)::text, E'\\n' order by ${order})), '') as h
+         from ${t.qualified} x where x.${quoteIdent(tenantColumn)} = $1${skip}`,
+      exclude.length ? [tenant, exclude] : [tenant],
+    );
+    await c.query('commit');
+    return { rows: Number(r.rows[0].n), md5: r.rows[0].h };
+  } catch (e) {
+    await c.query('rollback').catch(() => {});
+    throw e;
+  } finally {
+    c.release();
+  }
 }
 
 async function unitTables(config: Config, pool: Pool): Promise<TenantTable[]> {

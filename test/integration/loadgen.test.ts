@@ -9,7 +9,7 @@ import { promisify } from 'node:util';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import type { Pool, PoolClient } from 'pg';
+import { Pool as PgPool, type Pool, type PoolClient } from 'pg';
 import { DeleteObjectCommand, HeadObjectCommand } from '@aws-sdk/client-s3';
 import { testConfig, uniq, shardPool, directoryPool, closePools } from '../helpers/stack';
 import { ensureDirectory } from '../../lib/directory/ensure';
@@ -21,7 +21,7 @@ import { createDeps, Deps } from '../../activities/deps';
 import { seedTenant } from '../../lib/seed';
 import { runLoadgen, startLoadgen, verifyLog, readLog, foldLog, LogRecord, TenantRouter, snapshotUnit, addAcked } from '../../lib/loadgen';
 import { PutObjectCommand } from '@aws-sdk/client-s3';
-import { projectRoot } from '../../lib/config';
+import { projectRoot, shardByName } from '../../lib/config';
 
 const execFileP = promisify(execFile);
 const config = testConfig();
@@ -231,6 +231,26 @@ describe('loadgen and verify', () => {
         expect.stringMatching(/^public\.jobs: \d+ rows outside loadgen's keys on shard-c, the baseline had \d+$/),
       ]),
     );
+  });
+
+  it('a baseline read under other session settings (time zone, date style, float digits) still matches its rows', async () => {
+    // The baseline and the check may read two shards whose servers differ in their defaults
+    // (test/e2e/shard-settings.test.ts): the row text they hash must not depend on them.
+    const tenant = await newTenant('lg-skew', 'shard-c');
+    await seedTenant({ router, s3For: deps.s3For, config, tenant, rows: 60, blobs: 0 });
+    const skewed = new PgPool({
+      connectionString: shardByName(config, 'shard-c').dsn,
+      max: 2,
+      options: '-c timezone=Pacific/Chatham -c datestyle=SQL,DMY -c extra_float_digits=0 -c intervalstyle=sql_standard',
+    });
+    try {
+      const baseline = await snapshotUnit({ config, tenant, directory: dir, shardPool: () => skewed, s3For: deps.s3For });
+      expect(baseline.tables.reduce((n, t) => n + t.rows, 0)).toBe(60);
+      const same = await snapshotUnit({ config, tenant, directory: dir, shardPool: pool, s3For: deps.s3For });
+      expect(same.tables).toEqual(baseline.tables);
+    } finally {
+      await skewed.end();
+    }
   });
 
   it('reports a lost acked row, a changed value, a nulled body, a refused insert that appears, a resurrected row and a missing blob, each by key', async () => {
