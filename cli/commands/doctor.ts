@@ -10,6 +10,7 @@ import { configOf } from '../run';
 import { createConnections } from '../../lib/connections';
 import { temporalClient } from '../../lib/temporal-client';
 import { gatherFacts } from '../../lib/doctor/facts';
+import { parseDurationMs } from '../../lib/duration';
 import { judge, type Finding } from '../../lib/doctor/findings';
 import { applyFix } from '../../lib/doctor/fix';
 import { FENCE_LOCK_CLASS } from '../../lib/shard/schema';
@@ -39,10 +40,11 @@ export function register(program: Command) {
   const doctor = program
     .command('doctor')
     .description(
-      "find what needs an operator: orphaned slots, frozen units, disagreeing fences, unreachable or unprepared shards, blocked moves, stale headroom reservations, blobs written behind shardctl's back",
+      "find what needs an operator: orphaned slots, frozen units, disagreeing fences, unreachable or unprepared shards, blocked moves or moves stuck in one phase, stale headroom reservations, blobs written behind shardctl's back, search attributes the namespace lacks",
     )
     .option('--json', 'print {ok, findings: [{id, kind, severity, message, fix, autoFix, shard?, unit?, object?, retainedBytes?}], checked}')
     .option('--wal-threshold <size>', 'report slots retaining more WAL than this (default limits.slotRetentionWarnBytes)')
+    .option('--phase-threshold <duration>', 'report a move in one phase longer than this, or this long past its soak end', '6h')
     .option(
       '--fix <finding>',
       'apply the fix of this finding id (repeatable); only orphaned slots and publications, frozen units without a move and stale reservations',
@@ -50,9 +52,10 @@ export function register(program: Command) {
       [] as string[],
     )
     .option('--actor <name>', 'operator identity for the audit log of a fix')
-    .action(async (o: { json?: boolean; walThreshold?: string; fix: string[]; actor?: string }) => {
+    .action(async (o: { json?: boolean; walThreshold?: string; phaseThreshold: string; fix: string[]; actor?: string }) => {
       const config = configOf(program)();
       const walThresholdBytes = o.walThreshold ? parseBytes(o.walThreshold) : config.limits.slotRetentionWarnBytes;
+      const phaseThresholdMs = parseDurationMs(o.phaseThreshold, '--phase-threshold');
       const fixing = o.fix.length > 0;
       // A plain run only reads: its sessions refuse writes.
       const conns = createConnections(config, {
@@ -71,7 +74,7 @@ export function register(program: Command) {
       }
       try {
         const run = async () =>
-          judge(await gatherFacts({ config, conns, temporal: t ? { client: t.client } : { error: temporalError }, walThresholdBytes }), {
+          judge(await gatherFacts({ config, conns, temporal: t ? { client: t.client } : { error: temporalError }, walThresholdBytes, phaseThresholdMs }), {
             fenceLockClass: FENCE_LOCK_CLASS,
           });
         let findings = await run();
@@ -92,6 +95,7 @@ export function register(program: Command) {
         const checked = {
           shards: config.shards.map((s) => s.name),
           walThresholdBytes,
+          phaseThresholdMs,
         };
         if (o.json) console.log(JSON.stringify({ ok: findings.length === 0, findings, checked }, null, 2));
         else if (findings.length === 0) console.log(`doctor: nothing needs attention (${config.shards.length} shards, the directory and Temporal checked)`);

@@ -61,15 +61,21 @@ export async function shardFacts(pool: Pool, config: Config, shard: string): Pro
   }
 }
 
-/** The move's id from its status query, or null when no worker answers within `timeoutMs`. */
-async function queryMoveId(client: Client, workflowId: string, timeoutMs: number): Promise<string | null> {
+/** The move's id, its phase's start and its soak's end from its status query; nulls when no worker answers within `timeoutMs`. */
+async function queryMoveStatus(client: Client, workflowId: string, timeoutMs: number): Promise<Pick<RunningMove, 'moveId' | 'phaseSince' | 'soakEndsAt'>> {
   try {
     // A deadline on the call itself: an abandoned query would keep the process alive until the server gives up.
     const s = await client.connection.withDeadline(Date.now() + timeoutMs, () => client.workflow.getHandle(workflowId).query(M.statusQuery));
-    return s?.moveId || null;
+    return { moveId: s?.moveId || null, phaseSince: (s?.phase && s.phaseTimes?.[s.phase]) || null, soakEndsAt: s?.soakEndsAt ?? null };
   } catch {
-    return null;
+    return { moveId: null, phaseSince: null, soakEndsAt: null };
   }
+}
+
+/** The custom search attributes the namespace has (names), or the error that kept doctor from asking. */
+export async function registeredSearchAttributes(client: Client, namespace: string): Promise<string[]> {
+  const r = await client.connection.withDeadline(Date.now() + 5000, () => client.connection.operatorService.listSearchAttributes({ namespace }));
+  return Object.keys(r.customAttributes ?? {}).sort();
 }
 
 export async function runningMoves(client: Client, opts: { queryTimeoutMs?: number } = {}): Promise<RunningMove[]> {
@@ -82,9 +88,11 @@ export async function runningMoves(client: Client, opts: { queryTimeoutMs?: numb
       moveId: null,
       phase: a.get(SA.phase) ?? null,
       blockedReason: a.get(SA.blockedReason) ?? null,
+      phaseSince: null,
+      soakEndsAt: null,
     });
   }
-  await Promise.all(out.map(async (m) => (m.moveId = await queryMoveId(client, m.workflowId, opts.queryTimeoutMs ?? 3000))));
+  await Promise.all(out.map(async (m) => Object.assign(m, await queryMoveStatus(client, m.workflowId, opts.queryTimeoutMs ?? 3000))));
   return out;
 }
 
@@ -114,6 +122,8 @@ export interface FactSources {
   /** null when Temporal could not be reached (with why). */
   temporal: { client: Client } | { error: string };
   walThresholdBytes: number;
+  /** A move in one phase longer than this is reported (soak: this long past its end). */
+  phaseThresholdMs: number;
 }
 
 export async function gatherFacts(src: FactSources): Promise<Facts> {
@@ -158,9 +168,22 @@ export async function gatherFacts(src: FactSources): Promise<Facts> {
   else {
     try {
       temporal = { reachable: true, running: await runningMoves(src.temporal.client) };
+      try {
+        temporal.searchAttributes = await registeredSearchAttributes(src.temporal.client, config.temporal.namespace);
+      } catch (e) {
+        temporal.searchAttributesError = short(e);
+      }
     } catch (e) {
       temporal = { reachable: false, error: short(e), running: [] };
     }
   }
-  return { directory, temporal, shards, walThresholdBytes: src.walThresholdBytes };
+  return {
+    directory,
+    temporal,
+    shards,
+    walThresholdBytes: src.walThresholdBytes,
+    phaseThresholdMs: src.phaseThresholdMs,
+    now: new Date().toISOString(),
+    namespace: config.temporal.namespace,
+  };
 }

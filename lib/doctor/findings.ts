@@ -4,6 +4,7 @@
 // running move whose id is unknown (its status could not be queried) protects every name its unit
 // could produce, and without Temporal nothing is called an orphan at all.
 import { replicationNames, replicationNamePattern } from '../ids';
+import { SEARCH_ATTRIBUTES } from '../dev/topology';
 
 export interface SlotFact {
   name: string;
@@ -69,6 +70,9 @@ export interface RunningMove {
   moveId: string | null;
   phase: string | null;
   blockedReason: string | null;
+  /** When the move entered its phase (status query; null when unknown). */
+  phaseSince: string | null;
+  soakEndsAt: string | null;
 }
 export interface Facts {
   directory: {
@@ -79,9 +83,21 @@ export interface Facts {
     /** Headroom reservations not yet released (lib/directory/reservations.ts). */
     reservations: ReservationFact[];
   };
-  temporal: { reachable: boolean; error?: string; running: RunningMove[] };
+  temporal: {
+    reachable: boolean;
+    error?: string;
+    running: RunningMove[];
+    /** The namespace's custom search attributes (absent: not asked or not answered, see searchAttributesError). */
+    searchAttributes?: string[];
+    searchAttributesError?: string;
+  };
   shards: ShardFacts[];
   walThresholdBytes: number;
+  /** A move in one phase (but soak) longer than this, or this long past its soak's end, is reported. */
+  phaseThresholdMs?: number;
+  /** When the facts were gathered (ISO); phase ages are measured to it. */
+  now?: string;
+  namespace?: string;
 }
 
 export const FINDING_KINDS = [
@@ -98,6 +114,8 @@ export const FINDING_KINDS = [
   'stale-reservation',
   'foreign-blobs',
   'bucket-unreachable',
+  'search-attributes-missing',
+  'move-phase-too-long',
 ] as const;
 export type FindingKind = (typeof FINDING_KINDS)[number];
 
@@ -158,6 +176,63 @@ const q = (s: string) => `'${s.replace(/'/g, "''")}'`;
 /** A fence change as a statement an operator can run with psql: under the unit's fence lock, so in-flight writers finish first. */
 export function fenceStatement(host: string, lockClass: number, unit: string, set: string, where: string): string {
   return `psql "postgres://<role>@${host}" -c "begin; select pg_advisory_xact_lock(${lockClass}, hashtext(${q(unit)})); update shardctl.fence set ${set} where unit = ${q(unit)}${where ? ` and ${where}` : ''}; commit;"`;
+}
+
+/** The search attributes shardctl sets on every move (the ones `dev up` registers), with their types. */
+export const REQUIRED_SEARCH_ATTRIBUTES = SEARCH_ATTRIBUTES;
+
+const ago = (ms: number) =>
+  ms >= 3_600_000 ? `${(ms / 3_600_000).toFixed(1)} h` : ms >= 60_000 ? `${Math.round(ms / 60_000)} min` : `${Math.round(ms / 1000)} s`;
+
+/** Search attributes the namespace lacks, and moves stuck in one phase past the threshold. */
+function judgeTemporal(facts: Facts): Finding[] {
+  const out: Finding[] = [];
+  const t = facts.temporal;
+  if (t.reachable && t.searchAttributes) {
+    const missing = Object.keys(REQUIRED_SEARCH_ATTRIBUTES).filter((n) => !t.searchAttributes!.includes(n));
+    if (missing.length) {
+      const ns = facts.namespace ?? 'default';
+      out.push({
+        id: 'search-attributes-missing',
+        kind: 'search-attributes-missing',
+        severity: 'critical',
+        message: `namespace ${ns} lacks the search attribute(s) ${missing.join(', ')}: \`move start\` is refused and the Web UI cannot filter moves`,
+        fix: missing.map((n) => `temporal operator search-attribute create --namespace ${ns} --name ${n} --type ${REQUIRED_SEARCH_ATTRIBUTES[n]}`).join(' && '),
+        autoFix: false,
+      });
+    }
+  }
+  const threshold = facts.phaseThresholdMs;
+  const now = facts.now ? Date.parse(facts.now) : NaN;
+  if (threshold === undefined || Number.isNaN(now)) return out;
+  for (const m of t.running) {
+    if (m.phase === 'soak') {
+      const end = m.soakEndsAt ? Date.parse(m.soakEndsAt) : NaN;
+      if (!Number.isNaN(end) && now - end > threshold)
+        out.push({
+          id: `move-phase-too-long:${m.unit}`,
+          kind: 'move-phase-too-long',
+          severity: 'warning',
+          unit: m.unit,
+          message: `the move of ${m.unit} is still in soak ${ago(now - end)} after its soak ended (${m.soakEndsAt}): retire has not run`,
+          fix: `shardctl move status ${m.unit}  (a worker must be polling; the retire's reason is in its status)`,
+          autoFix: false,
+        });
+      continue;
+    }
+    const since = m.phaseSince ? Date.parse(m.phaseSince) : NaN;
+    if (Number.isNaN(since) || now - since <= threshold) continue;
+    out.push({
+      id: `move-phase-too-long:${m.unit}`,
+      kind: 'move-phase-too-long',
+      severity: 'warning',
+      unit: m.unit,
+      message: `the move of ${m.unit} has been in phase ${m.phase} for ${ago(now - since)} (since ${m.phaseSince}), over the ${ago(threshold)} threshold${m.blockedReason ? `; blocked: ${m.blockedReason}` : ''}`,
+      fix: `shardctl move status ${m.unit}  (its progress and lag say whether it is slow or stuck; pause, throttle or cancel it)`,
+      autoFix: false,
+    });
+  }
+  return out;
 }
 
 export function judge(facts: Facts, opts: { fenceLockClass: number }): Finding[] {
@@ -394,6 +469,7 @@ export function judge(facts: Facts, opts: { fenceLockClass: number }): Finding[]
       autoFix: false,
     });
   }
+  out.push(...judgeTemporal(facts));
   return out;
 }
 

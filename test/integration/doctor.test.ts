@@ -2,6 +2,7 @@
 // and publication, a live move's slot holding WAL, a unit frozen with no move, fences that
 // disagree with the directory, an unreachable shard, an unfenced table, Temporal down), and
 // doctor reports it with its fix; `--fix` repairs only the safe ones and never a live move's slot.
+import Long from 'long';
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { runCli, closedPort, configFile } from '../helpers/cli';
 import { testConfig, shardPool, directoryPool, uniq, closePools } from '../helpers/stack';
@@ -106,6 +107,14 @@ describe('shardctl doctor', () => {
 
       const d = await doctor('--wal-threshold', '100KiB');
       expect(ids(d.findings)).not.toContain(`orphaned-slot:shard-a:${slot}`);
+      // Waiting for approval is a phase like any other: past the threshold, it is reported (default 6 h: not yet).
+      expect(ids(d.findings)).not.toContain(`move-phase-too-long:${tenant}`);
+      const stuck = await doctor('--phase-threshold', '1ms');
+      expect(stuck.findings.find((x) => x.id === `move-phase-too-long:${tenant}`)).toMatchObject({
+        kind: 'move-phase-too-long',
+        message: expect.stringMatching(new RegExp(`the move of ${tenant} has been in phase \\w+ for \\d+ s`)),
+        fix: expect.stringContaining(`shardctl move status ${tenant}`),
+      });
       expect(d.findings.find((x) => x.id === `slot-retention:shard-a:${slot}`)).toMatchObject({
         unit: tenant,
         autoFix: false,
@@ -136,6 +145,32 @@ describe('shardctl doctor', () => {
       await env.t.client.workflow.getHandle(moveWorkflowId(tenant)).executeUpdate('cancel', { args: [{ actor: 'doctor-test' }] });
       await H.waitPhase(env.t.client.workflow.getHandle(moveWorkflowId(tenant)), 'cancelled', 120_000);
       expect(await slotExists('shard-a', slot)).toBe(false);
+    }
+  });
+
+  it('reports the search attributes a namespace lacks, with the commands that create them', { timeout: 120_000 }, async () => {
+    // A namespace of its own, registered without shardctl's search attributes.
+    const ns = uniq('doctor-ns');
+    await env.t.client.connection.workflowService.registerNamespace({ namespace: ns, workflowExecutionRetentionPeriod: { seconds: Long.fromNumber(86_400) } });
+    const cfg = configFile({ ...testConfig(), temporal: { ...testConfig().temporal, namespace: ns } });
+    try {
+      let d = await doctor('--config', cfg.file);
+      // A new namespace takes a moment to be served everywhere: asked again until it is.
+      for (let i = 0; i < 20 && !d.findings.some((x) => x.kind === 'search-attributes-missing'); i++) {
+        await new Promise((r) => setTimeout(r, 1000));
+        d = await doctor('--config', cfg.file);
+      }
+      const f = d.findings.find((x) => x.kind === 'search-attributes-missing');
+      expect(f, d.stdout + d.stderr).toMatchObject({
+        severity: 'critical',
+        message: expect.stringContaining(`namespace ${ns} lacks the search attribute(s) ShardctlUnit`),
+      });
+      expect(f!.fix).toContain(`temporal operator search-attribute create --namespace ${ns} --name ShardctlBlockedReason --type Keyword`);
+      expect(d.code).not.toBe(0);
+      // The stack's own namespace has them all.
+      expect((await doctor()).findings.map((x) => x.kind)).not.toContain('search-attributes-missing');
+    } finally {
+      cfg.remove();
     }
   });
 
