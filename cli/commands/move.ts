@@ -44,6 +44,12 @@ export async function moveStatus(config: Config, tenant: string): Promise<M.Move
  * holds (or throws); returns that status. The renderer is stopped however it ends.
  */
 async function followMove(config: Config, tenant: string, renderer: ProgressRenderer | undefined, done: (s: M.MoveStatus) => boolean): Promise<M.MoveStatus> {
+  // Ctrl-C: give the terminal back (cursor, line wrapping) before leaving, as a shell expects (130).
+  const onInt = () => {
+    renderer?.stop();
+    process.exit(130);
+  };
+  process.once('SIGINT', onInt);
   try {
     for (;;) {
       const s = await moveStatus(config, tenant);
@@ -52,6 +58,7 @@ async function followMove(config: Config, tenant: string, renderer: ProgressRend
       await new Promise((r) => setTimeout(r, 500));
     }
   } finally {
+    process.removeListener('SIGINT', onInt);
     renderer?.stop();
   }
 }
@@ -260,20 +267,8 @@ export function register(program: Command) {
       "follow a move's progress until it ends (done, cancelled, rolled back or failed) or Ctrl-C: per-table bars with rate and ETA, lag, the phase timeline and the cutover pause on a terminal; plain lines when piped. Exit 0 when the move ends, whatever its end (`move wait` is the one with exit codes for scripts)",
     )
     .action(async (tenant) => {
-      const config = cfg();
-      const renderer = progressRenderer(process.stdout, tenant);
-      // Ctrl-C: give the terminal back (cursor, line wrapping) before leaving, as a shell expects (130).
-      const onInt = () => {
-        renderer.stop();
-        process.exit(130);
-      };
-      process.once('SIGINT', onInt);
-      try {
-        const s = await followMove(config, tenant, renderer, (x) => isTerminal(x.phase));
-        console.log(`${tenant}: move ${s.moveId} ended ${s.phase}${s.lastError ? `: ${s.lastError}` : ''}`);
-      } finally {
-        process.removeListener('SIGINT', onInt);
-      }
+      const s = await followMove(cfg(), tenant, progressRenderer(process.stdout, tenant), (x) => isTerminal(x.phase));
+      console.log(`${tenant}: move ${s.moveId} ended ${s.phase}${s.lastError ? `: ${s.lastError}` : ''}`);
     });
   examples(watch, 'move watch acme', 'move watch acme | tee move-acme.log   # plain lines when piped');
 

@@ -3,11 +3,14 @@
 // its operator), `move watch` piped (plain lines to the end of the move) and on a pseudo-terminal
 // (bars), and `audit` reading the move's entries back.
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
+import { spawn } from 'node:child_process';
+import path from 'node:path';
 import { runCli, runCliOnTty } from '../helpers/cli';
 import { closePools } from '../helpers/stack';
 import * as H from '../helpers/move';
 import { scheduledActivityInputs } from '../helpers/backlog';
 
+const ROOT = path.resolve(__dirname, '../..');
 let env: Awaited<ReturnType<typeof H.moveEnv>>;
 let cli: (...args: string[]) => ReturnType<typeof runCli>;
 
@@ -24,6 +27,30 @@ afterAll(async () => {
 async function acceptedThrottles(h: ReturnType<typeof env.t.client.workflow.getHandle>): Promise<number> {
   const history = await h.fetchHistory();
   return (history.events ?? []).filter((e) => e.workflowExecutionUpdateAcceptedEventAttributes?.acceptedRequest?.input?.name === 'throttle').length;
+}
+
+/** `move watch` piped, sent SIGINT once it has printed a status line: its exit code and output. */
+function watchUntilInterrupted(tenant: string): Promise<{ code: number | null; out: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [path.join(ROOT, 'cli/shardctl.js'), 'move', 'watch', tenant], {
+      cwd: ROOT,
+      env: { ...process.env, SHARDCTL_TASK_QUEUE: env.tq },
+    });
+    let out = '';
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`watch printed no status line within 60 s:\n${out}`));
+    }, 60_000);
+    child.stdout.on('data', (d) => {
+      out += String(d);
+      if (/ rows /.test(out) && !child.killed) child.kill('SIGINT');
+    });
+    child.stderr.on('data', (d) => (out += String(d)));
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, out });
+    });
+  });
 }
 
 describe('shardctl move throttle, move watch and audit on a real move', () => {
@@ -47,6 +74,12 @@ describe('shardctl move throttle, move watch and audit on a real move', () => {
       });
       expect(await acceptedThrottles(h)).toBe(0);
 
+      // Ctrl-C ends a watch of a running move at once, exit 130, the move untouched.
+      const interrupted = await watchUntilInterrupted(tenant);
+      expect(interrupted.code, interrupted.out).toBe(130);
+      expect(interrupted.out).toMatch(/: copy \d+\/\d+ rows/);
+      expect((await h.describe()).status.name).toBe('RUNNING');
+
       const throttled = await cli('move', 'throttle', tenant, '--rows-per-second', '0', '--actor', 'sre-throttle', '--reason', 'OPS-7 off-peak');
       expect(throttled.code, throttled.stderr).toBe(0);
       expect(throttled.stdout.trim()).toBe(`${tenant}: throttle 0 rows/s`);
@@ -69,11 +102,11 @@ describe('shardctl move throttle, move watch and audit on a real move', () => {
         'no terminal control codes when piped',
       ).toBe(true);
       const phases = lines.map((l) => / phase (\S+)/.exec(l)?.[1]).filter(Boolean);
-      // Polled every 500 ms, so a short phase (switch) may pass unseen; those seen come in order.
+      // Polled every 500 ms (each poll a new Temporal connection), so short phases (switch, a 1 s soak)
+      // may pass unseen; those seen come in order.
       const order = ['plan', 'copy', 'catchup', 'validate', 'fence', 'switch', 'soak', 'retire', 'done'];
       expect(phases.map((p) => order.indexOf(p!))).toEqual([...phases.map((p) => order.indexOf(p!))].sort((a, b) => a - b));
       expect(phases).toContain('copy');
-      expect(phases).toContain('soak');
       expect(phases[phases.length - 1]).toBe('done');
       for (const t of done.tables)
         expect(
