@@ -52,6 +52,7 @@ Exit codes:
   5  a server unreachable (directory, Temporal, a shard)
   6  a wait timed out
   7  the move ended failed or cancelled
+  130  interrupted (Ctrl-C) during \`move wait\` or \`move watch\`
 With --json, an error is one JSON line on stderr: {"error":{"code","exitCode","message"}}.`;
 
 export interface Failure {

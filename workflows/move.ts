@@ -19,7 +19,7 @@ import {
 import type { RetryPolicy } from '@temporalio/common';
 import type { Activities } from '../activities';
 import * as M from './messages';
-import { Phase, refuseVerb, pastPointOfNoReturn, sameApproverRefusal } from './phases';
+import { Phase, refuseVerb, pastPointOfNoReturn, sameApproverRefusal, isTerminal } from './phases';
 import { MoveState } from './move-state';
 import { PERMANENT_ERROR_TYPES, isPermanentErrorType } from '../lib/errors';
 import { copyEtaSeconds, copyProgress } from '../lib/move-progress';
@@ -150,10 +150,14 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
     M.throttleUpdate,
     (op) => {
       rowsPerSecond = op.rowsPerSecond;
+      // patched: a throttle accepted before throttles were audited replays without its audit entry.
+      if (patched('throttle-audited')) void record('throttle', op.actor, op.reason, { rowsPerSecond: op.rowsPerSecond });
       return `throttle ${op.rowsPerSecond} rows/s`;
     },
     {
       validator: (op) => {
+        if (!op || typeof op.actor !== 'string' || !op.actor.trim()) throw new Error('an operator identity (actor) is required');
+        if (isTerminal(st.phase)) throw new Error(`the move is ${st.phase}; nothing to throttle`);
         if (!Number.isInteger(op.rowsPerSecond) || op.rowsPerSecond < 0) throw new Error('rowsPerSecond must be a non-negative integer (0 = unlimited)');
       },
     },

@@ -1,4 +1,4 @@
-// `shardctl move start|status|wait|list|cancel|approve|rollback|retire|pause|resume|extend-soak`.
+// `shardctl move start|plan|status|wait|watch|list|cancel|approve|rollback|retire|pause|resume|throttle|extend-soak`.
 // Bad input is refused with a one-line reason before anything is sent. Failures are typed
 // (lib/errors.ts) and cli/exit.ts turns each into its exit code.
 import { Command } from 'commander';
@@ -14,7 +14,8 @@ import { invalidInput, ShardctlError } from '../../lib/errors';
 import * as M from '../../workflows/messages';
 import { isPhase, isTerminal, phaseReached, PHASES, sameApproverRefusal } from '../../workflows/phases';
 import { SA } from '../../workflows/search-attributes';
-import { copyProgress, formatCopyProgress, formatTableProgress, withCopyProgress } from '../../lib/move-progress';
+import { formatTableProgress, withCopyProgress } from '../../lib/move-progress';
+import { progressRenderer, type ProgressRenderer } from '../progress';
 import { requireCurrentDirectorySchema } from '../../lib/directory/schema';
 import { exitCodeFor } from '../exit';
 import { examples } from '../help';
@@ -38,6 +39,30 @@ export async function moveStatus(config: Config, tenant: string): Promise<M.Move
   });
 }
 
+/**
+ * Polls the move's status every 500 ms, showing each sample on `renderer`, until `done(status)`
+ * holds (or throws); returns that status. The renderer is stopped however it ends.
+ */
+async function followMove(config: Config, tenant: string, renderer: ProgressRenderer | undefined, done: (s: M.MoveStatus) => boolean): Promise<M.MoveStatus> {
+  // Ctrl-C: give the terminal back (cursor, line wrapping) before leaving, as a shell expects (130).
+  const onInt = () => {
+    renderer?.stop();
+    process.exit(130);
+  };
+  process.once('SIGINT', onInt);
+  try {
+    for (;;) {
+      const s = await moveStatus(config, tenant);
+      renderer?.update(s);
+      if (done(s)) return s;
+      await new Promise((r) => setTimeout(r, 500));
+    }
+  } finally {
+    process.removeListener('SIGINT', onInt);
+    renderer?.stop();
+  }
+}
+
 /** What deleting the unit's copy on `shard` would remove, read with read-only sessions. */
 async function deletionLines(config: Config, shard: string, tenant: string): Promise<string[]> {
   return formatDeletionPreview(await withConnections(config, { readOnly: true }, (conns) => previewUnitDeletion(config, conns, shard, tenant)));
@@ -48,6 +73,15 @@ async function currentShard(config: Config, tenant: string): Promise<string> {
   const p = await withConnections(config, { readOnly: true, requireCurrentSchema: true }, (conns) => getTenant(conns.directoryPool(), tenant));
   if (!p) throw new ShardctlError('NotFound', `no tenant ${tenant}`);
   return p.shard;
+}
+
+/** `--rows-per-second`: a non-negative integer (0 = unlimited); anything else is bad usage, sent nowhere. */
+export function parseRowsPerSecond(v: unknown): number {
+  const text = String(v ?? '').trim();
+  const n = Number(text);
+  if (!/^\d{1,15}$/.test(text) || !Number.isSafeInteger(n))
+    throw invalidInput(`--rows-per-second must be a non-negative integer (0 = unlimited), got ${JSON.stringify(String(v ?? '').slice(0, 40))}`);
+  return n;
 }
 
 function printPlan(tenant: string, to: string, p: PlanResult) {
@@ -201,41 +235,42 @@ export function register(program: Command) {
 
   const wait = move
     .command('wait <tenant>')
-    .description(`wait until the move reaches a phase (or passes it); progress lines on stderr. Exit 6 on timeout, 7 if it ends failed or cancelled`)
+    .description(
+      `wait until the move reaches a phase (or passes it), drawing its progress on stderr (bars on a terminal, lines when piped). Exit 6 on timeout, 7 if it ends failed or cancelled`,
+    )
     .requiredOption('--phase <phase>', `phase to wait for: ${PHASES.join(' | ')}`)
     .option('--timeout <duration>', 'give up after', '10m')
-    .option('--json', 'print the final status (as `move status --json`) on stdout, and no progress lines')
+    .option('--json', 'print the final status (as `move status --json`) on stdout, and no progress')
     .action(async (tenant, o) => {
       if (!isPhase(o.phase)) throw invalidInput(`unknown phase ${JSON.stringify(o.phase)}`);
       const deadline = Date.now() + parseDurationMs(o.timeout, '--timeout');
       const config = cfg();
-      let last = '';
-      for (;;) {
-        const s = await moveStatus(config, tenant);
-        // One line whenever something an operator cares about changed: live progress.
-        const line =
-          `${s.phase}${s.paused ? ' (paused)' : ''} ${formatCopyProgress(copyProgress(s.tables))} blobs ${s.blobs.copied}/${s.blobs.total} lag ${s.lagSeconds}s` +
-          `${s.cutoverPauseMs !== null ? ` pause ${s.cutoverPauseMs}ms` : ''}${s.blockedReason ? ` blocked: ${s.blockedReason}` : ''}`;
-        // With --json, stderr carries only the error (one JSON line) if there is one.
-        if (line !== last && !o.json) {
-          process.stderr.write(`${new Date().toISOString().slice(11, 23)} ${tenant}: ${line}\n`);
-          last = line;
-        }
-        if (phaseReached(s.phase, o.phase)) {
-          if (o.json) console.log(JSON.stringify(withCopyProgress(s), null, 2));
-          return;
-        }
-        if (isTerminal(s.phase))
-          throw new ShardctlError('MoveFailed', `move ended in ${s.phase} before reaching ${o.phase}${s.lastError ? `: ${s.lastError}` : ''}`);
+      // With --json, stderr carries only the error (one JSON line) if there is one.
+      const s = await followMove(config, tenant, o.json ? undefined : progressRenderer(process.stderr, tenant), (x) => {
+        if (phaseReached(x.phase, o.phase)) return true;
+        if (isTerminal(x.phase))
+          throw new ShardctlError('MoveFailed', `move ended in ${x.phase} before reaching ${o.phase}${x.lastError ? `: ${x.lastError}` : ''}`);
         if (Date.now() > deadline)
           throw new ShardctlError(
             'TimedOut',
-            `timed out waiting for ${o.phase}; move is in ${s.phase}${s.blockedReason ? ` (blocked: ${s.blockedReason})` : ''}`,
+            `timed out waiting for ${o.phase}; move is in ${x.phase}${x.blockedReason ? ` (blocked: ${x.blockedReason})` : ''}`,
           );
-        await new Promise((r) => setTimeout(r, 500));
-      }
+        return false;
+      });
+      if (o.json) console.log(JSON.stringify(withCopyProgress(s), null, 2));
     });
   examples(wait, 'move wait acme --phase soak --timeout 30m', 'move wait acme --phase done --json > final-status.json');
+
+  const watch = move
+    .command('watch <tenant>')
+    .description(
+      "follow a move's progress until it ends (done, cancelled, rolled back or failed) or Ctrl-C: per-table bars with rate and ETA, lag, the phase timeline and the cutover pause on a terminal; plain lines when piped. Exit 0 when the move ends, whatever its end (`move wait` is the one with exit codes for scripts)",
+    )
+    .action(async (tenant) => {
+      const s = await followMove(cfg(), tenant, progressRenderer(process.stdout, tenant), (x) => isTerminal(x.phase));
+      console.log(`${tenant}: move ${s.moveId} ended ${s.phase}${s.lastError ? `: ${s.lastError}` : ''}`);
+    });
+  examples(watch, 'move watch acme', 'move watch acme | tee move-acme.log   # plain lines when piped');
 
   const list = move
     .command('list')
@@ -324,6 +359,11 @@ export function register(program: Command) {
   );
   verb('pause', M.pauseUpdate, 'pause copy / catch-up');
   verb('resume', M.resumeUpdate, 'resume (or re-validate after a mismatch)');
+  verb('throttle', M.throttleUpdate, "limit the rows per second of a running move's copy and catch-up (0 = unlimited); audited", {
+    options: (c) => c.requiredOption('--rows-per-second <n>', 'a non-negative integer; 0 removes the limit'),
+    payload: (o) => ({ rowsPerSecond: parseRowsPerSecond(o.rowsPerSecond) }),
+    example: ' --rows-per-second 500',
+  });
   verb('extend-soak', M.extendSoakUpdate, 'keep the way back longer', {
     options: (c) => c.requiredOption('--by <duration>', 'extra soak time'),
     payload: (o) => ({ seconds: Math.round(parseDurationMs(o.by, '--by') / 1000) }),

@@ -242,6 +242,8 @@ describe('read verbs on a directory that is not migrated', () => {
       ['tenant', 'list', '--json'],
       ['tenant', 'show', tenant],
       ['move', 'plan', '--tenant', tenant, '--to', 'shard-b'],
+      ['audit'],
+      ['audit', '--tenant', tenant, '--json'],
     ];
     try {
       const expectRefusedUnchanged = async (state: RegExp) => {
