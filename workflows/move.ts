@@ -102,6 +102,8 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
     (op) => {
       carried.approved = true;
       st.operators.approvedBy = op.actor;
+      // patched: an approval or soak extension accepted before they were audited replays without its entry.
+      if (patched('approve-extend-audited')) void record('approve', op.actor, op.reason);
       return 'approved';
     },
     {
@@ -137,6 +139,7 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
     (op) => {
       carried.soakEndsAtMs = (carried.soakEndsAtMs ?? Date.now()) + op.seconds * 1000;
       st.soakEndsAt = new Date(carried.soakEndsAtMs).toISOString();
+      if (patched('approve-extend-audited')) void record('extend-soak', op.actor, op.reason, { seconds: op.seconds, soakEndsAt: st.soakEndsAt });
       return `soak ends at ${st.soakEndsAt}`;
     },
     {

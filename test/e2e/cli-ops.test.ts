@@ -142,4 +142,31 @@ describe('shardctl move throttle, move watch and audit on a real move', () => {
       expect(tty.stdout).toContain(`${tenant}: move ${done.moveId} ended done`);
     },
   );
+
+  it('move approve and move extend-soak are audited with their operators and reasons', { timeout: 240_000 }, async () => {
+    const tenant = await H.newTenant('shard-a', 'opsap');
+    await H.seed(tenant, 30, 0);
+    const h = await H.startMove(env.t.client, env.tq, H.moveInput(tenant, 'shard-b', { approveCutover: 'manual', soakSeconds: 3600 }));
+    await H.waitFor(h, (s) => s.awaitingApproval, 120_000);
+    const approved = await cli('move', 'approve', tenant, '--actor', 'sre-approver', '--reason', 'CHG-42 window');
+    expect(approved.code, approved.stderr).toBe(0);
+    await H.waitPhase(h, 'soak', 120_000);
+    const extended = await cli('move', 'extend-soak', tenant, '--by', '2h', '--actor', 'sre-soak', '--reason', 'watching p99');
+    expect(extended.code, extended.stderr).toBe(0);
+    const retired = await cli('move', 'retire', tenant, '--yes', '--actor', 'sre-retire');
+    expect(retired.code, retired.stderr).toBe(0);
+    const done = await H.waitPhase(h, 'done', 120_000);
+    const audit = await cli('audit', '--tenant', tenant, '--json');
+    expect(audit.code, audit.stderr).toBe(0);
+    const entries = JSON.parse(audit.stdout).entries as { action: string; actor: string; reason: string | null; detail: any }[];
+    expect(entries.filter((e) => e.action === 'move.approve')).toEqual([
+      expect.objectContaining({ actor: 'sre-approver', reason: 'CHG-42 window', detail: expect.objectContaining({ moveId: done.moveId }) }),
+    ]);
+    expect(entries.filter((e) => e.action === 'move.extend-soak')).toEqual([
+      expect.objectContaining({ actor: 'sre-soak', reason: 'watching p99', detail: expect.objectContaining({ seconds: 7200, moveId: done.moveId }) }),
+    ]);
+    const actions = entries.map((e) => e.action);
+    expect(actions.indexOf('move.approve')).toBeLessThan(actions.indexOf('move.switched'));
+    expect(actions.indexOf('move.extend-soak')).toBeGreaterThan(actions.indexOf('move.switched'));
+  });
 });
