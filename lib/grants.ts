@@ -56,8 +56,8 @@ export function shardGrantsSql(r: RoleNames = EXAMPLE_ROLES): string {
   return [
     `-- the worker: copies, applies the stream, moves the fence, cleans up`,
     `create role ${w} login replication;`,
-    `grant ${o} to ${w};                -- CREATE PUBLICATION ... FOR TABLE needs the tables' owner`,
-    `grant set on parameter session_replication_role to ${w};   -- copy / apply bypass the fence`,
+    `grant ${o} to ${w};   -- CREATE PUBLICATION ... FOR TABLE needs the tables' owner`,
+    `grant set on parameter session_replication_role to ${w};   -- copy / apply bypass the fence (PG >= 15)`,
     `grant connect on database ${db} to ${w};`,
     ``,
     `-- the applications (through the router) and their job workers: they write through the fence`,

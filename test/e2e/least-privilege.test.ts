@@ -24,7 +24,7 @@ import { createTenant } from '../../lib/tenants';
 import { getPlacement } from '../../lib/directory/placements';
 import { Router } from '../../lib/router';
 import { seedTenant } from '../../lib/seed';
-import { startLoadgen, verifyLog } from '../../lib/loadgen';
+import { startLoadgen, verifyLog, readLog } from '../../lib/loadgen';
 import { snapshotUnit, unitLeftovers } from '../../lib/loadgen/baseline';
 import { replicationNamePattern, moveWorkflowId } from '../../lib/ids';
 import { phaseReached, isTerminal } from '../../workflows/phases';
@@ -116,9 +116,11 @@ async function tearDownFleet() {
   const base = testConfig();
   for (const dsn of servers()) {
     const a = serverAdmin(dsn);
-    const db = dsn === base.directory.dsn ? NAMES.directoryDatabase : NAMES.database;
-    await a.query(`select pg_drop_replication_slot(slot_name) from pg_replication_slots where database = $1 and not active`, [db]).catch(() => {});
-    await a.query(`drop database if exists ${db} with (force)`);
+    const dbs = dsn === base.directory.dsn ? [NAMES.directoryDatabase, `${NAMES.directoryDatabase}_new`] : [NAMES.database];
+    for (const db of dbs) {
+      await a.query(`select pg_drop_replication_slot(slot_name) from pg_replication_slots where database = $1 and not active`, [db]).catch(() => {});
+      await a.query(`drop database if exists ${db} with (force)`);
+    }
     await a.query(`revoke set on parameter session_replication_role from ${NAMES.worker}`).catch(() => {});
     for (const r of [NAMES.worker, NAMES.router, NAMES.owner]) await a.query(`drop role if exists ${r}`);
   }
@@ -138,7 +140,6 @@ beforeAll(async () => {
     cwd: ROOT,
     env: { ...process.env, [MARK_VAR]: mark, SHARDCTL_CONFIG: configFile },
   });
-  await worker.waitFor('"msg":"worker polling"', 150_000);
 }, 240_000);
 
 afterAll(async () => {
@@ -168,6 +169,8 @@ describe('a move under the documented least-privilege roles', () => {
     'plans, copies, catches up under live writes, switches, soaks and retires with no superuser, and the roles stay fenced',
     { timeout: 420_000 },
     async () => {
+      // The worker starts as the worker role: it reads the directory's schema version, runs no DDL.
+      await worker.waitFor('"msg":"worker polling"', 150_000);
       const workerConfig = fleetConfig('worker');
       const routerConfig = fleetConfig('router');
       const adminConfig = fleetConfig();
@@ -241,6 +244,10 @@ describe('a move under the documented least-privilege roles', () => {
             unit: [],
           });
           expect(report.ok).toBe(true);
+          // The bystander on the source wrote throughout, and every one of its writes was acknowledged.
+          const by = readLog(logFile).filter((r) => r.tenant === bystander);
+          expect(by.length).toBeGreaterThan(0);
+          expect(by.filter((r) => r.status !== 'ack')).toEqual([]);
           expect(await getPlacement(admin.directoryPool(), tenant)).toMatchObject({ shard: 'shard-b', epoch: 2, state: 'active', moveId: null });
           // Retired: nothing of the unit left on the source, no slot or publication of the move anywhere.
           const bucket = adminConfig.shards.find((s) => s.name === 'shard-a')!.bucket;
@@ -281,6 +288,21 @@ describe('a move under the documented least-privilege roles', () => {
       expect(await as('router', 'shard-a', `drop table public.events`)).toBe('42501');
       expect(await as('router', 'shard-a', `select pg_create_logical_replication_slot('${run}_x', 'pgoutput')`)).toBe('42501');
       expect(await as('router', 'shard-a', `create publication ${run}_x for table public.events`)).toBe('42501');
+
+      // Tenant tables the owner creates later are the writer's too (default privileges).
+      expect(await as('owner', 'shard-a', `create table public.${run}_later (tenant_id text, id int, primary key (tenant_id, id))`)).toBe('ok');
+      expect(await as('router', 'shard-a', `select count(*) from public.${run}_later`)).toBe('ok');
+
+      // A directory that lacks a migration: the worker role may not run it, and says who must.
+      await serverAdmin(testConfig().directory.dsn).query(`create database ${NAMES.directoryDatabase}_new`);
+      const fresh = openPool(dsnOf(testConfig().directory.dsn, `${NAMES.directoryDatabase}_new`, 'worker'), { max: 1 });
+      try {
+        await expect(ensureDirectory(fresh, workerConfig)).rejects.toThrow(
+          /the placement directory needs migrations this role may not run \(permission denied for database .*\): run `shardctl directory migrate` as the directory's owner/,
+        );
+      } finally {
+        await fresh.end();
+      }
 
       // Neither role is a superuser or bypasses row security, on any server.
       for (const dsn of servers()) {
