@@ -658,6 +658,15 @@ export const MUTATIONS: Mutation[] = [
     testName: 'plans, copies, catches up under live writes, switches, soaks and retires with no superuser',
   },
   {
+    id: 'grant-fence-for-share',
+    guarantee: 'the documented writer grants let repeatable read and serializable writers read the fence FOR SHARE (issue 12)',
+    file: 'lib/grants.ts',
+    from: '`grant update (updated_at) on shardctl.fence to ${a};   -- REPEATABLE READ / SERIALIZABLE writers read the fence FOR SHARE`,',
+    to: '',
+    testFile: 'test/e2e/least-privilege.test.ts',
+    testName: 'plans, copies, catches up under live writes, switches, soaks and retires with no superuser',
+  },
+  {
     id: 'grant-replica-role',
     guarantee: 'the documented worker grants let copy and apply set session_replication_role (issue 12)',
     file: 'lib/grants.ts',

@@ -244,6 +244,18 @@ describe('a move under the documented least-privilege roles', () => {
             unit: [],
           });
           expect(report.ok).toBe(true);
+          // Repeatable read and serializable writers read the fence FOR SHARE (the column grant on updated_at).
+          for (const isolation of ['repeatable read', 'serializable'] as const) {
+            await router.withTenant(
+              tenant,
+              { tenants: [tenant] },
+              'write',
+              (tx) => tx.query(`insert into public.events(tenant_id, kind) values ($1, $2)`, [tenant, isolation]),
+              {
+                isolation,
+              },
+            );
+          }
           // The bystander on the source wrote throughout, and every one of its writes was acknowledged.
           const by = readLog(logFile).filter((r) => r.tenant === bystander);
           expect(by.length).toBeGreaterThan(0);
