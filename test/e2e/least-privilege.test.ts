@@ -28,6 +28,9 @@ import { startLoadgen, verifyLog, readLog } from '../../lib/loadgen';
 import { snapshotUnit, unitLeftovers } from '../../lib/loadgen/baseline';
 import { replicationNamePattern, moveWorkflowId } from '../../lib/ids';
 import { phaseReached, isTerminal } from '../../workflows/phases';
+import * as M from '../../workflows/messages';
+import { fingerprintUnit } from '../../lib/validate/fingerprint';
+import { listTenantTables } from '../../lib/shard/tables';
 import { shardGrantsSql, directoryGrantsSql, type RoleNames } from '../../lib/grants';
 
 const ROOT = path.resolve(__dirname, '../..');
@@ -198,15 +201,10 @@ describe('a move under the documented least-privilege roles', () => {
         try {
           await new Promise((r) => setTimeout(r, 1000));
           const h = await H.startMove(t.client, tq, H.moveInput(tenant, 'shard-b', { soakSeconds: 3 }));
-          // A grant missing blocks the move with the database's refusal: fail now, naming it.
-          const refused = (st: { blockedReason: string | null }) => {
-            if (st.blockedReason && /permission denied|must be owner|must be superuser/.test(st.blockedReason))
-              throw new Error(`move blocked: ${st.blockedReason}`);
-          };
           const soak = await H.waitFor(
             h,
             (st) => {
-              refused(st);
+              failOnRefusal(st);
               if (isTerminal(st.phase) && st.phase !== 'done') throw new Error(`move ended in ${st.phase}: ${st.lastError}`);
               return phaseReached(st.phase, 'soak');
             },
@@ -304,6 +302,8 @@ describe('a move under the documented least-privilege roles', () => {
       // Tenant tables the owner creates later are the writer's too (default privileges).
       expect(await as('owner', 'shard-a', `create table public.${run}_later (tenant_id text, id int, primary key (tenant_id, id))`)).toBe('ok');
       expect(await as('router', 'shard-a', `select count(*) from public.${run}_later`)).toBe('ok');
+      // (Dropped again: an unfenced table, missing on the other shards, is one plan refuses to move.)
+      expect(await as('owner', 'shard-a', `drop table public.${run}_later`)).toBe('ok');
 
       // A directory that lacks a migration: the worker role may not run it, and says who must.
       await serverAdmin(testConfig().directory.dsn).query(`create database ${NAMES.directoryDatabase}_new`);
@@ -330,4 +330,95 @@ describe('a move under the documented least-privilege roles', () => {
       expect(worker.output()).not.toContain(PASSWORD.worker);
     },
   );
+
+  it('cancel while the cutover waits for approval undoes everything as the worker role', { timeout: 300_000 }, async () => {
+    await worker.waitFor('"msg":"worker polling"', 150_000);
+    const adminConfig = fleetConfig();
+    const tenant = `${run}-cc`;
+    await newFleetTenant(tenant, 200, 2);
+    const before = await unitFingerprint('shard-a', tenant);
+    const h = await H.startMove(t.client, tq, H.moveInput(tenant, 'shard-b', { approveCutover: 'manual' }));
+    const s = await H.waitFor(h, (x) => failOnRefusal(x) && x.awaitingApproval, 240_000);
+    expect(s.phase).toBe('fence');
+    await h.executeUpdate(M.cancelUpdate, { args: [{ actor: 'sre-test' }] });
+    await H.waitPhase(h, 'cancelled', 120_000);
+    // The source exactly as it was, nothing on the target, nothing of the move left.
+    expect(await unitFingerprint('shard-a', tenant)).toEqual(before);
+    expect((await unitFingerprint('shard-b', tenant)).reduce((n, x) => n + x.rows, 0)).toBe(0);
+    const bucket = adminConfig.shards.find((x) => x.name === 'shard-b')!.bucket;
+    expect(
+      await unitLeftovers({ config: adminConfig, tenant, pool: admin.shardPool('shard-b'), s3: admin.s3For('shard-b'), bucket, moveIds: [s.moveId] }),
+    ).toEqual([]);
+    expect(await replicationOf(s.moveId)).toEqual([]);
+    expect(await getPlacement(admin.directoryPool(), tenant)).toMatchObject({ shard: 'shard-a', epoch: 1, state: 'active', moveId: null });
+  });
+
+  it('rollback during soak switches back as the worker role, keeping writes made through the router role after the switch', { timeout: 300_000 }, async () => {
+    await worker.waitFor('"msg":"worker polling"', 150_000);
+    const tenant = `${run}-rb`;
+    await newFleetTenant(tenant, 200, 2);
+    const h = await H.startMove(t.client, tq, H.moveInput(tenant, 'shard-b', { soakSeconds: 600 }));
+    const s = await H.waitFor(h, (x) => failOnRefusal(x) && phaseReached(x.phase, 'soak'), 240_000);
+    expect(s.phase).toBe('soak');
+    const router = await Router.create(fleetConfig('router'));
+    const ids: string[] = [];
+    try {
+      for (let i = 0; i < 10; i++) {
+        const r = await router.withTenant(tenant, { tenants: [tenant] }, 'write', (tx) =>
+          tx.query(`insert into public.events(tenant_id, kind, payload) values ($1, 'after-switch', $2) returning id`, [tenant, JSON.stringify({ i })]),
+        );
+        ids.push(r.rows[0].id);
+      }
+    } finally {
+      await router.close();
+    }
+    await h.executeUpdate(M.rollbackUpdate, { args: [{ actor: 'sre-test' }] });
+    const back = await H.waitFor(h, (x) => failOnRefusal(x) && x.phase === 'rolled-back', 120_000);
+    expect(await getPlacement(admin.directoryPool(), tenant)).toMatchObject({ shard: 'shard-a', epoch: 3, state: 'active' });
+    const got = await admin.shardPool('shard-a').query(`select id from public.events where tenant_id = $1 and kind = 'after-switch'`, [tenant]);
+    expect(got.rows.map((r) => r.id).sort()).toEqual([...ids].sort());
+    expect((await unitFingerprint('shard-b', tenant)).reduce((n, x) => n + x.rows, 0)).toBe(0);
+    expect(await replicationOf(back.moveId)).toEqual([]);
+  });
 });
+
+/** A tenant of this run's fleet on shard-a, created by the worker role (as the CLI would) and seeded through a router as the writer role. */
+async function newFleetTenant(tenant: string, rows: number, blobs: number) {
+  const ops = createConnections(fleetConfig('worker'), { max: 2 });
+  const router = await Router.create(fleetConfig('router'));
+  try {
+    await createTenant(
+      { directory: ops.directoryPool(), shardPool: ops.shardPool, config: fleetConfig('worker') },
+      { tenant, shard: 'shard-a', actor: 'test' },
+    );
+    await seedTenant({ router, s3For: (x) => admin.s3For(x), config: fleetConfig('router'), tenant, rows, blobs });
+  } finally {
+    await router.close();
+    await ops.close();
+  }
+}
+
+async function unitFingerprint(shard: string, tenant: string) {
+  const config = fleetConfig();
+  const p = admin.shardPool(shard);
+  return fingerprintUnit(p, await listTenantTables(p, config.tenant), config.tenant.column, tenant);
+}
+
+/** Slots and publications of the move left on any shard (invariant 5). */
+async function replicationOf(moveId: string): Promise<string[]> {
+  const out: string[] = [];
+  for (const s of fleetConfig().shards) {
+    const like = replicationNamePattern(moveId);
+    const slots = await admin.shardPool(s.name).query(`select slot_name from pg_replication_slots where slot_name like $1`, [like]);
+    const pubs = await admin.shardPool(s.name).query(`select pubname from pg_publication where pubname like $1`, [like]);
+    out.push(...slots.rows.map((r) => `${s.name} slot ${r.slot_name}`), ...pubs.rows.map((r) => `${s.name} publication ${r.pubname}`));
+  }
+  return out;
+}
+
+/** A grant missing blocks a move with the database's refusal: fail now, naming it. */
+function failOnRefusal(st: { blockedReason: string | null; phase: string; lastError?: string | null }): true {
+  if (st.blockedReason && /permission denied|must be owner|must be superuser/.test(st.blockedReason)) throw new Error(`move blocked: ${st.blockedReason}`);
+  if (st.phase === 'failed') throw new Error(`move failed: ${st.lastError}`);
+  return true;
+}
