@@ -141,7 +141,23 @@ alter table shardctl.shards add column if not exists capacity_bytes bigint check
   },
 ];
 
+/**
+ * Applies the migrations the directory lacks. A current directory is only read (no lock, no DDL):
+ * a worker starts on it with DML grants alone (docs/production.md, "Roles"); the DDL path needs
+ * CREATE on the database, and a role without it is told to run the migration as the owner.
+ */
 export async function migrateDirectory(pool: Pool): Promise<number[]> {
+  if (!(await directorySchemaStatus(pool)).pending.length) return [];
+  return applyMigrations(pool).catch((e) => {
+    if (e?.code !== '42501') throw e;
+    throw new ShardctlError(
+      'PreconditionFailed',
+      `the placement directory needs migrations this role may not run (${e.message}): run \`${MIGRATE_COMMAND}\` as the directory's owner, then start again`,
+    );
+  });
+}
+
+function applyMigrations(pool: Pool): Promise<number[]> {
   return inTransaction(pool, async (c) => {
     const applied: number[] = [];
     await c.query('select pg_advisory_xact_lock(421, 0)');
