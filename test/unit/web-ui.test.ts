@@ -2,7 +2,8 @@
 // activities' heartbeat details (activities/move/context.ts): pure, no stack.
 import { describe, it, expect } from 'vitest';
 import { moveCurrentDetails, moveStaticDetails, moveStaticSummary, moveWaitingFor } from '../../lib/moves/web-ui';
-import { heartbeatDetails } from '../../activities/move/context';
+import { asyncLocalStorage, Context } from '@temporalio/activity';
+import { beat, doing, heartbeatDetails } from '../../activities/move/context';
 import { rebalanceStaticSummary } from '../../lib/rebalance/start';
 import type { MoveInput, MoveStatus } from '../../workflows/messages';
 
@@ -112,5 +113,47 @@ describe('activity heartbeat details', () => {
     });
     expect(heartbeatDetails({ doing: 'x', details: 3 })).toEqual({ doing: 'x', details: 3 });
     expect(heartbeatDetails({ details: { round: 1 } })).toEqual({ round: 1 });
+  });
+});
+
+describe('beat() inside an activity', () => {
+  /** Runs `fn` in a real activity Context whose heartbeats are recorded instead of sent to a worker. */
+  function inActivity(fn: () => void): unknown[] {
+    const sent: unknown[] = [];
+    const noop = () => undefined;
+    const log = { trace: noop, debug: noop, info: noop, warn: noop, error: noop, log: noop };
+    const ctx = new Context(
+      {} as never,
+      new Promise<never>(noop),
+      new AbortController().signal,
+      (d) => sent.push(d),
+      undefined,
+      log as never,
+      {} as never,
+      {} as never,
+    );
+    asyncLocalStorage.run(ctx, fn);
+    return sent;
+  }
+
+  it("a beat without details (the one-second timer's) repeats the last progress instead of wiping it", () => {
+    const sent = inActivity(() => {
+      doing('copy table public.orders shard-a → shard-b');
+      beat();
+      beat({ table: 'public.orders', rowsCopied: 40 });
+      beat();
+      beat();
+    });
+    const progress = { doing: 'copy table public.orders shard-a → shard-b', table: 'public.orders', rowsCopied: 40 };
+    expect(sent).toEqual([{ doing: 'copy table public.orders shard-a → shard-b' }, progress, progress, progress]);
+  });
+
+  it('a new step (doing) starts from no progress', () => {
+    const sent = inActivity(() => {
+      beat({ round: 1 });
+      doing('compare blobs');
+      beat();
+    });
+    expect(sent).toEqual([{ round: 1 }, { doing: 'compare blobs' }]);
   });
 });
