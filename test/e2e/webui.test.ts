@@ -154,10 +154,18 @@ describe.skipIf(!chromium)(`Temporal Web UI in a browser${chromium ? '' : ` (ski
       await page.goto(`${ui}/namespaces/${config.temporal.namespace}/workflows?query=${encodeURIComponent(query)}`);
       // The list is filtered by the query; visibility may lag the upsert by a moment: reload until listed.
       const link = page.getByRole('link', { name: moveWorkflowId(tenant), exact: true }).first();
-      for (let i = 0; i < 20 && !(await link.isVisible().catch(() => false)); i++) {
-        await page.waitForTimeout(1000);
+      for (let i = 0; i < 8; i++) {
+        if (
+          await link.waitFor({ state: 'visible', timeout: 5000 }).then(
+            () => true,
+            () => false,
+          )
+        )
+          break;
         await page.reload();
       }
+      // The list is the query's: the UI keeps it in the URL it shows.
+      expect(decodeURIComponent(page.url().replace(/\+/g, ' '))).toContain(query);
       await link.click({ timeout: 30_000 });
       await page.waitForURL(/\/workflows\/move-/, { timeout: 30_000 });
       // The page's text, with the markdown the UI renders in sandboxed iframes (summary, details).
