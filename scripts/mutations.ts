@@ -839,4 +839,33 @@ export const MUTATIONS: Mutation[] = [
     testFile: 'test/unit/ops-dashboards.test.ts',
     testName: 'every dashboard panel and template variable parses and names registered series only',
   },
+  {
+    id: 'webui-static-summary',
+    guarantee: 'a move shows in the Web UI its one-line summary: tenant, source → target, who started it (issue 12)',
+    file: 'lib/moves/start.ts',
+    from: 'staticSummary: moveStaticSummary(input, o.source),',
+    to: '',
+    testFile: 'test/e2e/webui.test.ts',
+    testName: 'a blocked move carries its summary, details, current details',
+  },
+  {
+    id: 'webui-current-details-blocked',
+    guarantee: "a blocked move's current details in the Web UI say why it is blocked (issue 12)",
+    file: 'lib/moves/web-ui.ts',
+    from: 'if (st.blockedReason) lines.push(`**blocked** ${st.blockedReason}`);',
+    to: 'if (st.blockedReason && false) lines.push(`**blocked** ${st.blockedReason}`);',
+    testFile: 'test/e2e/webui.test.ts',
+    testName: 'a blocked move carries its summary, details, current details',
+  },
+  {
+    id: 'heartbeat-keeps-progress',
+    guarantee: "a pending activity's heartbeat keeps saying what it does and how far it got between progress reports (issue 12)",
+    file: 'activities/move/context.ts',
+    from: 'if (details !== undefined) s.details = details;',
+    to: 's.details = details;',
+    // The e2e test (webui.test.ts › the pending table copy's heartbeat …) sees this only when a
+    // throttled heartbeat (one per 8 s) happens to be a timer's: the unit test sees it every time.
+    testFile: 'test/unit/web-ui.test.ts',
+    testName: "a beat without details (the one-second timer's) repeats the last progress instead of wiping it",
+  },
 ];

@@ -1,11 +1,13 @@
 // The move workflow's state and its transitions (Temporal's safe-message-handlers shape): what
 // survives continue-as-new (`Carried`), the status the query returns, and the only ways they
 // change — `enter` (through the pure transition table) and `block` — each re-publishing the
-// search attributes the Web UI filters on. Deterministic: workflow APIs only.
-import { upsertSearchAttributes, ApplicationFailure, log } from '@temporalio/workflow';
+// search attributes the Web UI filters on and the current details it shows (`showDetails`, also
+// after progress). Deterministic: workflow APIs only.
+import { upsertSearchAttributes, setCurrentDetails, ApplicationFailure, log } from '@temporalio/workflow';
 import * as M from './messages';
 import { Phase, canTransition } from './phases';
 import { SA } from './search-attributes';
+import { moveCurrentDetails } from '../lib/moves/web-ui';
 
 /** Everything that must survive continue-as-new. */
 export interface Carried {
@@ -71,6 +73,12 @@ export class MoveState {
       { key: SA.phase, value: st.phase },
       { key: SA.blockedReason, value: st.blockedReason ? st.blockedReason.slice(0, 200) : null },
     ]);
+    this.showDetails();
+  }
+
+  /** The Web UI's current details (phase, progress, what it waits for): not a command, so free to call on any change. */
+  showDetails(): void {
+    setCurrentDetails(moveCurrentDetails(this.st));
   }
 
   /** Moves to phase `p` if the transition table allows it; an illegal transition is a bug and fails the workflow. */

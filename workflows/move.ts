@@ -52,11 +52,14 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
   let preSwitch: CancellationScope | undefined;
   let soakScope: CancellationScope | undefined;
   const wfId = workflowInfo().workflowId;
+  state.showDetails();
   const enter = (p: Phase) => state.enter(p);
   const block = (reason: string) => state.block(reason);
   const ref = () => state.ref();
   const record = (action: string, actor: string, reason?: string, detail?: Record<string, unknown>) =>
-    quick.recordMoveEvent({ ...ref(), workflowId: wfId, action, actor, status: st.phase, reason, detail });
+    quick.recordMoveEvent.executeWithOptions({ summary: `audit: ${action} by ${actor}` }, [
+      { ...ref(), workflowId: wfId, action, actor, status: st.phase, reason, detail },
+    ]);
 
   // ---- messages: validators refuse what the current phase cannot do, with a reason
   const opts = () => ({ paused: st.paused, awaitingApproval: st.awaitingApproval });
@@ -70,6 +73,7 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
     M.pauseUpdate,
     (op) => {
       st.paused = true;
+      state.showDetails();
       void record('pause', op.actor, op.reason);
       return 'paused';
     },
@@ -79,6 +83,7 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
     M.resumeUpdate,
     (op) => {
       st.paused = false;
+      state.showDetails();
       void record('resume', op.actor, op.reason);
       return 'resumed';
     },
@@ -196,10 +201,15 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
   async function catchUpUntilLagBelow(): Promise<void> {
     for (;;) {
       await waitIfPaused();
-      const r = await step('catch-up', () => long.catchUp({ ...ref(), direction: 'forward', maxDurationMs: 30_000, mode: 'now', rowsPerSecond }));
+      const r = await step('catch-up', () =>
+        long.catchUp.executeWithOptions({ summary: 'catch-up forward' }, [
+          { ...ref(), direction: 'forward', maxDurationMs: 30_000, mode: 'now', rowsPerSecond },
+        ]),
+      );
       st.lagBytes = r.lagBytes;
       // A round applies what the source had when it began: its duration is the lag in time.
       st.lagSeconds = Math.round(r.durationMs / 100) / 10;
+      state.showDetails();
       if (r.caughtUp && r.durationMs <= input.lagThresholdMs) {
         if (st.blockedReason.startsWith('catch-up:')) block('');
         return;
@@ -212,7 +222,11 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
 
   async function beforeSwitch(): Promise<boolean> {
     if (st.phase === 'plan') {
-      const plan = await step('plan', () => quick.planMove({ unit: input.unit, target: input.target }));
+      const plan = await step('plan', () =>
+        quick.planMove.executeWithOptions({ summary: `plan: preflight checks for ${input.tenant} → ${input.target}` }, [
+          { unit: input.unit, target: input.target },
+        ]),
+      );
       st.source = plan.source;
       st.epoch = plan.epoch;
       st.moveId = plan.moveId;
@@ -225,15 +239,17 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
       // The target's headroom for this unit, held until the move ends (released with its end event).
       if (patched('headroom-reservation')) {
         const held = await step('reserve', () =>
-          quick.reserveHeadroom({
-            moveId: st.moveId,
-            unit: input.unit,
-            source: st.source,
-            target: input.target,
-            epoch: st.epoch,
-            workflowId: wfId,
-            actor: input.requestedBy,
-          }),
+          quick.reserveHeadroom.executeWithOptions({ summary: `reserve headroom on ${input.target}` }, [
+            {
+              moveId: st.moveId,
+              unit: input.unit,
+              source: st.source,
+              target: input.target,
+              epoch: st.epoch,
+              workflowId: wfId,
+              actor: input.requestedBy,
+            },
+          ]),
         );
         if (!held.ok) {
           block(`plan: ${held.reasons[0]}`);
@@ -247,20 +263,31 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
       enter('copy');
     }
     if (st.phase === 'copy') {
-      await step('setup', () => quick.setupReplication({ ...ref(), direction: 'forward' }));
+      await step('setup', () =>
+        quick.setupReplication.executeWithOptions({ summary: `set up forward replication (slot and publication on ${st.source})` }, [
+          { ...ref(), direction: 'forward' },
+        ]),
+      );
       const t0 = Date.now();
       for (const t of st.tables) {
         if (t.done) continue;
         await waitIfPaused();
         // Batches are sized in bytes by the copy; copyBatchRows (tests) only caps their rows.
         const batchRows = input.copyBatchRows;
-        const r = await step(`copy ${t.table}`, () => copying.copyTable({ ...ref(), table: t.table, ...(batchRows ? { batchRows } : {}), rowsPerSecond }));
+        const r = await step(`copy ${t.table}`, () =>
+          copying.copyTable.executeWithOptions({ summary: `copy table ${t.table}` }, [
+            { ...ref(), table: t.table, ...(batchRows ? { batchRows } : {}), rowsPerSecond },
+          ]),
+        );
         t.rowsCopied = r.rowsCopied;
         t.done = true;
         // Rows written during the copy raise the total (lib/move-progress): the ETA never goes negative.
         st.etaSeconds = copyEtaSeconds(copyProgress(st.tables), (Date.now() - t0) / 1000);
+        state.showDetails();
       }
-      const b = await step('copy blobs', () => long.copyBlobs({ ...ref(), direction: 'forward' }));
+      const b = await step('copy blobs', () =>
+        long.copyBlobs.executeWithOptions({ summary: `copy blobs ${st.source} → ${st.target}` }, [{ ...ref(), direction: 'forward' }]),
+      );
       st.blobs = { copied: b.copied, total: b.total, bytes: b.bytes };
       st.etaSeconds = 0;
       enter('catchup');
@@ -271,13 +298,16 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
         enter('validate');
       }
       if (st.phase === 'validate') {
-        const v = await step('validate', () => long.validateMove({ ...ref(), direction: 'forward' }));
+        const v = await step('validate', () =>
+          long.validateMove.executeWithOptions({ summary: 'validate every row and blob, both directions' }, [{ ...ref(), direction: 'forward' }]),
+        );
         st.validation = { ok: v.ok, mismatches: v.mismatches };
         st.deltaToken = v.deltaToken;
         if (!v.ok) {
           // A mismatch blocks the move; the operator fixes and resumes (re-validates) or cancels.
           block(`validate: ${v.mismatches[0] ?? 'mismatch'}`);
           st.paused = true;
+          state.showDetails();
           await condition(() => !st.paused || carried.cancelRequested);
           block('');
           enter('catchup');
@@ -301,19 +331,25 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
             continue;
           }
         }
-        await step('setup reverse', () => quick.setupReplication({ ...ref(), direction: 'reverse' }));
+        await step('setup reverse', () =>
+          quick.setupReplication.executeWithOptions({ summary: `set up reverse replication (slot and publication on ${st.target})` }, [
+            { ...ref(), direction: 'reverse' },
+          ]),
+        );
         await catchUpUntilLagBelow();
         st.cutoverAttempts++;
         const r = await CancellationScope.nonCancellable(() =>
           step('cutover', () =>
-            cut.cutover({
-              ...ref(),
-              direction: 'forward',
-              epoch: st.epoch,
-              fenceBudgetMs: input.fenceBudgetMs,
-              actor: input.requestedBy,
-              deltaToken: st.deltaToken,
-            }),
+            cut.cutover.executeWithOptions({ summary: `cutover ${st.source} → ${st.target}: freeze, fence, apply, compare, switch` }, [
+              {
+                ...ref(),
+                direction: 'forward',
+                epoch: st.epoch,
+                fenceBudgetMs: input.fenceBudgetMs,
+                actor: input.requestedBy,
+                deltaToken: st.deltaToken,
+              },
+            ]),
           ),
         );
         st.cutoverPauseMs = r.pauseMs;
@@ -373,7 +409,13 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
       // Cancel: undo everything; the source stays authoritative and exactly as it was.
       enter('cancelling');
       const actor = st.operators.cancelledBy ?? input.requestedBy;
-      await CancellationScope.nonCancellable(() => step('cancel', () => quick.cancelMove({ ...ref(), epoch: st.epoch, actor })));
+      await CancellationScope.nonCancellable(() =>
+        step('cancel', () =>
+          quick.cancelMove.executeWithOptions({ summary: `cancel: undo the move, ${st.source || '?'} stays the owner` }, [
+            { ...ref(), epoch: st.epoch, actor },
+          ]),
+        ),
+      );
       if (failure) {
         st.lastError = failure;
         await record('failed', input.requestedBy, failure);
@@ -388,7 +430,9 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
     }
     if (carried.cancelRequested) st.lastError = 'cancel arrived after the switch completed; use rollback during soak';
     enter('switch');
-    await step('drop forward replication', () => quick.dropReplication({ ...ref(), direction: 'forward' }));
+    await step('drop forward replication', () =>
+      quick.dropReplication.executeWithOptions({ summary: 'drop forward replication' }, [{ ...ref(), direction: 'forward' }]),
+    );
     await record('switched', input.requestedBy, undefined, { epoch: st.epoch, cutoverPauseMs: st.cutoverPauseMs });
     enter('soak');
     carried.soakEndsAtMs = Date.now() + input.soakSeconds * 1000;
@@ -413,6 +457,7 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
         ),
       );
       st.paused = true;
+      state.showDetails();
       await condition(() => !st.paused || canLeave());
       st.paused = false;
       block('');
@@ -430,13 +475,21 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
         await soakScope.run(async () => {
           const r = await holdOnPermanent(
             'reverse replication',
-            () => long.catchUp({ ...ref(), direction: 'reverse', mode: 'continuous', maxDurationMs: Math.max(1000, Math.min(60_000, remaining)) }),
+            () =>
+              long.catchUp.executeWithOptions({ summary: `reverse replication ${st.target} → ${st.source} (soak)` }, [
+                { ...ref(), direction: 'reverse', mode: 'continuous', maxDurationMs: Math.max(1000, Math.min(60_000, remaining)) },
+              ]),
             leaveSoak,
           );
           // The reverse slot holds WAL on the new owner until applied: say so before its disk fills.
           if (r?.retentionWarning) block(`soak: ${r.retentionWarning}`);
           else if (r && st.blockedReason.startsWith('soak: ')) block('');
-          if (patched('reverse-blob-sync')) await holdOnPermanent('reverse blobs', () => long.copyBlobs({ ...ref(), direction: 'reverse' }), leaveSoak);
+          if (patched('reverse-blob-sync'))
+            await holdOnPermanent(
+              'reverse blobs',
+              () => long.copyBlobs.executeWithOptions({ summary: `sync blobs ${st.target} → ${st.source} (soak)` }, [{ ...ref(), direction: 'reverse' }]),
+              leaveSoak,
+            );
         });
       } catch (err) {
         if (!isCancellation(err)) throw err;
@@ -449,13 +502,15 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
       for (;;) {
         const r = await CancellationScope.nonCancellable(() =>
           step('rollback cutover', () =>
-            cut.cutover({
-              ...ref(),
-              direction: 'reverse',
-              epoch: st.epoch,
-              fenceBudgetMs: input.fenceBudgetMs,
-              actor: st.operators.rolledBackBy ?? input.requestedBy,
-            }),
+            cut.cutover.executeWithOptions({ summary: `rollback cutover ${st.target} → ${st.source}` }, [
+              {
+                ...ref(),
+                direction: 'reverse',
+                epoch: st.epoch,
+                fenceBudgetMs: input.fenceBudgetMs,
+                actor: st.operators.rolledBackBy ?? input.requestedBy,
+              },
+            ]),
           ),
         );
         if (r.ok) {
@@ -464,9 +519,15 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
           break;
         }
         st.lastError = `rollback cutover: ${r.reason}`;
-        await holdOnPermanent('reverse catch-up', () => long.catchUp({ ...ref(), direction: 'reverse', maxDurationMs: 20_000, mode: 'now' }));
+        await holdOnPermanent('reverse catch-up', () =>
+          long.catchUp.executeWithOptions({ summary: 'catch-up reverse (rollback)' }, [{ ...ref(), direction: 'reverse', maxDurationMs: 20_000, mode: 'now' }]),
+        );
       }
-      await step('rollback cleanup', () => quick.cleanupAfterRollback({ ...ref(), epoch: st.epoch, actor: st.operators.rolledBackBy ?? input.requestedBy }));
+      await step('rollback cleanup', () =>
+        quick.cleanupAfterRollback.executeWithOptions({ summary: 'clean up after rollback' }, [
+          { ...ref(), epoch: st.epoch, actor: st.operators.rolledBackBy ?? input.requestedBy },
+        ]),
+      );
       await record('rolled-back', st.operators.rolledBackBy ?? input.requestedBy, undefined, { epoch: st.epoch });
       enter('rolled-back');
       return st;
@@ -474,7 +535,9 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
     enter('retire');
     const actor = st.operators.retiredBy ?? input.requestedBy;
     try {
-      await step('retire', () => long.retireSource({ ...ref(), epoch: st.epoch, actor }));
+      await step('retire', () =>
+        long.retireSource.executeWithOptions({ summary: `retire: delete ${st.tenant}'s copy on ${st.source}` }, [{ ...ref(), epoch: st.epoch, actor }]),
+      );
     } catch (err) {
       const cause: any = err instanceof ActivityFailure ? err.cause : err;
       if (isCancellation(err) || !isPermanentErrorType(cause?.type)) throw err;

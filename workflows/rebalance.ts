@@ -32,6 +32,7 @@ import * as R from './rebalance-messages';
 import { cancelSignal, type Operator } from './messages';
 import { moveTenantWorkflow } from './move';
 import { SA } from './search-attributes';
+import { moveStaticDetails, moveStaticSummary } from '../lib/moves/web-ui';
 import { moveWorkflowId } from '../lib/ids';
 import { PERMANENT_ERROR_TYPES } from '../lib/errors';
 import type { RebalancePlan } from '../lib/rebalance/plan';
@@ -147,9 +148,13 @@ export async function rebalanceWorkflow(input: R.RebalanceInput): Promise<R.Reba
     m.state = 'running';
     workThisRun++;
     try {
+      const moveInput = { ...input.move, moveId: '', unit: m.unit, tenant: m.unit, target: m.to, requestedBy: input.requestedBy };
       const child = await startChild(moveTenantWorkflow, {
         workflowId: m.workflowId,
-        args: [{ ...input.move, moveId: '', unit: m.unit, tenant: m.unit, target: m.to, requestedBy: input.requestedBy }],
+        args: [moveInput],
+        // User metadata of the start command: not compared on replay, so running rebalances replay unchanged.
+        staticSummary: moveStaticSummary(moveInput, m.from),
+        staticDetails: moveStaticDetails(moveInput, { source: m.from, via: `${input.scope.kind} run ${workflowInfo().workflowId}` }),
         parentClosePolicy: ParentClosePolicy.ABANDON,
         cancellationType: ChildWorkflowCancellationType.ABANDON,
         typedSearchAttributes: new TypedSearchAttributes([

@@ -31,10 +31,45 @@ export async function tenantTables(deps: Deps, shard: string): Promise<TenantTab
   return listTenantTables(deps.shardPool(shard), { column: t.column, schemas: t.schemas, tables: t.tables });
 }
 
-/** Heartbeat when running inside an activity; a no-op in direct calls (tests). */
+/** What a running activity said it is doing (`doing`) and its latest progress (`details`). */
+interface BeatState {
+  doing?: string;
+  details?: unknown;
+}
+// Keyed by the activity's Context: concurrent activities in one worker never share a state.
+const beats = new WeakMap<object, BeatState>();
+
+/** The heartbeat details the Web UI shows on the pending activity: `{ doing, ...progress }`. */
+export function heartbeatDetails(s: BeatState): unknown {
+  if (!s.doing) return s.details;
+  if (s.details === undefined) return { doing: s.doing };
+  if (s.details && typeof s.details === 'object' && !Array.isArray(s.details)) return { doing: s.doing, ...(s.details as object) };
+  return { doing: s.doing, details: s.details };
+}
+
+/**
+ * Heartbeat when running inside an activity; a no-op in direct calls (tests). A beat without
+ * details repeats the last ones, so the timer's beats keep showing the latest progress instead
+ * of replacing it with nothing.
+ */
 export function beat(details?: unknown): void {
+  let ctx: Context;
   try {
-    Context.current().heartbeat(details);
+    ctx = Context.current();
+  } catch {
+    return; /* not in an activity context */
+  }
+  const s = beats.get(ctx) ?? {};
+  if (details !== undefined) s.details = details;
+  beats.set(ctx, s);
+  ctx.heartbeat(heartbeatDetails(s));
+}
+
+/** Says, in the heartbeat, what the activity is doing now (names only: tables, shards, steps). */
+export function doing(what: string): void {
+  try {
+    const ctx = Context.current();
+    beats.set(ctx, { doing: what });
   } catch {
     /* not in an activity context */
   }
@@ -56,7 +91,8 @@ export function activitySignal(): AbortSignal | undefined {
  * so a body stuck on a server that stopped answering stops heartbeating and Temporal hands the
  * activity to another attempt (catch-up always, the cutover from its freeze on).
  */
-export async function typed<T>(fn: () => Promise<T>, o: { timerBeats?: () => boolean } = {}): Promise<T> {
+export async function typed<T>(fn: () => Promise<T>, o: { timerBeats?: () => boolean; doing?: string } = {}): Promise<T> {
+  if (o.doing) doing(o.doing);
   const timer = setInterval(() => (o.timerBeats?.() ?? true) && beat(), 1000);
   beat();
   try {
@@ -72,8 +108,8 @@ export async function typed<T>(fn: () => Promise<T>, o: { timerBeats?: () => boo
 }
 
 /** typed() whose body heartbeats as it makes progress (no timer). */
-export function typedByProgress<T>(fn: () => Promise<T>): Promise<T> {
-  return typed(fn, { timerBeats: () => false });
+export function typedByProgress<T>(fn: () => Promise<T>, o: { doing?: string } = {}): Promise<T> {
+  return typed(fn, { ...o, timerBeats: () => false });
 }
 
 export function parse<S extends z.ZodTypeAny>(schema: S, input: unknown): z.infer<S> {

@@ -93,7 +93,10 @@ export function createCutoverActivities(deps: Deps) {
           observeCutover(deps, ref, r);
           return r;
         },
-        { timerBeats: () => !frozenWindow },
+        {
+          timerBeats: () => !frozenWindow,
+          doing: `cutover ${ref.direction === 'forward' ? `${ref.source} → ${ref.target}` : `${ref.target} → ${ref.source}`}`,
+        },
       );
     },
   };

@@ -23,6 +23,12 @@ export function ends(ref: { source: string; target: string }, dir: 'forward' | '
   return dir === 'forward' ? { from: ref.source, to: ref.target } : { from: ref.target, to: ref.source };
 }
 
+/** `shard-a → shard-b` in the direction of the stream: the heartbeat's words for where data flows. */
+const flow = (ref: { source: string; target: string }, dir: 'forward' | 'reverse') => {
+  const { from, to } = ends(ref, dir);
+  return `${from} → ${to}`;
+};
+
 const setupInput = moveRef.extend({ direction });
 const copyInput = moveRef.extend({
   table: z.string().min(1),
@@ -68,55 +74,61 @@ export function createDataActivities(deps: Deps) {
     /** Publication + slot on the sending side before any copy: every later change is in the stream. */
     async setupReplication(input: z.infer<typeof setupInput>): Promise<{ slot: string; publication: string; consistentLsn: string }> {
       const ref = parse(setupInput, input);
-      return typed(async () => {
-        const { from, to } = ends(ref, ref.direction);
-        const names = replicationNames(ref.moveId, ref.direction);
-        void to; // the receiving side was prepared by `shards prepare` (checked at plan)
-        const tables = await tenantTables(deps, from);
-        const r = await ensurePublicationAndSlot(deps.shardPool(from), { ...names, tables, tenantColumn: col, unit: ref.unit });
-        await deps.faultPoint(ref.direction === 'forward' ? 'after-slot-created' : 'after-reverse-slot-created');
-        return { ...names, consistentLsn: r.consistentLsn };
-      });
+      return typed(
+        async () => {
+          const { from, to } = ends(ref, ref.direction);
+          const names = replicationNames(ref.moveId, ref.direction);
+          void to; // the receiving side was prepared by `shards prepare` (checked at plan)
+          const tables = await tenantTables(deps, from);
+          const r = await ensurePublicationAndSlot(deps.shardPool(from), { ...names, tables, tenantColumn: col, unit: ref.unit });
+          await deps.faultPoint(ref.direction === 'forward' ? 'after-slot-created' : 'after-reverse-slot-created');
+          return { ...names, consistentLsn: r.consistentLsn };
+        },
+        { doing: `create the ${ref.direction} slot and publication on ${ends(ref, ref.direction).from}` },
+      );
     },
 
     async copyTable(input: z.infer<typeof copyInput>): Promise<{ table: string; rowsCopied: number }> {
       const ref = parse(copyInput, input);
-      return typed(async () => {
-        const tables = await tenantTables(deps, ref.source);
-        const table = tables.find((t) => `${t.schema}.${t.name}` === ref.table);
-        if (!table) throw new Error(`table ${ref.table} vanished from ${ref.source}`);
-        let batches = 0;
-        const m = deps.metrics;
-        const series = { unit: ref.unit, move_id: ref.moveId, table: ref.table };
-        // A resumed copy reports the checkpoint's total at its first batch: count at most one batch of it.
-        let seen: number | undefined;
-        const r = await copyTenantTable({
-          source: deps.shardPool(ref.source),
-          target: deps.shardPool(ref.target),
-          table,
-          tenantColumn: col,
-          unit: ref.unit,
-          moveId: ref.moveId,
-          batchRows: ref.batchRows,
-          rowsPerSecond: ref.rowsPerSecond,
-          signal: activitySignal(),
-          onBatch: async (p: { rowsCopied: number; bytesCopied: number }) => {
-            beat({ table: ref.table, rowsCopied: p.rowsCopied, bytesCopied: p.bytesCopied });
-            // The first batch of a resumed copy reports the checkpoint's total: count at most one batch of it.
-            const first = Math.min(p.rowsCopied, ref.batchRows ?? p.rowsCopied);
-            m?.rowsCopied.inc({ source: ref.source, target: ref.target }, seen === undefined ? first : p.rowsCopied - seen);
-            m?.tableRowsCopied.set(series, p.rowsCopied);
-            seen = p.rowsCopied;
-            activityLog().debug({ table: ref.table, rowsCopied: p.rowsCopied, bytesCopied: p.bytesCopied }, 'copy batch committed');
-            batches++;
-            if (batches === 2) await deps.faultPoint('mid-copy');
-          },
-          // A batch of tens of MB can outlast the heartbeat timeout on a slow link.
-          onStreaming: (p) => beat({ table: ref.table, rowsCopied: p.rowsCopied, bytesInBatch: p.bytesInBatch }),
-        });
-        m?.tableRowsCopied.set(series, r.rowsCopied);
-        return { table: ref.table, rowsCopied: r.rowsCopied };
-      });
+      return typed(
+        async () => {
+          const tables = await tenantTables(deps, ref.source);
+          const table = tables.find((t) => `${t.schema}.${t.name}` === ref.table);
+          if (!table) throw new Error(`table ${ref.table} vanished from ${ref.source}`);
+          let batches = 0;
+          const m = deps.metrics;
+          const series = { unit: ref.unit, move_id: ref.moveId, table: ref.table };
+          // A resumed copy reports the checkpoint's total at its first batch: count at most one batch of it.
+          let seen: number | undefined;
+          const r = await copyTenantTable({
+            source: deps.shardPool(ref.source),
+            target: deps.shardPool(ref.target),
+            table,
+            tenantColumn: col,
+            unit: ref.unit,
+            moveId: ref.moveId,
+            batchRows: ref.batchRows,
+            rowsPerSecond: ref.rowsPerSecond,
+            signal: activitySignal(),
+            onBatch: async (p: { rowsCopied: number; bytesCopied: number }) => {
+              beat({ table: ref.table, rowsCopied: p.rowsCopied, bytesCopied: p.bytesCopied });
+              // The first batch of a resumed copy reports the checkpoint's total: count at most one batch of it.
+              const first = Math.min(p.rowsCopied, ref.batchRows ?? p.rowsCopied);
+              m?.rowsCopied.inc({ source: ref.source, target: ref.target }, seen === undefined ? first : p.rowsCopied - seen);
+              m?.tableRowsCopied.set(series, p.rowsCopied);
+              seen = p.rowsCopied;
+              activityLog().debug({ table: ref.table, rowsCopied: p.rowsCopied, bytesCopied: p.bytesCopied }, 'copy batch committed');
+              batches++;
+              if (batches === 2) await deps.faultPoint('mid-copy');
+            },
+            // A batch of tens of MB can outlast the heartbeat timeout on a slow link.
+            onStreaming: (p) => beat({ table: ref.table, rowsCopied: p.rowsCopied, bytesInBatch: p.bytesInBatch }),
+          });
+          m?.tableRowsCopied.set(series, r.rowsCopied);
+          return { table: ref.table, rowsCopied: r.rowsCopied };
+        },
+        { doing: `copy table ${ref.table} ${ref.source} → ${ref.target}` },
+      );
     },
 
     /**
@@ -127,14 +139,17 @@ export function createDataActivities(deps: Deps) {
       input: z.infer<typeof setupInput>,
     ): Promise<{ copied: number; total: number; bytes: number; deleted: number; outOfBand: { key: string; change: string }[] }> {
       const ref = parse(setupInput, input);
-      return typed(async () => {
-        const { from, to } = ends(ref, ref.direction);
-        const r = await syncUnitBlobs(deps, from, to, ref.unit, { onProgress: (p: unknown) => beat(p), move: ref });
-        await ensureManifestTable(deps.shardPool(to));
-        await recordManifest(deps.shardPool(to), ref.moveId, r.manifest);
-        if (ref.direction === 'forward') await deps.faultPoint('after-copy');
-        return { copied: r.copied, total: r.manifest.length, bytes: r.bytes, deleted: r.deleted, outOfBand: r.outOfBand.slice(0, 20) };
-      });
+      return typed(
+        async () => {
+          const { from, to } = ends(ref, ref.direction);
+          const r = await syncUnitBlobs(deps, from, to, ref.unit, { onProgress: (p: unknown) => beat(p), move: ref });
+          await ensureManifestTable(deps.shardPool(to));
+          await recordManifest(deps.shardPool(to), ref.moveId, r.manifest);
+          if (ref.direction === 'forward') await deps.faultPoint('after-copy');
+          return { copied: r.copied, total: r.manifest.length, bytes: r.bytes, deleted: r.deleted, outOfBand: r.outOfBand.slice(0, 20) };
+        },
+        { doing: `sync blobs ${flow(ref, ref.direction)}` },
+      );
     },
 
     /**
@@ -147,65 +162,68 @@ export function createDataActivities(deps: Deps) {
       const ref = parse(catchUpInput, input);
       // Heartbeats from the round's own progress (applyChangesUntil's onAlive and onProgress), not
       // a timer: a round stuck on a silent shard must stop heartbeating, not hide the hang.
-      return typedByProgress(async () => {
-        const { from, to } = ends(ref, ref.direction);
-        const t0 = Date.now();
-        if (ref.direction === 'reverse') await ensureReverseStart(ref);
-        const names = replicationNames(ref.moveId, ref.direction);
-        const fromShard = shardByName(deps.config, from);
-        let beats = 0;
-        let rowsCounted = 0;
-        const r = await applyChangesUntil({
-          sourceDsn: fromShard.dsn,
-          target: deps.shardPool(to),
-          ...linkBounds(from, to),
-          ...names,
-          moveId: ref.moveId,
-          stream: ref.direction,
-          // The source's position now, asked on the round's own bounded session (a pool query could hang on a silent source).
-          untilSourceNow: ref.mode === 'now',
-          maxDurationMs: ref.maxDurationMs,
-          idleStopMs: ref.idleStopMs,
-          maxTxBytes: deps.config.limits.applyMaxTxBytes,
-          rowsPerSecond: ref.rowsPerSecond,
-          signal: activitySignal(),
-          onAlive: () => beat(),
-          onProgress: async (p: { transactionsApplied: number; rowsApplied: number }) => {
-            beat(p);
-            deps.metrics?.rowsApplied.inc({ direction: ref.direction }, Math.max(0, p.rowsApplied - rowsCounted));
-            rowsCounted = Math.max(rowsCounted, p.rowsApplied);
-            if (p.transactionsApplied > 0 && ++beats === 1) await deps.faultPoint(ref.direction === 'forward' ? 'mid-catch-up' : 'mid-soak');
-          },
-        });
-        // A short round may end before its first progress report: the kill then lands after the
-        // applied transactions committed but before the activity reports back.
-        if (r.transactionsApplied > 0) await deps.faultPoint(ref.direction === 'forward' ? 'mid-catch-up' : 'mid-soak');
-        const caughtUp = ref.mode === 'now' ? r.stopReason === 'until' || r.caughtUp : r.caughtUp;
-        // The slot holds WAL on the sender until we acknowledge it: say so before the disk fills.
-        const retained = await slotLagBytes(deps.shardPool(from), names.slot).catch(() => 0);
-        const limit = deps.config.limits.slotRetentionWarnBytes;
-        const retentionWarning = retained > limit ? `slot ${names.slot} on ${from} retains ${retained} bytes of WAL (> ${limit})` : '';
-        const durationMs = Date.now() - t0;
-        const m = deps.metrics;
-        if (m) {
-          const series = { unit: ref.unit, move_id: ref.moveId, direction: ref.direction };
-          m.rowsApplied.inc({ direction: ref.direction }, Math.max(0, r.rowsApplied - rowsCounted));
-          m.lagBytes.set(series, r.lagBytes);
-          // A 'now' round's duration is the lag in time (see above); a continuous round has none.
-          if (ref.mode === 'now') m.lagSeconds.set(series, durationMs / 1000);
-          m.slotRetainedBytes.set({ shard: from, slot: names.slot }, retained);
-        }
-        if (retentionWarning)
-          activityLog().warn({ slot: names.slot, shard: from, retainedBytes: retained, limitBytes: limit }, 'replication slot retains too much WAL');
-        return {
-          appliedLsn: r.appliedLsn,
-          lagBytes: r.lagBytes,
-          caughtUp,
-          transactionsApplied: r.transactionsApplied,
-          durationMs,
-          retentionWarning,
-        };
-      });
+      return typedByProgress(
+        async () => {
+          const { from, to } = ends(ref, ref.direction);
+          const t0 = Date.now();
+          if (ref.direction === 'reverse') await ensureReverseStart(ref);
+          const names = replicationNames(ref.moveId, ref.direction);
+          const fromShard = shardByName(deps.config, from);
+          let beats = 0;
+          let rowsCounted = 0;
+          const r = await applyChangesUntil({
+            sourceDsn: fromShard.dsn,
+            target: deps.shardPool(to),
+            ...linkBounds(from, to),
+            ...names,
+            moveId: ref.moveId,
+            stream: ref.direction,
+            // The source's position now, asked on the round's own bounded session (a pool query could hang on a silent source).
+            untilSourceNow: ref.mode === 'now',
+            maxDurationMs: ref.maxDurationMs,
+            idleStopMs: ref.idleStopMs,
+            maxTxBytes: deps.config.limits.applyMaxTxBytes,
+            rowsPerSecond: ref.rowsPerSecond,
+            signal: activitySignal(),
+            onAlive: () => beat(),
+            onProgress: async (p: { transactionsApplied: number; rowsApplied: number }) => {
+              beat(p);
+              deps.metrics?.rowsApplied.inc({ direction: ref.direction }, Math.max(0, p.rowsApplied - rowsCounted));
+              rowsCounted = Math.max(rowsCounted, p.rowsApplied);
+              if (p.transactionsApplied > 0 && ++beats === 1) await deps.faultPoint(ref.direction === 'forward' ? 'mid-catch-up' : 'mid-soak');
+            },
+          });
+          // A short round may end before its first progress report: the kill then lands after the
+          // applied transactions committed but before the activity reports back.
+          if (r.transactionsApplied > 0) await deps.faultPoint(ref.direction === 'forward' ? 'mid-catch-up' : 'mid-soak');
+          const caughtUp = ref.mode === 'now' ? r.stopReason === 'until' || r.caughtUp : r.caughtUp;
+          // The slot holds WAL on the sender until we acknowledge it: say so before the disk fills.
+          const retained = await slotLagBytes(deps.shardPool(from), names.slot).catch(() => 0);
+          const limit = deps.config.limits.slotRetentionWarnBytes;
+          const retentionWarning = retained > limit ? `slot ${names.slot} on ${from} retains ${retained} bytes of WAL (> ${limit})` : '';
+          const durationMs = Date.now() - t0;
+          const m = deps.metrics;
+          if (m) {
+            const series = { unit: ref.unit, move_id: ref.moveId, direction: ref.direction };
+            m.rowsApplied.inc({ direction: ref.direction }, Math.max(0, r.rowsApplied - rowsCounted));
+            m.lagBytes.set(series, r.lagBytes);
+            // A 'now' round's duration is the lag in time (see above); a continuous round has none.
+            if (ref.mode === 'now') m.lagSeconds.set(series, durationMs / 1000);
+            m.slotRetainedBytes.set({ shard: from, slot: names.slot }, retained);
+          }
+          if (retentionWarning)
+            activityLog().warn({ slot: names.slot, shard: from, retainedBytes: retained, limitBytes: limit }, 'replication slot retains too much WAL');
+          return {
+            appliedLsn: r.appliedLsn,
+            lagBytes: r.lagBytes,
+            caughtUp,
+            transactionsApplied: r.transactionsApplied,
+            durationMs,
+            retentionWarning,
+          };
+        },
+        { doing: `catch-up ${ref.direction} ${flow(ref, ref.direction)} (${ref.mode === 'now' ? 'to the source position now' : 'continuous'})` },
+      );
     },
 
     async sourceWalLsn(input: { shard: string }): Promise<string> {
@@ -218,64 +236,69 @@ export function createDataActivities(deps: Deps) {
      */
     async validateMove(input: z.infer<typeof setupInput>): Promise<{ ok: boolean; mismatches: string[]; rows: number; rounds: number; deltaToken: string }> {
       const ref = parse(setupInput, input);
-      return typed(async () => {
-        const { from, to } = ends(ref, ref.direction);
-        const tables = await tenantTables(deps, from);
-        const names = replicationNames(ref.moveId, ref.direction);
-        const fromShard = shardByName(deps.config, from);
-        // From here on the applier records every key it writes (lib/cdc/delta.ts): once this
-        // comparison passes, the cutover compares only those under the fence.
-        const deltaToken = randomUUID();
-        await startDelta(deps.shardPool(to), ref.moveId, ref.direction, deltaToken);
-        const check = () =>
-          validateTenant({ source: deps.shardPool(from), target: deps.shardPool(to), tables, tenantColumn: col, unit: ref.unit, maxReport: 500 });
-        let report = await check();
-        let rounds = 1;
-        while (!report.ok && rounds < 5) {
-          beat({ round: rounds });
-          await applyChangesUntil({
-            sourceDsn: fromShard.dsn,
-            target: deps.shardPool(to),
-            ...linkBounds(from, to),
-            ...names,
-            moveId: ref.moveId,
-            stream: ref.direction,
-            untilSourceNow: true,
-            maxDurationMs: 15_000,
-            maxTxBytes: deps.config.limits.applyMaxTxBytes,
-          });
-          report = persistentMismatches(report, await check());
-          rounds++;
-        }
-        beat();
-        const mismatches: string[] = report.ok ? [] : formatMismatch(report).split('\n').filter(Boolean).slice(0, 20);
-        // Blobs: sync the delta first (new objects keep arriving before the fence), then compare;
-        // like rows, only a difference that persists across rounds is reported.
-        // Unchanged objects are not read: the ledgers prove them equal (lib/blobs/verify.ts).
-        const blobDiff = async () => {
-          await syncUnitBlobs(deps, from, to, ref.unit, { move: ref });
-          const d = await compareUnitBlobs(deps, from, to, ref.unit);
-          return new Map<string, string>([
-            ...d.missing.map((k): [string, string] => [`m|${k}`, `blob ${k}: missing on ${to}`]),
-            ...d.extra.map((k): [string, string] => [`x|${k}`, `blob ${k}: extra on ${to}`]),
-            ...d.different.map((x): [string, string] => [
-              `d|${x.key}|${x.srcSha}|${x.dstSha}`,
-              `blob ${x.key}: size ${x.srcSize} vs ${x.dstSize}, sha256 ${x.srcSha.slice(0, 12)} vs ${x.dstSha.slice(0, 12)}`,
-            ]),
-          ]);
-        };
-        let blobs = await blobDiff();
-        for (let i = 0; i < 3 && blobs.size > 0; i++) {
-          const next = await blobDiff();
-          blobs = new Map([...next].filter(([k]) => blobs.has(k)));
-        }
-        mismatches.push(...[...blobs.values()].slice(0, 10));
-        const rows = report.tables.reduce((n: number, t: { sourceRows: number }) => n + t.sourceRows, 0);
-        deps.metrics?.validationMismatches.set({ unit: ref.unit, move_id: ref.moveId }, mismatches.length);
-        if (mismatches.length) activityLog().warn({ mismatches: mismatches.length, first: mismatches[0] }, 'validation found differences');
-        await deps.faultPoint('after-validate');
-        return { ok: mismatches.length === 0, mismatches, rows, rounds, deltaToken };
-      });
+      return typed(
+        async () => {
+          const { from, to } = ends(ref, ref.direction);
+          const tables = await tenantTables(deps, from);
+          const names = replicationNames(ref.moveId, ref.direction);
+          const fromShard = shardByName(deps.config, from);
+          // From here on the applier records every key it writes (lib/cdc/delta.ts): once this
+          // comparison passes, the cutover compares only those under the fence.
+          const deltaToken = randomUUID();
+          await startDelta(deps.shardPool(to), ref.moveId, ref.direction, deltaToken);
+          const check = () =>
+            validateTenant({ source: deps.shardPool(from), target: deps.shardPool(to), tables, tenantColumn: col, unit: ref.unit, maxReport: 500 });
+          beat({ step: 'compare rows' });
+          let report = await check();
+          let rounds = 1;
+          while (!report.ok && rounds < 5) {
+            beat({ step: 'compare rows again after a catch-up', round: rounds });
+            await applyChangesUntil({
+              sourceDsn: fromShard.dsn,
+              target: deps.shardPool(to),
+              ...linkBounds(from, to),
+              ...names,
+              moveId: ref.moveId,
+              stream: ref.direction,
+              untilSourceNow: true,
+              maxDurationMs: 15_000,
+              maxTxBytes: deps.config.limits.applyMaxTxBytes,
+            });
+            report = persistentMismatches(report, await check());
+            rounds++;
+          }
+          beat();
+          const mismatches: string[] = report.ok ? [] : formatMismatch(report).split('\n').filter(Boolean).slice(0, 20);
+          // Blobs: sync the delta first (new objects keep arriving before the fence), then compare;
+          // like rows, only a difference that persists across rounds is reported.
+          // Unchanged objects are not read: the ledgers prove them equal (lib/blobs/verify.ts).
+          const blobDiff = async () => {
+            await syncUnitBlobs(deps, from, to, ref.unit, { move: ref });
+            const d = await compareUnitBlobs(deps, from, to, ref.unit);
+            return new Map<string, string>([
+              ...d.missing.map((k): [string, string] => [`m|${k}`, `blob ${k}: missing on ${to}`]),
+              ...d.extra.map((k): [string, string] => [`x|${k}`, `blob ${k}: extra on ${to}`]),
+              ...d.different.map((x): [string, string] => [
+                `d|${x.key}|${x.srcSha}|${x.dstSha}`,
+                `blob ${x.key}: size ${x.srcSize} vs ${x.dstSize}, sha256 ${x.srcSha.slice(0, 12)} vs ${x.dstSha.slice(0, 12)}`,
+              ]),
+            ]);
+          };
+          beat({ step: 'compare blobs' });
+          let blobs = await blobDiff();
+          for (let i = 0; i < 3 && blobs.size > 0; i++) {
+            const next = await blobDiff();
+            blobs = new Map([...next].filter(([k]) => blobs.has(k)));
+          }
+          mismatches.push(...[...blobs.values()].slice(0, 10));
+          const rows = report.tables.reduce((n: number, t: { sourceRows: number }) => n + t.sourceRows, 0);
+          deps.metrics?.validationMismatches.set({ unit: ref.unit, move_id: ref.moveId }, mismatches.length);
+          if (mismatches.length) activityLog().warn({ mismatches: mismatches.length, first: mismatches[0] }, 'validation found differences');
+          await deps.faultPoint('after-validate');
+          return { ok: mismatches.length === 0, mismatches, rows, rounds, deltaToken };
+        },
+        { doing: `validate ${flow(ref, ref.direction)}: every row and blob, both directions` },
+      );
     },
   };
 }

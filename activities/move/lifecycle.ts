@@ -3,7 +3,7 @@
 // not the owner, immediately before it deletes.
 import { z } from 'zod';
 import type { Deps } from '../deps';
-import { moveRef, tenantTables, parse, typed, activityKey, shardBucket } from './context';
+import { moveRef, tenantTables, parse, typed, beat, activityKey, shardBucket } from './context';
 import { ends } from './data';
 import { replicationNames } from '../../lib/ids';
 import { ShardctlError } from '../../lib/errors';
@@ -162,45 +162,51 @@ export function createLifecycleActivities(deps: Deps) {
     /** The only irreversible step: delete the source copy after soak (or an explicit retire now). */
     async retireSource(input: z.infer<typeof withEpoch>): Promise<{ retired: true }> {
       const ref = parse(withEpoch, input);
-      return typed(async () => {
-        const p = await getPlacement(deps.directoryPool(), ref.unit);
-        if (!p || p.shard !== ref.target || p.epoch !== ref.epoch || p.state !== 'active') {
-          throw new ShardctlError(
-            'PreconditionFailed',
-            `refusing to retire: directory shows ${p ? `${p.shard} epoch ${p.epoch} ${p.state}` : 'no placement'}, expected ${ref.target} epoch ${ref.epoch} active`,
-          );
-        }
-        const f = await getUnitFence(deps.shardPool(ref.source), ref.unit);
-        if (!f || f.owned || f.epoch > ref.epoch) {
-          throw new ShardctlError(
-            'PreconditionFailed',
-            `refusing to retire: the source fence is ${JSON.stringify(f)}; it must refuse the unit at epoch ${ref.epoch}`,
-          );
-        }
-        // Writes that bypassed the fence on the source since it stopped owning the unit.
-        const written = await unownedWritesSinceDisown(deps.shardPool(ref.source), ref.unit);
-        if (written.count > 0) {
-          throw new ShardctlError(
-            'PreconditionFailed',
-            `refusing to retire: ${written.count} writes reached the source copy of ${ref.unit} outside shardctl after the switch (e.g. by ${written.example || 'unknown'}); reconcile them, clear shardctl.unowned_writes for the unit on ${ref.source}, then retire again — or roll back`,
-          );
-        }
-        // Objects that reached the source's bucket behind shardctl's back after the switch (a late
-        // upload, a delete): the bucket differs from what the syncs left there.
-        const oddBlobs = await blobsWrittenOutsideShardctl(ref, ref.source, 'retire');
-        if (oddBlobs) throw new ShardctlError('PreconditionFailed', oddBlobs);
-        // Stop reverse replication first: nothing may write the source copy while it is deleted.
-        // Dropping the slot stops the stream; evicting the apply session rolls back whatever a
-        // late applier still holds open, and without its slot it cannot start again.
-        await dropReplicationOf(ref, 'reverse');
-        await evictApplySessions(deps.shardPool(ref.source), applyLockKey(ref.moveId, 'reverse'));
-        await dropReplicationOf(ref, 'forward');
-        await deleteCopy(ref, ref.source, 'mid-retire');
-        await forgetLedger(deps.shardPool(ref.target), ref.unit);
-        await forgetMoveProgress(deps.shardPool(ref.target), ref.moveId);
-        // The source keeps its fence row (owned = false): a tombstone that still refuses stale routers.
-        return { retired: true as const };
-      });
+      return typed(
+        async () => {
+          const p = await getPlacement(deps.directoryPool(), ref.unit);
+          if (!p || p.shard !== ref.target || p.epoch !== ref.epoch || p.state !== 'active') {
+            throw new ShardctlError(
+              'PreconditionFailed',
+              `refusing to retire: directory shows ${p ? `${p.shard} epoch ${p.epoch} ${p.state}` : 'no placement'}, expected ${ref.target} epoch ${ref.epoch} active`,
+            );
+          }
+          const f = await getUnitFence(deps.shardPool(ref.source), ref.unit);
+          if (!f || f.owned || f.epoch > ref.epoch) {
+            throw new ShardctlError(
+              'PreconditionFailed',
+              `refusing to retire: the source fence is ${JSON.stringify(f)}; it must refuse the unit at epoch ${ref.epoch}`,
+            );
+          }
+          // Writes that bypassed the fence on the source since it stopped owning the unit.
+          const written = await unownedWritesSinceDisown(deps.shardPool(ref.source), ref.unit);
+          if (written.count > 0) {
+            throw new ShardctlError(
+              'PreconditionFailed',
+              `refusing to retire: ${written.count} writes reached the source copy of ${ref.unit} outside shardctl after the switch (e.g. by ${written.example || 'unknown'}); reconcile them, clear shardctl.unowned_writes for the unit on ${ref.source}, then retire again — or roll back`,
+            );
+          }
+          // Objects that reached the source's bucket behind shardctl's back after the switch (a late
+          // upload, a delete): the bucket differs from what the syncs left there.
+          beat({ step: 'check the source copy was not written' });
+          const oddBlobs = await blobsWrittenOutsideShardctl(ref, ref.source, 'retire');
+          if (oddBlobs) throw new ShardctlError('PreconditionFailed', oddBlobs);
+          // Stop reverse replication first: nothing may write the source copy while it is deleted.
+          // Dropping the slot stops the stream; evicting the apply session rolls back whatever a
+          // late applier still holds open, and without its slot it cannot start again.
+          beat({ step: 'stop replication' });
+          await dropReplicationOf(ref, 'reverse');
+          await evictApplySessions(deps.shardPool(ref.source), applyLockKey(ref.moveId, 'reverse'));
+          await dropReplicationOf(ref, 'forward');
+          beat({ step: 'delete rows, blobs and jobs' });
+          await deleteCopy(ref, ref.source, 'mid-retire');
+          await forgetLedger(deps.shardPool(ref.target), ref.unit);
+          await forgetMoveProgress(deps.shardPool(ref.target), ref.moveId);
+          // The source keeps its fence row (owned = false): a tombstone that still refuses stale routers.
+          return { retired: true as const };
+        },
+        { doing: `retire: delete ${ref.unit}'s copy on ${ref.source}` },
+      );
     },
 
     /** Move record and audit entry in the directory (operator identities live here). */

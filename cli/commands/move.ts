@@ -185,7 +185,7 @@ export function register(program: Command) {
       }
       const input = moveInputFor(config, { tenant, target: o.to, soakSeconds, approveCutover: o.approveCutover, requestedBy: o.actor || actorDefault() });
       await withTemporal(config, async (client) => {
-        const h = await startMove(client, config.temporal.taskQueue, input);
+        const h = await startMove(client, config.temporal.taskQueue, input, { source: await currentShard(config, tenant).catch(() => undefined) });
         console.log(`started move of ${tenant} to ${o.to}: workflow ${h.workflowId} run ${h.firstExecutionRunId}`);
       });
     });

@@ -1,6 +1,7 @@
 // The one way to start a move (CLI, tests, benches): the workflow id derived from the unit, the
-// input built from config defaults plus the caller's choices, and the search attributes set at
-// start so the Web UI lists the move before its first workflow task runs. Node-only (client).
+// input built from config defaults plus the caller's choices, and the search attributes and the
+// static summary/details (tenant, source → target, who started it) set at start so the Web UI
+// lists and names the move before its first workflow task runs. Node-only (client).
 import { WorkflowExecutionAlreadyStartedError, type Client, type WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
 import { TypedSearchAttributes } from '@temporalio/common';
 import type { Config } from '../config';
@@ -8,6 +9,7 @@ import { moveWorkflowId } from '../ids';
 import { ShardctlError } from '../errors';
 import type { MoveInput } from '../../workflows/messages';
 import { SA } from '../../workflows/search-attributes';
+import { moveStaticDetails, moveStaticSummary } from './web-ui';
 
 export const MOVE_WORKFLOW_TYPE = 'moveTenantWorkflow';
 
@@ -34,14 +36,25 @@ export function distinctApprover(config: Config): Pick<MoveInput, 'requireDistin
   return config.approvals.requireDistinctApprover ? { requireDistinctApprover: true } : {};
 }
 
-/** Starts the move workflow; a second move of the same unit is refused, naming the running one. */
-export async function startMove(client: Client, taskQueue: string, input: MoveInput): Promise<WorkflowHandleWithFirstExecutionRunId> {
+/**
+ * Starts the move workflow; a second move of the same unit is refused, naming the running one.
+ * `source`, when the caller knows it (the directory's owner now), goes into the Web UI summary;
+ * the plan still decides the source from the directory.
+ */
+export async function startMove(
+  client: Client,
+  taskQueue: string,
+  input: MoveInput,
+  o: { source?: string } = {},
+): Promise<WorkflowHandleWithFirstExecutionRunId> {
   const workflowId = moveWorkflowId(input.unit);
   try {
     return await client.workflow.start(MOVE_WORKFLOW_TYPE, {
       taskQueue,
       workflowId,
       args: [input],
+      staticSummary: moveStaticSummary(input, o.source),
+      staticDetails: moveStaticDetails(input, { source: o.source }),
       typedSearchAttributes: new TypedSearchAttributes([
         { key: SA.unit, value: input.unit },
         { key: SA.target, value: input.target },

@@ -1,6 +1,6 @@
 // The one way to start a rebalance run (CLI, tests): its fixed workflow id (one run of the fleet
 // at a time; a drain or an isolate is a run too), its input from config defaults plus the
-// caller's choices. Node-only (client).
+// caller's choices, and the Web UI summary naming the run's scope and who started it. Node-only (client).
 import { WorkflowExecutionAlreadyStartedError, type Client, type WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
 import type { Config } from '../config';
 import { distinctApprover } from '../moves/start';
@@ -48,6 +48,13 @@ export function rebalanceInputFor(
   };
 }
 
+/** The run's one-line Web UI summary: `drain shard-c, started by alice`; its moves carry their own. */
+export function rebalanceStaticSummary(input: Pick<RebalanceInput, 'scope' | 'requestedBy'>): string {
+  const s = input.scope;
+  const what = s.kind === 'drain' ? `drain ${s.shard}` : s.kind === 'isolate' ? `isolate ${s.tenant}` : 'rebalance the fleet';
+  return `${what}, started by ${input.requestedBy}`;
+}
+
 /**
  * Starts the run under the fleet's id (config `temporal.rebalanceWorkflowId`); a second one while
  * one runs is refused, naming it.
@@ -59,7 +66,7 @@ export async function startRebalance(
   workflowId = REBALANCE_WORKFLOW_ID,
 ): Promise<WorkflowHandleWithFirstExecutionRunId> {
   try {
-    return await client.workflow.start(REBALANCE_WORKFLOW_TYPE, { taskQueue, workflowId, args: [input] });
+    return await client.workflow.start(REBALANCE_WORKFLOW_TYPE, { taskQueue, workflowId, args: [input], staticSummary: rebalanceStaticSummary(input) });
   } catch (e) {
     if (e instanceof WorkflowExecutionAlreadyStartedError)
       throw new ShardctlError('AlreadyExists', `a rebalance is already running: workflow ${workflowId}; see \`shardctl rebalance status\``);

@@ -45,6 +45,8 @@ describe('shardctl move: exit codes and --json', () => {
       );
       expect(started.code, started.stderr).toBe(0);
       const h = env.t.client.workflow.getHandle(moveWorkflowId(tenant));
+      // The Web UI's one line for the move: the CLI read the source from the directory at start.
+      expect(await (await h.describe()).staticSummary()).toBe(`move ${tenant}: shard-a → shard-b, started by sre-cli`);
       try {
         // A manual cutover holds the move before the switch: `done` cannot come within 2 s.
         const timedOut = await cli('move', 'wait', tenant, '--phase', 'done', '--timeout', '2s');

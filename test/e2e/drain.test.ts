@@ -36,6 +36,11 @@ describe('shards drain', () => {
     const p = await getPlacement(fleet.directory, tenant);
     expect(p).toMatchObject({ shard: st.moves[0].to, state: 'active', epoch: 2 });
     expect(await getShard(fleet.directory, 'shard-c')).toMatchObject({ status: 'closed', units: 0 });
+    // The Web UI names the run and each move it started: tenant, source → target, who started it.
+    expect(await (await h.describe()).staticSummary()).toBe('drain shard-c, started by test');
+    const child = await fleet.t.client.workflow.getHandle(st.moves[0].workflowId).describe();
+    expect(await child.staticSummary()).toBe(`move ${tenant}: shard-c → ${st.moves[0].to}, started by test`);
+    expect(await child.staticDetails()).toContain(`**started by** test (via drain run ${fleet.config.temporal.rebalanceWorkflowId})`);
     expect(await H.rowCount('shard-c', tenant), 'retired on shard-c').toBe(0);
     expect(await H.rowCount(p!.shard, tenant)).toBeGreaterThan(0);
 
