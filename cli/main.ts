@@ -16,6 +16,7 @@ import { register as registerMove } from './commands/move';
 import { register as registerQuery } from './commands/query';
 import { register as registerDoctor } from './commands/doctor';
 import { register as registerRebalance } from './commands/rebalance';
+import { register as registerDataset } from './commands/dataset';
 
 /** The whole command tree; with `json`, commander's own error text is left to main (as JSON). */
 export function buildProgram(opts: { json?: boolean } = {}): Command {
@@ -41,6 +42,7 @@ export function buildProgram(opts: { json?: boolean } = {}): Command {
     registerQuery,
     registerDoctor,
     registerRebalance,
+    registerDataset,
   ])
     register(program);
   return program;

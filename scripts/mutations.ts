@@ -230,7 +230,7 @@ export const MUTATIONS: Mutation[] = [
     id: 'fence-row-of-other-unit',
     guarantee: "a transaction writes only its own unit's rows: another unit's new or old rows are refused with SC403 (§3)",
     file: 'lib/shard/fence-sql.ts',
-    from: 'when ((${row}.${quoteIdent(column)})::pg_catalog.text operator(pg_catalog.<>) shardctl.checked_unit())',
+    from: 'when (${unitOf(row)} operator(pg_catalog.<>) shardctl.checked_unit())',
     to: 'when (shardctl.checked_unit() operator(pg_catalog.<>) shardctl.checked_unit())',
     testFile: 'test/integration/fence.test.ts',
     testName: "refuses to update or delete another unit's rows with SC403",
