@@ -100,8 +100,14 @@ export function validateUnitName(unit: unknown): string {
   return unit;
 }
 
-/** `--tenant T` or `--unit U` (exactly one) as the unit a move command acts on. */
-export function unitFromOptions(o: { tenant?: string; unit?: string }, validateTenant: (id: unknown) => string): string {
+/**
+ * `--tenant T` or `--unit U` (exactly one) as the unit a move command acts on; with `config`, a
+ * bucket must be one of a configured dataset, in its canonical name (refused before anything is sent).
+ */
+export function unitFromOptions(o: { tenant?: string; unit?: string }, validateTenant: (id: unknown) => string, config?: UnitRowsConfig): string {
   if ((o.tenant === undefined) === (o.unit === undefined)) throw invalidInput('name exactly one of --tenant <id> and --unit <unit>');
-  return o.tenant !== undefined ? validateTenant(o.tenant) : validateUnitName(o.unit);
+  if (o.tenant !== undefined) return validateTenant(o.tenant);
+  const unit = validateUnitName(o.unit);
+  if (config) unitRows(config, unit);
+  return unit;
 }

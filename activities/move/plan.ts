@@ -133,7 +133,8 @@ export function createPlanActivities(deps: Deps) {
         const s = await shardLoad(deps.directoryPool(), target, { exceptUnit: unit });
         if (!s) reasons.push(`target ${target} is not in the directory's shard inventory`);
         else reasons.push(...moveTargetProblems(s, unit, p.expectedLoad, deps.config.limits.headroomFraction));
-        const [src, dst] = await Promise.all([unitTables(deps, p.shard, rows), unitTables(deps, target, rows)]);
+        // Configured tables missing on the target are a reason (schemaDiff names each), not a throw.
+        const [src, dst] = await Promise.all([unitTables(deps, p.shard, rows), unitTables(deps, target, rows).catch(() => [])]);
         if (src.length === 0)
           reasons.push(`no ${rows.kind === 'tenant' ? 'tenant' : `dataset ${rows.dataset!.name}`} tables (column ${col}) found on ${p.shard}`);
         for (const t of src) {

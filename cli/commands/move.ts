@@ -134,7 +134,7 @@ export function register(program: Command) {
     .option('--yes', 'confirm a --soak shorter than the default (or than 1h) without being asked')
     .action(async (o) => {
       const config = cfg();
-      const tenant = unitFromOptions(o, validateTenantId);
+      const tenant = unitFromOptions(o, validateTenantId, config);
       knownShard(config, o.to);
       if (o.approveCutover !== 'auto' && o.approveCutover !== 'manual')
         throw invalidInput(`--approve-cutover must be auto or manual, got ${JSON.stringify(o.approveCutover)}`);
@@ -172,7 +172,7 @@ export function register(program: Command) {
     .option('--json', 'machine-readable')
     .action(async (o) => {
       const config = cfg();
-      const tenant = unitFromOptions(o, validateTenantId);
+      const tenant = unitFromOptions(o, validateTenantId, config);
       knownShard(config, o.to);
       const deps = createDeps(config);
       try {

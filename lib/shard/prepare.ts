@@ -178,7 +178,8 @@ export async function fenceStatus(db: Pool | PoolClient, config: Config): Promis
   for (const t of tables) ((await hasTableFence(db, t.qualified, config.tenant.column)) ? fenced : unfenced).push(displayName(t));
   for (const ds of config.datasets) {
     const version = fenceVersion((row) => bucketUnitSqlExpr(ds, row));
-    for (const t of await listTenantTables(db, datasetTables(config, ds))) {
+    // Configured dataset tables missing here are not this shard's to report (plan names them missing on a target).
+    for (const t of await listTenantTables(db, datasetTables(config, ds)).catch(() => [])) {
       tables.push(t);
       ((await hasTableFence(db, t.qualified, ds.bucketColumn, version)) ? fenced : unfenced).push(displayName(t));
     }

@@ -14,6 +14,7 @@ import { bucketUnitSqlExpr } from '../../lib/unit-rows';
 import { getPlacement } from '../../lib/directory/placements';
 import type { Config } from '../../lib/config';
 import { Router } from '../../lib/router';
+import { runCli, configFile } from '../helpers/cli';
 
 const SHARD = 'shard-c';
 const B = 16;
@@ -161,4 +162,32 @@ describe('bucketed dataset tables on a shard', () => {
     const again = await initDataset({ directory: directoryPool(), shardPool, config }, { dataset, shard: SHARD, actor: 'test' });
     expect(again).toMatchObject({ buckets: B, created: 0, present: B, elsewhere: [] });
   });
+
+  it(
+    'the CLI: dataset init re-run is a no-op, move plan --unit names why a bucket cannot move, and bad unit options are refused before any I/O',
+    { timeout: 60_000 },
+    async () => {
+      const f = configFile(config);
+      const env = { SHARDCTL_CONFIG: f.file };
+      try {
+        const init = await runCli(['dataset', 'init', dataset, '--shard', SHARD, '--json'], { env });
+        expect(init.code).toBe(0);
+        expect(JSON.parse(init.stdout)).toMatchObject({ dataset, buckets: B, created: 0, present: B });
+        const plan = await runCli(['move', 'plan', '--unit', unitOf(3), '--to', 'shard-b', '--json'], { env });
+        expect(plan.code).toBe(4);
+        const p = JSON.parse(plan.stdout);
+        expect(p).toMatchObject({ ok: false, source: SHARD, epoch: 1 });
+        expect(p.reasons.some((r: string) => r.includes(`${schema}.events is missing on the target`))).toBe(true);
+        expect(p.reasons.some((r: string) => r.includes('loose') && r.includes('does not lead with bucket'))).toBe(true);
+        const both = await runCli(['move', 'plan', '--tenant', 'acme', '--unit', unitOf(3), '--to', 'shard-b'], { env });
+        expect(both.code).toBe(2);
+        expect(both.stderr).toMatch(/exactly one of --tenant <id> and --unit <unit>/);
+        const padded = await runCli(['move', 'start', '--unit', `bucket:${dataset}:3`, '--to', 'shard-b'], { env });
+        expect(padded.code).toBe(2);
+        expect(padded.stderr).toMatch(/not a bucket of/);
+      } finally {
+        f.remove();
+      }
+    },
+  );
 });

@@ -60,5 +60,9 @@ describe('unit row predicate', () => {
     expect(() => unitFromOptions({}, validateTenantId)).toThrow(/exactly one/);
     expect(() => unitFromOptions({ tenant: 'a', unit: 'b' }, validateTenantId)).toThrow(/exactly one/);
     expect(() => unitFromOptions({ tenant: 'bucket:events:0001' }, validateTenantId)).toThrow(/invalid tenant id/);
+    // With the config, a bucket must be a configured dataset's, in its canonical name.
+    expect(() => unitFromOptions({ unit: 'bucket:events:1' }, validateTenantId, config)).toThrow(/not a bucket of events/);
+    expect(() => unitFromOptions({ unit: 'bucket:orders:1' }, validateTenantId, config)).toThrow(/not in config.datasets/);
+    expect(unitFromOptions({ unit: 'bucket:events:0001' }, validateTenantId, config)).toBe('bucket:events:0001');
   });
 });
