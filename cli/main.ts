@@ -17,6 +17,7 @@ import { register as registerQuery } from './commands/query';
 import { register as registerDoctor } from './commands/doctor';
 import { register as registerRebalance } from './commands/rebalance';
 import { register as registerAudit } from './commands/audit';
+import { register as registerDataset } from './commands/dataset';
 
 /** The whole command tree; with `json`, commander's own error text is left to main (as JSON). */
 export function buildProgram(opts: { json?: boolean } = {}): Command {
@@ -43,6 +44,7 @@ export function buildProgram(opts: { json?: boolean } = {}): Command {
     registerDoctor,
     registerRebalance,
     registerAudit,
+    registerDataset,
   ])
     register(program);
   return program;

@@ -101,6 +101,14 @@ export const configSchema = z
             /** The routing key column, hashed as text. */
             column: z.string().min(1),
             buckets: bucketCount,
+            /**
+             * The dataset's stored bucket column (an ordinary int column that leads the primary key,
+             * bound to the key by `check (<bucket> = shardctl.bucket_of(<column>, B))`): a move's row
+             * filter, the fence and retire select a bucket by it (docs/architecture.md, "Buckets").
+             */
+            bucketColumn: z.string().min(1).default('bucket'),
+            /** The dataset's tables; default: every table in tenant.schemas with both columns and no tenant column. */
+            tables: z.array(z.string().min(1)).optional(),
           })
           .strict(),
       )
@@ -206,6 +214,9 @@ export function parseConfig(raw: unknown, source = 'config', opts: { baseDir?: s
     datasets.add(d.name);
     if (d.column === res.data.tenant.column) {
       throw bad(`column ${d.column} is the tenant column: a table routes by tenant or by bucket, not both`);
+    }
+    if (d.bucketColumn === res.data.tenant.column || d.bucketColumn === d.column) {
+      throw bad(`bucketColumn ${d.bucketColumn} must differ from the tenant column and from the key column ${d.column}`);
     }
   });
   return res.data;

@@ -17,6 +17,8 @@ import { ApplicationFailure, Context } from '@temporalio/activity';
 import type { Deps } from '../deps';
 import { listTenantTables, TenantTable } from '../../lib/shard/tables';
 import { ShardctlError, isPermanentErrorType } from '../../lib/errors';
+import { unitRows, type UnitRows } from '../../lib/unit-rows';
+import { parseUnit } from '../../lib/buckets/units';
 
 export const moveRef = z.object({
   moveId: z.string().min(1).max(200),
@@ -29,6 +31,21 @@ export type MoveRef = z.infer<typeof moveRef>;
 export async function tenantTables(deps: Deps, shard: string): Promise<TenantTable[]> {
   const t = deps.config.tenant;
   return listTenantTables(deps.shardPool(shard), { column: t.column, schemas: t.schemas, tables: t.tables });
+}
+
+/** The unit's rows (lib/unit-rows.ts): its tables and its predicate; InvalidInput (permanent) for a unit of no kind. */
+export function rowsOf(deps: Deps, unit: string): UnitRows {
+  return unitRows(deps.config, unit);
+}
+
+/** The tables on `shard` that hold the unit's rows (tenant tables, or its dataset's). */
+export async function unitTables(deps: Deps, shard: string, rows: UnitRows): Promise<TenantTable[]> {
+  return listTenantTables(deps.shardPool(shard), rows.tables);
+}
+
+/** Blobs belong to tenants only for now: a bucket unit has no blob prefix, so its blob steps have nothing to do. */
+export function hasBlobs(unit: string): boolean {
+  return parseUnit(unit).kind === 'tenant';
 }
 
 /** What a running activity said it is doing (`doing`) and its latest progress (`details`). */
@@ -217,6 +234,7 @@ export async function syncUnitBlobs(
   opts: Pick<CopyBlobPrefixOptions, 'onProgress' | 'hashUnchanged' | 'signal'> & { move?: BlobSyncMove } = {},
 ): Promise<CopyBlobPrefixResult> {
   const { move, ...rest } = opts;
+  if (!hasBlobs(unit)) return { manifest: [], copied: 0, skipped: 0, deleted: 0, bytes: 0, objectsRead: 0, outOfBand: [] };
   const stillSyncing = await blobSyncFence(deps, from, to, unit, move);
   return copyBlobPrefix({
     src: shardBucket(deps, from),
@@ -231,7 +249,8 @@ export async function syncUnitBlobs(
 }
 
 /** Compares the unit's blobs on two shards by key, size and sha256, reading only what the ledgers cannot vouch for. */
-export function compareUnitBlobs(deps: Deps, from: string, to: string, unit: string) {
+export async function compareUnitBlobs(deps: Deps, from: string, to: string, unit: string): ReturnType<typeof compareBlobPrefixes> {
+  if (!hasBlobs(unit)) return { missing: [], extra: [], different: [], objectsRead: 0 };
   return compareBlobPrefixes({
     src: shardBucket(deps, from),
     dst: shardBucket(deps, to),

@@ -5,7 +5,7 @@
 import { shardByName } from '../../lib/config';
 import { z } from 'zod';
 import type { Deps } from '../deps';
-import { moveRef, beat, parse, typed, syncUnitBlobs } from './context';
+import { moveRef, beat, parse, typed, syncUnitBlobs, rowsOf } from './context';
 import { ends } from './data';
 import { runCutover, type CutoverResult, type CutoverPlan } from '../../lib/cutover/steps';
 import { freezeLease } from '../../lib/cutover/lease';
@@ -66,14 +66,15 @@ export function createCutoverActivities(deps: Deps) {
           // Every statement of the cutover runs on the bounded pools: inside the frozen window a
           // blackholed server must fail the step well before the lease runs out, not hang it.
           const pools = deps.frozenWindow;
-          const t = deps.config.tenant;
+          const rows = rowsOf(deps, ref.unit);
           const steps = liveCutoverSteps(plan, {
             directory: pools.directoryPool(),
             ownerPool: pools.shardPool(owner),
             nextPool: pools.shardPool(next),
             ownerDsn: shardByName(deps.config, owner).dsn,
-            tenantColumn: deps.config.tenant.column,
-            tables: () => listTenantTables(pools.shardPool(owner), { column: t.column, schemas: t.schemas, tables: t.tables }),
+            tenantColumn: rows.column,
+            unitValue: rows.value,
+            tables: () => listTenantTables(pools.shardPool(owner), rows.tables),
             syncBlobs: () => syncUnitBlobs(deps, owner, next, ref.unit, { hashUnchanged: false }),
             unfencedTables: async (side) => (await fenceStatus(pools.shardPool(side === 'owner' ? owner : next), deps.config)).unfenced,
             maxTxBytes: deps.config.limits.applyMaxTxBytes,

@@ -5,7 +5,7 @@ import { randomUUID } from 'node:crypto';
 import { shardByName } from '../../lib/config';
 import { z } from 'zod';
 import type { Deps } from '../deps';
-import { moveRef, tenantTables, beat, activitySignal, parse, typed, typedByProgress, syncUnitBlobs, compareUnitBlobs } from './context';
+import { moveRef, rowsOf, unitTables, beat, activitySignal, parse, typed, typedByProgress, syncUnitBlobs, compareUnitBlobs } from './context';
 import { replicationNames } from '../../lib/ids';
 import { ensurePublicationAndSlot, applyChangesUntil, currentWalLsn, slotLagBytes } from '../../lib/cdc';
 import { copyTenantTable } from '../../lib/copy';
@@ -48,8 +48,6 @@ const catchUpInput = moveRef.extend({
 });
 
 export function createDataActivities(deps: Deps) {
-  const col = deps.config.tenant.column;
-
   /** The shards' names for error messages, and the bounds that keep a round from hanging on a silent link. */
   const linkBounds = (from: string, to: string) => ({
     sourceName: from,
@@ -79,8 +77,10 @@ export function createDataActivities(deps: Deps) {
           const { from, to } = ends(ref, ref.direction);
           const names = replicationNames(ref.moveId, ref.direction);
           void to; // the receiving side was prepared by `shards prepare` (checked at plan)
-          const tables = await tenantTables(deps, from);
-          const r = await ensurePublicationAndSlot(deps.shardPool(from), { ...names, tables, tenantColumn: col, unit: ref.unit });
+          const rows = rowsOf(deps, ref.unit);
+          const tables = await unitTables(deps, from, rows);
+          // The row filter is the unit's predicate (lib/unit-rows.ts): `<column> = <value>`.
+          const r = await ensurePublicationAndSlot(deps.shardPool(from), { ...names, tables, tenantColumn: rows.column, unit: rows.value });
           await deps.faultPoint(ref.direction === 'forward' ? 'after-slot-created' : 'after-reverse-slot-created');
           return { ...names, consistentLsn: r.consistentLsn };
         },
@@ -92,7 +92,8 @@ export function createDataActivities(deps: Deps) {
       const ref = parse(copyInput, input);
       return typed(
         async () => {
-          const tables = await tenantTables(deps, ref.source);
+          const rows = rowsOf(deps, ref.unit);
+          const tables = await unitTables(deps, ref.source, rows);
           const table = tables.find((t) => `${t.schema}.${t.name}` === ref.table);
           if (!table) throw new Error(`table ${ref.table} vanished from ${ref.source}`);
           let batches = 0;
@@ -104,8 +105,8 @@ export function createDataActivities(deps: Deps) {
             source: deps.shardPool(ref.source),
             target: deps.shardPool(ref.target),
             table,
-            tenantColumn: col,
-            unit: ref.unit,
+            tenantColumn: rows.column,
+            unit: rows.value,
             moveId: ref.moveId,
             batchRows: ref.batchRows,
             rowsPerSecond: ref.rowsPerSecond,
@@ -239,7 +240,8 @@ export function createDataActivities(deps: Deps) {
       return typed(
         async () => {
           const { from, to } = ends(ref, ref.direction);
-          const tables = await tenantTables(deps, from);
+          const unitRowsSpec = rowsOf(deps, ref.unit);
+          const tables = await unitTables(deps, from, unitRowsSpec);
           const names = replicationNames(ref.moveId, ref.direction);
           const fromShard = shardByName(deps.config, from);
           // From here on the applier records every key it writes (lib/cdc/delta.ts): once this
@@ -247,12 +249,18 @@ export function createDataActivities(deps: Deps) {
           const deltaToken = randomUUID();
           await startDelta(deps.shardPool(to), ref.moveId, ref.direction, deltaToken);
           const check = () =>
-            validateTenant({ source: deps.shardPool(from), target: deps.shardPool(to), tables, tenantColumn: col, unit: ref.unit, maxReport: 500 });
-          beat({ step: 'compare rows' });
+            validateTenant({
+              source: deps.shardPool(from),
+              target: deps.shardPool(to),
+              tables,
+              tenantColumn: unitRowsSpec.column,
+              unit: unitRowsSpec.value,
+              maxReport: 500,
+            });
           let report = await check();
           let rounds = 1;
           while (!report.ok && rounds < 5) {
-            beat({ step: 'compare rows again after a catch-up', round: rounds });
+            beat({ round: rounds });
             await applyChangesUntil({
               sourceDsn: fromShard.dsn,
               target: deps.shardPool(to),
@@ -284,7 +292,6 @@ export function createDataActivities(deps: Deps) {
               ]),
             ]);
           };
-          beat({ step: 'compare blobs' });
           let blobs = await blobDiff();
           for (let i = 0; i < 3 && blobs.size > 0; i++) {
             const next = await blobDiff();

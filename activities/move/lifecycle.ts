@@ -3,7 +3,7 @@
 // not the owner, immediately before it deletes.
 import { z } from 'zod';
 import type { Deps } from '../deps';
-import { moveRef, tenantTables, parse, typed, beat, activityKey, shardBucket } from './context';
+import { moveRef, rowsOf, unitTables, hasBlobs, parse, typed, beat, activityKey, shardBucket } from './context';
 import { ends } from './data';
 import { replicationNames } from '../../lib/ids';
 import { ShardctlError } from '../../lib/errors';
@@ -33,8 +33,6 @@ const eventInput = z.object({
 });
 
 export function createLifecycleActivities(deps: Deps) {
-  const col = deps.config.tenant.column;
-
   async function dropReplicationOf(ref: z.infer<typeof moveRef>, direction: 'forward' | 'reverse') {
     const { from } = ends(ref, direction);
     const names = replicationNames(ref.moveId, direction);
@@ -60,18 +58,22 @@ export function createLifecycleActivities(deps: Deps) {
     // Before anything is deleted: this side's bucket is its own and the owner's is another one.
     await assertMayDelete(shardBucket(deps, side), shardBucket(deps, p.shard), `delete the copy of ${ref.unit} on ${side}`);
     const pool = deps.shardPool(side);
-    const tables = await tenantTables(deps, side);
+    const rows = rowsOf(deps, ref.unit);
+    const tables = await unitTables(deps, side, rows);
+    // Only the unit's rows: its predicate (lib/unit-rows.ts), a tenant's or a bucket's.
     await deleteTenantRows({
       pool,
       tables,
-      tenantColumn: col,
-      unit: ref.unit,
+      tenantColumn: rows.column,
+      unit: rows.value,
       batchRows: deps.config.limits.copyBatchRows,
       onBatch: faultName ? () => deps.faultPoint(faultName) : undefined,
     });
     // The owner's bucket is proven (by the identity markers) not to be this one before any batch.
-    await deleteBlobPrefix(shardBucket(deps, side), tenantBlobPrefix(ref.unit), { owner: shardBucket(deps, p.shard) });
-    await forgetLedger(pool, ref.unit);
+    if (hasBlobs(ref.unit)) {
+      await deleteBlobPrefix(shardBucket(deps, side), tenantBlobPrefix(ref.unit), { owner: shardBucket(deps, p.shard) });
+      await forgetLedger(pool, ref.unit);
+    }
     await forgetMoveProgress(pool, ref.moveId);
     await deleteManifest(pool, ref.moveId);
   }
@@ -82,6 +84,7 @@ export function createLifecycleActivities(deps: Deps) {
    * Returns a refusal an operator can act on, or undefined.
    */
   async function blobsWrittenOutsideShardctl(ref: z.infer<typeof moveRef>, side: string, verb: string): Promise<string | undefined> {
+    if (!hasBlobs(ref.unit)) return undefined;
     const b = shardBucket(deps, side);
     const [listing, ledger] = await Promise.all([listBlobs(b.s3, b.bucket, tenantBlobPrefix(ref.unit)), loadLedger(deps.shardPool(side), ref.unit)]);
     if (ledger.size === 0) return undefined; // never synced through the ledger: nothing to compare with

@@ -15,7 +15,9 @@ import { runCutover } from '../../lib/cutover/steps';
 import { freezeLease } from '../../lib/cutover/lease';
 import { dryRunCutoverSteps } from '../../lib/cutover/dry-run';
 import { moveIdFor } from '../../lib/ids';
-import { tenantTables, parse, typed, activityRunId, shardBucket } from './context';
+import { rowsOf, unitTables, parse, typed, activityRunId, shardBucket } from './context';
+import type { UnitRows } from '../../lib/unit-rows';
+import { bucketTableProblems } from '../../lib/shard/datasets';
 import { assertBucketOf, sharedBucketProblems } from '../../lib/blobs';
 import { shardByName } from '../../lib/config';
 import { reserveHeadroom } from '../../lib/directory/reservations';
@@ -104,9 +106,20 @@ export function createPlanActivities(deps: Deps) {
       const { unit, target, fenceBudgetMs, runId } = parse(planInput, input);
       return typed(async () => {
         const reasons: string[] = [];
-        const col = deps.config.tenant.column;
+        let rows: UnitRows;
+        try {
+          rows = rowsOf(deps, unit);
+        } catch (e: any) {
+          return { ok: false, reasons: [e?.message ?? String(e)], source: '', epoch: 0, moveId: '', tables: [] };
+        }
+        // The unit's row predicate (lib/unit-rows.ts): `<col> = <value>`, a tenant's or a bucket's.
+        const col = rows.column;
+        const value = rows.value;
         const p = await getPlacement(deps.directoryPool(), unit);
-        if (!p) return { ok: false, reasons: [`unit ${unit} is not in the directory (create the tenant first)`], source: '', epoch: 0, moveId: '', tables: [] };
+        if (!p) {
+          const hint = rows.kind === 'bucket' ? `run \`shardctl dataset init ${rows.dataset!.name}\` first` : 'create the tenant first';
+          return { ok: false, reasons: [`unit ${unit} is not in the directory (${hint})`], source: '', epoch: 0, moveId: '', tables: [] };
+        }
         const base = { source: p.shard, epoch: p.epoch, moveId: moveIdFor(unit, p.epoch, runId ?? activityRunId() ?? 'dryrun') };
         if (p.state !== 'active') reasons.push(`unit ${unit} is ${p.state} (owned by move ${p.moveId}); one move per unit at a time`);
         if (p.shard === target) reasons.push(`unit ${unit} is already on ${target}`);
@@ -120,9 +133,14 @@ export function createPlanActivities(deps: Deps) {
         const s = await shardLoad(deps.directoryPool(), target, { exceptUnit: unit });
         if (!s) reasons.push(`target ${target} is not in the directory's shard inventory`);
         else reasons.push(...moveTargetProblems(s, unit, p.expectedLoad, deps.config.limits.headroomFraction));
-        const [src, dst] = await Promise.all([tenantTables(deps, p.shard), tenantTables(deps, target)]);
-        if (src.length === 0) reasons.push(`no tenant tables (column ${col}) found on ${p.shard}`);
-        for (const t of src) reasons.push(...movabilityProblems(t, col));
+        // Configured tables missing on the target are a reason (schemaDiff names each), not a throw.
+        const [src, dst] = await Promise.all([unitTables(deps, p.shard, rows), unitTables(deps, target, rows).catch(() => [])]);
+        if (src.length === 0)
+          reasons.push(`no ${rows.kind === 'tenant' ? 'tenant' : `dataset ${rows.dataset!.name}`} tables (column ${col}) found on ${p.shard}`);
+        for (const t of src) {
+          if (rows.kind === 'tenant') reasons.push(...movabilityProblems(t, col));
+          else reasons.push(...(await bucketTableProblems(deps.shardPool(p.shard), t, rows.dataset!)));
+        }
         reasons.push(...schemaDiff(src, dst));
         const [fs, fd] = await Promise.all([fenced(p.shard), fenced(target)]);
         for (const t of src) {
@@ -138,15 +156,15 @@ export function createPlanActivities(deps: Deps) {
           const tp = deps.shardPool(target);
           const resumed = await hasMoveProgress(tp, base.moveId);
           for (const t of src) {
-            tables.push({ table: tableKey(t), rowsEstimated: await countUnitRows(deps.shardPool(p.shard), t, col, unit) });
+            tables.push({ table: tableKey(t), rowsEstimated: await countUnitRows(deps.shardPool(p.shard), t, col, value) });
             if (!resumed) {
-              const left = await countUnitRows(tp, t, col, unit);
+              const left = await countUnitRows(tp, t, col, value);
               if (left > 0)
                 reasons.push(`target ${target} already holds ${left} rows of ${unit} in ${tableKey(t)} (left over from an earlier move?); remove them first`);
             }
             // A key unique across tenants must not already be taken on the target by another unit.
             for (const key of await globalUniqueKeys(tp, t, col)) {
-              const hit = await firstKeyCollision(deps.shardPool(p.shard), tp, t, key, col, unit);
+              const hit = await firstKeyCollision(deps.shardPool(p.shard), tp, t, key, col, value);
               if (hit) reasons.push(collisionReason(target, t, hit, col, unit));
             }
           }

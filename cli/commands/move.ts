@@ -21,14 +21,15 @@ import { exitCodeFor } from '../exit';
 import { examples } from '../help';
 import { configOf, printResult, withConnections, withTemporal } from '../run';
 import { confirmIrreversible, soakNeedsConfirmation } from '../confirm';
-import { getTenant } from '../../lib/tenants';
+import { getPlacement } from '../../lib/directory/placements';
+import { unitFromOptions, validateUnitName } from '../../lib/unit-rows';
 import { formatDeletionPreview, previewUnitDeletion } from '../../lib/moves/deletion-preview';
 import { formatDurationSeconds } from '../../lib/duration';
 
 export const actorDefault = () => process.env.SHARDCTL_ACTOR || process.env.USER || os.userInfo().username || 'cli';
 
 export async function moveStatus(config: Config, tenant: string): Promise<M.MoveStatus> {
-  validateTenantId(tenant);
+  validateUnitName(tenant);
   return withTemporal(config, async (client) => {
     try {
       return await client.workflow.getHandle(moveWorkflowId(tenant)).query(M.statusQuery);
@@ -70,8 +71,8 @@ async function deletionLines(config: Config, shard: string, tenant: string): Pro
 
 /** The tenant's current shard (the source a move would delete from), read-only. */
 async function currentShard(config: Config, tenant: string): Promise<string> {
-  const p = await withConnections(config, { readOnly: true, requireCurrentSchema: true }, (conns) => getTenant(conns.directoryPool(), tenant));
-  if (!p) throw new ShardctlError('NotFound', `no tenant ${tenant}`);
+  const p = await withConnections(config, { readOnly: true, requireCurrentSchema: true }, (conns) => getPlacement(conns.directoryPool(), tenant));
+  if (!p) throw new ShardctlError('NotFound', `no unit ${tenant} in the directory`);
   return p.shard;
 }
 
@@ -158,7 +159,8 @@ export function register(program: Command) {
   const start = move
     .command('start')
     .description('start moving a tenant to another shard')
-    .requiredOption('--tenant <id>', 'tenant to move')
+    .option('--tenant <id>', 'tenant to move')
+    .option('--unit <unit>', 'or: the routing unit to move (a tenant, or a bucket bucket:<dataset>:<n>)')
     .requiredOption('--to <shard>', 'target shard')
     .option('--soak <duration>', 'how long the source is kept as the way back', '')
     .option('--approve-cutover <mode>', 'auto | manual (manual waits for `move approve`)', 'auto')
@@ -166,7 +168,7 @@ export function register(program: Command) {
     .option('--yes', 'confirm a --soak shorter than the default (or than 1h) without being asked')
     .action(async (o) => {
       const config = cfg();
-      const tenant = validateTenantId(o.tenant);
+      const tenant = unitFromOptions(o, validateTenantId, config);
       knownShard(config, o.to);
       if (o.approveCutover !== 'auto' && o.approveCutover !== 'manual')
         throw invalidInput(`--approve-cutover must be auto or manual, got ${JSON.stringify(o.approveCutover)}`);
@@ -198,12 +200,13 @@ export function register(program: Command) {
   const plan = move
     .command('plan')
     .description('dry run: every preflight check of `move start`, the tables, and the cutover steps the move would take; changes nothing')
-    .requiredOption('--tenant <id>', 'tenant to move')
+    .option('--tenant <id>', 'tenant to move')
+    .option('--unit <unit>', 'or: the routing unit to move (a tenant, or a bucket bucket:<dataset>:<n>)')
     .requiredOption('--to <shard>', 'target shard')
     .option('--json', 'machine-readable')
     .action(async (o) => {
       const config = cfg();
-      const tenant = validateTenantId(o.tenant);
+      const tenant = unitFromOptions(o, validateTenantId, config);
       knownShard(config, o.to);
       const deps = createDeps(config);
       try {
@@ -308,7 +311,7 @@ export function register(program: Command) {
     if (spec.options) c = spec.options(c);
     examples(c, `move ${name} acme${spec.example ?? ''} --actor alice --reason "ticket OPS-123"`);
     c.action(async (tenant, o) => {
-      validateTenantId(tenant);
+      validateUnitName(tenant);
       const config = cfg();
       const arg = { actor: o.actor || actorDefault(), reason: o.reason, ...(spec.payload ? spec.payload(o) : {}) };
       if (spec.confirm) await spec.confirm(tenant, o, config);

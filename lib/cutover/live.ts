@@ -24,7 +24,10 @@ export interface LiveCutoverEnv {
   nextPool: Pool;
   /** The owner's DSN, for the replication connection (resolved by the worker from config). */
   ownerDsn: string;
+  /** The unit's row predicate, `<tenantColumn> = <unitValue>` (lib/unit-rows.ts): a tenant's column and id, or a bucket column and number. */
   tenantColumn: string;
+  /** Default: the unit's name (a tenant). */
+  unitValue?: string;
   tables(): Promise<TenantTable[]>;
   syncBlobs(): Promise<unknown>;
   /** Tenant tables of a shard without an enabled fence trigger (the same check as `shards list`). */
@@ -49,6 +52,7 @@ export const DELTA_COMPARE_MAX_KEYS = 50_000;
 export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): CutoverSteps {
   const { unit, moveId, owner, next, epoch } = plan;
   const newEpoch = epoch + 1;
+  const rowsValue = env.unitValue ?? unit;
   const switchAction = plan.direction === 'forward' ? 'switch' : 'rollback-switch';
   // This attempt's freeze token: unique per attempt, never reused; and the token of an earlier
   // attempt's freeze this one took over (it may still be on the fence if that attempt's raise was the last).
@@ -192,7 +196,7 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
       const known = new Set(tables.map((t) => `${t.schema}.${t.name}`));
       const keys = delta.tracked && !delta.overflow && [...delta.tables.keys()].every((t) => known.has(t)) ? delta.tables : null;
       const fingerprint = (pool: Pool) =>
-        keys ? fingerprintUnitKeys(pool, tables, env.tenantColumn, unit, keys) : fingerprintUnit(pool, tables, env.tenantColumn, unit);
+        keys ? fingerprintUnitKeys(pool, tables, env.tenantColumn, rowsValue, keys) : fingerprintUnit(pool, tables, env.tenantColumn, rowsValue);
       // The delta covers the stream; a write on the next owner behind the stream's back (a session
       // bypassing its fence) is in its write audit instead: any since the delta started fails the compare.
       const bypass =
@@ -224,7 +228,7 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
       // Under the fence the unit cannot write on either side, and the next owner holds every row
       // it will hold at the switch: its max per sequence-fed column is final.
       try {
-        const advanced = await advanceSequencesForUnit(env.nextPool, await env.tables(), env.tenantColumn, unit);
+        const advanced = await advanceSequencesForUnit(env.nextPool, await env.tables(), env.tenantColumn, rowsValue);
         env.beat({ step: 'sequences', advanced: advanced.filter((a) => a.nextAfter !== a.nextBefore).length });
         return { ok: true };
       } catch (e: any) {

@@ -6,6 +6,7 @@ import { shardByName } from '../config';
 import type { Connections } from '../connections';
 import { countUnitRows, listTenantTables } from '../shard/tables';
 import { listBlobs, tenantBlobPrefix } from '../blobs';
+import { unitRows } from '../unit-rows';
 
 export interface DeletionPreview {
   unit: string;
@@ -19,13 +20,14 @@ export interface DeletionPreview {
 
 export async function previewUnitDeletion(config: Config, conns: Connections, shard: string, unit: string): Promise<DeletionPreview> {
   const pool = conns.shardPool(shard);
-  const t = config.tenant;
-  const tables = await listTenantTables(pool, { column: t.column, schemas: t.schemas, tables: t.tables });
+  const rows = unitRows(config, unit);
+  const tables = await listTenantTables(pool, rows.tables);
   const counted = [];
-  for (const table of tables) counted.push({ table: `${table.schema}.${table.name}`, rows: await countUnitRows(pool, table, t.column, unit) });
+  for (const table of tables) counted.push({ table: `${table.schema}.${table.name}`, rows: await countUnitRows(pool, table, rows.column, rows.value) });
   const bucket = shardByName(config, shard).bucket;
-  const blobPrefix = tenantBlobPrefix(unit);
-  const blobs = await listBlobs(conns.s3For(shard), bucket, blobPrefix);
+  // Bucket units have no blobs (only tenants' blobs are routed so far).
+  const blobPrefix = rows.kind === 'tenant' ? tenantBlobPrefix(unit) : '';
+  const blobs = rows.kind === 'tenant' ? await listBlobs(conns.s3For(shard), bucket, blobPrefix) : [];
   return { unit, shard, bucket, blobPrefix, blobs: blobs.length, blobBytes: blobs.reduce((n, b) => n + b.size, 0), tables: counted };
 }
 

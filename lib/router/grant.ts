@@ -5,6 +5,8 @@ import { ShardctlError } from '../errors';
 /** What the application's auth layer says this caller may touch. */
 export interface Grant {
   tenants: readonly string[] | '*';
+  /** Bucketed datasets (config.datasets) the caller may touch by key; absent: none. */
+  datasets?: readonly string[] | '*';
 }
 
 export function grantCovers(grant: unknown, tenantId: string): boolean {
@@ -23,4 +25,11 @@ export function assertGrantCovers(grant: unknown, tenantId: string): void {
   if (!grantCovers(grant, tenantId)) {
     throw new ShardctlError('Forbidden', `this caller's grant does not cover tenant ${tenantId}`, { tenant: tenantId });
   }
+}
+
+/** A bucketed dataset's keys are covered by `datasets` naming it (or '*'). */
+export function assertGrantCoversDataset(grant: unknown, dataset: string): void {
+  const ds = grant && typeof grant === 'object' ? (grant as { datasets?: unknown }).datasets : undefined;
+  if (ds === '*' || (Array.isArray(ds) && ds.includes(dataset))) return;
+  throw new ShardctlError('Forbidden', `this caller's grant does not cover dataset ${dataset}`, { dataset });
 }

@@ -1,7 +1,7 @@
 // The router library: fenced tenant transactions routed by a cached directory snapshot, and
 // bounded fleet reads (scatter) with explicit partial results.
 export { Router } from './router';
-export type { Mode, Isolation, RouterOptions, TenantCallOptions, RouterMetrics, TenantFn, TenantRoute } from './router';
+export type { Mode, Isolation, RouterOptions, TenantCallOptions, RouterMetrics, TenantFn, TenantRoute, KeyFn } from './router';
 export type { TenantBlobs, PutBlobOptions } from '../blobs/fenced';
 export type { Grant } from './grant';
 export { grantCovers, grantCoversAll, assertGrantCovers } from './grant';

@@ -12,7 +12,9 @@ import { IncompleteResult, ShardctlError, invalidInput } from '../errors';
 import { validateTenantId } from '../ids';
 import { DirectoryReader } from './directory-feed';
 import { PlacementListener } from '../directory/listen';
-import { Grant, assertGrantCovers, grantCoversAll } from './grant';
+import { Grant, assertGrantCovers, assertGrantCoversDataset, grantCoversAll } from './grant';
+import { bucketOf } from '../buckets/hash';
+import { bucketUnitName } from '../buckets/units';
 import { CONNECT_TIMEOUT, STALE_BACKOFF, FROZEN_BACKOFF, backoffDelayMs, classifyError, nextWaitMs } from './retry';
 
 /** SQLSTATE of a statement cancelled (here: by the statement timeout that carries the caller's deadline). */
@@ -84,6 +86,9 @@ export interface RouterMetrics {
  */
 export type TenantFn<T> = (tx: PoolClient, route: TenantRoute) => Promise<T>;
 
+/** withKey's function: as TenantFn, with the key's bucket (what its rows carry in the bucket column). */
+export type KeyFn<T> = (tx: PoolClient, route: TenantRoute & { bucket: number }) => Promise<T>;
+
 /**
  * Where a tenant transaction runs, and the tenant's blobs there, fenced by the same transaction:
  * a PUT or DELETE passes the shard's write check (and holds the unit's lock) before it touches
@@ -95,6 +100,17 @@ export interface TenantRoute {
   epoch: number;
   blobs: TenantBlobs;
 }
+
+/** A bucket unit's blobs: not routed yet (a move of a bucket copies rows only), so refused before any I/O. */
+const noBucketBlobs = (): never => {
+  throw new ShardctlError('PreconditionFailed', "blobs are not supported for bucket units yet: store a bucketed row's objects under a tenant");
+};
+const NO_BUCKET_BLOBS: TenantBlobs = {
+  keyOf: noBucketBlobs,
+  put: async () => noBucketBlobs(),
+  get: async () => noBucketBlobs(),
+  delete: async () => noBucketBlobs(),
+};
 
 const ISOLATIONS: ReadonlySet<string> = new Set(['read committed', 'repeatable read', 'serializable']);
 
@@ -169,6 +185,29 @@ export class Router {
   async withTenant<T>(tenantId: string, grant: Grant, mode: Mode, fn: TenantFn<T>, opts: TenantCallOptions = {}): Promise<T> {
     const unit = validateTenantId(tenantId);
     assertGrantCovers(grant, unit);
+    return this.withUnit(unit, mode, fn, opts);
+  }
+
+  /**
+   * Runs `fn` in a transaction on the shard owning the bucket of `key` in bucketed dataset
+   * `dataset` (config.datasets): unit `bucket:<dataset>:<bucket_of(key, B)>`, fenced with that
+   * unit's epoch and retried exactly as withTenant (stale route: refresh and retry; frozen: wait).
+   * `route.bucket` is the key's bucket, the value of the dataset's bucket column for the key's rows
+   * (the shard's CHECK refuses any other). The transaction may write only rows of that bucket.
+   */
+  async withKey<T>(dataset: string, key: string, grant: Grant, mode: Mode, fn: KeyFn<T>, opts: TenantCallOptions = {}): Promise<T> {
+    const ds = this.config.datasets.find((d) => d.name === dataset);
+    if (!ds)
+      throw invalidInput(
+        `unknown dataset ${JSON.stringify(String(dataset).slice(0, 40))} (config.datasets: ${this.config.datasets.map((d) => d.name).join(', ') || 'none'})`,
+      );
+    assertGrantCoversDataset(grant, ds.name);
+    const bucket = bucketOf(key, ds.buckets);
+    const unit = bucketUnitName(ds.name, bucket, ds.buckets);
+    return this.withUnit(unit, mode, (tx, route) => fn(tx, { ...route, bucket }), opts);
+  }
+
+  private async withUnit<T>(unit: string, mode: Mode, fn: TenantFn<T>, opts: TenantCallOptions): Promise<T> {
     if (mode !== 'read' && mode !== 'write') throw invalidInput(`mode must be 'read' or 'write', got ${JSON.stringify(String(mode))}`);
     const deadlineMs = opts.deadlineMs ?? this.config.limits.routerDeadlineMs;
     const budget = opts.retryBudget ?? this.config.limits.routerRetryBudget;
@@ -399,7 +438,8 @@ export class Router {
       await client.query(openTransactionSql(p, mode, isolation, Math.max(1, Math.ceil(deadline - Date.now())))).catch((e: unknown) => {
         throw openFailure(e, p.shard);
       });
-      const route: TenantRoute = { unit: p.unit, shard: p.shard, epoch: p.epoch, blobs: tenantBlobs(tx.client, p.unit, this.bucketOf(p.shard)) };
+      const blobs = p.unit.startsWith('bucket:') ? NO_BUCKET_BLOBS : tenantBlobs(tx.client, p.unit, this.bucketOf(p.shard));
+      const route: TenantRoute = { unit: p.unit, shard: p.shard, epoch: p.epoch, blobs };
       const result = await fn(tx.client, route);
       const done = await client.query('commit');
       if (done.command === 'ROLLBACK') throw this.abortedAtCommit(p.unit, tx.firstError());

@@ -5,6 +5,8 @@ import type { Pool, PoolClient } from 'pg';
 import { ShardctlError } from '../errors';
 import { stableHash64 } from '../buckets/hash';
 import type { BucketDataset } from '../buckets/units';
+import type { TenantTable } from './tables';
+import { bucketCheckSql, type DatasetConfig } from '../unit-rows';
 
 const settingKey = (dataset: string) => `dataset.${dataset}.buckets`;
 
@@ -41,4 +43,34 @@ export async function checkRoutingHash(db: Pool | PoolClient): Promise<void> {
       );
     }
   }
+}
+
+/**
+ * Why a dataset table cannot be moved by bucket (empty when it can): its primary key must lead
+ * with the bucket column (the move's filter, the copy's and validation's key order, the apply's
+ * row address), and a CHECK must bind the bucket column to the key's hash, so every row sits in
+ * the bucket the router names for its key (lib/unit-rows.ts says why not a generated column).
+ */
+export async function bucketTableProblems(db: Pool | PoolClient, t: TenantTable, ds: DatasetConfig): Promise<string[]> {
+  const out: string[] = [];
+  if (t.primaryKey[0] !== ds.bucketColumn) {
+    out.push(
+      `${t.qualified} (dataset ${ds.name}) primary key (${t.primaryKey.join(', ') || 'none'}) does not lead with ${ds.bucketColumn}: ` +
+        `use PRIMARY KEY (${ds.bucketColumn}, ${ds.column}, ...)`,
+    );
+  }
+  const r = await db.query(`select pg_get_constraintdef(oid) as def from pg_constraint where conrelid = $1::regclass and contype = 'c' and convalidated`, [
+    t.qualified,
+  ]);
+  const ident = (s: string) => `(?:${s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}|"${s.replace(/"/g, '""').replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}")`;
+  const want = new RegExp(`^CHECK \\(\\(${ident(ds.bucketColumn)} = shardctl\\.bucket_of\\(\\(?${ident(ds.column)}\\)?(?:::text)?, ${ds.buckets}\\)\\)\\)$`);
+  if (!r.rows.some((x) => want.test(x.def))) {
+    out.push(`${t.qualified} (dataset ${ds.name}) has no validated ${bucketCheckSql(ds)}: add it (ALTER TABLE ${t.qualified} ADD ${bucketCheckSql(ds)})`);
+  }
+  if (t.replicaIdentity !== 'default' && t.replicaIdentity !== 'full') {
+    out.push(
+      `${t.qualified} (dataset ${ds.name}) has REPLICA IDENTITY ${t.replicaIdentity.toUpperCase()}; use DEFAULT (primary key led by ${ds.bucketColumn})`,
+    );
+  }
+  return out;
 }

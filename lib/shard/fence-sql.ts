@@ -214,17 +214,33 @@ function routeCheckPlpgsql(unit: string, epoch: string): string {
 const quoteIdent = (ident: string) => `"${ident.replace(/"/g, '""')}"`;
 const quoteLiteral = (s: string) => `'${s.replace(/'/g, "''")}'`;
 
+/**
+ * A row's unit as SQL over `new` or `old`: the tenant column itself for tenant tables; for a
+ * bucketed dataset's table the unit name built from its bucket column (lib/unit-rows.ts).
+ */
+export type RowUnitSql = (row: 'new' | 'old') => string;
+
 /** The two fence triggers of one tenant table (row triggers: partitions inherit them). */
-export function fenceTriggersSql(qualified: string, column: string): string[] {
-  return triggersSql(qualified, column, FENCE_VERSION);
+export function fenceTriggersSql(qualified: string, column: string, rowUnit?: RowUnitSql): string[] {
+  return triggersSql(qualified, column, fenceVersion(rowUnit), rowUnit);
 }
 
-function triggersSql(qualified: string, column: string, version: string): string[] {
+function triggersSql(qualified: string, column: string, version: string, rowUnit?: RowUnitSql): string[] {
+  const unitOf = rowUnit ?? ((row: 'new' | 'old') => `(${row}.${quoteIdent(column)})::pg_catalog.text`);
   const trigger = (name: string, events: string, row: 'new' | 'old') =>
     `create or replace trigger ${name} after ${events} on ${qualified} for each row
-      when ((${row}.${quoteIdent(column)})::pg_catalog.text operator(pg_catalog.<>) shardctl.checked_unit())
+      when (${unitOf(row)} operator(pg_catalog.<>) shardctl.checked_unit())
       execute function shardctl.refuse_row_of_unit(${quoteLiteral(column)}, '${row}', '${version}')`;
   return [trigger(FENCE_TRIGGER_NAME, 'insert or update', 'new'), trigger(FENCE_OLD_ROWS_TRIGGER, 'update or delete', 'old')];
+}
+
+/** The version of a table's triggers (FENCE_VERSION for tenant tables; one per dataset otherwise). */
+export function fenceVersion(rowUnit?: RowUnitSql): string {
+  if (!rowUnit) return FENCE_VERSION;
+  return createHash('sha256')
+    .update(triggersSql('<table>', '<column>', '', rowUnit).join('\n'))
+    .digest('hex')
+    .slice(0, 16);
 }
 
 /**

@@ -11,11 +11,12 @@ import { ShardctlError } from '../errors';
 import { DEMO_SCHEMA_SQL } from '../demo/schema';
 import { installShardSchema } from './schema';
 import { listTenantTables, movabilityProblems, TenantTable } from './tables';
-import { checkRoutingHash, recordDatasetBuckets } from './datasets';
+import { bucketTableProblems, checkRoutingHash, recordDatasetBuckets } from './datasets';
+import { bucketUnitSqlExpr, datasetTables } from '../unit-rows';
 import type { S3Client } from '@aws-sdk/client-s3';
 import { s3ClientFor } from '../s3';
 import { ensureBucketMarker } from '../blobs/marker';
-import { FENCE_OLD_ROWS_TRIGGER, FENCE_TRIGGER_NAME, FENCE_VERSION, fenceTriggersSql } from './fence-sql';
+import { FENCE_OLD_ROWS_TRIGGER, FENCE_TRIGGER_NAME, FENCE_VERSION, fenceTriggersSql, fenceVersion, type RowUnitSql } from './fence-sql';
 
 export { FENCE_TRIGGER_NAME } from './fence-sql';
 
@@ -68,6 +69,31 @@ export async function prepareShard(pool: Pool, config: Config, opts: { demoSchem
       await installTableFence(c, t.qualified, config.tenant.column);
       changed.push(displayName(t));
     }
+    // Each bucketed dataset's tables: the same fence and audit, the unit built from the bucket column.
+    const problems = tables.flatMap((t) => movabilityProblems(t, config.tenant.column));
+    const claimed = new Map<string, string>();
+    for (const ds of config.datasets) {
+      const dsAudit = writeAuditSchemaSql(ds.bucketColumn, { name: ds.name, rowUnit: (row) => bucketUnitSqlExpr(ds, row) });
+      await c.query(dsAudit.sql);
+      for (const t of await listTenantTables(c, datasetTables(config, ds))) {
+        const other = claimed.get(t.qualified);
+        if (other) {
+          throw new ShardctlError(
+            'PreconditionFailed',
+            `table ${displayName(t)} would belong to datasets ${other} and ${ds.name}: name each dataset's tables (datasets[].tables)`,
+          );
+        }
+        claimed.set(t.qualified, ds.name);
+        const rowUnit = (row: 'new' | 'old') => bucketUnitSqlExpr(ds, row);
+        const auditChanged = await installWriteAudit(c, t, dsAudit.fn);
+        if (!(await hasTableFence(c, t.qualified, ds.bucketColumn, fenceVersion(rowUnit)))) {
+          await installTableFence(c, t.qualified, ds.bucketColumn, rowUnit);
+          changed.push(displayName(t));
+        } else if (auditChanged) changed.push(displayName(t));
+        tables.push(t);
+        problems.push(...(await bucketTableProblems(c, t, ds)));
+      }
+    }
     await dropUnusedRowCheck(c, config.tenant.column);
     await c.query(
       `insert into shardctl.settings(key, value) values ('allow_unfenced_writes', $1)
@@ -77,7 +103,7 @@ export async function prepareShard(pool: Pool, config: Config, opts: { demoSchem
     await c.query('commit');
     return {
       tables: tables.map(displayName),
-      problems: tables.flatMap((t) => movabilityProblems(t, config.tenant.column)),
+      problems,
       changed,
     };
   } catch (err: any) {
@@ -150,6 +176,14 @@ export async function fenceStatus(db: Pool | PoolClient, config: Config): Promis
   const fenced: string[] = [];
   const unfenced: string[] = [];
   for (const t of tables) ((await hasTableFence(db, t.qualified, config.tenant.column)) ? fenced : unfenced).push(displayName(t));
+  for (const ds of config.datasets) {
+    const version = fenceVersion((row) => bucketUnitSqlExpr(ds, row));
+    // Configured dataset tables missing here are not this shard's to report (plan names them missing on a target).
+    for (const t of await listTenantTables(db, datasetTables(config, ds)).catch(() => [])) {
+      tables.push(t);
+      ((await hasTableFence(db, t.qualified, ds.bucketColumn, version)) ? fenced : unfenced).push(displayName(t));
+    }
+  }
   return { schemaInstalled: r.rows[0].installed, tenantTables: tables.map(displayName), fenced, unfenced };
 }
 
@@ -158,11 +192,11 @@ export async function fenceStatus(db: Pool | PoolClient, config: Config): Promis
  * its partitions inherit, present and future). Takes the table's lock; run inside prepare's
  * transaction.
  */
-export async function installTableFence(c: PoolClient, qualified: string, column: string): Promise<void> {
+export async function installTableFence(c: PoolClient, qualified: string, column: string, rowUnit?: RowUnitSql): Promise<void> {
   // Dropped first: an older shardctl's BEFORE trigger of that name has clones on the partitions
   // that CREATE OR REPLACE would not turn into AFTER triggers.
   for (const name of [FENCE_TRIGGER_NAME, FENCE_OLD_ROWS_TRIGGER]) await c.query(`drop trigger if exists ${name} on ${qualified}`);
-  for (const sql of fenceTriggersSql(qualified, column)) await c.query(sql);
+  for (const sql of fenceTriggersSql(qualified, column, rowUnit)) await c.query(sql);
 }
 
 /**
@@ -170,8 +204,8 @@ export async function installTableFence(c: PoolClient, qualified: string, column
  * timing, events, arguments of this version, a WHEN clause), enabled for origin sessions. A
  * missing, disabled, replica-only or older trigger says no.
  */
-export async function hasTableFence(db: Pool | PoolClient, qualified: string, column: string): Promise<boolean> {
-  const args = (row: string) => [column, row, FENCE_VERSION].map((a) => Buffer.concat([Buffer.from(a, 'utf8'), Buffer.from([0])]));
+export async function hasTableFence(db: Pool | PoolClient, qualified: string, column: string, version = FENCE_VERSION): Promise<boolean> {
+  const args = (row: string) => [column, row, version].map((a) => Buffer.concat([Buffer.from(a, 'utf8'), Buffer.from([0])]));
   const r = await db.query(
     `with tree as (select $1::regclass::oid as relid union select relid::oid from pg_partition_tree($1::regclass)),
           wanted(name, type, args) as (values ($2::name, $3::int2, $4::bytea), ($5::name, $6::int2, $7::bytea))

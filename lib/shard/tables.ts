@@ -36,15 +36,30 @@ export async function countUnitRows(db: Pool | PoolClient, t: TenantTable, colum
   return Number(r.rows[0].n);
 }
 
-export async function listTenantTables(db: Pool | PoolClient, opts: { column: string; schemas: string[]; tables?: string[] }): Promise<TenantTable[]> {
+/**
+ * The tables a unit kind selects by `column`: tenant tables (the tenant column), or a bucketed
+ * dataset's tables (its bucket column, with `alsoColumn` the key column, `withoutColumn` the
+ * tenant column: a table routes by tenant or by bucket, never both). Same shape either way.
+ */
+export interface UnitTableSelector {
+  column: string;
+  schemas: string[];
+  tables?: string[];
+  alsoColumn?: string;
+  withoutColumn?: string;
+}
+
+export async function listTenantTables(db: Pool | PoolClient, opts: UnitTableSelector): Promise<TenantTable[]> {
   const rels = await db.query(
     `select c.oid, n.nspname as schema, c.relname as name, c.relreplident as ri
        from pg_class c join pg_namespace n on n.oid = c.relnamespace
       where c.relkind in ('r', 'p') and not c.relispartition
         and n.nspname = any($1::text[])
         and exists (select 1 from pg_attribute a where a.attrelid = c.oid and a.attname = $2 and a.attnum > 0 and not a.attisdropped)
+        and ($3::name is null or exists (select 1 from pg_attribute a where a.attrelid = c.oid and a.attname = $3 and a.attnum > 0 and not a.attisdropped))
+        and ($4::name is null or not exists (select 1 from pg_attribute a where a.attrelid = c.oid and a.attname = $4 and a.attnum > 0 and not a.attisdropped))
       order by n.nspname, c.relname`,
-    [opts.schemas, opts.column],
+    [opts.schemas, opts.column, opts.alsoColumn ?? null, opts.withoutColumn ?? null],
   );
   let rows = rels.rows;
   if (opts.tables?.length) {

@@ -18,10 +18,16 @@ import { PINNED_SEARCH_PATH } from './schema';
 
 export const WRITE_AUDIT_TRIGGER = 'shardctl_write_audit';
 
-export function writeAuditSchemaSql(column: string): { fn: string; sql: string } {
+/**
+ * The audit's table and its trigger function for tables whose unit is `column` (tenant tables),
+ * or, with `dataset`, for a bucketed dataset's tables (the unit built from the bucket column:
+ * `rowUnit`, lib/unit-rows.ts), one function per dataset.
+ */
+export function writeAuditSchemaSql(column: string, dataset?: { name: string; rowUnit: (row: 'new' | 'old') => string }): { fn: string; sql: string } {
   const safe = column.replace(/[^a-z0-9_]/gi, '_').toLowerCase();
-  const fn = `shardctl.audit_unowned_write_${safe}`;
+  const fn = dataset ? `shardctl.audit_unowned_write_ds_${dataset.name}` : `shardctl.audit_unowned_write_${safe}`;
   const col = `"${column.replace(/"/g, '""')}"`;
+  const unitOf = dataset?.rowUnit ?? ((row: 'new' | 'old') => `${row}.${col}::text`);
   return {
     fn,
     sql: `
@@ -45,7 +51,7 @@ begin
   if pg_catalog.current_setting('application_name') like 'shardctl%' then
     return null;
   end if;
-  v_unit := case when tg_op = 'DELETE' then old.${col}::text else new.${col}::text end;
+  v_unit := case when tg_op = 'DELETE' then ${unitOf('old')} else ${unitOf('new')} end;
   insert into shardctl.unowned_writes(unit, table_name, op, application_name, username, xid, owned)
   values (v_unit, tg_table_schema || '.' || tg_table_name, tg_op, pg_catalog.current_setting('application_name'), current_user,
           pg_catalog.pg_current_xact_id(), coalesce((select f.owned from shardctl.fence f where f.unit = v_unit), false));

@@ -28,7 +28,11 @@ async function ownConfig(buckets: number, name = uniq('rh').replace(/-/g, '_')):
   return {
     schema,
     dataset: name,
-    config: { ...base, tenant: { ...base.tenant, schemas: [schema], tables: undefined }, datasets: [{ name, column: 'device_id', buckets }] },
+    config: {
+      ...base,
+      tenant: { ...base.tenant, schemas: [schema], tables: undefined },
+      datasets: [{ name, column: 'device_id', buckets, bucketColumn: 'bucket' }],
+    },
   };
 }
 

@@ -74,7 +74,7 @@ describe('configuration', () => {
     expect(parseConfig(good()).datasets).toEqual([]);
     const raw = good();
     raw.datasets = [{ name: 'events', column: 'device_id', buckets: 1024 }];
-    expect(parseConfig(raw).datasets).toEqual([{ name: 'events', column: 'device_id', buckets: 1024 }]);
+    expect(parseConfig(raw).datasets).toEqual([{ name: 'events', column: 'device_id', buckets: 1024, bucketColumn: 'bucket' }]);
   });
 
   it('names a bad bucket count or dataset name with its path and the rule', () => {

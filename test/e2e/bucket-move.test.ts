@@ -1,0 +1,216 @@
+// A bucket of a bucket-routed dataset moves exactly like a tenant (issue 13, "Routing units"):
+// a table of its own routed by `bucket_of(key, B)`, its B buckets placed on shard-a by
+// `dataset init`, rows written through the router by key, then one bucket moved to shard-b under
+// live router writes (copy, catch-up, validate, fence, switch, soak, retire), and another moved
+// and rolled back during soak. Asserts DESIGN.md §5 for the bucket: only its rows moved, the other
+// buckets untouched, the old owner refuses the old epoch, router writes land on the new owner, no
+// acknowledged write lost, retire deletes only that bucket's rows.
+import { describe, it, expect, beforeAll, afterAll } from 'vitest';
+import { randomBytes } from 'node:crypto';
+import { testConfig, closePools, shardPool, directoryPool, uniq } from '../helpers/stack';
+import * as H from '../helpers/move';
+import * as M from '../../workflows/messages';
+import { Router } from '../../lib/router';
+import { prepareAllShards } from '../../lib/shard/prepare';
+import { initDataset } from '../../lib/datasets';
+import { bucketOf } from '../../lib/buckets/hash';
+import { bucketUnitName } from '../../lib/buckets/units';
+import { moveInputFor } from '../../lib/moves/start';
+import { startWorker } from '../../worker';
+import type { Config } from '../../lib/config';
+
+const B = 8;
+const schema = `bk_${randomBytes(4).toString('hex')}`;
+const dataset = `ev_${randomBytes(4).toString('hex')}`;
+let config: Config;
+let worker: Awaited<ReturnType<typeof startWorker>>;
+let t: Awaited<ReturnType<typeof H.temporal>>;
+let tq: string;
+const grant = { tenants: [] as string[], datasets: [dataset] };
+const unitOf = (bucket: number) => bucketUnitName(dataset, bucket, B);
+
+beforeAll(async () => {
+  await H.prepareStack();
+  const base = testConfig();
+  config = {
+    ...base,
+    tenant: { ...base.tenant, schemas: [...base.tenant.schemas, schema] },
+    datasets: [{ name: dataset, column: 'key', buckets: B, bucketColumn: 'bucket', tables: [`${schema}.events`] }],
+  };
+  for (const s of ['shard-a', 'shard-b', 'shard-c']) {
+    await shardPool(s).query(`create schema ${schema};
+      create table ${schema}.events (bucket int not null, key text not null, n int not null, payload text,
+        primary key (bucket, key, n), check (bucket = shardctl.bucket_of(key, ${B})))`);
+  }
+  const res = await prepareAllShards(config, shardPool, {});
+  expect(res.filter((r) => r.error)).toEqual([]);
+  expect(res.find((r) => r.shard === 'shard-a')!.problems.filter((p) => p.includes(schema))).toEqual([]);
+  const init = await initDataset({ directory: directoryPool(), shardPool, config }, { dataset, shard: 'shard-a', actor: 'test' });
+  expect(init).toMatchObject({ buckets: B, created: B, present: 0, elsewhere: [] });
+  tq = uniq('bk');
+  worker = await startWorker(config, { taskQueue: tq });
+  t = await H.temporal();
+}, 120_000);
+
+afterAll(async () => {
+  await t?.close();
+  await worker?.shutdown();
+  for (const s of ['shard-a', 'shard-b', 'shard-c'])
+    await shardPool(s)
+      .query(`drop schema if exists ${schema} cascade`)
+      .catch(() => {});
+  await closePools();
+});
+
+/** Acknowledged writes: key → the n of every row the router committed. */
+type Acked = Map<string, number[]>;
+
+async function write(router: Router, key: string, n: number, acked: Acked): Promise<string> {
+  const shard = await router.withKey(dataset, key, grant, 'write', async (tx, route) => {
+    await tx.query(`insert into ${schema}.events(bucket, key, n, payload) values ($1, $2, $3, $4)`, [route.bucket, key, n, `p${n}`]);
+    return route.shard;
+  });
+  acked.set(key, [...(acked.get(key) ?? []), n]);
+  return shard;
+}
+
+/** Writes to random keys until stopped; counts the refusals it could not retry (there must be none). */
+function liveWriter(router: Router, keys: string[], acked: Acked) {
+  let stop = false;
+  let failed = 0;
+  let n = 1000;
+  const done = (async () => {
+    while (!stop) {
+      const key = keys[Math.floor(Math.random() * keys.length)];
+      await write(router, key, n++, acked).catch(() => failed++);
+      await new Promise((r) => setTimeout(r, 15));
+    }
+  })();
+  return {
+    async stop() {
+      stop = true;
+      await done;
+      return failed;
+    },
+  };
+}
+
+async function rowsOn(shard: string, bucket?: number): Promise<Map<string, number[]>> {
+  const r = await shardPool(shard).query(`select key, array_agg(n order by n) as ns from ${schema}.events where $1::int is null or bucket = $1 group by key`, [
+    bucket ?? null,
+  ]);
+  return new Map(r.rows.map((x) => [x.key, x.ns]));
+}
+
+const sorted = (m: Acked, pred: (key: string) => boolean) =>
+  new Map(
+    [...m]
+      .filter(([k]) => pred(k))
+      .map(([k, v]) => [k, [...v].sort((a, b) => a - b)] as const)
+      .sort(([a], [b]) => (a < b ? -1 : 1)),
+  );
+const asSorted = (m: Map<string, number[]>) => new Map([...m].sort(([a], [b]) => (a < b ? -1 : 1)));
+
+/** An open write transaction on `shard` for the unit at `epoch`, as an outdated router would send it: 'ok' or the SQLSTATE. */
+async function tryOldEpochWrite(shard: string, bucket: number, epoch: number): Promise<string> {
+  const c = await shardPool(shard).connect();
+  try {
+    await c.query('begin');
+    await c.query(`call shardctl.open_unit_write($1, $2)`, [unitOf(bucket), epoch]);
+    const key = keysOfBucket(bucket, 1, 'stale')[0];
+    await c.query(`insert into ${schema}.events(bucket, key, n, payload) values ($1, $2, 1, 'stale')`, [bucket, key]);
+    await c.query('rollback');
+    return 'ok';
+  } catch (e: any) {
+    await c.query('rollback').catch(() => {});
+    return e.code ?? String(e);
+  } finally {
+    c.release();
+  }
+}
+
+function keysOfBucket(bucket: number, count: number, prefix: string): string[] {
+  const out: string[] = [];
+  for (let i = 0; out.length < count; i++) if (bucketOf(`${prefix}-${i}`, B) === bucket) out.push(`${prefix}-${i}`);
+  return out;
+}
+
+describe('bucket move, end to end', () => {
+  it(
+    'moves one bucket under live router writes: only its rows move, the old epoch is refused, no acked write is lost, retire deletes only that bucket',
+    { timeout: 300_000 },
+    async () => {
+      const router = await Router.create(config);
+      const acked: Acked = new Map();
+      const keys = Array.from({ length: 160 }, (_, i) => `k-${i}`);
+      try {
+        for (const [i, key] of keys.entries()) expect(await write(router, key, i, acked)).toBe('shard-a');
+        const moved = 3;
+        const inMoved = (k: string) => bucketOf(k, B) === moved;
+        expect(keys.filter(inMoved).length).toBeGreaterThan(5);
+        // A write that names another bucket's unit is refused by the fence trigger (a row of another unit).
+        const other = keys.find((k) => !inMoved(k))!;
+        await expect(
+          router.withKey(dataset, keysOfBucket(moved, 1, 'x')[0], grant, 'write', (tx) =>
+            tx.query(`insert into ${schema}.events(bucket, key, n) values ($1, $2, 1)`, [bucketOf(other, B), other]),
+          ),
+        ).rejects.toMatchObject({ code: 'SC403' });
+
+        const before = await rowsOn('shard-a');
+        const writer = liveWriter(router, keys, acked);
+        const h = await H.startMove(t.client, tq, moveInputFor(config, { tenant: unitOf(moved), target: 'shard-b', requestedBy: 'test', soakSeconds: 4 }));
+        expect(h.workflowId).toBe(`move-${unitOf(moved)}`);
+        const soak = await H.waitPhase(h, 'soak', 200_000);
+        expect(soak.epoch).toBe(2);
+        expect(await H.placement(unitOf(moved))).toMatchObject({ shard: 'shard-b', epoch: 2, kind: 'bucket' });
+        // Router writes to the moved bucket land on the new owner; the other buckets stay on shard-a.
+        const movedKey = keys.find(inMoved)!;
+        expect(await write(router, movedKey, 5000, acked)).toBe('shard-b');
+        expect(await write(router, other, 5000, acked)).toBe('shard-a');
+        // The old owner refuses the moved bucket under its old epoch; other buckets' epochs still pass there.
+        expect(await tryOldEpochWrite('shard-a', moved, 1)).toBe('SC421');
+        expect(await tryOldEpochWrite('shard-b', moved, 2)).toBe('ok');
+        expect(await tryOldEpochWrite('shard-a', bucketOf(other, B), 1)).toBe('ok');
+        const failed = await writer.stop();
+        expect(failed).toBe(0);
+
+        const done = await H.waitPhase(h, 'done', 120_000);
+        expect(done.phase).toBe('done');
+        // Every acked write of the moved bucket is on shard-b, and shard-b holds nothing else.
+        expect(asSorted(await rowsOn('shard-b'))).toEqual(sorted(acked, inMoved));
+        // Retire deleted the moved bucket's rows on shard-a and nothing else: every other bucket's acked rows are there.
+        expect((await rowsOn('shard-a', moved)).size).toBe(0);
+        expect(asSorted(await rowsOn('shard-a'))).toEqual(sorted(acked, (k) => !inMoved(k)));
+        // The other buckets were never touched: their rows from before the move are all still there.
+        for (const [k, ns] of before) if (!inMoved(k)) expect((await rowsOn('shard-a')).get(k)).toEqual(expect.arrayContaining(ns));
+        expect(await H.replicationLeftovers(`${unitOf(moved)}.e1`)).toEqual([]);
+      } finally {
+        await router.close();
+      }
+    },
+  );
+
+  it('a bucket rolled back during soak loses no write made on the new owner', { timeout: 300_000 }, async () => {
+    const router = await Router.create(config);
+    const acked: Acked = new Map();
+    const bucket = 5;
+    const keys = keysOfBucket(bucket, 12, 'rb');
+    try {
+      for (const [i, key] of keys.entries()) await write(router, key, i, acked);
+      const h = await H.startMove(t.client, tq, moveInputFor(config, { tenant: unitOf(bucket), target: 'shard-b', requestedBy: 'test', soakSeconds: 600 }));
+      await H.waitPhase(h, 'soak', 200_000);
+      for (const [i, key] of keys.entries()) expect(await write(router, key, 100 + i, acked)).toBe('shard-b');
+      await h.executeUpdate(M.rollbackUpdate, { args: [{ actor: 'sre-test', reason: 'test' }] });
+      await H.waitPhase(h, 'rolled-back', 120_000);
+      expect(await H.placement(unitOf(bucket))).toMatchObject({ shard: 'shard-a', epoch: 3, state: 'active' });
+      // Every write, before the move and on the new owner during soak, is back on shard-a; shard-b keeps no copy.
+      const mine = new Map([...(await rowsOn('shard-a', bucket))].filter(([k]) => k.startsWith('rb-')));
+      expect(asSorted(mine)).toEqual(sorted(acked, () => true));
+      expect((await rowsOn('shard-b', bucket)).size).toBe(0);
+      expect(await write(router, keys[0], 999, acked)).toBe('shard-a');
+      expect(await tryOldEpochWrite('shard-b', bucket, 2)).toBe('SC421');
+    } finally {
+      await router.close();
+    }
+  });
+});
