@@ -223,6 +223,8 @@ export async function addShard(
 
   const capacity = req.capacityOps ?? DEFAULT_SHARD_CAPACITY;
   const cls = req.class ?? 'shared';
+  // What the directory and its audit entry record, and the result repeats.
+  const recorded = { dsnEnv: req.dsnEnv, bucket: req.bucket, class: cls, region: req.region ?? null, capacity, capacityBytes: req.capacityBytes ?? null };
   let replaced = false;
   await inDirectoryTransaction(directory, async (c) => {
     await c.query('select pg_advisory_xact_lock($1, $2)', ADD_LOCK);
@@ -236,15 +238,7 @@ export async function addShard(
     if (!r.rowCount) throw new ShardctlError('AlreadyExists', `shard ${req.name} is in the directory already (shards list)`);
     await c.query(`insert into shardctl.audit(actor, action, unit, detail, reason) values ($1, 'shard.add', null, $2, $3)`, [
       req.actor,
-      JSON.stringify({
-        shard: req.name,
-        dsnEnv: req.dsnEnv,
-        bucket: req.bucket,
-        class: cls,
-        region: req.region ?? null,
-        capacity,
-        capacityBytes: req.capacityBytes ?? null,
-      }),
+      JSON.stringify({ shard: req.name, ...recorded }),
       req.reason ?? null,
     ]);
     // The config must not have changed under us (another add, an editor): compare, then replace.
@@ -258,12 +252,7 @@ export async function addShard(
   });
   return {
     name: req.name,
-    dsnEnv: req.dsnEnv,
-    bucket: req.bucket,
-    class: cls,
-    region: req.region ?? null,
-    capacity,
-    capacityBytes: req.capacityBytes ?? null,
+    ...recorded,
     server: identity,
     tenantTables: prepared.tables,
     warnings: [...warnings, ...prepared.problems],

@@ -24,7 +24,8 @@ import { createTenant } from '../../lib/tenants';
 import { getPlacement } from '../../lib/directory/placements';
 import { Router } from '../../lib/router';
 import { seedTenant } from '../../lib/seed';
-import { startLoadgen, verifyLog, readLog } from '../../lib/loadgen';
+import { startLoadgen, readLog } from '../../lib/loadgen';
+import { expectLogVerified } from '../helpers/crash';
 import { snapshotUnit, unitLeftovers } from '../../lib/loadgen/baseline';
 import { replicationNamePattern, moveWorkflowId } from '../../lib/ids';
 import { phaseReached, isTerminal } from '../../workflows/phases';
@@ -225,23 +226,7 @@ describe('a move under the documented least-privilege roles', () => {
           });
 
           // Every acknowledged write and every seeded row and object is on the unit's owner.
-          const report = await verifyLog({ logFile, config: adminConfig, directory: admin.directoryPool(), shardPool: admin.shardPool, s3For, baselines });
-          expect({
-            missing: report.missing,
-            wrong: report.wrongValue,
-            refused: report.presentButRefused,
-            deleted: report.presentButDeleted,
-            blobs: report.blobMissing,
-            unit: report.unit,
-          }).toEqual({
-            missing: [],
-            wrong: [],
-            refused: [],
-            deleted: [],
-            blobs: [],
-            unit: [],
-          });
-          expect(report.ok).toBe(true);
+          await expectLogVerified({ logFile, config: adminConfig, directory: admin.directoryPool(), shardPool: admin.shardPool, s3For, baselines });
           // Repeatable read and serializable writers read the fence FOR SHARE (the column grant on updated_at).
           for (const isolation of ['repeatable read', 'serializable'] as const) {
             await router.withTenant(
