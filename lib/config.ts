@@ -71,8 +71,12 @@ export const configSchema = z
       .object({
         endpoint: z.string().url().optional(),
         region: z.string().min(1).default('us-east-1'),
-        accessKeyId: z.string().min(1),
-        secretAccessKey: z.string().min(1),
+        /**
+         * Both or neither: without them the AWS SDK's default chain supplies credentials
+         * (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, a shared profile, web identity, instance roles).
+         */
+        accessKeyId: z.string().min(1).optional(),
+        secretAccessKey: z.string().min(1).optional(),
         /** A file holding the secret key, instead of secretAccessKey (lib/config-secrets.ts). */
         secretAccessKeyFile: z.string().min(1).optional(),
         forcePathStyle: z.boolean().default(true),
@@ -204,6 +208,10 @@ export function parseConfig(raw: unknown, source = 'config', opts: { baseDir?: s
     if (names.has(s.name)) throw new ConfigError(`invalid configuration in ${source}:\n  shards: duplicate shard name ${s.name}`);
     names.add(s.name);
   }
+  if ((res.data.s3.accessKeyId === undefined) !== (res.data.s3.secretAccessKey === undefined))
+    throw new ConfigError(
+      `invalid configuration in ${source}:\n  s3: give both accessKeyId and secretAccessKey (or secretAccessKeyFile), or neither for the AWS SDK's default credential chain`,
+    );
   // Two shards on one bucket: each one's undo or retire would delete the other's objects.
   const shared = sharedBucketProblems(res.data.shards, res.data.s3.endpoint);
   if (shared.length) throw new ConfigError(`invalid configuration in ${source}:\n${shared.map((m) => `  shards: ${m}`).join('\n')}`);

@@ -8,7 +8,10 @@ export function s3ClientFor(config: Config, shard: string): S3Client {
     endpoint: shardByName(config, shard).s3Endpoint ?? config.s3.endpoint,
     region: config.s3.region,
     forcePathStyle: config.s3.forcePathStyle,
-    credentials: { accessKeyId: config.s3.accessKeyId, secretAccessKey: config.s3.secretAccessKey },
+    // Absent from the config: the SDK's default chain (environment, profile, web identity, instance role).
+    ...(config.s3.accessKeyId && config.s3.secretAccessKey
+      ? { credentials: { accessKeyId: config.s3.accessKeyId, secretAccessKey: config.s3.secretAccessKey } }
+      : {}),
     requestChecksumCalculation: 'WHEN_REQUIRED',
     responseChecksumValidation: 'WHEN_REQUIRED',
   });

@@ -169,4 +169,14 @@ describe('secrets from files', () => {
       parseConfig({ ...structuredClone(raw), shards: [raw.shards[0], { ...raw.shards[1], dsn }] }, 'x.json', { env: { SHARD_B_DSN: dsn } }),
     ).toThrowError(/shards\.1\.dsnEnv: shards\.1\.dsn is set too/);
   });
+
+  it('S3 keys are both given or both left to the SDK default chain', () => {
+    const raw = good();
+    delete raw.s3.accessKeyId;
+    delete raw.s3.secretAccessKey;
+    expect(parseConfig(structuredClone(raw)).s3.accessKeyId).toBeUndefined();
+    expect(() => parseConfig({ ...raw, s3: { ...raw.s3, accessKeyId: 'AKIA' } }, 'x.json')).toThrowError(
+      /s3: give both accessKeyId and secretAccessKey \(or secretAccessKeyFile\), or neither/,
+    );
+  });
 });
