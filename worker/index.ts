@@ -5,6 +5,7 @@ import path from 'node:path';
 import { NativeConnection, Worker, Runtime } from '@temporalio/worker';
 import type { LogLevel as TemporalLevel } from '@temporalio/common';
 import fs from 'node:fs';
+import net from 'node:net';
 import { Config } from '../lib/config';
 import { createActivities } from '../activities';
 import { createDeps, Deps } from '../activities/deps';
@@ -16,15 +17,51 @@ import { movesByPhaseRefresher } from './moves-gauge';
 
 let runtimeInstalled = false;
 let runtimeLog: Logger | undefined;
-function installRuntime(log: Logger) {
+/** The Temporal SDK's own Prometheus exporter (loopback), when this process's runtime has one. */
+let sdkMetricsUrl: string | undefined;
+
+/** A free loopback port, asked of the kernel (the SDK's exporter binds it right after). */
+async function freeLoopbackPort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as net.AddressInfo;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+/**
+ * The SDK's runtime, once per process: its log lines into ours and, when this worker serves
+ * metrics, its own Prometheus exporter on a loopback port whose page our /metrics appends (one
+ * endpoint to scrape). Only the first worker of a process decides (the runtime is global).
+ */
+async function installRuntime(log: Logger, withSdkMetrics: boolean) {
   runtimeLog = log;
   if (runtimeInstalled) return;
   runtimeInstalled = true;
   const sdkLevel = ((process.env.SHARDCTL_WORKER_LOG ?? '').toUpperCase() || 'WARN') as TemporalLevel;
+  const port = withSdkMetrics ? await freeLoopbackPort() : undefined;
   try {
-    Runtime.install({ logger: temporalLogger(() => runtimeLog, sdkLevel) });
+    Runtime.install({
+      logger: temporalLogger(() => runtimeLog, sdkLevel),
+      ...(port ? { telemetryOptions: { metrics: { prometheus: { bindAddress: `127.0.0.1:${port}`, countersTotalSuffix: true } } } } : {}),
+    });
+    if (port) sdkMetricsUrl = `http://127.0.0.1:${port}/metrics`;
   } catch {
     /* already installed in this process */
+  }
+}
+
+/** The SDK exporter's page, or a comment saying why not (a scrape never fails for it). */
+async function sdkMetricsText(): Promise<string> {
+  if (!sdkMetricsUrl) return '';
+  try {
+    const r = await fetch(sdkMetricsUrl, { signal: AbortSignal.timeout(2000) });
+    return r.ok ? await r.text() : `# temporal sdk metrics unavailable: HTTP ${r.status}\n`;
+  } catch (e) {
+    return `# temporal sdk metrics unavailable: ${String((e as Error)?.message ?? e).split('\n')[0]}\n`;
   }
 }
 
@@ -57,7 +94,8 @@ export interface WorkerOptions {
 export async function startWorker(config: Config, opts: WorkerOptions = {}): Promise<StartedWorker> {
   const taskQueue = opts.taskQueue ?? config.temporal.taskQueue;
   const log = opts.log ?? createLogger(config, { level: logLevelFrom(process.env.SHARDCTL_LOG_LEVEL, 'error'), base: { taskQueue } });
-  installRuntime(log);
+  const addr = opts.metricsAddr ?? config.observability.metricsAddr;
+  await installRuntime(log, !!addr);
   const metrics = opts.deps?.metrics ?? createMetrics();
   const connection = await connectTemporal(config);
   const deps = opts.deps ?? createDeps(config, { metrics });
@@ -77,12 +115,11 @@ export async function startWorker(config: Config, opts: WorkerOptions = {}): Pro
     activities: createActivities(deps),
     interceptors: { activity: [activityInterceptor(log, deps.metrics)] },
   });
-  const addr = opts.metricsAddr ?? config.observability.metricsAddr;
   let metricsServer: MetricsServer | undefined;
   let refresher: ReturnType<typeof movesByPhaseRefresher> | undefined;
   if (addr) {
     refresher = movesByPhaseRefresher(config, deps.metrics!, { cacheMs: opts.visibilityCacheMs });
-    metricsServer = await serveMetrics(addr, deps.metrics!, refresher.refresh).catch(async (e) => {
+    metricsServer = await serveMetrics(addr, deps.metrics!, refresher.refresh, sdkMetricsText).catch(async (e) => {
       await connection.close();
       throw e;
     });

@@ -166,7 +166,13 @@ export interface MetricsServer {
  * what is computed at scrape time (e.g. the moves counted from Temporal visibility); its failure
  * never fails the scrape.
  */
-export async function serveMetrics(addr: string, metrics: Metrics, beforeScrape?: () => Promise<void>): Promise<MetricsServer> {
+export async function serveMetrics(
+  addr: string,
+  metrics: Metrics,
+  beforeScrape?: () => Promise<void>,
+  /** More exposition text appended to each scrape (the Temporal SDK's own exporter's page). */
+  more?: () => Promise<string>,
+): Promise<MetricsServer> {
   const { host, port } = parseListenAddr(addr);
   const server = http.createServer((req, res) => {
     void (async () => {
@@ -182,7 +188,9 @@ export async function serveMetrics(addr: string, metrics: Metrics, beforeScrape?
       try {
         await beforeScrape?.().catch(() => {});
         metrics.prune();
-        const body = await metrics.registry.metrics();
+        const own = await metrics.registry.metrics();
+        const extra = more ? await more() : '';
+        const body = extra ? `${own.endsWith('\n') ? own : `${own}\n`}${extra}` : own;
         res.writeHead(200, { 'content-type': metrics.registry.contentType }).end(body);
       } catch (e) {
         res.writeHead(500, { 'content-type': 'text/plain' }).end(`metrics failed: ${(e as Error).message}\n`);

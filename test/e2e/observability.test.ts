@@ -89,6 +89,11 @@ describe('worker metrics and logs on a real move', () => {
     }
     expect(inCopy).toBeGreaterThanOrEqual(1);
     expect(samples(during1, 'shardctl_worker_process_resident_memory_bytes')[0]).toBeGreaterThan(0);
+    // The Temporal SDK's own runtime metrics (its Prometheus exporter) on the same page: the
+    // worker's polls and requests to the server.
+    expect(during1).toMatch(/^temporal_request_total\{/m);
+    expect(during1).toMatch(/^temporal_worker_task_slots_available\{/m);
+    expect(during1).not.toContain('temporal sdk metrics unavailable');
 
     const done = await H.waitPhase(h, 'done', 180_000);
     const after = await scrape();
