@@ -21,7 +21,8 @@ export interface Carried {
   cutoverAbortsInRow?: number;
 }
 
-function initialStatus(input: M.MoveInput): M.MoveStatus {
+/** The status a move starts with (also the base of the tests' status fixtures). */
+export function initialStatus(input: M.MoveInput): M.MoveStatus {
   return {
     moveId: input.moveId,
     unit: input.unit,

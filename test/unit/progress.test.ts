@@ -3,35 +3,33 @@
 // is written). A real move's piped and pseudo-terminal output is tested in test/e2e/cli-ops.test.ts.
 import { describe, it, expect } from 'vitest';
 import { plainRenderer, ttyRenderer, RateTracker, etaSeconds, phaseTimeline, type OutStream } from '../../cli/progress';
-import type { MoveStatus } from '../../workflows/messages';
+import type { MoveInput, MoveStatus } from '../../workflows/messages';
+import { initialStatus } from '../../workflows/move-state';
 
 const T0 = Date.parse('2026-01-01T10:00:00.000Z');
 const iso = (ms: number) => new Date(ms).toISOString();
 
+const input: MoveInput = {
+  moveId: 'acme.m1',
+  unit: 'acme',
+  tenant: 'acme',
+  target: 'shard-b',
+  soakSeconds: 3600,
+  approveCutover: 'auto',
+  requestedBy: 'sre',
+  lagThresholdMs: 1000,
+  fenceBudgetMs: 2000,
+  rowsPerSecond: 0,
+};
+
 function status(o: Partial<MoveStatus>): MoveStatus {
   return {
-    moveId: 'acme.m1',
-    unit: 'acme',
-    tenant: 'acme',
+    ...initialStatus(input),
     source: 'shard-a',
-    target: 'shard-b',
     phase: 'copy',
     epoch: 1,
-    paused: false,
-    awaitingApproval: false,
-    blockedReason: '',
-    lastError: '',
-    tables: [],
     blobs: { copied: 0, total: 2, bytes: 0 },
-    lagBytes: 0,
-    lagSeconds: 0,
-    etaSeconds: null,
-    cutoverPauseMs: null,
-    cutoverAttempts: 0,
-    soakEndsAt: null,
     phaseTimes: { plan: iso(T0), copy: iso(T0 + 500) },
-    operators: { startedBy: 'sre' },
-    validation: { ok: null, mismatches: [] },
     ...o,
   };
 }

@@ -6,6 +6,7 @@ import { asyncLocalStorage, Context } from '@temporalio/activity';
 import { beat, doing, heartbeatDetails } from '../../activities/move/context';
 import { rebalanceStaticSummary } from '../../lib/rebalance/start';
 import type { MoveInput, MoveStatus } from '../../workflows/messages';
+import { initialStatus } from '../../workflows/move-state';
 
 const input: MoveInput = {
   moveId: '',
@@ -22,31 +23,16 @@ const input: MoveInput = {
 
 function status(o: Partial<MoveStatus> = {}): MoveStatus {
   return {
+    ...initialStatus(input),
     moveId: 'acme.e1.x',
-    unit: 'acme',
-    tenant: 'acme',
     source: 'shard-a',
-    target: 'shard-b',
     phase: 'copy',
     epoch: 1,
-    paused: false,
-    awaitingApproval: false,
-    blockedReason: '',
-    lastError: '',
     tables: [
       { table: 'public.accounts', rowsCopied: 100, rowsEstimated: 100, done: true },
       { table: 'public.orders', rowsCopied: 0, rowsEstimated: 300, done: false },
     ],
-    blobs: { copied: 0, total: 0, bytes: 0 },
-    lagBytes: 0,
-    lagSeconds: 0,
-    etaSeconds: null,
-    cutoverPauseMs: null,
-    cutoverAttempts: 0,
-    soakEndsAt: null,
     phaseTimes: { copy: '2026-12-01T20:00:00.000Z' },
-    operators: { startedBy: 'alice' },
-    validation: { ok: null, mismatches: [] },
     ...o,
   };
 }
