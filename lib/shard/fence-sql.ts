@@ -18,8 +18,8 @@
 //    (UPDATE, DELETE). A row of another unit fires the trigger, which refuses with SC403.
 //  - checked_unit() is declared IMMUTABLE on purpose: the executor folds it to a constant once
 //    per statement, when it prepares a WHEN clause for the statement's first row, so a row pays
-//    one text comparison evaluated in C. Folding calls it: in a transaction marked checked it
-//    returns the checked unit; otherwise (a writer outside the router, who set unit and epoch with
+//    one text comparison evaluated in C. Folding calls it: in a transaction marked checked (the
+//    mark proven, below) it returns the checked unit; otherwise (a writer outside the router, who set unit and epoch with
 //    set_config, or nothing) it runs the same check as begin_unit_write and marks the transaction,
 //    or fails closed (SC428). A statement that changes no row checks nothing and changes nothing.
 //    Trigger WHEN clauses are never planned, so no cached plan keeps a folded value; never call
@@ -41,17 +41,30 @@
 //    writer of the unit; a writer checked before a fence change holds the lock until it ends.
 //  - The move's own data-plane sessions (copy, change apply, cancel/retire clean-up) run with
 //    session_replication_role = replica: the triggers do not fire, whatever units they write.
-//  - The mark guards against mistakes (stale routes, unrouted writers, a pooled session's
-//    leftovers: it is transaction-local), not against a writer that sets `shardctl.checked`
-//    itself: a role that can write a tenant's table can corrupt that tenant's rows anyway. The
-//    functions pin their search_path; the triggers' WHEN clauses name every function and
-//    operator by schema (they are stored resolved).
+//  - The mark cannot be forged. `shardctl.checked` is a setting any client can set, so it counts
+//    only with its proof: the check that marks the transaction also sets the session's value of
+//    `shardctl.write_mark` (an unlogged sequence that only its owner may set: writers may read
+//    it, not advance it) to a 64-bit digest of SHA-256 over the unit and this transaction's
+//    start (now()); checked_unit() trusts the mark only if currval() still equals that digest.
+//    The functions that set the proof run as the owner (SECURITY DEFINER), which is also why a
+//    writer needs no privilege on the fence for the check. A mark set by hand, or kept from an
+//    earlier transaction of the session, fails the proof, and the statement runs the whole check
+//    instead: a writer gains nothing by forging it, short of finding a SHA-256 input for a given
+//    64-bit digest (test/integration/fence.test.ts, "the check's mark cannot be forged").
+//    The functions pin their search_path, except checked_unit(): a pinned path costs a function
+//    about 5 µs (it is set and the namespace path recomputed on entry and again on exit), which
+//    every write statement would pay, so checked_unit() names every function, operator and type
+//    by schema instead and runs as the caller (nothing it does needs privilege; it is tested
+//    against a caller whose search_path shadows them). The triggers' WHEN clauses name every
+//    function and operator by schema (they are stored resolved).
 //  - Cost, measured on this repo's 2-core machine (`npm run bench`, its fence rows): the check
 //    about 10 µs of server CPU (2 of them the pinned search_path, 6 the fence read), the fold about 5 µs
 //    per write statement, a row about 1 %. Small transactions feel the two plpgsql entries;
 //    statements of many rows barely notice.
-//  - Writers need USAGE on schema shardctl and SELECT on shardctl.fence and shardctl.settings;
-//    REPEATABLE READ / SERIALIZABLE writers also UPDATE on a column of shardctl.fence (FOR SHARE).
+//  - Writers need USAGE on schema shardctl; the check itself runs as the schema's owner. Blob
+//    writers' assert_writable and readers' assert_readable run as the caller: SELECT on
+//    shardctl.fence and shardctl.settings, and UPDATE on a column of shardctl.fence under
+//    REPEATABLE READ / SERIALIZABLE (FOR SHARE).
 
 import { createHash } from 'node:crypto';
 
@@ -70,6 +83,28 @@ export const FROZEN_NOW_SQL = '(frozen and (frozen_until is null or frozen_until
  */
 export const PINNED_SEARCH_PATH = 'set search_path = pg_catalog, pg_temp';
 
+/** The sequence whose session value (currval) proves the transaction's mark: unlogged, set by its owner only. */
+export const WRITE_MARK_SEQUENCE = 'shardctl.write_mark';
+/** Set for the session by the first proof it holds, so a forged mark on a session without one is checked, not a currval error. */
+const PROOF_SETTING = 'shardctl.session_proof';
+
+/**
+ * The proof of a check for `unit` in this transaction, as SQL (every name schema-qualified: it
+ * runs in checked_unit(), which has no pinned path): SHA-256 over the unit and the transaction's
+ * start, both fixed for the transaction's life, folded to 64 bits.
+ */
+function proofSql(unit: string): string {
+  return `pg_catalog.hashtextextended(pg_catalog.encode(pg_catalog.sha256(pg_catalog.textsend(${unit})
+      operator(pg_catalog.||) pg_catalog.timestamptz_send(pg_catalog.now())), 'base64'), 0)`;
+}
+
+/** Marks this transaction checked for `unit` (plpgsql statements; the caller declared v_set and v_proof). */
+function markCheckedPlpgsql(unit: string): string {
+  return `  v_proof := pg_catalog.setval('${WRITE_MARK_SEQUENCE}'::pg_catalog.regclass, ${proofSql(unit)});
+  v_set := pg_catalog.set_config('${PROOF_SETTING}', 'on', false);
+  v_set := pg_catalog.set_config('shardctl.checked', ${unit}, true);`;
+}
+
 /** The trigger on new rows (the one operators see; `shards list` and the cutover check both). */
 export const FENCE_TRIGGER_NAME = 'shardctl_fence';
 /** The trigger on old rows (UPDATE, DELETE). */
@@ -78,29 +113,39 @@ export const FENCE_OLD_ROWS_TRIGGER = 'shardctl_fence_old_rows';
 /** The fence's functions (schema `shardctl`); part of shardSchemaSql. */
 export function fenceFunctionsSql(): string {
   return `
+-- The mark's proof (lib/shard/fence-sql.ts): the session's currval of write_mark, which only the
+-- owner sets (setval); writers may read it, which tells them nothing they could not compute.
+create unlogged sequence if not exists ${WRITE_MARK_SEQUENCE} minvalue -9223372036854775808 maxvalue 9223372036854775807;
+revoke all on sequence ${WRITE_MARK_SEQUENCE} from public;
+grant select on sequence ${WRITE_MARK_SEQUENCE} to public;
+
 -- The router's first statement of a write transaction, as a procedure: a CALL is not planned and
 -- answers no row, so it costs the shard and the router less than the same check in a SELECT.
 create or replace procedure shardctl.open_unit_write(p_unit text, p_epoch bigint)
-language plpgsql ${PINNED_SEARCH_PATH} as $fn$
+language plpgsql security definer ${PINNED_SEARCH_PATH} as $fn$
 ${beginUnitWriteBody()}
 $fn$;
 
 -- The same check as a function, for routers of the previous release (they open with
 -- "select shardctl.begin_unit_write(...)") and for tests: one body, so the two cannot drift.
 create or replace function shardctl.begin_unit_write(p_unit text, p_epoch bigint) returns void
-language plpgsql volatile ${PINNED_SEARCH_PATH} as $fn$
+language plpgsql volatile security definer ${PINNED_SEARCH_PATH} as $fn$
 ${beginUnitWriteBody()}
 $fn$;
 
 -- The unit this statement may write rows of, checked: only for the fence triggers' WHEN
 -- clauses, which fold it once per statement (lib/shard/fence-sql.ts). NULL: unfenced writes allowed.
-create or replace function shardctl.checked_unit() returns text
-language plpgsql immutable ${PINNED_SEARCH_PATH} as $fn$
+create or replace function shardctl.checked_unit() returns pg_catalog.text
+language plpgsql immutable as $fn$
 declare
-  v_unit text := pg_catalog.current_setting('shardctl.checked', true);
+  v_unit pg_catalog.text := pg_catalog.current_setting('shardctl.checked', true);
 begin
-  if v_unit <> '' then
-    return v_unit;
+  -- The mark counts only with its proof: a mark set by hand, or left by an earlier transaction, is checked.
+  -- (Nested: an AND does not stop at a NULL, and currval() fails in a session that never set it.)
+  if v_unit operator(pg_catalog.<>) '' and pg_catalog.current_setting('${PROOF_SETTING}', true) operator(pg_catalog.=) 'on' then
+    if pg_catalog.currval('${WRITE_MARK_SEQUENCE}'::pg_catalog.regclass) operator(pg_catalog.=) ${proofSql('v_unit')} then
+      return v_unit;
+    end if;
   end if;
   -- A non-volatile function's queries run on its caller's snapshot (and may not lock rows): the
   -- check runs in a volatile function of its own, whose fence read takes a fresh snapshot.
@@ -110,13 +155,13 @@ $fn$;
 
 -- checked_unit()'s check of a transaction not opened by begin_unit_write: its settings' route.
 create or replace function shardctl.check_unrouted_write() returns text
-language plpgsql volatile ${PINNED_SEARCH_PATH} as $fn$
+language plpgsql volatile security definer ${PINNED_SEARCH_PATH} as $fn$
 declare
 ${SETTINGS_DECLARE}
 begin
 ${unroutedPlpgsql('v_unit', 'v_epoch_txt', 'return null;')}
 ${routeCheckPlpgsql('v_unit', 'v_epoch_txt::bigint')}
-  v_set := pg_catalog.set_config('shardctl.checked', v_unit, true);
+${markCheckedPlpgsql('v_unit')}
   return v_unit;
 end
 $fn$;
@@ -162,11 +207,12 @@ begin
   v_set := pg_catalog.set_config('shardctl.unit', p_unit, true);
   v_set := pg_catalog.set_config('shardctl.epoch', p_epoch::text, true);
 ${routeCheckPlpgsql('p_unit', 'p_epoch')}
-  v_set := pg_catalog.set_config('shardctl.checked', p_unit, true);
+${markCheckedPlpgsql('p_unit')}
 end`;
 }
 
 const CHECK_DECLARE = `  v_set text;
+  v_proof bigint;
   v_locked boolean;
   f record;`;
 

@@ -5,9 +5,11 @@
 // once) and for a writer outside the router that only sets unit and epoch (checked by the
 // statement trigger).
 import { describe, it, expect, beforeAll, afterAll, afterEach } from 'vitest';
+import { Client } from 'pg';
 import type { Pool, PoolClient } from 'pg';
 import { randomBytes } from 'node:crypto';
 import { testConfig, uniq, shardPool, closePools } from '../helpers/stack';
+import { shardByName } from '../../lib/config';
 import { prepareShard } from '../../lib/shard/prepare';
 import { setUnitFence, FenceState } from '../../lib/shard/fence';
 import { FENCE_LOCK_CLASS } from '../../lib/shard/schema';
@@ -343,6 +345,122 @@ describe('writes without a route', () => {
   });
 });
 
+describe("the check's mark cannot be forged (only a passed check proves it)", () => {
+  /** A session of its own, which has never passed a check (a pooled one may have). */
+  async function freshSession(): Promise<Client> {
+    const c = new Client({ connectionString: shardByName(testConfig(), SHARD).dsn });
+    await c.connect();
+    return c;
+  }
+  const forge = (c: Client | PoolClient, unit: string) => c.query(`select set_config('shardctl.checked', $1, true)`, [unit]);
+
+  it('a mark set by hand is checked like any unrouted write (SC428, SC421, SC423), on a session that never passed a check and on one that did', async () => {
+    const stale = await newUnit({ epoch: 2 });
+    const frozen = await newUnit({ frozen: true });
+    const elsewhere = await newUnit();
+    const c = await freshSession();
+    try {
+      const attempt = async (unit: string, epoch?: number) => {
+        await c.query('begin');
+        try {
+          await forge(c, unit);
+          if (epoch !== undefined) await c.query(`select set_config('shardctl.unit', $1, true), set_config('shardctl.epoch', $2, true)`, [unit, String(epoch)]);
+          return await outcome(insertAccounts(c as unknown as PoolClient, unit, ['forged']));
+        } finally {
+          await c.query('rollback');
+        }
+      };
+      const attempts = async () => [await attempt(stale), await attempt(stale, 1), await attempt(frozen, 1)];
+      const refused = [SQLSTATE.noEpoch, SQLSTATE.staleRoute, SQLSTATE.frozen];
+      expect(await attempts()).toEqual(refused);
+      // The session passes a real check (of another unit), so it holds a proof: still not this mark's.
+      await c.query('begin');
+      await c.query(ROUTER_OPEN, [elsewhere, 1]);
+      await insertAccounts(c as unknown as PoolClient, elsewhere, ['routed']);
+      await c.query('commit');
+      expect(await attempts()).toEqual(refused);
+    } finally {
+      await c.end();
+    }
+    expect(await accountNames(stale)).toEqual([]);
+    expect(await accountNames(frozen)).toEqual([]);
+    expect(await accountNames(elsewhere)).toEqual(['routed']);
+  });
+
+  it("the mark of a session's earlier transaction, set again by hand, does not pass once the fence has moved", async () => {
+    const unit = await newUnit();
+    const c = await freshSession();
+    try {
+      await c.query('begin');
+      await c.query(ROUTER_OPEN, [unit, 1]);
+      expect((await c.query(`select current_setting('shardctl.checked') as m`)).rows[0].m).toBe(unit);
+      await insertAccounts(c as unknown as PoolClient, unit, ['routed']);
+      await c.query('commit');
+      // The move goes on: the unit is handed off, then frozen here. The writer replays the mark
+      // it saw (and the route it had): each next transaction runs the whole check and is refused.
+      expect((await setUnitFence(pool, { unit, epoch: 2, owned: false, frozen: false })).ok).toBe(true);
+      for (const route of [false, true]) {
+        await c.query('begin');
+        await forge(c, unit);
+        if (route) await c.query(`select set_config('shardctl.unit', $1, true), set_config('shardctl.epoch', '1', true)`, [unit]);
+        expect(await outcome(insertAccounts(c as unknown as PoolClient, unit, [`replayed-${route}`]))).toBe(route ? SQLSTATE.staleRoute : SQLSTATE.noEpoch);
+        await c.query('rollback');
+      }
+    } finally {
+      await c.end();
+    }
+    expect(await accountNames(unit)).toEqual(['routed']);
+  });
+
+  it('a mark forged for another unit inside a checked transaction does not widen it: that unit is refused (SC403)', async () => {
+    const unit = await newUnit();
+    const other = await newUnit();
+    const write = inTx({ unit, epoch: 1, via: 'router' }, async (c) => {
+      await insertAccounts(c, unit, ['own']);
+      await forge(c, other);
+      await insertAccounts(c, other, ['widened']);
+    });
+    expect(await outcome(write)).toBe(SQLSTATE.wrongUnit);
+    expect(await accountNames(other)).toEqual([]);
+    expect(await accountNames(unit)).toEqual([]);
+  });
+
+  it('a writer role cannot set the proof, and writes through the router with no privilege on the fence', async () => {
+    const unit = await newUnit();
+    const role = `shardctl_app_${randomBytes(4).toString('hex')}`;
+    await pool.query(`create role ${role} nologin`);
+    // A writer's grants (lib/grants.ts) less the fence's: the check runs as the schema's owner.
+    await pool.query(`grant usage on schema shardctl to ${role}; grant select, insert on public.accounts to ${role};
+                      grant usage on all sequences in schema public to ${role}`);
+    try {
+      // It may read the proof (it learns nothing it could not compute), never set it.
+      for (const sql of [`select setval('shardctl.write_mark', 1)`, `select nextval('shardctl.write_mark')`, `alter sequence shardctl.write_mark restart`]) {
+        const code = await outcome(
+          inTx({}, async (c) => {
+            await c.query(`set local role ${role}`);
+            await c.query(sql);
+          }),
+        );
+        expect({ sql, code }).toEqual({ sql, code: '42501' });
+      }
+      const asRole = (route: Route, name: string, forged: boolean) =>
+        outcome(
+          inTx(route, async (c) => {
+            await c.query(`set local role ${role}`);
+            if (forged) await forge(c, unit);
+            await insertAccounts(c, unit, [name]);
+          }),
+        );
+      expect(await asRole({ unit, epoch: 1, via: 'router' }, 'routed', false)).toBe('ok');
+      expect(await asRole({ unit, epoch: 0 }, 'forged', true)).toBe(SQLSTATE.staleRoute);
+      expect(await asRole({}, 'forged-bare', true)).toBe(SQLSTATE.noEpoch);
+    } finally {
+      await pool.query(`drop owned by ${role}; drop role ${role}`);
+    }
+    expect(await accountNames(unit)).toEqual(['routed']);
+  });
+});
+
 for (const via of VIAS) {
   describe(`fence change ordering (${VIA_NAME[via]})`, () => {
     const variants = [
@@ -531,14 +649,53 @@ describe('who may bypass or change the fence', () => {
 });
 
 describe('the fence cannot be shadowed through the caller search_path', () => {
-  it('every function in schema shardctl pins its search_path', async () => {
+  it('every function in schema shardctl pins its search_path, but checked_unit(), which runs as its caller and names everything by schema', async () => {
     const r = await pool.query(
-      `select p.oid::regprocedure::text as fn, coalesce(p.proconfig, '{}') as config
+      `select p.oid::regprocedure::text as fn, coalesce(p.proconfig, '{}') as config, p.prosecdef as definer
          from pg_proc p join pg_namespace n on n.oid = p.pronamespace where n.nspname = 'shardctl' order by 1`,
     );
     expect(r.rows.length).toBeGreaterThanOrEqual(4);
-    for (const row of r.rows)
-      expect({ fn: row.fn, pinned: row.config.some((s: string) => s.startsWith('search_path=')) }).toEqual({ fn: row.fn, pinned: true });
+    for (const row of r.rows) {
+      const pinned = row.config.some((s: string) => s.startsWith('search_path='));
+      if (row.fn === 'shardctl.checked_unit()') expect({ pinned, definer: row.definer }).toEqual({ pinned: false, definer: false });
+      else expect({ fn: row.fn, pinned }).toEqual({ fn: row.fn, pinned: true });
+    }
+  });
+
+  it('a forged mark is refused even when the writer shadows currval, the comparison operators and the digest in its search_path', async () => {
+    const frozen = await newUnit({ frozen: true });
+    const elsewhere = await newUnit();
+    const evil = uniq('shadow').replace(/-/g, '_');
+    // Everything checked_unit() calls, made to say "proven": if it resolved one name through the
+    // caller's path, the forged mark would pass.
+    await pool.query(`create schema ${evil};
+      create function ${evil}.yes(bigint, bigint) returns boolean language sql as 'select true';
+      create function ${evil}.yes(text, text) returns boolean language sql as 'select true';
+      create operator ${evil}.= (leftarg = bigint, rightarg = bigint, function = ${evil}.yes);
+      create operator ${evil}.= (leftarg = text, rightarg = text, function = ${evil}.yes);
+      create operator ${evil}.<> (leftarg = text, rightarg = text, function = ${evil}.yes);
+      create function ${evil}.currval(regclass) returns bigint language sql as 'select 0::bigint';
+      create function ${evil}.hashtextextended(text, bigint) returns bigint language sql as 'select 0::bigint';
+      create function ${evil}.sha256(bytea) returns bytea language sql as $$ select '\\x00'::bytea $$;`);
+    const c = new Client({ connectionString: shardByName(testConfig(), SHARD).dsn });
+    await c.connect();
+    try {
+      // A real check first, so the session holds a proof and the forged mark reaches currval().
+      await c.query('begin');
+      await c.query(ROUTER_OPEN, [elsewhere, 1]);
+      await c.query('commit');
+      await c.query('begin');
+      await c.query(`set local search_path = ${evil}, pg_catalog, public`);
+      // The shadow is live in this session.
+      expect((await c.query(`select 1::bigint = 2::bigint as eq, currval('shardctl.write_mark') as cv`)).rows[0]).toEqual({ eq: true, cv: '0' });
+      await c.query(`select pg_catalog.set_config('shardctl.checked', $1, true)`, [frozen]);
+      expect(await outcome(c.query(`insert into public.accounts(tenant_id, name) values ($1, 'shadowed')`, [frozen]))).toBe(SQLSTATE.noEpoch);
+      await c.query('rollback');
+    } finally {
+      await c.end();
+      await pool.query(`drop schema ${evil} cascade`);
+    }
+    expect(await accountNames(frozen)).toEqual([]);
   });
 
   it('refuses a stale epoch even when the writer shadows current_setting and hashtext in its search_path', async () => {
