@@ -9,6 +9,7 @@ import { installOwner, removeFirstFence } from './shard/fence';
 import { Placement, getPlacement, insertPlacement, listPlacements } from './directory/placements';
 import { listShards } from './directory/shards';
 import { chooseShardForNewUnit } from './directory/choose';
+import { residencyProblem, setResidency } from './directory/policy';
 import { isConnectionError, dsnHost } from './directory/db';
 
 export interface TenantDeps {
@@ -23,6 +24,8 @@ export interface CreateTenantInput {
   tenant: string;
   shard?: string;
   expectedLoad?: number;
+  /** Residency: the regions it may live in (lib/directory/policy.ts); absent: any. */
+  regions?: string[];
   actor: string;
   reason?: string;
 }
@@ -92,9 +95,11 @@ export async function createTenant(deps: TenantDeps, input: CreateTenantInput): 
         'PreconditionFailed',
         `shard ${asked} is a dedicated-class shard, kept for an isolated tenant: create the tenant on a shared shard, then \`shardctl tenant isolate --tenant ${tenant}\``,
       );
+    const outside = residencyProblem(info, tenant, input.regions ?? null);
+    if (outside) throw new ShardctlError('PreconditionFailed', `${outside}: nothing was created`);
     shard = asked;
   } else {
-    shard = chooseShardForNewUnit(shards, expectedLoad, config.limits.headroomFraction);
+    shard = chooseShardForNewUnit(shards, expectedLoad, config.limits.headroomFraction, input.regions ?? null);
   }
 
   const shardPool = deps.shardPool(shard);
@@ -109,13 +114,30 @@ export async function createTenant(deps: TenantDeps, input: CreateTenantInput): 
       // A shard chosen for its headroom is re-checked atomically with the insert; an operator's named shard is theirs.
       asked ? {} : { headroomFraction: config.limits.headroomFraction },
     );
-    if (res.ok) return res.placement;
+    if (res.ok) {
+      if (input.regions) await recordResidency(directory, tenant, input.regions, { actor, reason: input.reason });
+      return res.placement;
+    }
     // A concurrent creator won (necessarily on another shard: the fence CAS serialises one shard).
     if (res.current.shard !== shard) await removeFirstFence(shardPool, tenant);
     throw alreadyExists(res.current);
   } catch (e) {
     if (e instanceof ShardctlError && e.type === 'AlreadyExists') throw e;
     return await undoAfterFailedInsert(deps, shardPool, shard, tenant, e);
+  }
+}
+
+/** The new tenant's residency, recorded after its placement; a failure says what is left to run. */
+async function recordResidency(directory: Pool, tenant: string, regions: string[], who: { actor: string; reason?: string }): Promise<void> {
+  try {
+    await setResidency(directory, tenant, regions, who);
+  } catch (e: any) {
+    throw new ShardctlError(
+      'Unavailable',
+      `tenant ${tenant} was created, but its residency was not recorded (${e?.message ?? e}): run \`shardctl tenant residency ${tenant} --regions ${regions.join(',')}\``,
+      undefined,
+      true,
+    );
   }
 }
 

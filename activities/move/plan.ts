@@ -3,6 +3,7 @@
 // (lib/cutover/dry-run.ts) over the same `runCutover` the move uses, so the steps it shows are
 // the steps the move will take.
 import { moveTargetProblems } from '../../lib/directory/choose';
+import { getResidency } from '../../lib/directory/policy';
 import { z } from 'zod';
 import type { Deps } from '../deps';
 import { getPlacement } from '../../lib/directory/placements';
@@ -132,7 +133,7 @@ export function createPlanActivities(deps: Deps) {
         // Moves in flight count on the target too (their reservations), but not this unit's own.
         const s = await shardLoad(deps.directoryPool(), target, { exceptUnit: unit });
         if (!s) reasons.push(`target ${target} is not in the directory's shard inventory`);
-        else reasons.push(...moveTargetProblems(s, unit, p.expectedLoad, deps.config.limits.headroomFraction));
+        else reasons.push(...moveTargetProblems(s, unit, p.expectedLoad, deps.config.limits.headroomFraction, await getResidency(deps.directoryPool(), unit)));
         // Configured tables missing on the target are a reason (schemaDiff names each), not a throw.
         const [src, dst] = await Promise.all([unitTables(deps, p.shard, rows), unitTables(deps, target, rows).catch(() => [])]);
         if (src.length === 0)

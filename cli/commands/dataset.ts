@@ -8,6 +8,7 @@ import { ensureDirectory } from '../../lib/directory/ensure';
 import { initDataset, validateInitDatasetInput } from '../../lib/datasets';
 import { examples } from '../help';
 import { configOf, printResult, withConnections } from '../run';
+import { actorDefault } from './move';
 
 export function register(program: Command) {
   const dataset = program.command('dataset').description('bucketed datasets: place their buckets in the directory');
@@ -17,7 +18,7 @@ export function register(program: Command) {
     .description('place all B buckets of a dataset on one shard (fence on the shard first, then the directory row, per bucket)')
     .requiredOption('--shard <name>', 'the shard that holds the dataset now (prepared with the dataset in config)')
     .option('--expected-load <n>', 'expected load of each bucket (default 0)')
-    .option('--actor <name>', 'who initialises it (audit log)', process.env.USER || 'cli')
+    .option('--actor <name>', 'who initialises it (audit log)', actorDefault())
     .option('--reason <text>', 'why (audit log)')
     .option('--json', 'print the result as JSON')
     .action(async (name: string, o: { shard: string; expectedLoad?: string; actor: string; reason?: string; json?: boolean }) => {

@@ -1,5 +1,5 @@
-// `shardctl tenant create|show|list`: create a tenant (fence first, then the directory row) and
-// read placements. Input is validated before anything is touched; bad input changes nothing.
+// `shardctl tenant create|show|list|residency`: create a tenant (fence first, then the directory
+// row), read placements, and show or set the regions it may live in (lib/directory/policy.ts). Input is validated before anything is touched; bad input changes nothing.
 // `show` and `list` never write: read-only sessions, and an outdated directory schema is refused
 // (naming the command that migrates it), never migrated.
 import { Command } from 'commander';
@@ -9,6 +9,8 @@ import { ensureDirectory } from '../../lib/directory/ensure';
 import { examples } from '../help';
 import { configOf, printResult, withConnections } from '../run';
 import { createTenant, getTenant, listTenants, tenantView, validateCreateInput } from '../../lib/tenants';
+import { getResidency, parseRegions, setResidency } from '../../lib/directory/policy';
+import { actorDefault } from './move';
 
 export { ensureDirectory };
 
@@ -31,12 +33,14 @@ export function register(program: Command) {
     .description('create a tenant: fence on its shard (epoch 1), then the directory row')
     .option('--shard <name>', 'shard to create it on (default: the open shard with the most headroom)')
     .option('--expected-load <n>', 'expected load units (default 1)')
-    .option('--actor <name>', 'who creates it (audit log)', process.env.USER || 'cli')
+    .option('--regions <a,b>', 'residency: the only regions it may live in (shards carry a region: `shards add --region`)')
+    .option('--actor <name>', 'who creates it (audit log)', actorDefault())
     .option('--reason <text>', 'why (audit log)')
     .option('--json', 'print the placement as JSON')
-    .action(async (id: string, o: { shard?: string; expectedLoad?: string; actor: string; reason?: string; json?: boolean }) => {
+    .action(async (id: string, o: { shard?: string; expectedLoad?: string; regions?: string; actor: string; reason?: string; json?: boolean }) => {
       const cfg = config();
-      const input = { tenant: id, shard: o.shard, expectedLoad: parseLoad(o.expectedLoad), actor: o.actor, reason: o.reason };
+      const regions = o.regions === undefined ? undefined : parseRegions(o.regions);
+      const input = { tenant: id, shard: o.shard, expectedLoad: parseLoad(o.expectedLoad), regions, actor: o.actor, reason: o.reason };
       validateCreateInput(input, cfg); // before any connection: bad input touches nothing
       const p = await withConnections(cfg, {}, async (pools) => {
         await ensureDirectory(pools.directoryPool(), cfg);
@@ -44,7 +48,56 @@ export function register(program: Command) {
       });
       printResult(o.json, tenantView(p), (v) => console.log(tenantLine(v)));
     });
-  examples(create, 'tenant create acme --shard shard-a --expected-load 5 --reason "new customer"', 'tenant create acme --json');
+  examples(
+    create,
+    'tenant create acme --shard shard-a --expected-load 5 --reason "new customer"',
+    'tenant create acme --regions eu-west,eu-central   # only on shards of those regions',
+    'tenant create acme --json',
+  );
+
+  const residency = tenant
+    .command('residency <id>')
+    .description('show or set the regions a tenant may live in: moves, rebalance, drain and isolate never place it elsewhere')
+    .option('--regions <a,b>', 'set: the only regions it may live in')
+    .option('--any', 'clear: it may live in any region')
+    .option('--actor <name>', 'who changes it (audit log)', actorDefault())
+    .option('--reason <text>', 'why (audit log)')
+    .option('--json', 'as JSON')
+    .action(async (id: string, o: { regions?: string; any?: boolean; actor: string; reason?: string; json?: boolean }) => {
+      const cfg = config();
+      validateTenantId(id);
+      if (o.regions !== undefined && o.any) throw invalidInput('give --regions or --any, not both');
+      const regions = o.regions === undefined ? undefined : parseRegions(o.regions);
+      if (regions === undefined && !o.any) {
+        const shown = await withConnections(cfg, { readOnly: true, requireCurrentSchema: true }, async (pools) => {
+          const p = await getTenant(pools.directoryPool(), id);
+          if (!p) throw new ShardctlError('NotFound', `no tenant ${id}`);
+          return { tenant: id, shard: p.shard, regions: await getResidency(pools.directoryPool(), id) };
+        });
+        printResult(o.json, shown, (v) =>
+          console.log(`${v.tenant}: ${v.regions ? `may reside only in ${v.regions.join(', ')}` : 'any region'} (now on ${v.shard})`),
+        );
+        return;
+      }
+      if (!o.actor?.trim()) throw invalidInput('--actor is required (who changes the residency)');
+      const change = await withConnections(cfg, { requireCurrentSchema: true }, (pools) =>
+        setResidency(pools.directoryPool(), id, regions ?? null, { actor: o.actor.trim(), reason: o.reason }),
+      );
+      printResult(o.json, change, (v) => {
+        console.log(`${v.unit}: ${v.after ? `may reside only in ${v.after.join(', ')}` : 'any region'} (was ${v.before ? v.before.join(', ') : 'any region'})`);
+        if (!v.compliant)
+          console.log(
+            `note: ${v.unit} is on ${v.shard} (${v.region ? `region ${v.region}` : 'no region recorded'}), outside it: \`shardctl rebalance plan\` proposes the move; nothing moved`,
+          );
+      });
+    });
+  examples(
+    residency,
+    'tenant residency acme                       # show',
+    'tenant residency acme --regions eu-west --reason "GDPR"',
+    'tenant residency acme --any',
+    'tenant residency acme --json   # {"tenant","shard","regions"} or, when set, {"unit","before","after","shard","region","compliant"}',
+  );
 
   const show = tenant
     .command('show <id>')

@@ -2,6 +2,7 @@
 // keeping limits.headroomFraction of each shard's capacity free. Pure (no I/O). A shard's committed load is what
 // its units weigh plus what moves in flight reserve on it (lib/directory/reservations.ts): every check counts both.
 import { ShardctlError } from '../errors';
+import { residencyProblem, type Residency } from './policy';
 
 export interface ShardLoad {
   name: string;
@@ -14,6 +15,8 @@ export interface ShardLoad {
   class?: 'shared' | 'dedicated';
   /** Load reserved on the shard by moves in flight (not yet counted in `load`). */
   reserved?: number;
+  /** Its region (`shards add --region`); null or absent: none recorded. */
+  region?: string | null;
   /** The reservations behind `reserved`, named in a refusal. */
   reservations?: readonly HeldReservation[];
 }
@@ -52,11 +55,13 @@ export function headroomAfter(s: ShardLoad, expectedLoad: number, headroomFracti
 
 /**
  * Why `unit` (expected load `expectedLoad`) may not move onto shard `s`: not open, dedicated to
- * another tenant, or short of headroom. Empty when it may.
+ * another tenant, outside the unit's residency, or short of headroom. Empty when it may.
  */
-export function moveTargetProblems(s: ShardLoad, unit: string, expectedLoad: number, headroomFraction: number): string[] {
+export function moveTargetProblems(s: ShardLoad, unit: string, expectedLoad: number, headroomFraction: number, residency: Residency = null): string[] {
   const reasons: string[] = [];
   if (s.status !== 'open') reasons.push(`target ${s.name} is ${s.status}, not open`);
+  const outside = residencyProblem(s, unit, residency);
+  if (outside) reasons.push(outside);
   if (s.dedicatedTo && s.dedicatedTo !== unit) reasons.push(`target ${s.name} is dedicated to tenant ${s.dedicatedTo}: no other unit moves there`);
   else if (s.class === 'dedicated' && !s.dedicatedTo)
     reasons.push(`target ${s.name} is a dedicated-class shard, kept for an isolated tenant: use \`shardctl tenant isolate --tenant ${unit}\``);
@@ -67,16 +72,18 @@ export function moveTargetProblems(s: ShardLoad, unit: string, expectedLoad: num
   return reasons;
 }
 
-export function chooseShardForNewUnit(shards: readonly ShardLoad[], expectedLoad: number, headroomFraction: number): string {
+export function chooseShardForNewUnit(shards: readonly ShardLoad[], expectedLoad: number, headroomFraction: number, residency: Residency = null): string {
   let best: { name: string; room: number } | undefined;
   for (const s of shards) {
     if (s.status !== 'open' || s.dedicatedTo || s.class === 'dedicated') continue;
+    if (residency && !(s.region && residency.includes(s.region))) continue;
     const room = headroomAfter(s, expectedLoad, headroomFraction);
     if (room < 0) continue;
     if (!best || room > best.room || (room === best.room && s.name < best.name)) best = { name: s.name, room };
   }
   if (!best) {
-    throw new ShardctlError('NoCapacity', `no open shard has room for ${expectedLoad}: add a shard or raise capacity`, {
+    const where = residency ? ` in region ${residency.join(' or ')}` : '';
+    throw new ShardctlError('NoCapacity', `no open shard${where} has room for ${expectedLoad}: add a shard or raise capacity`, {
       expectedLoad,
       headroomFraction,
       shards: shards.map((s) => ({ name: s.name, status: s.status, capacity: s.capacity, load: s.load, reserved: s.reserved ?? 0 })),

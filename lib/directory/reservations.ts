@@ -10,6 +10,7 @@ import type { Pool } from 'pg';
 import { ShardctlError } from '../errors';
 import { inDirectoryTransaction, type Queryable } from './db';
 import { moveTargetProblems, type HeldReservation } from './choose';
+import { getResidency } from './policy';
 import { shardLoad } from './shards';
 
 export interface Reservation extends HeldReservation {
@@ -121,7 +122,9 @@ export async function reserveHeadroom(pool: Pool, req: ReserveRequest, headroomF
     }
     const load = Number(u.expected_load);
     const s = await shardLoad(c, req.target, { exceptUnit: req.unit });
-    const reasons = s ? moveTargetProblems(s, req.unit, load, headroomFraction) : [`target ${req.target} is not in the directory's shard inventory`];
+    const reasons = s
+      ? moveTargetProblems(s, req.unit, load, headroomFraction, await getResidency(c, req.unit))
+      : [`target ${req.target} is not in the directory's shard inventory`];
     if (reasons.length) return { ok: false as const, reasons };
     const ins = await c.query(
       `insert into shardctl.reservations(move_id, unit, source, target, load, workflow_id) values ($1, $2, $3, $4, $5, $6)

@@ -139,6 +139,20 @@ alter table shardctl.shards add column if not exists region text;
 alter table shardctl.shards add column if not exists capacity_bytes bigint check (capacity_bytes > 0);
 `,
   },
+  {
+    version: 10,
+    name: 'unit residency policy',
+    // `tenant residency` (lib/directory/policy.ts): the regions a unit may live in. Policy, not
+    // placement: a row of its own, so setting it never raises the unit's epoch (its fence stays).
+    sql: `
+create table if not exists shardctl.unit_policy (
+  unit text primary key,
+  regions text[] not null check (cardinality(regions) > 0),
+  updated_at timestamptz not null default now(),
+  updated_by text not null
+);
+`,
+  },
 ];
 
 /**

@@ -139,7 +139,7 @@ export async function setShardDedication(pool: Pool, name: string, tenant: strin
  */
 export async function shardLoad(db: Queryable, name: string, opts: { exceptUnit?: string } = {}): Promise<ShardLoad | undefined> {
   const r = await db.query(
-    `select s.status, s.capacity, s.dedicated_to, s.class, coalesce((select sum(expected_load) from shardctl.units u where u.shard = s.name), 0) as load
+    `select s.status, s.capacity, s.dedicated_to, s.class, s.region, coalesce((select sum(expected_load) from shardctl.units u where u.shard = s.name), 0) as load
        from shardctl.shards s where s.name = $1`,
     [name],
   );
@@ -153,6 +153,7 @@ export async function shardLoad(db: Queryable, name: string, opts: { exceptUnit?
     load: Number(s.load),
     dedicatedTo: s.dedicated_to ?? null,
     class: s.class ?? 'shared',
+    region: s.region ?? null,
     reserved: reservations.reduce((n, x) => n + x.load, 0),
     reservations,
   };

@@ -6,6 +6,7 @@ import type { Config } from '../config';
 import { listShards } from '../directory/shards';
 import { listPlacements } from '../directory/placements';
 import { listOpenReservations } from '../directory/reservations';
+import { listResidency } from '../directory/policy';
 import { planMoves, type PlanOptions, type PlanScope, type RebalancePlan } from './plan';
 
 export async function planFromDirectory(directory: Queryable, config: Config, scope: PlanScope, opts: PlanOptions = {}): Promise<RebalancePlan> {
@@ -15,9 +16,24 @@ export async function planFromDirectory(directory: Queryable, config: Config, sc
   const { placements } = await listPlacements(directory, { kind: 'tenant' });
   // A unit whose move holds a reservation is in flight (even before its freeze): never planned again.
   const inFlight = new Set((await listOpenReservations(directory)).map((r) => r.unit));
+  const residency = await listResidency(directory);
   return planMoves(
-    shards.map((s) => ({ name: s.name, capacity: s.capacity, status: s.status, dedicatedTo: s.dedicatedTo, class: s.class, reserved: s.reserved })),
-    placements.map((p) => ({ unit: p.unit, shard: p.shard, load: p.expectedLoad, state: inFlight.has(p.unit) ? 'moving' : p.state })),
+    shards.map((s) => ({
+      name: s.name,
+      capacity: s.capacity,
+      status: s.status,
+      dedicatedTo: s.dedicatedTo,
+      class: s.class,
+      reserved: s.reserved,
+      region: s.region,
+    })),
+    placements.map((p) => ({
+      unit: p.unit,
+      shard: p.shard,
+      load: p.expectedLoad,
+      state: inFlight.has(p.unit) ? 'moving' : p.state,
+      regions: residency.get(p.unit) ?? null,
+    })),
     scope,
     { headroomFraction: config.limits.headroomFraction, ...opts },
   );

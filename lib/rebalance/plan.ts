@@ -1,5 +1,5 @@
-// The resharding planner: from the shards (status, capacity, dedication) and the units (shard,
-// expected load) it proposes a short list of moves. Pure (no I/O): the same function answers
+// The resharding planner: from the shards (status, capacity, dedication, region) and the units
+// (shard, expected load, residency) it proposes a short list of moves. Pure (no I/O): the same function answers
 // `rebalance plan`, `shards drain`, `tenant isolate` and the rebalance workflow's re-plans.
 // Invariants (test/unit/rebalance-plan.test.ts): every unit ends on one open shard it may live on,
 // no shard's usable capacity is exceeded even if every incoming move lands before any outgoing
@@ -15,6 +15,8 @@ export interface PlanShard {
   class?: 'shared' | 'dedicated';
   /** Load held on it by moves in flight (directory reservations): counted as already there. */
   reserved?: number;
+  /** Its region (`shards add --region`); null or absent: none recorded, so no resident unit goes there. */
+  region?: string | null;
 }
 
 export interface PlanUnit {
@@ -23,6 +25,8 @@ export interface PlanUnit {
   load: number;
   /** A unit already moving is left where the directory says; the planner never touches it. */
   state?: 'active' | 'moving';
+  /** Its residency (`tenant residency`): the only regions it may live in; null or absent: any. */
+  regions?: readonly string[] | null;
 }
 
 export interface PlannedMove {
@@ -98,9 +102,15 @@ function loadOf(w: Work, shard: string): number {
   return sum;
 }
 
-/** May `unit` be placed on `shard`: open, not dedicated to another tenant, room even mid-plan. */
+/** Whether `shard` is inside `unit`'s residency (a shard with no region is inside none). */
+function resides(unit: PlanUnit, shard: PlanShard): boolean {
+  return !unit.regions || (!!shard.region && unit.regions.includes(shard.region));
+}
+
+/** May `unit` be placed on `shard`: open, not dedicated to another tenant, inside its residency, room even mid-plan. */
 function fits(w: Work, unit: PlanUnit, shard: PlanShard): boolean {
   if (shard.status !== 'open') return false;
+  if (!resides(unit, shard)) return false;
   if (shard.dedicatedTo && shard.dedicatedTo !== unit.unit) return false;
   if (shard.class === 'dedicated' && shard.dedicatedTo !== unit.unit) return false;
   const worst = (w.initial.get(shard.name) ?? 0) + (w.incoming.get(shard.name) ?? 0) + unit.load;
@@ -267,6 +277,7 @@ function stayProblem(u: PlanUnit, s: PlanShard | undefined): string | undefined 
   if (s.status !== 'open') return `${s.name} is ${s.status}`;
   if (s.dedicatedTo && s.dedicatedTo !== u.unit) return `${s.name} is dedicated to ${s.dedicatedTo}`;
   if (s.class === 'dedicated' && !s.dedicatedTo) return `${s.name} is a dedicated-class shard, kept for an isolated tenant`;
+  if (!resides(u, s)) return `${s.name} (${s.region ? `region ${s.region}` : 'no region recorded'}) is outside ${u.unit}'s residency ${u.regions!.join(', ')}`;
   return undefined;
 }
 
@@ -315,20 +326,30 @@ export function planMoves(shards: readonly PlanShard[], units: readonly PlanUnit
 function isolationShard(shards: readonly PlanShard[], units: readonly PlanUnit[], t: PlanUnit, headroom: number): { shard: string } | { problem: string } {
   const home = shards.find((s) => s.name === t.shard);
   const others = units.filter((u) => u.shard === t.shard && u.unit !== t.unit);
-  if (home?.status === 'open' && others.length === 0) return { shard: t.shard };
+  const homeOk = !!home && resides(t, home);
+  if (home?.status === 'open' && homeOk && others.length === 0) return { shard: t.shard };
   const empty = shards
     .filter(
       (s) =>
-        s.status === 'open' && !s.dedicatedTo && s.name !== t.shard && !units.some((u) => u.shard === s.name) && !s.reserved && t.load <= usable(s, headroom),
+        s.status === 'open' &&
+        !s.dedicatedTo &&
+        s.name !== t.shard &&
+        resides(t, s) &&
+        !units.some((u) => u.shard === s.name) &&
+        !s.reserved &&
+        t.load <= usable(s, headroom),
     )
     // A shard added for isolation (class dedicated) first, then the largest.
     .sort((a, b) => Number(b.class === 'dedicated') - Number(a.class === 'dedicated') || b.capacity - a.capacity || (a.name < b.name ? -1 : 1));
   // Moving the tenant is one move; moving the others is others.length moves (their load is copied).
   const othersLoad = others.reduce((a, u) => a + u.load, 0);
-  if (empty.length && (others.length > 1 || home?.status !== 'open' || othersLoad > t.load)) return { shard: empty[0].name };
-  if (home?.status === 'open' && (!home.dedicatedTo || home.dedicatedTo === t.unit)) return { shard: t.shard };
+  if (empty.length && (others.length > 1 || home?.status !== 'open' || !homeOk || othersLoad > t.load)) return { shard: empty[0].name };
+  if (home?.status === 'open' && homeOk && (!home.dedicatedTo || home.dedicatedTo === t.unit)) return { shard: t.shard };
   if (empty.length) return { shard: empty[0].name };
-  return { problem: `no shard can be dedicated to ${t.unit}: its shard ${t.shard} is ${home?.status ?? 'unknown'} and no open shard is empty; add a shard` };
+  const where = t.regions ? ` in region ${t.regions.join(' or ')}` : '';
+  return {
+    problem: `no shard can be dedicated to ${t.unit}: its shard ${t.shard} is ${home?.status ?? 'unknown'} and no open shard${where} is empty; add a shard`,
+  };
 }
 
 /** `tenant isolate --to S`: S must be open, hold no other unit, be nobody else's and fit the tenant. */
@@ -344,6 +365,8 @@ function namedIsolationShard(
   if (!s) return why('it is not in the inventory');
   if (s.status !== 'open') return why(`it is ${s.status}`);
   if (s.dedicatedTo && s.dedicatedTo !== t.unit) return why(`it is dedicated to ${s.dedicatedTo}`);
+  if (!resides(t, s))
+    return why(`it is ${s.region ? `in region ${s.region}` : 'in no recorded region'}, outside the tenant's residency ${t.regions!.join(', ')}`);
   const others = units.filter((u) => u.shard === to && u.unit !== t.unit);
   if (others.length)
     return why(

@@ -201,6 +201,69 @@ describe('rebalance plan', () => {
     }
   });
 
+  describe('residency (the regions a unit may live in)', () => {
+    const inRegion = (name: string, region: string | null, capacity = 100): PlanShard => ({ ...shard(name, capacity), region });
+    const resident = (u: string, s: string, regions: string[], load = 1): PlanUnit => ({ ...unit(u, s, load), regions });
+
+    it('moves a unit off a shard outside its residency into one inside it, saying why; never into a shard with no region', () => {
+      const shards = [inRegion('a', 'us-east'), inRegion('b', null), inRegion('c', 'eu-west'), inRegion('d', 'eu-west')];
+      const units = [resident('gdpr', 'a', ['eu-west'], 3), unit('t1', 'c', 5), unit('t2', 'd', 1)];
+      const p = planMoves(shards, units, { kind: 'rebalance' }, { tolerance: 10 });
+      expect(p.moves).toEqual([{ unit: 'gdpr', from: 'a', to: 'd', load: 3, reason: "a (region us-east) is outside gdpr's residency eu-west" }]);
+      expect(p.problems).toEqual([]);
+    });
+
+    it('drains a shard without placing a resident unit outside its regions, and names the unit it cannot place', () => {
+      const shards = [inRegion('a', 'eu-west'), inRegion('b', 'us-east'), inRegion('c', 'eu-west', 3)];
+      const units = [resident('gdpr', 'a', ['eu-west'], 2), resident('big', 'a', ['eu-west'], 5), unit('t1', 'a', 1)];
+      const p = planMoves(shards, units, { kind: 'drain', shard: 'a' });
+      const to = new Map(p.moves.map((m) => [m.unit, m.to]));
+      expect(to.get('gdpr')).toBe('c');
+      expect(to.has('big')).toBe(false);
+      expect(p.problems.join('\n')).toMatch(/no open shard has room for big .*must leave a/);
+    });
+
+    it('isolates a resident tenant only on a shard inside its residency', () => {
+      const shards = [inRegion('a', 'eu-west'), inRegion('e1', 'us-east'), inRegion('e2', 'eu-west')];
+      const units = [resident('hot', 'a', ['eu-west'], 5), unit('t1', 'a', 1), unit('t2', 'a', 1)];
+      expect(planMoves(shards, units, { kind: 'isolate', tenant: 'hot' }).dedicate).toEqual({ shard: 'e2', tenant: 'hot' });
+      expect(planMoves(shards, units, { kind: 'isolate', tenant: 'hot', to: 'e1' }).problems).toEqual([
+        "cannot isolate hot on e1: it is in region us-east, outside the tenant's residency eu-west",
+      ]);
+    });
+
+    it('never plans a unit outside its residency on random fleets, for every scope', () => {
+      const REGIONS = ['r1', 'r2', null];
+      for (let seed = 1; seed <= 300; seed++) {
+        const r = rng(seed * 7919);
+        const nShards = 2 + Math.floor(r() * 6);
+        const shards = Array.from({ length: nShards }, (_, i) => ({
+          ...shard(`s${i}`, 50 + Math.floor(r() * 200), r() < 0.15 ? ('draining' as const) : ('open' as const)),
+          region: REGIONS[Math.floor(r() * 3)],
+        }));
+        if (!shards.some((s) => s.status === 'open')) shards[0].status = 'open';
+        const units: PlanUnit[] = Array.from({ length: Math.floor(r() * 40) }, (_, i) => ({
+          ...unit(`u${i}`, shards[Math.floor(r() ** 2 * nShards)].name, Math.max(0, Math.floor(30 / (1 + Math.floor(r() * 20))))),
+          regions: r() < 0.3 ? [r() < 0.5 ? 'r1' : 'r2'] : r() < 0.1 ? ['r1', 'r2'] : null,
+        }));
+        const scopes: PlanScope[] = [{ kind: 'rebalance' }, { kind: 'drain', shard: shards[Math.floor(r() * nShards)].name }];
+        if (units.length) scopes.push({ kind: 'isolate', tenant: units[Math.floor(r() * units.length)].unit });
+        const byName = new Map(shards.map((s) => [s.name, s]));
+        const inside = (u: PlanUnit, s: string) => !u.regions || u.regions.includes(byName.get(s)!.region as string);
+        for (const scope of scopes) {
+          const plan = planMoves(shards, units, scope, { tolerance: 0.2 });
+          checkInvariants(shards, units, plan, 0);
+          const byUnit = new Map(units.map((u) => [u.unit, u]));
+          for (const m of plan.moves) expect(inside(byUnit.get(m.unit)!, m.to), `seed ${seed}: ${m.unit} to ${m.to}`).toBe(true);
+          // A fleet rebalance that reports nothing it could not do leaves every unit inside its residency.
+          if (scope.kind === 'rebalance' && plan.problems.length === 0) {
+            for (const [u, s] of applyPlan(units, plan.moves)) expect(inside(byUnit.get(u)!, s), `seed ${seed}: ${u} on ${s}`).toBe(true);
+          }
+        }
+      }
+    });
+  });
+
   it('a dedicated-class shard takes no shared unit, and is where an isolated tenant goes first', () => {
     const ded: PlanShard = { ...shard('e', 100), class: 'dedicated' };
     const shards = [shard('a', 100), shard('b', 100), ded, shard('f', 400)];
