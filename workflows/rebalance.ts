@@ -129,8 +129,14 @@ export async function rebalanceWorkflow(input: R.RebalanceInput): Promise<R.Reba
   const plan = async () => {
     // Units this run moved or failed to move are never planned again in it.
     const exclude = st.moves.filter((m) => m.state !== 'dropped' && m.state !== 'pending').map((m) => m.unit);
+    // --max-moves bounds the run, not each plan: a re-plan gets what the moves started so far left.
+    const maxMoves = input.maxMoves === undefined ? undefined : input.maxMoves - exclude.length;
+    if (maxMoves !== undefined && maxMoves <= 0) {
+      st.problems = [...st.problems, `stopped at the run's limit of ${input.maxMoves} move(s) (--max-moves): plan again for the rest`];
+      return;
+    }
     workThisRun++;
-    const p = await quick.planRebalance({ scope: input.scope, tolerance: input.tolerance, maxMoves: input.maxMoves, exclude, units: input.units });
+    const p = await quick.planRebalance({ scope: input.scope, tolerance: input.tolerance, maxMoves, exclude, units: input.units });
     st.marked.push(...(await quick.markPlanShards({ plan: p, actor: input.requestedBy })));
     adopt(p);
   };

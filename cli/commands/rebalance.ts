@@ -20,10 +20,16 @@ import { formatDurationSeconds } from '../../lib/duration';
 import { actorDefault } from './move';
 import { configOf, printResult, withConnections, withTemporal } from '../run';
 
-function dryRun(config: Config, scope: PlanScope, tolerance?: number, units?: string[]): Promise<RebalancePlan> {
-  return withConnections(config, { readOnly: true, requireCurrentSchema: true }, (c) =>
-    planFromDirectory(c.directoryPool(), config, scope, { tolerance, units }),
-  );
+function dryRun(config: Config, scope: PlanScope, opts: { tolerance?: number; units?: string[]; maxMoves?: number } = {}): Promise<RebalancePlan> {
+  return withConnections(config, { readOnly: true, requireCurrentSchema: true }, (c) => planFromDirectory(c.directoryPool(), config, scope, opts));
+}
+
+/** `--max-moves K`: a whole number 1..100000, checked before any connection. */
+function maxMovesOpt(v: string | undefined): number | undefined {
+  if (v === undefined) return undefined;
+  if (!/^\d{1,6}$/.test(v) || Number(v) < 1 || Number(v) > 100_000)
+    throw invalidInput(`--max-moves must be an integer in 1..100000, got ${JSON.stringify(v.slice(0, 40))}`);
+  return Number(v);
 }
 
 function scopeText(s: PlanScope) {
@@ -106,6 +112,7 @@ interface StartOpts {
   wait?: boolean;
   units?: string;
   yes?: boolean;
+  maxMoves?: string;
 }
 
 const startOptions = (c: Command) =>
@@ -131,10 +138,11 @@ async function planAndStart(config: Config, scope: PlanScope, o: StartOpts) {
     maxConcurrent: intOpt(o.maxConcurrent, '--max-concurrent'),
     perShardLimit: intOpt(o.perShard, '--per-shard'),
     tolerance,
+    maxMoves: maxMovesOpt(o.maxMoves),
     soakSeconds,
     units: o.units ? o.units.split(',').map((u) => validateTenantId(u.trim())) : undefined,
   });
-  const plan = await dryRun(config, scope, tolerance, input.units);
+  const plan = await dryRun(config, scope, { tolerance, units: input.units, maxMoves: input.maxMoves });
   printResult(o.json, { plan }, () => printPlan(plan));
   if (scope.kind !== 'rebalance' && plan.problems.length) throw new ShardctlError('NoCapacity', `refused, nothing started: ${plan.problems[0]}`);
   // A drain with nothing left to move still runs: its end closes the shard.
@@ -180,18 +188,21 @@ export function register(program: Command) {
     .command('plan')
     .description('dry run: the moves a rebalance would make now, and why (changes nothing)')
     .option('--tolerance <f>', "how far (relative) a shard's utilisation may be from the fleet mean (default 0.2)")
+    .option('--max-moves <k>', 'at most K moves (the plan says what it left undone)')
     .option('--json', 'as JSON: {scope, moves: [{unit, from, to, load, reason}], shards, balanced, problems}')
-    .action(async (o: { tolerance?: string; json?: boolean }) => {
-      const p = await dryRun(cfg(), { kind: 'rebalance' }, numOpt(o.tolerance, '--tolerance'));
+    .action(async (o: { tolerance?: string; maxMoves?: string; json?: boolean }) => {
+      const opts = { tolerance: numOpt(o.tolerance, '--tolerance'), maxMoves: maxMovesOpt(o.maxMoves) };
+      const p = await dryRun(cfg(), { kind: 'rebalance' }, opts);
       printResult(o.json, p, printPlan, { pretty: true });
     });
-  examples(plan, 'rebalance plan', "rebalance plan --json | jq '.moves[] | [.unit, .from, .to] | @tsv'");
+  examples(plan, 'rebalance plan', 'rebalance plan --max-moves 5', "rebalance plan --json | jq '.moves[] | [.unit, .from, .to] | @tsv'");
 
   const start = startOptions(rebalance.command('start').description('plan and run the moves (one rebalance at a time)'))
     .option('--tolerance <f>', 'band around the fleet mean (default 0.2)')
-    .option('--units <list>', 'only these tenants may move (comma-separated); the others count for load');
+    .option('--units <list>', 'only these tenants may move (comma-separated); the others count for load')
+    .option('--max-moves <k>', 'at most K moves in the whole run, re-plans after a failure included');
   start.action((o: StartOpts) => planAndStart(cfg(), { kind: 'rebalance' }, o));
-  examples(start, 'rebalance start', 'rebalance start --max-concurrent 4 --per-shard 2 --soak 1h --wait');
+  examples(start, 'rebalance start', 'rebalance start --max-concurrent 4 --per-shard 2 --soak 1h --wait', 'rebalance start --max-moves 10');
 
   const status = rebalance
     .command('status')

@@ -315,7 +315,10 @@ export function planMoves(shards: readonly PlanShard[], units: readonly PlanUnit
     evacuate(w, problems, (u, s) => (s?.name === dedicate!.shard && u.unit !== t.unit ? `${s.name} is being dedicated to ${t.unit}` : undefined), maxMoves);
   } else evacuate(w, problems, stayProblem, maxMoves);
   const balanced = scope.kind === 'rebalance' ? balance(w, tol, maxMoves) : true;
-  if (!balanced) problems.push(`the fleet stays outside ±${pct(tol)} of the mean: no single further move of an unmoved unit brings it closer within capacity`);
+  if (!balanced && w.moves.length >= maxMoves)
+    problems.push(`the plan stops at its limit of ${maxMoves} move(s): the fleet stays outside ±${pct(tol)} of the mean`);
+  else if (!balanced)
+    problems.push(`the fleet stays outside ±${pct(tol)} of the mean: no single further move of an unmoved unit brings it closer within capacity`);
   return { scope, moves: w.moves, shards: summarize(w), balanced, problems, dedicate };
 }
 

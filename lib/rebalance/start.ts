@@ -28,6 +28,8 @@ export function rebalanceInputFor(
   for (const [k, v] of Object.entries({ 'max-concurrent': maxConcurrent, 'per-shard': perShardLimit }))
     if (!Number.isInteger(v) || v < 1 || v > 1000) throw invalidInput(`--${k} must be an integer in 1..1000, got ${v}`);
   if (req.tolerance !== undefined && !(req.tolerance >= 0 && req.tolerance <= 10)) throw invalidInput(`--tolerance must be in 0..10, got ${req.tolerance}`);
+  if (req.maxMoves !== undefined && !(Number.isInteger(req.maxMoves) && req.maxMoves >= 1 && req.maxMoves <= 100_000))
+    throw invalidInput(`--max-moves must be an integer in 1..100000, got ${req.maxMoves}`);
   return {
     scope: req.scope,
     requestedBy: req.requestedBy,

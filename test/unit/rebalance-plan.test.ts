@@ -201,6 +201,19 @@ describe('rebalance plan', () => {
     }
   });
 
+  it('stops at --max-moves: a rebalance says it stopped at its limit, a drain names each unit it left', () => {
+    const shards = [shard('a'), shard('b'), shard('c'), shard('d')];
+    const units = ['t1', 't2', 't3', 't4'].map((u) => unit(u, 'a'));
+    const p = planMoves(shards, units, { kind: 'rebalance' }, { maxMoves: 2 });
+    expect(p.moves).toHaveLength(2);
+    expect(p.balanced).toBe(false);
+    expect(p.problems).toEqual(['the plan stops at its limit of 2 move(s): the fleet stays outside ±20% of the mean']);
+    expect(planMoves(shards, units, { kind: 'rebalance' }).moves).toHaveLength(3);
+    const d = planMoves(shards, units, { kind: 'drain', shard: 'a' }, { maxMoves: 3 });
+    expect(d.moves).toHaveLength(3);
+    expect(d.problems).toEqual([expect.stringMatching(/^t\d must leave a \(a is draining\) but the plan is at its limit of 3 moves$/)]);
+  });
+
   describe('residency (the regions a unit may live in)', () => {
     const inRegion = (name: string, region: string | null, capacity = 100): PlanShard => ({ ...shard(name, capacity), region });
     const resident = (u: string, s: string, regions: string[], load = 1): PlanUnit => ({ ...unit(u, s, load), regions });
