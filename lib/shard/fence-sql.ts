@@ -51,12 +51,14 @@
 //    earlier transaction of the session, fails the proof, and the statement runs the whole check
 //    instead: a writer gains nothing by forging it, short of finding a SHA-256 input for a given
 //    64-bit digest (test/integration/fence.test.ts, "the check's mark cannot be forged").
-//    The functions pin their search_path, except checked_unit(): a pinned path costs a function
-//    about 5 µs (it is set and the namespace path recomputed on entry and again on exit), which
-//    every write statement would pay, so checked_unit() names every function, operator and type
-//    by schema instead and runs as the caller (nothing it does needs privilege; it is tested
-//    against a caller whose search_path shadows them). The triggers' WHEN clauses name every
-//    function and operator by schema (they are stored resolved).
+//    The functions pin their search_path, except the two on every write transaction's path:
+//    checked_unit() and open_unit_write() (and its twin begin_unit_write()). A pinned path costs
+//    a function about 5 µs on PostgreSQL 15 (set, and the namespace path recomputed, on entry and
+//    again on exit), so these name every function, operator and type by schema instead (tables
+//    too: `pg_temp` is searched first for unqualified tables and types, never for functions or
+//    operators), and are tested against a caller whose search_path shadows what they use.
+//    checked_unit() runs as the caller (nothing it does needs privilege). The triggers' WHEN
+//    clauses name every function and operator by schema (they are stored resolved).
 //  - Cost, measured on this repo's 2-core machine (`npm run bench`, its fence rows): the check
 //    about 10 µs of server CPU (2 of them the pinned search_path, 6 the fence read), the fold about 5 µs
 //    per write statement, a row about 1 %. Small transactions feel the two plpgsql entries;
@@ -122,14 +124,14 @@ grant select on sequence ${WRITE_MARK_SEQUENCE} to public;
 -- The router's first statement of a write transaction, as a procedure: a CALL is not planned and
 -- answers no row, so it costs the shard and the router less than the same check in a SELECT.
 create or replace procedure shardctl.open_unit_write(p_unit text, p_epoch bigint)
-language plpgsql security definer ${PINNED_SEARCH_PATH} as $fn$
+language plpgsql security definer as $fn$
 ${beginUnitWriteBody()}
 $fn$;
 
 -- The same check as a function, for routers of the previous release (they open with
 -- "select shardctl.begin_unit_write(...)") and for tests: one body, so the two cannot drift.
 create or replace function shardctl.begin_unit_write(p_unit text, p_epoch bigint) returns void
-language plpgsql volatile security definer ${PINNED_SEARCH_PATH} as $fn$
+language plpgsql volatile security definer as $fn$
 ${beginUnitWriteBody()}
 $fn$;
 
@@ -160,7 +162,7 @@ declare
 ${SETTINGS_DECLARE}
 begin
 ${unroutedPlpgsql('v_unit', 'v_epoch_txt', 'return null;')}
-${routeCheckPlpgsql('v_unit', 'v_epoch_txt::bigint')}
+${routeCheckPlpgsql('v_unit', 'v_epoch_txt::pg_catalog.int8')}
 ${markCheckedPlpgsql('v_unit')}
   return v_unit;
 end
@@ -190,7 +192,7 @@ ${unroutedPlpgsql('v_unit', 'v_epoch_txt', 'return;')}
   if p_row_unit is distinct from v_unit then
     raise exception 'shardctl: row of unit % written in a transaction opened for unit %', p_row_unit, v_unit using errcode = 'SC403';
   end if;
-${routeCheckPlpgsql('v_unit', 'v_epoch_txt::bigint')}
+${routeCheckPlpgsql('v_unit', 'v_epoch_txt::pg_catalog.int8')}
 end
 $fn$;
 `;
@@ -201,24 +203,24 @@ function beginUnitWriteBody(): string {
   return `declare
 ${CHECK_DECLARE}
 begin
-  if p_unit is null or p_unit = '' or p_epoch is null then
+  if p_unit is null or p_unit operator(pg_catalog.=) '' or p_epoch is null then
     raise exception 'shardctl: a write transaction needs a unit and an epoch, got % and %', p_unit, p_epoch using errcode = 'SC428';
   end if;
   v_set := pg_catalog.set_config('shardctl.unit', p_unit, true);
-  v_set := pg_catalog.set_config('shardctl.epoch', p_epoch::text, true);
+  v_set := pg_catalog.set_config('shardctl.epoch', p_epoch::pg_catalog.text, true);
 ${routeCheckPlpgsql('p_unit', 'p_epoch')}
 ${markCheckedPlpgsql('p_unit')}
 end`;
 }
 
-const CHECK_DECLARE = `  v_set text;
-  v_proof bigint;
-  v_locked boolean;
+const CHECK_DECLARE = `  v_set pg_catalog.text;
+  v_proof pg_catalog.int8;
+  v_locked pg_catalog.bool;
   f record;`;
 
 /** The route a writer outside the router set, and the check's variables. */
-const SETTINGS_DECLARE = `  v_unit text := pg_catalog.current_setting('shardctl.unit', true);
-  v_epoch_txt text := pg_catalog.current_setting('shardctl.epoch', true);
+const SETTINGS_DECLARE = `  v_unit pg_catalog.text := pg_catalog.current_setting('shardctl.unit', true);
+  v_epoch_txt pg_catalog.text := pg_catalog.current_setting('shardctl.epoch', true);
 ${CHECK_DECLARE}`;
 
 /** A write without unit or epoch: refused (SC428) unless the shard allows unfenced writes (then `allowed`). */
@@ -241,18 +243,18 @@ function unroutedPlpgsql(unit: string, epochTxt: string, allowed: string): strin
 function routeCheckPlpgsql(unit: string, epoch: string): string {
   return `
   v_locked := pg_catalog.pg_advisory_xact_lock_shared(${FENCE_LOCK_CLASS}, pg_catalog.hashtext(${unit})) is null;
-  if pg_catalog.current_setting('transaction_isolation') = 'read committed' then
-    select epoch, owned, frozen, frozen_until into f from shardctl.fence where unit = ${unit};
+  if pg_catalog.current_setting('transaction_isolation') operator(pg_catalog.=) 'read committed' then
+    select epoch, owned, frozen, frozen_until into f from shardctl.fence where unit operator(pg_catalog.=) ${unit};
   else
     -- Fails with 40001 if the fence row changed after this transaction's snapshot.
-    select epoch, owned, frozen, frozen_until into f from shardctl.fence where unit = ${unit} for share;
+    select epoch, owned, frozen, frozen_until into f from shardctl.fence where unit operator(pg_catalog.=) ${unit} for share;
   end if;
-  if not found or not f.owned or f.epoch <> ${epoch} then
+  if not found or not f.owned or f.epoch operator(pg_catalog.<>) ${epoch} then
     raise exception 'shardctl: stale route for unit % at epoch % (shard has %)', ${unit}, ${epoch},
-      case when not found then 'no fence' when not f.owned then 'no ownership' else 'epoch ' || f.epoch end
+      case when not found then 'no fence' when not f.owned then 'no ownership' else 'epoch ' operator(pg_catalog.||) f.epoch end
       using errcode = 'SC421';
   end if;
-  if f.frozen and (f.frozen_until is null or f.frozen_until > pg_catalog.now()) then
+  if f.frozen and (f.frozen_until is null or f.frozen_until operator(pg_catalog.>) pg_catalog.now()) then
     raise exception 'shardctl: unit % is frozen for cutover', ${unit} using errcode = 'SC423';
   end if;`;
 }

@@ -649,7 +649,7 @@ describe('who may bypass or change the fence', () => {
 });
 
 describe('the fence cannot be shadowed through the caller search_path', () => {
-  it('every function in schema shardctl pins its search_path, but checked_unit(), which runs as its caller and names everything by schema', async () => {
+  it('every function in schema shardctl pins its search_path, but the write path (checked_unit, open_unit_write, begin_unit_write), which names everything by schema', async () => {
     const r = await pool.query(
       `select p.oid::regprocedure::text as fn, coalesce(p.proconfig, '{}') as config, p.prosecdef as definer
          from pg_proc p join pg_namespace n on n.oid = p.pronamespace where n.nspname = 'shardctl' order by 1`,
@@ -658,8 +658,50 @@ describe('the fence cannot be shadowed through the caller search_path', () => {
     for (const row of r.rows) {
       const pinned = row.config.some((s: string) => s.startsWith('search_path='));
       if (row.fn === 'shardctl.checked_unit()') expect({ pinned, definer: row.definer }).toEqual({ pinned: false, definer: false });
+      else if (/^shardctl\.(open|begin)_unit_write\(text,bigint\)$/.test(row.fn)) expect({ fn: row.fn, pinned }).toEqual({ fn: row.fn, pinned: false });
       else expect({ fn: row.fn, pinned }).toEqual({ fn: row.fn, pinned: true });
     }
+  });
+
+  it("the router's check refuses a stale epoch, a frozen unit and no epoch even when the writer shadows its operators, functions and the fence table", async () => {
+    const stale = await newUnit({ epoch: 2 });
+    const frozen = await newUnit({ frozen: true });
+    const evil = uniq('shadow').replace(/-/g, '_');
+    // Every comparison the check makes, made to pass: stale epochs equal, leases never running,
+    // a fence of the writer's own (a table named like it, in its schema and in pg_temp).
+    await pool.query(`create schema ${evil};
+      create function ${evil}.no(bigint, bigint) returns boolean language sql as 'select false';
+      create function ${evil}.no(timestamptz, timestamptz) returns boolean language sql as 'select false';
+      create function ${evil}.yes(text, text) returns boolean language sql as 'select true';
+      create operator ${evil}.<> (leftarg = bigint, rightarg = bigint, function = ${evil}.no);
+      create operator ${evil}.> (leftarg = timestamptz, rightarg = timestamptz, function = ${evil}.no);
+      create operator ${evil}.= (leftarg = text, rightarg = text, function = ${evil}.yes);
+      create function ${evil}.current_setting(text) returns text language sql as $$ select 'serializable'::text $$;
+      create function ${evil}.pg_advisory_xact_lock_shared(integer, integer) returns void language sql as 'select';
+      create table ${evil}.fence (unit text, epoch bigint, owned boolean, frozen boolean, frozen_until timestamptz);
+      insert into ${evil}.fence values ('${stale}', 1, true, false, null), ('${frozen}', 1, true, false, null);`);
+    try {
+      for (const [unit, epoch, code] of [
+        [stale, 1, SQLSTATE.staleRoute],
+        [frozen, 1, SQLSTATE.frozen],
+        ['', 1, SQLSTATE.noEpoch],
+      ] as const) {
+        const got = await outcome(
+          inTx({}, async (c) => {
+            await c.query(`set local search_path = ${evil}, pg_catalog, public`);
+            await c.query(`create temp table fence on commit drop as select * from ${evil}.fence`);
+            // The shadow is live in this session.
+            expect((await c.query(`select 2::bigint <> 1::bigint as ne`)).rows[0].ne).toBe(false);
+            await c.query(ROUTER_OPEN, [unit, epoch]);
+            await insertAccounts(c, stale, ['shadowed']);
+          }),
+        );
+        expect({ unit, got }).toEqual({ unit, got: code });
+      }
+    } finally {
+      await pool.query(`drop schema ${evil} cascade`);
+    }
+    expect(await accountNames(stale)).toEqual([]);
   });
 
   it('a forged mark is refused even when the writer shadows currval, the comparison operators and the digest in its search_path', async () => {

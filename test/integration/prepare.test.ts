@@ -124,16 +124,9 @@ describe('prepareShard', () => {
   });
 
   it('upgrades shardctl functions installed without a pinned search_path', async () => {
-    // checked_unit() runs unpinned by design (every name in it schema-qualified; fence.test.ts).
-    const OURS = [
-      'open_unit_write',
-      'begin_unit_write',
-      'check_unrouted_write',
-      'refuse_row_of_unit',
-      'assert_writable',
-      'assert_readable',
-      'audit_unowned_write_tenant_id',
-    ];
+    // checked_unit(), open_unit_write() and begin_unit_write() run unpinned by design (every name
+    // in them schema-qualified; fence.test.ts).
+    const OURS = ['check_unrouted_write', 'refuse_row_of_unit', 'assert_writable', 'assert_readable', 'audit_unowned_write_tenant_id'];
     await prepareShard(pool, testConfig(), { demoSchema: true });
     const unpinned = async () =>
       (
