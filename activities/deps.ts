@@ -16,6 +16,11 @@ export interface Deps extends Connections {
    * keepalive on, so a blackholed link fails the step well inside the freeze's lease.
    */
   frozenWindow: Pick<Connections, 'shardPool' | 'directoryPool'>;
+  /**
+   * Re-reads the worker's config file for shards added since it started (returns their names);
+   * absent when the config did not come from a file the worker watches (lib/config-reload.ts).
+   */
+  learnShards?: () => string[];
 }
 
 export function createDeps(config: Config, opts: { faultPoint?: (name: string) => Promise<void>; metrics?: Metrics } = {}): Deps {

@@ -14,6 +14,7 @@ import { createLogger, logLevelFrom, type Logger } from '../lib/obs/log';
 import { createMetrics, serveMetrics, type Metrics, type MetricsServer } from '../lib/obs/metrics';
 import { activityInterceptor, temporalLogger } from './instrument';
 import { movesByPhaseRefresher } from './moves-gauge';
+import { learnAddedShards, watchConfigShards } from '../lib/config-reload';
 
 let runtimeInstalled = false;
 let runtimeLog: Logger | undefined;
@@ -89,6 +90,10 @@ export interface WorkerOptions {
   metricsAddr?: string;
   /** How long the moves-by-phase counts from Temporal visibility are reused (default 5 s). */
   visibilityCacheMs?: number;
+  /** The file `config` was loaded from: polled, so shards added to it are learned without a restart (lib/config-reload.ts). */
+  configFile?: string;
+  /** The environment the file's `dsnEnv` variables resolve in (default this process's). */
+  configEnv?: NodeJS.ProcessEnv;
 }
 
 export async function startWorker(config: Config, opts: WorkerOptions = {}): Promise<StartedWorker> {
@@ -125,6 +130,8 @@ export async function startWorker(config: Config, opts: WorkerOptions = {}): Pro
     });
     log.info({ url: metricsServer.url }, 'metrics endpoint listening');
   }
+  const shardWatch = opts.configFile ? watchConfigShards(config, opts.configFile, log, { env: opts.configEnv }) : undefined;
+  if (opts.configFile) deps.learnShards = () => learnAddedShards(config, opts.configFile!, opts.configEnv).added;
   const run = worker.run();
   // Idempotent: a signal handler and the end of `run` may both ask for it.
   let stopping: Promise<void> | undefined;
@@ -132,6 +139,7 @@ export async function startWorker(config: Config, opts: WorkerOptions = {}): Pro
     (stopping ??= (async () => {
       if (worker.getState() === 'RUNNING') worker.shutdown();
       await run.catch(() => {});
+      shardWatch?.stop();
       await metricsServer?.close();
       await refresher?.close();
       await deps.close();

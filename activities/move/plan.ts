@@ -127,7 +127,14 @@ export function createPlanActivities(deps: Deps) {
         try {
           shardByName(deps.config, target);
         } catch (e: any) {
-          reasons.push(e.message);
+          // Added to the config file since this worker started (`shards add`)? Learn it, then look again.
+          let learned = false;
+          try {
+            learned = !!deps.learnShards?.().includes(target);
+          } catch (le: any) {
+            reasons.push(`the config file does not load: ${le?.message ?? le}`);
+          }
+          if (!learned) reasons.push(e.message);
         }
         if (reasons.length) return { ok: false, reasons, ...base, tables: [] };
         // Moves in flight count on the target too (their reservations), but not this unit's own.

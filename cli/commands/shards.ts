@@ -173,7 +173,9 @@ export function register(program: Command) {
             `${r.name}: added (${r.class}${r.region ? `, region ${r.region}` : ''}, capacity ${r.capacity}${r.capacityBytes ? `, ${r.capacityBytes} bytes` : ''}), open`,
           );
           console.log(`  server: PostgreSQL ${r.server.version}, database ${r.server.database}, system ${r.server.systemIdentifier}`);
-          console.log(`  config: ${r.configFile} names $${r.dsnEnv} for its DSN: set it for every worker and router, then restart them`);
+          console.log(
+            `  config: ${r.configFile} names $${r.dsnEnv} for its DSN: running workers with $${r.dsnEnv} in their environment learn the shard from the file; restart routers`,
+          );
           console.log(`  prepared: ${r.tenantTables.length} tenant table(s) fenced${r.tenantTables.length ? `: ${r.tenantTables.join(', ')}` : ''}`);
           for (const w of r.warnings) console.log(`  warning: ${w}`);
         },

@@ -3,7 +3,7 @@
 // are JSON lines on stdout (SHARDCTL_LOG_LEVEL, default info); with --metrics-addr (or
 // SHARDCTL_METRICS_ADDR / observability.metricsAddr) it serves Prometheus metrics on GET /metrics.
 import { Command } from 'commander';
-import { projectRoot } from '../../lib/config';
+import { configPath, projectRoot } from '../../lib/config';
 import { configOf } from '../run';
 import type { StartedWorker } from '../../worker';
 import { untilReachable } from '../../worker/wait';
@@ -65,7 +65,13 @@ export function register(program: Command) {
       const wait = { log, signal: stopping.signal, say: (line: string) => process.stderr.write(`worker: ${line}\n`) };
       // The directory's schema is the worker's contract with the CLI: bring it up to date first.
       const migrated = await untilReachable('directory', dsnHost(config.directory.dsn), () => ensureDirectory(deps.directoryPool(), config), wait);
-      if (migrated) w = await untilReachable('Temporal', config.temporal.address, () => startWorker(config, { taskQueue, deps, log, metricsAddr }), wait);
+      if (migrated)
+        w = await untilReachable(
+          'Temporal',
+          config.temporal.address,
+          () => startWorker(config, { taskQueue, deps, log, metricsAddr, configFile: configPath(program.opts().config) }),
+          wait,
+        );
       if (!w || stopping.signal.aborted) {
         // Told to stop while waiting (or while the worker was being created): nothing ran.
         await w?.shutdown();

@@ -7,7 +7,7 @@
 //     bucket, an unreachable server;
 //   - an accepted add records the variable's name, never the DSN, in the config; registers the
 //     shard in the directory with its class, region and capacities, audited; prepares it;
-//   - a worker whose config is that file moves a tenant onto the new shard, and the tenant's rows
+//   - a worker started on that file before the add learns the shard from it (no restart) and moves a tenant onto it, and the tenant's rows
 //     are all there (and a write after the switch) and retired on the source;
 //   - a dedicated-class shard takes no shared unit: `tenant create --shard` and `move plan` refuse.
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
@@ -144,7 +144,25 @@ describe('shards add', () => {
     expect(await addAudits()).toEqual(before.audits);
   });
 
-  it('adds a shard by the name of its DSN variable, registers and prepares it, and a move lands there', { timeout: 240_000 }, async () => {
+  it(
+    'adds a shard by the name of its DSN variable, registers and prepares it, and a move lands there on a worker started before the add',
+    { timeout: 240_000 },
+    async () => {
+      // A worker already running on that config file, with the variable in its environment: it
+      // learns the added shard from the file (lib/config-reload.ts), no restart.
+      const config = loadConfig({ file: file.file });
+      expect(config.shards.map((s) => s.name)).not.toContain('shard-x');
+      const tq = uniq('sadd');
+      const worker = await startWorker(config, { taskQueue: tq, configFile: file.file, configEnv: { ...process.env, [ENV]: newDsn } });
+      try {
+        await addAndMove(config, tq);
+      } finally {
+        await worker.shutdown();
+      }
+    },
+  );
+
+  async function addAndMove(config: Config, tq: string) {
     const r = await cli(
       [
         'shards',
@@ -210,11 +228,11 @@ describe('shards add', () => {
     expect(again.code).toBe(4);
     expect(jsonError(again).message).toContain('shard shard-x is in the config already');
 
-    // A worker of that config (the variable set) moves a tenant from shard-a onto shard-x.
-    process.env[ENV] = newDsn;
-    const config = loadConfig({ file: file.file });
-    const tq = uniq('sadd');
-    const worker = await startWorker(config, { taskQueue: tq });
+    // The running worker has learned shard-x from the file (polled each second).
+    const deadline = Date.now() + 15_000;
+    while (!config.shards.some((s) => s.name === 'shard-x') && Date.now() < deadline) await new Promise((res) => setTimeout(res, 200));
+    expect(config.shards.find((s) => s.name === 'shard-x')).toMatchObject({ name: 'shard-x', bucket, dsn: newDsn });
+    // It moves a tenant from shard-a onto shard-x (the router and the tenant use the same config object).
     const router = await Router.create(config);
     try {
       const tenant = uniq('sx');
@@ -245,10 +263,8 @@ describe('shards add', () => {
       });
     } finally {
       await router.close();
-      await worker.shutdown();
-      delete process.env[ENV];
     }
-  });
+  }
 
   it('a dedicated-class shard takes no shared unit', { timeout: 120_000 }, async () => {
     const env = { [ENV]: newDsn, SADD_DED_DSN: dedicatedDb };
