@@ -244,7 +244,18 @@ export async function rebalanceWorkflow(input: R.RebalanceInput): Promise<R.Reba
     await condition(() => running().length === 0);
     await Promise.all(children);
     st.phase = 'cancelled';
-    if (input.scope.kind === 'drain') st.drain = { shard: input.scope.shard, closed: false, reasons: ['the drain was cancelled'] };
+    if (input.scope.kind === 'drain') {
+      // Left draining (nothing new goes there) until an operator says otherwise: the summary says how.
+      const shard = input.scope.shard;
+      st.drain = {
+        shard,
+        closed: false,
+        reasons: [
+          'the drain was cancelled',
+          `${shard} stays draining, so nothing new is placed there: \`shardctl shards set-status ${shard} open\` reopens it`,
+        ],
+      };
+    }
   } else {
     await Promise.all(children);
     // patched: a drain run recorded before drains closed their shard replays (a query of it) unchanged.

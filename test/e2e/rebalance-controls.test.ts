@@ -105,7 +105,11 @@ describe('rebalance pause, resume, cancel', () => {
       expect(byState(st)).toEqual({ [fast]: 'done', [slow]: 'cancelled', [never]: 'dropped' });
       expect(st.moves.find((m) => m.unit === slow)!.result).toMatch(/^cancelled/);
       expect(st.operators.cancelledBy).toBe('canceller');
-      expect(st.drain).toEqual({ shard: 'shard-b', closed: false, reasons: ['the drain was cancelled'] });
+      expect(st.drain).toEqual({
+        shard: 'shard-b',
+        closed: false,
+        reasons: ['the drain was cancelled', 'shard-b stays draining, so nothing new is placed there: `shardctl shards set-status shard-b open` reopens it'],
+      });
 
       // Past its switch: moved and retired. Cancelled: undone, the source still the owner at its epoch.
       const fastAt = await getPlacement(fleet.directory, fast);
