@@ -9,7 +9,8 @@ import { installOwner, removeFirstFence } from './shard/fence';
 import { Placement, getPlacement, insertPlacement, listPlacements } from './directory/placements';
 import { listShards } from './directory/shards';
 import { chooseShardForNewUnit } from './directory/choose';
-import { residencyProblem, setResidency } from './directory/policy';
+import { setResidency } from './directory/policy';
+import { residencyProblem } from './directory/residency';
 import { isConnectionError, dsnHost } from './directory/db';
 
 export interface TenantDeps {

@@ -9,7 +9,8 @@ import { ensureDirectory } from '../../lib/directory/ensure';
 import { examples } from '../help';
 import { configOf, printResult, withConnections } from '../run';
 import { createTenant, getTenant, listTenants, tenantView, validateCreateInput } from '../../lib/tenants';
-import { getResidency, parseRegions, setResidency } from '../../lib/directory/policy';
+import { getResidency, setResidency } from '../../lib/directory/policy';
+import { parseRegions } from '../../lib/directory/residency';
 import { actorDefault } from './move';
 
 export { ensureDirectory };

@@ -26,6 +26,7 @@ import { s3ClientFor } from '../s3';
 import { prepareAllShards, type ShardPrepareResult } from '../shard/prepare';
 import { inDirectoryTransaction } from './db';
 import { DEFAULT_SHARD_CAPACITY } from './shards';
+import { REGION_NAME } from './residency';
 
 export type ShardClass = 'shared' | 'dedicated';
 export const SHARD_CLASSES: readonly ShardClass[] = ['shared', 'dedicated'];
@@ -59,7 +60,6 @@ export interface AddShardResult {
 }
 
 const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
-const REGION = /^[a-z0-9][a-z0-9-]{0,62}$/;
 const ADD_LOCK = [421, 9];
 
 function positive(v: number | undefined, what: string): number | undefined {
@@ -85,7 +85,7 @@ export function checkAddShardRequest(config: Config, req: AddShardRequest, env: 
     throw invalidInput(`--bucket wants the S3 bucket of the new shard, got ${JSON.stringify(req.bucket)}`);
   if (req.class !== undefined && !SHARD_CLASSES.includes(req.class))
     throw invalidInput(`--class must be one of ${SHARD_CLASSES.join(', ')}, got ${JSON.stringify(req.class)}`);
-  if (req.region !== undefined && !REGION.test(req.region))
+  if (req.region !== undefined && !REGION_NAME.test(req.region))
     throw invalidInput(`--region wants a region name of lower-case letters, digits and dashes, got ${JSON.stringify(req.region)}`);
   positive(req.capacityOps, '--capacity-ops');
   positive(req.capacityBytes, '--capacity-bytes');

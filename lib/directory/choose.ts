@@ -2,7 +2,7 @@
 // keeping limits.headroomFraction of each shard's capacity free. Pure (no I/O). A shard's committed load is what
 // its units weigh plus what moves in flight reserve on it (lib/directory/reservations.ts): every check counts both.
 import { ShardctlError } from '../errors';
-import { residencyProblem, type Residency } from './policy';
+import { residencyProblem, withinResidency, type Residency } from './residency';
 
 export interface ShardLoad {
   name: string;
@@ -76,7 +76,7 @@ export function chooseShardForNewUnit(shards: readonly ShardLoad[], expectedLoad
   let best: { name: string; room: number } | undefined;
   for (const s of shards) {
     if (s.status !== 'open' || s.dedicatedTo || s.class === 'dedicated') continue;
-    if (residency && !(s.region && residency.includes(s.region))) continue;
+    if (!withinResidency(s.region, residency)) continue;
     const room = headroomAfter(s, expectedLoad, headroomFraction);
     if (room < 0) continue;
     if (!best || room > best.room || (room === best.room && s.name < best.name)) best = { name: s.name, room };

@@ -3,35 +3,12 @@
 // Every placement decision consults it: tenant create, move plan and the move's reservation (the
 // authoritative check, in the reservation's transaction), rebalance, drain and isolate. A shard
 // with no region recorded is in no region: a resident unit never goes there (fail closed).
+// The rules themselves, pure, are lib/directory/residency.ts.
 import type { Pool } from 'pg';
 import type { Queryable } from './db';
 import { inDirectoryTransaction } from './db';
-import { ShardctlError, invalidInput } from '../errors';
-
-/** A region name as `shards add --region` takes it. */
-export const REGION_NAME = /^[a-z0-9][a-z0-9-]{0,62}$/;
-
-/** The regions a unit may live in; null when unrestricted. */
-export type Residency = readonly string[] | null;
-
-/** `--regions a,b`, checked without I/O: names as `shards add --region` takes them, no repeats. */
-export function parseRegions(text: string): string[] {
-  const regions = text.split(',').map((r) => r.trim());
-  for (const r of regions) {
-    if (!REGION_NAME.test(r))
-      throw invalidInput(`--regions wants region names of lower-case letters, digits and dashes, separated by commas; got ${JSON.stringify(r)}`);
-  }
-  if (new Set(regions).size !== regions.length) throw invalidInput(`--regions names a region twice: ${text}`);
-  return [...regions].sort();
-}
-
-/** Why `unit` may not live on `shard` under `residency`; undefined when it may. */
-export function residencyProblem(shard: { name: string; region?: string | null }, unit: string, residency: Residency): string | undefined {
-  if (!residency) return undefined;
-  if (shard.region && residency.includes(shard.region)) return undefined;
-  const where = shard.region ? `in region ${shard.region}` : 'in no recorded region (`shards add --region`)';
-  return `target ${shard.name} is ${where}; ${unit} may reside only in ${residency.join(', ')} (\`shardctl tenant residency ${unit}\`)`;
-}
+import { ShardctlError } from '../errors';
+import { withinResidency, type Residency } from './residency';
 
 export async function getResidency(db: Queryable, unit: string): Promise<Residency> {
   const r = await db.query('select regions from shardctl.unit_policy where unit = $1', [unit]);
@@ -84,6 +61,6 @@ export async function setResidency(pool: Pool, unit: string, regions: string[] |
       who.reason ?? null,
     ]);
     const region = (p.rows[0].region as string | null) ?? null;
-    return { unit, before, after: regions, shard: p.rows[0].shard, region, compliant: !regions || (region !== null && regions.includes(region)) };
+    return { unit, before, after: regions, shard: p.rows[0].shard, region, compliant: withinResidency(region, regions) };
   });
 }

@@ -5,6 +5,8 @@
 // no shard's usable capacity is exceeded even if every incoming move lands before any outgoing
 // one, no unit moves twice, and balancing stops at the first plan inside the tolerance.
 
+import { withinResidency } from '../directory/residency';
+
 export interface PlanShard {
   name: string;
   capacity: number;
@@ -104,7 +106,7 @@ function loadOf(w: Work, shard: string): number {
 
 /** Whether `shard` is inside `unit`'s residency (a shard with no region is inside none). */
 function resides(unit: PlanUnit, shard: PlanShard): boolean {
-  return !unit.regions || (!!shard.region && unit.regions.includes(shard.region));
+  return withinResidency(shard.region, unit.regions);
 }
 
 /** May `unit` be placed on `shard`: open, not dedicated to another tenant, inside its residency, room even mid-plan. */
