@@ -15,7 +15,8 @@ import type { Pool } from 'pg';
 import { applyChangesUntil, currentWalLsn, dropPublicationAndSlot, ensurePublicationAndSlot } from '../lib/cdc';
 import { replicationNames } from '../lib/ids';
 import type { TenantTable } from '../lib/shard/tables';
-import { SCHEMA, RowCounts } from './setup';
+import { SCHEMA, RowCounts, truncateTarget } from './setup';
+import { copyTenant } from '../lib/copy';
 import { timed } from './measure';
 
 export type Workload = '1-row tx' | 'mixed multi-table tx' | '100-row statements';
@@ -101,9 +102,16 @@ export async function runPgbench(dsn: string, script: string, clients: number, s
   }
 }
 
+/**
+ * As a move starts its stream: the slot, then the move's own copy of the tenant (lib/copy, into
+ * the emptied target), so the applier finds the copy's checkpoints as in a move (its inserts after
+ * the copy's end go by COPY, lib/cdc/applier.ts InsertsByCopy).
+ */
 export async function setupCatchUp(ctx: CatchUpContext): Promise<void> {
   await teardownCatchUp(ctx);
   await ensurePublicationAndSlot(ctx.source, { ...replicationNames(MOVE_ID, 'forward'), tables: ctx.tables, tenantColumn: ctx.tenantColumn, unit: ctx.tenant });
+  await truncateTarget(ctx.target, SCHEMA);
+  await copyTenant({ source: ctx.source, target: ctx.target, tables: ctx.tables, tenantColumn: ctx.tenantColumn, unit: ctx.tenant, moveId: MOVE_ID });
 }
 
 /**

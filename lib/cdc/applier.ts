@@ -10,6 +10,10 @@
 // wherever the kind of change or the table changes, which is source order exactly.
 import type { ClientBase, QueryResult } from 'pg';
 import { createHash } from 'node:crypto';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { from as copyFrom } from 'pg-copy-streams';
 import { ShardctlError } from '../errors';
 import { compareLsn } from './lsn';
 import { Datum, PgoutputMessage, Relation, UNCHANGED_TOAST } from './pgoutput';
@@ -25,10 +29,11 @@ import {
   updateSql,
   upsertManySql,
   upsertSql,
+  copyInSql,
 } from './statements';
 import { loadTargetTable } from './target-tables';
 import { writeAppliedLsn } from './progress';
-import { recordTouched, deltaLockSql, MAX_TRACKED_KEYS_PER_TRANSACTION } from './delta';
+import { recordTouched, deltaLockSql, deltaTrackingSql, MAX_TRACKED_KEYS_PER_TRANSACTION } from './delta';
 
 export interface ApplyStats {
   transactionsApplied: number;
@@ -37,17 +42,46 @@ export interface ApplyStats {
   rowsApplied: number;
   /** UPDATEs of rows missing on the target whose unchanged TOAST values we do not have: left to later changes / validation. */
   rowsSkippedIncomplete: number;
+  /** Of rowsApplied, INSERTs written by COPY (see InsertsByCopy) rather than by upsert. */
+  rowsInsertedByCopy: number;
 }
+
+/**
+ * Which INSERTs may be written by plain COPY instead of an upsert. An INSERT can meet its key on
+ * the target only if the copy read the row (a copy batch's snapshot is later than the slot's
+ * consistent point, so the stream redelivers what the copy already took): a transaction whose
+ * commit record was written after every copy snapshot of the table was taken (its final LSN past
+ * the LSN the copy recorded when it found the table done, CopyCheckpoint.doneAtLsn) inserts keys
+ * the copy cannot have seen, and a key it deleted earlier in the stream was deleted on the target
+ * first (a batch ends where its key repeats). Should a COPY meet a duplicate key all the same, the
+ * target transaction is rolled back, the stream is redelivered from the durable position, and the
+ * move's stream never uses COPY again in this worker (refuse()): nothing is lost, only speed.
+ */
+export interface InsertsByCopy {
+  /** `schema.table` as the stream names it -> the copy's doneAtLsn. A table absent here: upserts only. */
+  safeAfter: Map<string, string>;
+  /** The raw session (COPY cannot go through the bounded query wrapper); the same session as the applier's. */
+  client: ClientBase;
+  /** Client-side bound on one COPY (the server's statement_timeout bounds it there). */
+  timeoutMs: number;
+  /** Called when a COPY met a key already on the target. */
+  refuse: () => void;
+}
+
+/** Fewer rows than this go by one upsert statement: COPY's extra round trip costs more than it saves. */
+const MIN_COPY_ROWS = 8;
 
 type ChangeMessage = Extract<PgoutputMessage, { tag: 'insert' | 'update' | 'delete' | 'truncate' }>;
 
-/** Changes of one table and kind, sent as one statement (one round trip). */
+/** Changes of one table and kind, sent as one statement (one round trip); inserts by COPY stream more per statement. */
 const MAX_BATCH_ROWS = 500;
+const MAX_COPY_BATCH_ROWS = 5000;
 const MAX_BATCH_BYTES = 4 * 1024 * 1024;
-type BatchKind = 'upsert' | 'delete' | 'update';
+/** insert: an upsert whose key cannot be on the target (InsertsByCopy), written by COPY. */
+type BatchKind = 'upsert' | 'insert' | 'delete' | 'update';
 interface Batch {
   kind: BatchKind;
-  /** update: the columns set (those present, key excluded); upsert: every writable column; delete: none. */
+  /** update: the columns set (those present, key excluded); upsert, insert: every writable column; delete: none. */
   set: BoundColumn[];
   /** Per row: `set` values, then (delete, update) the key. */
   rows: (string | null)[][];
@@ -80,20 +114,27 @@ const beginApply = (statementTimeoutMs: number) =>
   ].join('; ');
 
 export class ChangeApplier {
-  readonly stats: ApplyStats = { transactionsApplied: 0, transactionsSkipped: 0, rowsApplied: 0, rowsSkippedIncomplete: 0 };
+  readonly stats: ApplyStats = { transactionsApplied: 0, transactionsSkipped: 0, rowsApplied: 0, rowsSkippedIncomplete: 0, rowsInsertedByCopy: 0 };
+  /** A COPY lost its session (its client-side bound): the session must not be reused. */
+  broken = false;
+  /** The COPY in flight, if any: resolves to its failure (null: it succeeded). */
+  private inflight: Promise<unknown> | null = null;
   private readonly plans = new Map<number, RelationPlan>();
   private readonly statementNames = new Map<string, string>();
-  private tx: { finalLsn: string; skip: boolean; rows: number; incomplete: number } | null = null;
+  /** `byCopy`: per table, whether this transaction's inserts go by COPY (decided once per table). */
+  private tx: { finalLsn: string; skip: boolean; rows: number; incomplete: number; byCopy: Map<RelationPlan, boolean> } | null = null;
   /** Pending batches per table, in the order the tables were first written. */
   private pending = new Map<RelationPlan, TableBatches>();
   /** Batched in-place updates that found no row (counted as applied when queued). */
   private flushMisses = 0;
   /** The open target transaction: the source transactions it holds, not yet durable. */
   /** `changed`: the source transactions among `txns` that changed rows (not only a logical message, e.g. another move's fence marker). */
-  private group: { lastEnd: string | null; txns: number; changed: number; rows: number; incomplete: number; openedAt: number } | null = null;
+  private group: { lastEnd: string | null; txns: number; changed: number; rows: number; incomplete: number; copied: number; openedAt: number } | null = null;
   /** Keys written in the open target transaction, per table, for the stream's delta (delta.ts). */
   private touched = new Map<string, Set<string>>();
   private touchedCount = 0;
+  /** The delta is tracked (asked at the open target transaction's BEGIN, under the delta lock): off, keys are not collected. */
+  private tracking = false;
   private readonly beginSql: string;
   private readonly beginPositionSql: string;
 
@@ -105,9 +146,11 @@ export class ChangeApplier {
     public applied: string | null,
     /** Server-side bound on each apply statement (0: the server's own setting). */
     statementTimeoutMs = 0,
+    /** Absent: every INSERT is an upsert. */
+    private readonly byCopy?: InsertsByCopy,
   ) {
     this.beginPositionSql = beginApply(statementTimeoutMs);
-    this.beginSql = `${this.beginPositionSql}; ${deltaLockSql(moveId, stream)}`;
+    this.beginSql = `${this.beginPositionSql}; ${deltaLockSql(moveId, stream)}; ${deltaTrackingSql(moveId, stream)}`;
   }
 
   /** A source transaction is open (between its BEGIN and COMMIT messages). */
@@ -150,10 +193,13 @@ export class ChangeApplier {
     // The stored LSN is a commit end (or a keepalive position): a commit that starts before it is already applied.
     const upTo = this.group?.lastEnd ?? this.applied;
     const skip = upTo !== null && compareLsn(finalLsn, upTo) < 0;
-    this.tx = { finalLsn, skip, rows: 0, incomplete: 0 };
+    this.tx = { finalLsn, skip, rows: 0, incomplete: 0, byCopy: new Map() };
     if (!skip && !this.group) {
-      this.group = { lastEnd: null, txns: 0, changed: 0, rows: 0, incomplete: 0, openedAt: Date.now() }; // before BEGIN: a failed BEGIN still needs a ROLLBACK
-      await this.client.query(this.beginSql);
+      this.group = { lastEnd: null, txns: 0, changed: 0, rows: 0, incomplete: 0, copied: 0, openedAt: Date.now() }; // before BEGIN: a failed BEGIN still needs a ROLLBACK
+      await this.settle();
+      const r = (await this.client.query(this.beginSql)) as unknown as QueryResult<{ tracking: boolean }> | QueryResult<{ tracking: boolean }>[];
+      // Not known to be off (an unexpected answer): keys are collected, and recordTouched's own check decides.
+      this.tracking = (Array.isArray(r) ? r[r.length - 1] : r)?.rows?.[0]?.tracking !== false;
     }
   }
 
@@ -170,11 +216,13 @@ export class ChangeApplier {
     }
     if (tx.skip) return;
     const plan = await this.planFor(msg.relation);
-    await withContext(`applying ${msg.tag} on ${plan.display} (source transaction at ${tx.finalLsn})`, async () => {
-      if (msg.tag === 'insert') await this.queueUpsert(plan, msg.newTuple);
+    try {
+      if (msg.tag === 'insert') await this.queueInsert(plan, msg.newTuple);
       else if (msg.tag === 'update') await this.applyUpdate(plan, msg.oldTuple, withKeyFromOld(msg.relation, msg.oldTuple, msg.newTuple));
       else await this.applyDelete(plan, msg.oldTuple);
-    });
+    } catch (e) {
+      throw withContext(e, `applying ${msg.tag} on ${plan.display} (source transaction at ${tx.finalLsn})`); // the text only on failure: this runs per row
+    }
   }
 
   /**
@@ -213,10 +261,11 @@ export class ChangeApplier {
       return false;
     }
     await this.flush();
+    await this.settle();
     g.rows -= this.flushMisses;
     g.incomplete += this.flushMisses;
     this.flushMisses = 0;
-    await recordTouched(this.client, this.moveId, this.stream, this.touched, this.touchedCount > MAX_TRACKED_KEYS_PER_TRANSACTION);
+    if (this.tracking) await recordTouched(this.client, this.moveId, this.stream, this.touched, this.touchedCount > MAX_TRACKED_KEYS_PER_TRANSACTION);
     await writeAppliedLsn(this.client, this.moveId, this.stream, g.lastEnd, 'commit');
     await this.client.query('COMMIT');
     this.group = null;
@@ -226,6 +275,7 @@ export class ChangeApplier {
     this.stats.transactionsApplied += g.changed;
     this.stats.rowsApplied += g.rows;
     this.stats.rowsSkippedIncomplete += g.incomplete;
+    this.stats.rowsInsertedByCopy += g.copied;
     return true;
   }
 
@@ -238,6 +288,7 @@ export class ChangeApplier {
     this.flushMisses = 0;
     this.touched = new Map();
     this.touchedCount = 0;
+    await this.settle().catch(() => {}); // its failure is what is being rolled back
     if (open) await this.client.query('ROLLBACK');
   }
 
@@ -249,6 +300,7 @@ export class ChangeApplier {
   async recordPosition(lsn: string): Promise<boolean> {
     if (this.tx || this.group) throw new Error('recordPosition with a transaction open');
     if (this.applied !== null && compareLsn(lsn, this.applied) <= 0) return false;
+    await this.settle();
     await this.client.query(this.beginPositionSql);
     try {
       await writeAppliedLsn(this.client, this.moveId, this.stream, lsn, 'keepalive');
@@ -264,28 +316,56 @@ export class ChangeApplier {
   private async planFor(rel: Relation): Promise<RelationPlan> {
     let plan = this.plans.get(rel.relationOid);
     if (!plan) {
+      await this.settle();
       plan = bindRelation(rel, await loadTargetTable(this.client, { schema: rel.schema, name: rel.name }));
       this.plans.set(rel.relationOid, plan);
     }
     return plan;
   }
 
-  private exec(text: string, values: unknown[]): Promise<QueryResult> {
+  private async exec(text: string, values: unknown[]): Promise<QueryResult> {
     let name = this.statementNames.get(text);
     if (!name) {
       name = `shardctl_cdc_${createHash('sha1').update(text).digest('hex').slice(0, 24)}`;
       this.statementNames.set(text, name);
     }
+    await this.settle();
     return this.client.query({ name, text, values });
   }
 
+  /**
+   * Waits for the COPY in flight (copyIn), rethrowing its failure. Every use of the session comes
+   * here first: the statements keep their order on the session anyway, and a COPY's failure is
+   * reported as itself, not as the aborted transaction the next statement would meet.
+   */
+  private async settle(): Promise<void> {
+    const p = this.inflight;
+    if (!p) return;
+    this.inflight = null;
+    const failed = await p;
+    if (failed) throw failed;
+  }
+
   /** Notes a key this transaction writes (or may write), for the stream's delta. */
-  private touch(plan: RelationPlan, key: (string | null)[] | string): void {
+  private touch(plan: RelationPlan, key: (string | null)[]): void {
     // Past the bound only the overflow is recorded (the cutover then compares the whole unit).
-    if (++this.touchedCount > MAX_TRACKED_KEYS_PER_TRANSACTION) return;
+    if (!this.tracking || ++this.touchedCount > MAX_TRACKED_KEYS_PER_TRANSACTION) return;
     let set = this.touched.get(plan.display);
     if (!set) this.touched.set(plan.display, (set = new Set()));
-    set.add(typeof key === 'string' ? key : JSON.stringify(key));
+    set.add(JSON.stringify(key));
+  }
+
+  /** A new row: by COPY when its key cannot be on the target (InsertsByCopy), else as an upsert. */
+  private async queueInsert(plan: RelationPlan, row: Datum[]): Promise<void> {
+    const tx = this.tx!;
+    let byCopy = tx.byCopy.get(plan);
+    if (byCopy === undefined) {
+      const after = plan.copyable ? this.byCopy?.safeAfter.get(plan.display) : undefined;
+      tx.byCopy.set(plan, (byCopy = after !== undefined && compareLsn(tx.finalLsn, after) > 0));
+    }
+    if (!byCopy) return this.queueUpsert(plan, row);
+    const key = values(plan, plan.pk, row, 'insert key');
+    await this.enqueue(plan, 'insert', plan.writable, values(plan, plan.writable, row, 'insert'), key);
   }
 
   /** A full row, written by key. */
@@ -301,20 +381,23 @@ export class ChangeApplier {
    * table's batch of another kind (or of other columns).
    */
   private async enqueue(plan: RelationPlan, kind: BatchKind, set: BoundColumn[], vals: (string | null)[], key: (string | null)[]): Promise<void> {
-    const keyText = JSON.stringify(key);
-    this.touch(plan, keyText);
+    // Key values are never null (values() refuses) and text never holds NUL: joined on NUL, equal keys give equal text.
+    const keyText = key.length === 1 ? (key[0] as string) : key.join('\u0000');
+    if (this.tracking) this.touch(plan, key);
     const batchId = kind === 'update' ? `update:${set.map((c) => c.name).join(',')}` : kind;
-    const size = vals.reduce((n, v) => n + (v?.length ?? 0), 0) + (kind === 'upsert' ? 0 : keyText.length);
+    let size = kind === 'upsert' || kind === 'insert' ? 0 : keyText.length;
+    for (const v of vals) size += v?.length ?? 0;
     let independent = plan.independentKeys;
     for (const p of this.pending.keys()) independent &&= p.independentKeys;
     if (!independent) {
       for (const p of [...this.pending.keys()]) if (p !== plan) await this.flushTable(p);
     }
+    const maxRows = kind === 'insert' ? MAX_COPY_BATCH_ROWS : MAX_BATCH_ROWS;
     let t = this.pending.get(plan);
     if (t) {
       let otherKind = false;
       for (const id of t.batches.keys()) otherKind ||= id !== batchId;
-      if (t.keys.has(keyText) || t.rows >= MAX_BATCH_ROWS || t.bytes + size > MAX_BATCH_BYTES || (otherKind && !independent)) {
+      if (t.keys.has(keyText) || t.rows >= maxRows || t.bytes + size > MAX_BATCH_BYTES || (otherKind && !independent)) {
         await this.flushTable(plan);
         t = undefined;
       }
@@ -322,7 +405,7 @@ export class ChangeApplier {
     if (!t) this.pending.set(plan, (t = { plan, batches: new Map(), keys: new Set(), rows: 0, bytes: 0 }));
     let b = t.batches.get(batchId);
     if (!b) t.batches.set(batchId, (b = { kind, set, rows: [] }));
-    b.rows.push(kind === 'upsert' ? vals : [...vals, ...key]);
+    b.rows.push(kind === 'upsert' || kind === 'insert' ? vals : [...vals, ...key]);
     t.keys.add(keyText);
     t.rows++;
     t.bytes += size;
@@ -340,26 +423,84 @@ export class ChangeApplier {
     this.pending.delete(plan);
     // The batches hold distinct keys, so their order does not matter.
     for (const b of t.batches.values()) {
-      await withContext(
-        `applying ${b.rows.length} ${b.kind}s on ${plan.display} (source transaction at ${this.tx?.finalLsn ?? 'a committed group'})`,
-        async () => {
-          const columns = (width: number) => Array.from({ length: width }, (_, i) => b.rows.map((r) => r[i]));
-          if (b.kind === 'upsert') {
-            if (b.rows.length === 1) await this.exec(upsertSql(plan, b.set), b.rows[0]);
-            else await this.exec(upsertManySql(plan, b.set), columns(b.set.length));
-          } else if (b.kind === 'delete') {
-            if (b.rows.length === 1) await this.exec(deleteSql(plan), b.rows[0]);
-            else await this.exec(deleteManySql(plan), columns(plan.pk.length));
-          } else {
-            const r =
-              b.rows.length === 1
-                ? await this.exec(updateSql(plan, b.set), b.rows[0])
-                : await this.exec(updateManySql(plan, b.set), columns(b.set.length + plan.pk.length));
-            this.flushMisses += b.rows.length - (r.rowCount ?? 0);
-          }
-        },
-      );
+      try {
+        const columns = (width: number) => Array.from({ length: width }, (_, i) => b.rows.map((r) => r[i]));
+        if (b.kind === 'insert' && b.rows.length >= MIN_COPY_ROWS) {
+          await this.settle();
+          this.copyIn(plan, b);
+        } else if (b.kind === 'upsert' || b.kind === 'insert') {
+          if (b.rows.length === 1) await this.exec(upsertSql(plan, b.set), b.rows[0]);
+          else await this.exec(upsertManySql(plan, b.set), columns(b.set.length));
+        } else if (b.kind === 'delete') {
+          if (b.rows.length === 1) await this.exec(deleteSql(plan), b.rows[0]);
+          else await this.exec(deleteManySql(plan), columns(plan.pk.length));
+        } else {
+          const r =
+            b.rows.length === 1
+              ? await this.exec(updateSql(plan, b.set), b.rows[0])
+              : await this.exec(updateManySql(plan, b.set), columns(b.set.length + plan.pk.length));
+          this.flushMisses += b.rows.length - (r.rowCount ?? 0);
+        }
+      } catch (e) {
+        throw withContext(e, `applying ${b.rows.length} ${b.kind}s on ${plan.display} (source transaction at ${this.tx?.finalLsn ?? 'a committed group'})`);
+      }
     }
+  }
+
+  /**
+   * Starts writing an insert batch by COPY (text format: the same input functions as the upserts'
+   * casts) and returns: the next batch is built while the target writes this one; settle() waits
+   * for it (at most one in flight).
+   */
+  private copyIn(plan: RelationPlan, b: Batch): void {
+    const group = this.group!;
+    const what = `applying ${b.rows.length} inserts on ${plan.display} (source transaction at ${this.tx?.finalLsn ?? 'a committed group'})`;
+    const op = this.copyBatch(plan, b).then((n) => {
+      group.copied += n;
+    });
+    this.inflight = op.then(
+      () => null,
+      (e) => withContext(e, what) ?? new Error(what),
+    );
+  }
+
+  private async copyBatch(plan: RelationPlan, b: Batch): Promise<number> {
+    const by = this.byCopy!;
+    const text = b.rows.map((r) => r.map(copyText).join('\t')).join('\n') + '\n';
+    const into = by.client.query(copyFrom(copyInSql(plan, b.set)));
+    const done = pipeline(Readable.from([Buffer.from(text)]), into);
+    const bound = new AbortController();
+    const timedOut = sleep(by.timeoutMs, 'timeout' as const, { signal: bound.signal, ref: false }).catch(() => 'done' as const);
+    try {
+      if ((await Promise.race([done.then(() => 'done' as const), timedOut])) === 'timeout') {
+        this.broken = true;
+        done.catch(() => {});
+        (by.client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
+        throw new ShardctlError(
+          'Unavailable',
+          `the target did not answer a COPY of ${b.rows.length} rows within ${by.timeoutMs} ms: the session is given up`,
+          {
+            timeoutMs: by.timeoutMs,
+          },
+          true,
+        );
+      }
+    } catch (e: any) {
+      if (e?.code === '23505') {
+        by.refuse();
+        throw new ShardctlError(
+          'Unavailable',
+          `an insert of ${plan.display} met a key already on the target (${e.message}); nothing of this target transaction is kept, and this stream is applied by upserts from now on`,
+          { table: plan.display },
+          true,
+        );
+      }
+      throw e;
+    } finally {
+      bound.abort();
+    }
+    if (into.rowCount !== b.rows.length) throw new Error(`COPY into ${plan.display} wrote ${into.rowCount} rows of ${b.rows.length}`);
+    return b.rows.length;
   }
 
   private async applyDelete(plan: RelationPlan, old: Datum[]): Promise<void> {
@@ -440,14 +581,17 @@ function withKeyFromOld(rel: Relation, old: Datum[] | null, row: Datum[]): Datum
   return row.map((v, i) => (v === UNCHANGED_TOAST && rel.columns[i]?.isKey && typeof old[i] === 'string' ? old[i] : v));
 }
 
+/** A value in COPY's text format: \N for NULL; backslash, newline, carriage return and tab escaped. */
+function copyText(v: string | null): string {
+  if (v === null) return '\\N';
+  return /[\\\n\r\t]/.test(v) ? v.replace(/[\\\n\r\t]/g, (c) => COPY_ESCAPES[c]) : v;
+}
+const COPY_ESCAPES: Record<string, string> = { '\\': '\\\\', '\n': '\\n', '\r': '\\r', '\t': '\\t' };
+
 /** Prefixes a database error with what was being applied, keeping its SQLSTATE for callers. */
-async function withContext(what: string, fn: () => Promise<void>): Promise<void> {
-  try {
-    await fn();
-  } catch (e: any) {
-    if (e && typeof e.code === 'string' && !(e instanceof ShardctlError) && !String(e.message).startsWith('applying ')) {
-      e.message = `${what}: ${e.message}`;
-    }
-    throw e;
+function withContext(e: any, what: string): unknown {
+  if (e && typeof e.code === 'string' && !(e instanceof ShardctlError) && !String(e.message).startsWith('applying ')) {
+    e.message = `${what}: ${e.message}`;
   }
+  return e;
 }

@@ -18,6 +18,14 @@ import { currentWalLsn, releaseSlot, slotStatus, waitSlotInactive, walBytesSince
 import { validateReplicationName } from './sql';
 import { DEFAULT_RECEIVE_TIMEOUT_MS, ReplicationStream } from './stream';
 import { FENCE_MARKER_PREFIX } from '../shard/fence';
+import { copyProgress } from '../copy/checkpoint';
+
+/**
+ * Streams (move/stream) whose COPY of inserts met a key already on the target in this process:
+ * they are applied by upserts from then on (InsertsByCopy). Lost with the process, which then
+ * meets the key once more and lands here again: the round fails, nothing of it is kept.
+ */
+const upsertsOnly = new Set<string>();
 
 export interface ApplyProgress {
   appliedLsn: string;
@@ -174,7 +182,19 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
     }
     // We hold the apply lock, so a walsender on our slot belongs to a dead apply session (a zombie).
     if (slot.activePid !== null) await releaseSlot(source, opts.slot);
-    applier = new ChangeApplier(target, opts.moveId, opts.stream, stored ? normalizeLsn(stored) : null, applyQueryTimeoutMs);
+    // The copy's done positions, only for the stream the copy feeds (the reverse stream's target never held a copy of this move).
+    const streamKey = `${opts.moveId}/${opts.stream}`;
+    const safeAfter = new Map<string, string>();
+    if (opts.stream === 'forward' && !upsertsOnly.has(streamKey)) {
+      for (const t of await copyProgress(target, opts.moveId)) if (t.done && t.doneAtLsn) safeAfter.set(t.table, t.doneAtLsn);
+    }
+    const tc = targetClient;
+    applier = new ChangeApplier(target, opts.moveId, opts.stream, stored ? normalizeLsn(stored) : null, applyQueryTimeoutMs, {
+      safeAfter,
+      client: tc,
+      timeoutMs: applyQueryTimeoutMs,
+      refuse: () => upsertsOnly.add(streamKey),
+    });
     const a = applier;
     // The slot delivers nothing before its confirmed position, so we stand at least there (nothing
     // stored yet, or a stale row older than the slot). Never acknowledging below it matters: moving
@@ -251,9 +271,10 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
           stopReason = 'aborted';
           break;
         }
-        const throttleDone = !!untilLsn && compareLsn(a.pendingEnd ?? position(), untilLsn) >= 0;
-        if (!a.inTransaction && opts.rowsPerSecond && opts.rowsPerSecond > 0 && !throttleDone) {
-          const aheadMs = ((a.stats.rowsApplied + a.pendingRows) / opts.rowsPerSecond) * 1000 - (now - startedAt);
+        // Between source transactions only (the loop turns once per message).
+        const throttled = !a.inTransaction && !!opts.rowsPerSecond && opts.rowsPerSecond > 0;
+        if (throttled && !(untilLsn && compareLsn(a.pendingEnd ?? position(), untilLsn) >= 0)) {
+          const aheadMs = ((a.stats.rowsApplied + a.pendingRows) / opts.rowsPerSecond!) * 1000 - (now - startedAt);
           if (aheadMs > 0) {
             await commitPending();
             // Throttled past the budget: stop here; the rest waits in the slot for the next round.
@@ -372,7 +393,7 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
     if (targetClient) {
       if (locked && !target?.timedOut) await releaseApplyLock(target!, lockKey).catch(() => (targetBroken = true));
       targetClient.off('error', onTargetError);
-      targetClient.release(targetBroken || !!target?.timedOut);
+      targetClient.release(targetBroken || !!target?.timedOut || !!applier?.broken);
     }
     await endSession(sourceClient, sourceGone ? 0 : 2000);
   }

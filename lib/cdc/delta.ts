@@ -7,9 +7,11 @@
 //
 // No apply transaction can slip an untracked change past a start: each apply transaction holds
 // the delta lock shared from its BEGIN (deltaLockSql) and records its keys only if tracking is on
-// when it commits; a start takes the lock exclusively, so it waits for open apply transactions
-// (their changes commit before the start, and the comparison that follows sees them) and every
-// later one sees the start when it records.
+// once it holds the lock (deltaTrackingSql, the statement after it); a start takes the lock
+// exclusively, so it waits for open apply transactions (their changes commit before the start,
+// and the comparison that follows sees them), and every later one sees the start when it asks.
+// Tracking cannot change while an apply transaction holds the lock, so asking at BEGIN is asking
+// at commit, and a transaction applied with tracking off collects no keys at all.
 import type { ClientBase, Pool } from 'pg';
 import { escapeLiteral } from 'pg';
 import { inTransaction } from '../pg';
@@ -25,6 +27,11 @@ const lockKey = (moveId: string, stream: string) => `${moveId}/${stream}`;
 /** Statement taking the delta lock shared, for the apply transaction's BEGIN (a literal: it is sent with BEGIN as one simple query). */
 export function deltaLockSql(moveId: string, stream: string): string {
   return `SELECT pg_catalog.pg_advisory_xact_lock_shared(${DELTA_LOCK_CLASS}, pg_catalog.hashtext(${escapeLiteral(lockKey(moveId, stream))}))`;
+}
+
+/** Whether tracking is on, as one column `tracking`: sent right after deltaLockSql, in the same simple query. */
+export function deltaTrackingSql(moveId: string, stream: string): string {
+  return `SELECT EXISTS (SELECT 1 FROM shardctl.move_delta_since s WHERE s.move_id OPERATOR(pg_catalog.=) ${escapeLiteral(moveId)} AND s.stream OPERATOR(pg_catalog.=) ${escapeLiteral(stream)}) AS tracking`;
 }
 
 /**

@@ -21,10 +21,17 @@ export function formatLsn(v: bigint): string {
   return `${(v >> 32n).toString(16).toUpperCase()}/${(v & 0xffffffffn).toString(16).toUpperCase()}`;
 }
 
+/** The two 32-bit halves of an LSN as numbers (no BigInt: the apply loop compares LSNs per message). */
+function halves(s: string): [number, number] {
+  const m = LSN_RE.exec(s);
+  if (!m) parseLsn(s); // throws the usual error
+  return [parseInt(m![1], 16), parseInt(m![2], 16)];
+}
+
 export function compareLsn(a: string, b: string): -1 | 0 | 1 {
-  const x = parseLsn(a);
-  const y = parseLsn(b);
-  return x < y ? -1 : x > y ? 1 : 0;
+  const [ah, al] = halves(a);
+  const [bh, bl] = halves(b);
+  return ah < bh ? -1 : ah > bh ? 1 : al < bl ? -1 : al > bl ? 1 : 0;
 }
 
 export function maxLsn(a: string, b: string): string {

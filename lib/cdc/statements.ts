@@ -24,6 +24,11 @@ export interface TargetTable {
    * (target-tables.ts says when), so the applier may batch them out of source order. Absent: no.
    */
   independentKeys?: boolean;
+  /**
+   * COPY writes this table as INSERT would: no row-level security (COPY FROM refuses it) and no
+   * INSERT rule (COPY ignores rules), on the table or any partition. Absent: no.
+   */
+  copyable?: boolean;
 }
 
 export interface SourceRelationShape {
@@ -53,6 +58,8 @@ export interface RelationPlan {
   overridingSystemValue: boolean;
   /** TargetTable.independentKeys. */
   independentKeys: boolean;
+  /** TargetTable.copyable. */
+  copyable: boolean;
 }
 
 export function bindRelation(rel: SourceRelationShape, target: TargetTable): RelationPlan {
@@ -98,6 +105,7 @@ export function bindRelation(rel: SourceRelationShape, target: TargetTable): Rel
     pk,
     overridingSystemValue: overriding,
     independentKeys: target.independentKeys === true,
+    copyable: target.copyable === true,
   };
 }
 
@@ -139,6 +147,11 @@ export function upsertManySql(plan: RelationPlan, cols: BoundColumn[]): string {
   const overriding = plan.overridingSystemValue ? ' OVERRIDING SYSTEM VALUE' : '';
   const action = sets.length ? `DO UPDATE SET ${sets.join(', ')}` : 'DO NOTHING';
   return `INSERT INTO ${plan.table} (${names})${overriding} SELECT ${select} FROM unnest(${arrays}) AS u(${aliases.join(', ')}) ON CONFLICT (${conflict}) ${action}`;
+}
+
+/** COPY ... FROM STDIN (text format) of `cols`, in order. Identity columns take the given values (COPY overrides). */
+export function copyInSql(plan: RelationPlan, cols: BoundColumn[]): string {
+  return `COPY ${plan.table} (${cols.map((c) => quoteIdent(c.name)).join(', ')}) FROM STDIN`;
 }
 
 /** UPDATE ... SET cols WHERE pk: parameters are `set` values, then the key values. */

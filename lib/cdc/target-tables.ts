@@ -33,12 +33,14 @@ export async function loadTargetTable(client: ClientBase, ref: TableRef): Promis
     .sort((a, b) => a.pk_pos! - b.pk_pos!)
     .map((r) => r.name);
   const independent = await client.query<{ independent: boolean }>(INDEPENDENT_KEYS_SQL, [oid]);
+  const copyable = await client.query<{ copyable: boolean }>(COPYABLE_SQL, [oid]);
   return {
     schema: ref.schema,
     name: ref.name,
     columns: cols.rows.map((r) => ({ name: r.name, type: r.type, generated: r.generated, identityAlways: r.identity_always })),
     primaryKey,
     independentKeys: independent.rows[0]?.independent === true,
+    copyable: copyable.rows[0]?.copyable === true,
   };
 }
 
@@ -65,3 +67,11 @@ const INDEPENDENT_KEYS_SQL = `
           and (pg_catalog.format_type(a.atttypid, null) <> all (array[${EXACT_KEY_TYPES.map((t) => `'${t}'`).join(', ')}])
                or not coalesce(co.collisdeterministic, true)))
      as independent`;
+
+// COPY FROM is refused under row-level security and ignores rules: only a plain or partitioned
+// table with neither, on it or any partition, is written by COPY as INSERT would write it.
+const COPYABLE_SQL = `
+  with rels as (select $1::oid as relid union select relid from pg_catalog.pg_partition_tree($1::oid))
+  select not exists (select 1 from pg_catalog.pg_class c where c.oid in (select relid from rels) and (c.relrowsecurity or c.relkind not in ('r', 'p')))
+     and not exists (select 1 from pg_catalog.pg_rewrite r where r.ev_class in (select relid from rels) and r.ev_type = '3')
+     as copyable`;

@@ -5,6 +5,7 @@
 // when the copy began is on the target (later changes arrive through change apply).
 import type { Pool, PoolClient } from 'pg';
 import type { Key } from './sql';
+import { isLsn } from '../cdc/lsn';
 
 export interface CopyCheckpoint {
   lastKey: Key | null;
@@ -13,6 +14,13 @@ export interface CopyCheckpoint {
   bytesCopied: number;
   batches: number;
   done: boolean;
+  /**
+   * With done: the source's WAL insert position read after the last source snapshot of this
+   * table's copy was taken. A transaction whose commit comes after it was seen by no batch, so
+   * its inserts cannot meet a copied row (lib/cdc/applier.ts, InsertsByCopy). Null: not recorded
+   * (a copy by an older shardctl): every insert is an upsert.
+   */
+  doneAtLsn?: string | null;
 }
 
 export interface TableCopyProgress extends CopyCheckpoint {
@@ -30,6 +38,7 @@ export function parseCheckpoint(detail: any): CopyCheckpoint {
     bytesCopied: Number(detail?.bytesCopied ?? 0),
     batches: Number(detail?.batches ?? 0),
     done: detail?.done === true,
+    doneAtLsn: detail?.done === true && isLsn(detail?.doneAtLsn) ? detail.doneAtLsn : null,
   };
 }
 

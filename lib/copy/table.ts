@@ -186,6 +186,9 @@ function resumeSample(cp: CopyCheckpoint): BatchSample | null {
 
 type BatchStep = { kind: 'done'; checkpoint: CopyCheckpoint } | { kind: 'copied'; rows: number; bytes: number; checkpoint: CopyCheckpoint };
 
+/** Read on the source inside a batch's snapshot, after its reads: later commits were seen by no batch. */
+const DONE_AT_LSN_SQL = 'select pg_catalog.pg_current_wal_insert_lsn()::text as lsn';
+
 async function copyOneBatch(
   src: PoolClient,
   tgt: PoolClient,
@@ -220,9 +223,11 @@ async function copyOneBatch(
     const final = endKey === null;
     endKey ??= keyOf(await src.query({ text: batchKeyQuery(table, tenantColumn, hasBound, 'last'), values: bound, rowMode: 'array' }));
     if (endKey === null) {
+      // After this snapshot, the table's last: see CopyCheckpoint.doneAtLsn.
+      const at = await src.query<{ lsn: string }>(DONE_AT_LSN_SQL);
       await src.query('commit');
       srcOpen = false;
-      const finished = { ...cp, done: true };
+      const finished = { ...cp, done: true, doneAtLsn: at.rows[0].lsn };
       await writeCheckpoint(tgt, moveId, stream, finished);
       await tgt.query('commit');
       return { kind: 'done', checkpoint: finished };
@@ -249,6 +254,8 @@ async function copyOneBatch(
       if (path === 'direct' && err?.code === '23505') throw new RowAlreadyOnTarget(`${table.qualified}: ${err.message}`);
       throw err;
     }
+    // The table's last source snapshot: see CopyCheckpoint.doneAtLsn.
+    const doneAtLsn = final ? (await src.query<{ lsn: string }>(DONE_AT_LSN_SQL)).rows[0].lsn : null;
     await src.query('commit');
     srcOpen = false;
     const copied = into.rowCount;
@@ -264,6 +271,7 @@ async function copyOneBatch(
       bytesCopied: cp.bytesCopied + bytes,
       batches: cp.batches + 1,
       done: final,
+      ...(final ? { doneAtLsn } : {}),
     };
     await writeCheckpoint(tgt, moveId, stream, next);
     await tgt.query('commit');
