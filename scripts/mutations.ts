@@ -937,4 +937,13 @@ export const MUTATIONS: Mutation[] = [
     testFile: 'test/unit/web-ui.test.ts',
     testName: "a beat without details (the one-second timer's) repeats the last progress instead of wiping it",
   },
+  {
+    id: 'rebalance-max-moves-per-run',
+    guarantee: '`rebalance start --max-moves K` bounds the whole run: a re-plan after a failed move gets only what is left of K (issue 13)',
+    file: 'workflows/rebalance.ts',
+    from: 'const maxMoves = input.maxMoves === undefined ? undefined : input.maxMoves - exclude.length;',
+    to: 'const maxMoves = input.maxMoves === undefined ? undefined : input.maxMoves;',
+    testFile: 'test/e2e/rebalance-budget.test.ts',
+    testName: 'a run whose first move fails re-plans within what is left of its budget',
+  },
 ];
