@@ -1,11 +1,12 @@
 // The rebalance workflow's activities: plan from the directory now (the first plan and every
 // re-plan after a failed move) and record what the run decided. Each is idempotent: planning
 // changes nothing; marking a shard draining or dedicated is a set to a value; closing a drained
-// shard is a set to closed that checks, in the same transaction, that nothing is left on it.
+// shard is a set to closed that checks, in the same transaction, that nothing is left on it;
+// undoing a cancelled isolate's dedication is a compare-and-set under the shard's row lock.
 import { z } from 'zod';
 import type { Deps } from '../deps';
 import { planFromDirectory } from '../../lib/rebalance/fleet';
-import { setShardDedication, setShardStatus, getShard, closeDrainedShard } from '../../lib/directory/shards';
+import { setShardDedication, setShardStatus, getShard, closeDrainedShard, undoCancelledIsolate, type UndoDedicationResult } from '../../lib/directory/shards';
 import type { RebalancePlan } from '../../lib/rebalance/plan';
 import { parse, typed } from '../move/context';
 
@@ -24,6 +25,15 @@ const planInput = z.object({
 });
 
 const closeInput = z.object({ shard: z.string().min(1), actor: z.string().min(1) });
+
+const undoInput = z.object({
+  shard: z.string().min(1),
+  tenant: z.string().min(1),
+  dedicatedByRun: z.boolean(),
+  started: z.array(z.string()),
+  run: z.string().min(1),
+  actor: z.string().min(1),
+});
 
 const prepareInput = z.object({
   plan: z.object({ scope: planScope, dedicate: z.object({ shard: z.string(), tenant: z.string() }).optional() }),
@@ -60,6 +70,12 @@ export function createRebalanceActivities(deps: Deps) {
         }
         return done;
       });
+    },
+
+    /** The end of a cancelled isolate: its dedication undone when nothing took hold, else what it left and how to undo it. */
+    async undoCancelledDedication(input: z.input<typeof undoInput>): Promise<UndoDedicationResult> {
+      const { actor, ...req } = parse(undoInput, input);
+      return typed(() => undoCancelledIsolate(deps.directoryPool(), req, { actor, reason: 'tenant isolate cancelled' }));
     },
 
     /** The end of a drain: closed when no unit and no unfinished move is left on the shard, else why not. */
