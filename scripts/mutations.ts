@@ -973,4 +973,22 @@ export const MUTATIONS: Mutation[] = [
     testFile: 'test/unit/isolate-cancel.test.ts',
     testName: 'keeps it (fails closed) while a move onto or off the shard has not ended',
   },
+  {
+    id: 'doctor-dataset-unplaced',
+    guarantee: 'doctor names the buckets of a configured dataset that have no placement (an init stopped half-way), with the init that places them (issue 13)',
+    file: 'lib/doctor/findings.ts',
+    from: '    for (let n = 0; n < ds.buckets; n++) if (!on.has(n)) missing.push(bucketUnitName(ds.name, n, ds.buckets));',
+    to: '    for (let n = 0; n < ds.buckets; n++) if (!on.has(n) && on.size === 0) missing.push(bucketUnitName(ds.name, n, ds.buckets));',
+    testFile: 'test/integration/doctor-buckets.test.ts',
+    testName: 'reports a dataset never initialised, then an init that stopped half-way',
+  },
+  {
+    id: 'doctor-dataset-bucket-count',
+    guarantee: "doctor reports a shard that records a dataset with another B than the config's (issue 13)",
+    file: 'lib/doctor/findings.ts',
+    from: '      if (recorded === ds.buckets || (recorded === undefined && !placedOn.has(s.shard))) continue;',
+    to: '      continue;',
+    testFile: 'test/integration/doctor-buckets.test.ts',
+    testName: 'reports a shard that records the dataset with another B than the config',
+  },
 ];
