@@ -6,7 +6,7 @@
 import { z } from 'zod';
 import type { Deps } from '../deps';
 import { planFromDirectory } from '../../lib/rebalance/fleet';
-import { setShardDedication, setShardStatus, getShard, closeDrainedShard, undoCancelledIsolate, type UndoDedicationResult } from '../../lib/directory/shards';
+import { setShardDedication, setShardStatus, getShard, closeDrainedShard, undoIsolateDedication, type UndoDedicationResult } from '../../lib/directory/shards';
 import type { RebalancePlan } from '../../lib/rebalance/plan';
 import { parse, typed } from '../move/context';
 
@@ -31,6 +31,7 @@ const undoInput = z.object({
   tenant: z.string().min(1),
   dedicatedByRun: z.boolean(),
   started: z.array(z.string()),
+  ended: z.enum(['cancelled', 'failed']),
   run: z.string().min(1),
   actor: z.string().min(1),
 });
@@ -72,10 +73,10 @@ export function createRebalanceActivities(deps: Deps) {
       });
     },
 
-    /** The end of a cancelled isolate: its dedication undone when nothing took hold, else what it left and how to undo it. */
-    async undoCancelledDedication(input: z.input<typeof undoInput>): Promise<UndoDedicationResult> {
-      const { actor, ...req } = parse(undoInput, input);
-      return typed(() => undoCancelledIsolate(deps.directoryPool(), req, { actor, reason: 'tenant isolate cancelled' }));
+    /** The end of a cancelled or failed isolate: its dedication undone when nothing took hold, else what it left and how to undo it. */
+    async undoIsolateDedication(input: z.input<typeof undoInput>): Promise<UndoDedicationResult> {
+      const { actor, ended, ...req } = parse(undoInput, input);
+      return typed(() => undoIsolateDedication(deps.directoryPool(), req, { actor, reason: `tenant isolate ${ended}` }));
     },
 
     /** The end of a drain: closed when no unit and no unfinished move is left on the shard, else why not. */

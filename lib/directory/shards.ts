@@ -10,7 +10,7 @@ import { Queryable, onDirectory, poolDsn, inDirectoryTransaction } from './db';
 import type { AuditEntry } from './placements';
 import { openReservationsOn, reservationsOn } from './reservations';
 import { movesInFlight } from './moves';
-import { judgeCancelledIsolate } from '../rebalance/isolate-cancel';
+import { judgeIsolateEnd } from '../rebalance/isolate-end';
 
 export type ShardStatus = 'open' | 'closed' | 'draining';
 export const SHARD_STATUSES: readonly ShardStatus[] = ['open', 'closed', 'draining'];
@@ -208,13 +208,14 @@ export async function closeDrainedShard(
 export type UndoDedicationResult = { undone: true; why: string } | { undone: false; state: string[]; undoCommand: string };
 
 /**
- * The end of a cancelled `tenant isolate`: reads, under the shard's row lock, what the judgement
- * needs (its dedication, the tenant's placement, the units on it, where the run's moves off it
- * left their units, moves onto or off it not ended) and clears the dedication only when
- * judgeCancelledIsolate says so (audited `shard.dedicate`, with why and the run). `started`: the
- * units whose moves off the shard this run started; `run`: the run's id, so a redelivery answers the same.
+ * The end of a cancelled or failed `tenant isolate`: reads, under the shard's row lock, what
+ * the judgement needs (its dedication, the tenant's placement, the units on it, where the run's
+ * moves off it left their units, moves onto or off it not ended) and clears the dedication only
+ * when judgeIsolateEnd says so (audited `shard.dedicate`, with why and the run). `started`: the
+ * units whose moves off the shard this run started; `run`: the run's id, so a redelivery
+ * answers the same.
  */
-export async function undoCancelledIsolate(
+export async function undoIsolateDedication(
   pool: Pool,
   req: { shard: string; tenant: string; dedicatedByRun: boolean; started: string[]; run: string },
   audit: { actor: string; reason?: string },
@@ -235,7 +236,7 @@ export async function undoCancelledIsolate(
       [req.tenant, ...req.started],
     ]);
     const at = new Map(units.rows.map((u) => [u.unit as string, { shard: u.shard as string, state: u.state as string }]));
-    const verdict = judgeCancelledIsolate({
+    const verdict = judgeIsolateEnd({
       shard: req.shard,
       tenant: req.tenant,
       dedicatedByRun: req.dedicatedByRun,

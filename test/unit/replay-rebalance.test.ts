@@ -1,8 +1,9 @@
-// Versioning safety net for the rebalance workflow: a real history of a cancelled isolate,
-// recorded by the code before `isolate-cancel-undoes-dedication` (main at 2b6187a, with
-// record-history's JSON), replays against the current code without a nondeterminism error; the
-// same code with that patch's guard removed does not, so the guard is what keeps such a run
-// replaying. Offline: no Temporal server.
+// Versioning safety net for the rebalance workflow: real histories of a cancelled and of a failed
+// isolate, recorded by the code before the isolate's dedication was undone at its end (main at
+// 2b6187a, with record-history's JSON; both runs left shard-c dedicated to a tenant on shard-a),
+// replay against the current code without a nondeterminism error; the same code with the
+// matching patch guard removed does not, so each guard is what keeps such a run replaying.
+// Offline: no Temporal server.
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -12,9 +13,7 @@ import { Worker, bundleWorkflowCode, DefaultLogger, Runtime, WorkflowBundleWithS
 import { DeterminismViolationError } from '@temporalio/workflow';
 
 const root = path.join(__dirname, '..', '..');
-const fixture = path.join(root, 'test', 'fixtures', 'histories', 'rebalance-isolate-cancelled-v1.json');
 const quiet = new DefaultLogger('ERROR');
-const GUARD = "patched('isolate-cancel-undoes-dedication')";
 
 try {
   Runtime.install({ logger: quiet, telemetryOptions: { logging: { filter: { core: 'ERROR', other: 'ERROR' } } } });
@@ -22,53 +21,72 @@ try {
   /* already installed in this process */
 }
 
+const FIXTURES = [
+  { file: 'rebalance-isolate-cancelled-v1.json', guard: "patched('isolate-cancel-undoes-dedication')", last: 'EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED' },
+  { file: 'rebalance-isolate-failed-v1.json', guard: "patched('isolate-failed-undoes-dedication')", last: 'EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED' },
+];
+const load = (file: string) => JSON.parse(fs.readFileSync(path.join(root, 'test', 'fixtures', 'histories', file), 'utf8'));
+
 let current: WorkflowBundleWithSourceMap;
-let unguarded: WorkflowBundleWithSourceMap;
-let variantDir: string;
-const json = JSON.parse(fs.readFileSync(fixture, 'utf8'));
-const history = historyFromJSON(json);
+const unguarded = new Map<string, WorkflowBundleWithSourceMap>();
+const variantDirs: string[] = [];
+
+/** The workflows with `guard` replaced by `true`, beside a link to lib/ so imports resolve. */
+async function withoutGuard(guard: string): Promise<WorkflowBundleWithSourceMap> {
+  const dir = path.join(root, 'tmp', `replay-rebalance-${process.pid}-${randomBytes(3).toString('hex')}`);
+  variantDirs.push(dir);
+  fs.mkdirSync(path.join(dir, 'workflows'), { recursive: true });
+  fs.symlinkSync(path.join(root, 'lib'), path.join(dir, 'lib'));
+  for (const f of fs.readdirSync(path.join(root, 'workflows'))) {
+    const text = fs.readFileSync(path.join(root, 'workflows', f), 'utf8');
+    fs.writeFileSync(path.join(dir, 'workflows', f), f === 'rebalance.ts' ? text.replace(guard, 'true') : text);
+  }
+  expect(fs.readFileSync(path.join(dir, 'workflows', 'rebalance.ts'), 'utf8')).not.toContain(guard);
+  return bundleWorkflowCode({ workflowsPath: path.join(dir, 'workflows', 'index.ts'), logger: quiet });
+}
 
 beforeAll(async () => {
   current = await bundleWorkflowCode({ workflowsPath: path.join(root, 'workflows', 'index.ts'), logger: quiet });
-  // The workflows with the guard replaced by `true`, beside links to lib/ so imports resolve.
-  variantDir = path.join(root, 'tmp', `replay-rebalance-${process.pid}-${randomBytes(3).toString('hex')}`);
-  fs.mkdirSync(path.join(variantDir, 'workflows'), { recursive: true });
-  fs.symlinkSync(path.join(root, 'lib'), path.join(variantDir, 'lib'));
-  for (const f of fs.readdirSync(path.join(root, 'workflows'))) {
-    const text = fs.readFileSync(path.join(root, 'workflows', f), 'utf8');
-    fs.writeFileSync(path.join(variantDir, 'workflows', f), f === 'rebalance.ts' ? text.replace(GUARD, 'true') : text);
-  }
-  expect(fs.readFileSync(path.join(variantDir, 'workflows', 'rebalance.ts'), 'utf8')).not.toContain(GUARD);
-  unguarded = await bundleWorkflowCode({ workflowsPath: path.join(variantDir, 'workflows', 'index.ts'), logger: quiet });
-}, 180_000);
+  for (const f of FIXTURES) unguarded.set(f.file, await withoutGuard(f.guard));
+}, 240_000);
 
 afterAll(() => {
-  if (variantDir) fs.rmSync(variantDir, { recursive: true, force: true });
+  for (const d of variantDirs) fs.rmSync(d, { recursive: true, force: true });
 });
 
 describe('rebalance workflow replay', () => {
-  it('the fixture is a whole cancelled isolate run that never undid its dedication', () => {
-    const types = json.events.map((e: any) => e.eventType);
-    expect(types[0]).toBe('EVENT_TYPE_WORKFLOW_EXECUTION_STARTED');
-    expect(types.at(-1)).toBe('EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED');
-    const input = JSON.parse(Buffer.from(json.events[0].workflowExecutionStartedEventAttributes.input.payloads[0].data, 'base64').toString('utf8'));
-    expect(input.scope).toMatchObject({ kind: 'isolate', to: 'shard-c' });
-    const activities = json.events
-      .filter((e: any) => e.activityTaskScheduledEventAttributes)
-      .map((e: any) => e.activityTaskScheduledEventAttributes.activityType.name);
-    expect(activities).toEqual(['planRebalance', 'markPlanShards']);
-    expect(types).toContain('EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED');
-  });
+  for (const f of FIXTURES) {
+    it(`${f.file} is a whole isolate run onto shard-c that never undid its dedication`, () => {
+      const json = load(f.file);
+      const types = json.events.map((e: any) => e.eventType);
+      expect(types[0]).toBe('EVENT_TYPE_WORKFLOW_EXECUTION_STARTED');
+      expect(types.at(-1)).toBe(f.last);
+      const input = JSON.parse(Buffer.from(json.events[0].workflowExecutionStartedEventAttributes.input.payloads[0].data, 'base64').toString('utf8'));
+      expect(input.scope).toMatchObject({ kind: 'isolate', to: 'shard-c' });
+      const activities = json.events
+        .filter((e: any) => e.activityTaskScheduledEventAttributes)
+        .map((e: any) => e.activityTaskScheduledEventAttributes.activityType.name);
+      expect(activities).toContain('markPlanShards');
+      expect(activities).not.toContain('undoIsolateDedication');
+      expect(types).toContain('EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED');
+    });
 
-  it('replays against the current code without a nondeterminism error', async () => {
-    await expect(Worker.runReplayHistory({ workflowBundle: current, replayName: 'rb-current' }, history, 'rebalance-replay')).resolves.toBeUndefined();
-  }, 60_000);
+    it(`${f.file} replays against the current code without a nondeterminism error`, async () => {
+      await expect(
+        Worker.runReplayHistory({ workflowBundle: current, replayName: 'rb-current' }, historyFromJSON(load(f.file)), 'rebalance-replay'),
+      ).resolves.toBeUndefined();
+    }, 60_000);
 
-  it('fails with a DeterminismViolationError without the patch guard (the undo activity is a new command)', async () => {
-    const err = await Worker.runReplayHistory({ workflowBundle: unguarded, replayName: 'rb-unguarded' }, history, 'rebalance-replay').then(
-      () => undefined,
-      (e) => e,
-    );
-    expect(err).toBeInstanceOf(DeterminismViolationError);
-  }, 60_000);
+    it(`${f.file} fails with a DeterminismViolationError without its patch guard (the undo is a new command)`, async () => {
+      const err = await Worker.runReplayHistory(
+        { workflowBundle: unguarded.get(f.file)!, replayName: 'rb-unguarded' },
+        historyFromJSON(load(f.file)),
+        'rebalance-replay',
+      ).then(
+        () => undefined,
+        (e) => e,
+      );
+      expect(err).toBeInstanceOf(DeterminismViolationError);
+    }, 60_000);
+  }
 });

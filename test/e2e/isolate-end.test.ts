@@ -1,11 +1,12 @@
-// A cancelled `tenant isolate` on the real stack leaves no shard silently dedicated: when its
-// tenant never got to the shard, the dedication the run made is undone (audited, by the operator
-// who cancelled); when the isolation half took hold (a unit already moved off, another still
-// there), the dedication stays and `rebalance status` says exactly what is where and prints the
-// command that undoes it, which works. Isolation: a fleet of its own (test/helpers/fleet.ts).
+// A `tenant isolate` that does not finish leaves no shard silently dedicated, on the real stack:
+// cancelled (or failed) before its tenant got to the shard, or before anything was moved off its
+// home, the dedication the run made is undone (audited, by the operator who cancelled); when the
+// isolation half took hold (a unit already moved off, another still there), the dedication stays
+// and `rebalance status` says exactly what is where and prints the command that undoes it, which
+// works. Isolation: a fleet of its own (test/helpers/fleet.ts).
 import { describe, it, expect, beforeEach, afterEach, afterAll } from 'vitest';
 import { ownFleet, waitForRebalance, type Fleet } from '../helpers/fleet';
-import { closePools } from '../helpers/stack';
+import { closePools, shardPool } from '../helpers/stack';
 import { runCli } from '../helpers/cli';
 import * as H from '../helpers/move';
 import { getShard } from '../../lib/directory/shards';
@@ -40,6 +41,18 @@ async function untilPhase(unit: string, phase: string, timeoutMs = 120_000) {
   const deadline = Date.now() + timeoutMs;
   while ((await movePhase(unit)) !== phase && Date.now() < deadline) await new Promise((r) => setTimeout(r, 300));
   expect(await movePhase(unit), unit).toBe(phase);
+}
+/** A row of `tenant` written on `shard` behind the fence (replica role), as a half-done restore would leave it. */
+async function strayRow(shard: string, tenant: string) {
+  const c = await shardPool(shard).connect();
+  try {
+    await c.query('begin');
+    await c.query('set local session_replication_role = replica');
+    await c.query(`insert into public.events(tenant_id, kind) values ($1, 'stray')`, [tenant]);
+    await c.query('commit');
+  } finally {
+    c.release();
+  }
 }
 /** Starts the isolate with every move's copy at 20 rows a second (a 600-row tenant copies for half a minute). */
 async function startIsolate(scope: PlanScope) {
@@ -81,6 +94,34 @@ describe('a cancelled tenant isolate', () => {
     expect(status.code, status.stderr).toBe(0);
     expect(status.stdout).toContain(`  shard-c: dedication to ${tenant} undone: ${tenant} never got to shard-c (it is on shard-a)`);
   });
+
+  it(
+    'at home, cancelled before anything was moved off, undoes the dedication: the shard is shared again with the tenant and the others on it',
+    { timeout: 300_000 },
+    async () => {
+      // No empty shard: the tenant is isolated where it is, by moving the two others off shard-b.
+      await fleet.tenant('shard-a', { load: 1, prefix: 'fill' });
+      await fleet.tenant('shard-c', { load: 1, prefix: 'fill' });
+      const tenant = await fleet.tenant('shard-b', { rows: 5, load: 10, prefix: 'iso' });
+      const first = await fleet.tenant('shard-b', { rows: 600, load: 3, prefix: 'ofirst' });
+      const second = await fleet.tenant('shard-b', { rows: 5, load: 2, prefix: 'osecond' });
+      const h = await startIsolate({ kind: 'isolate', tenant });
+      await untilPhase(first, 'copy');
+      expect((await getShard(fleet.directory, 'shard-b'))!.dedicatedTo).toBe(tenant);
+
+      await h.executeUpdate(R.rebalanceCancelUpdate, { args: [{ actor: 'canceller' }] });
+      const st: R.RebalanceStatus = await h.result();
+      expect(st.phase).toBe('cancelled');
+      expect(Object.fromEntries(st.moves.map((m) => [m.unit, m.state]))).toEqual({ [first]: 'cancelled', [second]: 'dropped' });
+      expect(st.isolate).toEqual({ shard: 'shard-b', tenant, undone: true, why: 'nothing was moved off shard-b yet (2 other unit(s) still there)' });
+      expect((await getShard(fleet.directory, 'shard-b'))!.dedicatedTo).toBeNull();
+      for (const u of [tenant, first, second]) expect(await getPlacement(fleet.directory, u), u).toMatchObject({ shard: 'shard-b', epoch: 1, state: 'active' });
+      expect((await dedicationAudit()).map((e) => [e.actor, e.detail.dedicatedTo])).toEqual([
+        ['starter', tenant],
+        ['canceller', null],
+      ]);
+    },
+  );
 
   it(
     'half isolated (one unit moved off its shard, one still there) stays dedicated, says what is where and prints the undo command, which works',
@@ -139,4 +180,24 @@ describe('a cancelled tenant isolate', () => {
       expect(again.stderr).toContain('shard-b is not dedicated to a tenant: nothing to undo');
     },
   );
+});
+
+describe('a failed tenant isolate', () => {
+  it('whose tenant failed at its own plan undoes the dedication it made, audited under the starter', { timeout: 300_000 }, async () => {
+    const tenant = await fleet.tenant('shard-a', { rows: 20, load: 5, prefix: 'isof' });
+    // The planner does not see it; the move's own preflight refuses a target that already holds the tenant's rows.
+    await strayRow('shard-c', tenant);
+    const h = await startIsolate({ kind: 'isolate', tenant, to: 'shard-c' });
+    const st: R.RebalanceStatus = await h.result();
+    expect(st.phase).toBe('failed');
+    expect(st.moves.map((m) => [m.unit, m.state])).toEqual([[tenant, 'failed']]);
+    expect(st.moves[0].result).toMatch(/already holds 1 rows of/);
+    expect(st.isolate).toEqual({ shard: 'shard-c', tenant, undone: true, why: `${tenant} never got to shard-c (it is on shard-a)` });
+    expect(await getShard(fleet.directory, 'shard-c')).toMatchObject({ dedicatedTo: null, status: 'open', units: 0 });
+    expect(await getPlacement(fleet.directory, tenant)).toMatchObject({ shard: 'shard-a', epoch: 1, state: 'active' });
+    expect((await dedicationAudit()).map((e) => [e.actor, e.reason, e.detail.dedicatedTo])).toEqual([
+      ['starter', 'tenant isolate', tenant],
+      ['starter', 'tenant isolate failed', null],
+    ]);
+  });
 });

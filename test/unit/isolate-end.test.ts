@@ -1,11 +1,11 @@
-// judgeCancelledIsolate (lib/rebalance/isolate-cancel.ts): a cancelled isolate undoes its
+// judgeIsolateEnd (lib/rebalance/isolate-end.ts): an isolate that did not finish undoes its
 // dedication only when it made it, the dedication still names the tenant, nothing moves onto or
 // off the shard, and the isolation has not taken hold; every other case keeps it, saying why,
 // with the command that undoes it.
 import { describe, it, expect } from 'vitest';
-import { judgeCancelledIsolate, type CancelledIsolateFacts } from '../../lib/rebalance/isolate-cancel';
+import { judgeIsolateEnd, type IsolateEndFacts } from '../../lib/rebalance/isolate-end';
 
-const base: CancelledIsolateFacts = {
+const base: IsolateEndFacts = {
   shard: 'shard-d',
   tenant: 'acme',
   dedicatedByRun: true,
@@ -15,15 +15,15 @@ const base: CancelledIsolateFacts = {
   movedOff: [],
   inFlight: [],
 };
-const judge = (o: Partial<CancelledIsolateFacts>) => judgeCancelledIsolate({ ...base, ...o });
-const kept = (o: Partial<CancelledIsolateFacts>) => {
+const judge = (o: Partial<IsolateEndFacts>) => judgeIsolateEnd({ ...base, ...o });
+const kept = (o: Partial<IsolateEndFacts>) => {
   const v = judge(o);
   if (v.undo) throw new Error(`undone: ${v.why}`);
   expect(v.undoCommand).toBe('shardctl shards undedicate shard-d');
   return v.state.join(' | ');
 };
 
-describe('judgeCancelledIsolate', () => {
+describe('judgeIsolateEnd', () => {
   it('undoes the dedication when the tenant never got to the shard', () => {
     expect(judge({})).toEqual({ undo: true, why: 'acme never got to shard-d (it is on shard-a)' });
   });
@@ -51,7 +51,7 @@ describe('judgeCancelledIsolate', () => {
 
   it('keeps it when the isolation took hold: complete, or half done', () => {
     expect(kept({ tenantAt: { shard: 'shard-d', state: 'active' } })).toBe(
-      'shard-d stays dedicated to acme: the isolation was complete before the cancel (acme alone on shard-d)',
+      'shard-d stays dedicated to acme: the isolation is complete (acme alone on shard-d)',
     );
     expect(kept({ tenantAt: { shard: 'shard-d', state: 'active' }, othersOnShard: ['b2'], movedOff: ['b1'] })).toBe(
       'shard-d stays dedicated to acme, half isolated: moved off b1; still there b2 | the next `shardctl rebalance start` moves the rest off (nothing but acme may stay on a shard dedicated to it)',
