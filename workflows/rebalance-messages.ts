@@ -58,6 +58,13 @@ export interface RebalanceStatus {
   /** Shards marked for this run (draining, dedicated). */
   marked: string[];
   lastError: string;
+  /** For an isolate: the shard its plan dedicates to the tenant. */
+  dedicate?: { shard: string; tenant: string };
+  /**
+   * A cancelled isolate's end: its dedication undone (and why), or the state it left and the
+   * command that undoes it.
+   */
+  isolate?: { shard: string; tenant: string; undone: boolean; why?: string; state?: string[]; undoCommand?: string };
   /** A drain's end: whether its shard was closed, and if not why (units or unfinished moves left). */
   drain?: { shard: string; closed: boolean; reasons: string[] };
   operators: { startedBy: string; pausedBy?: string; cancelledBy?: string };

@@ -4,7 +4,10 @@
 // the running moves finish, and the rest is planned again from the directory as it is then.
 // Pause stops starting moves; cancel also cancels the running ones (before their switch; a move
 // past it finishes). A drain ends by closing its shard, once the directory shows nothing left on
-// it (closeDrainedShard); otherwise the summary says why it stays draining. Children are abandoned, not terminated, if this workflow ends: a move is
+// it (closeDrainedShard); otherwise the summary says why it stays draining. A cancelled or failed
+// isolate undoes the dedication it made when nothing took hold (its tenant never got there, or
+// nothing was moved off yet), else says what it left and how to undo it (undoIsolateDedication).
+// Children are abandoned, not terminated, if this workflow ends: a move is
 // never cut short by its parent. Resumable by replay; no state outside the history.
 // History stays small with any number of children: once it passes a bound (or Temporal suggests
 // it), no new move starts, the running ones finish, and the run continues as new carrying its
@@ -124,6 +127,7 @@ export async function rebalanceWorkflow(input: R.RebalanceInput): Promise<R.Reba
     st.shards = plan.shards;
     st.problems = plan.problems;
     st.balanced = plan.balanced;
+    if (plan.dedicate) st.dedicate = plan.dedicate;
     for (const m of plan.moves) st.moves.push({ ...m, workflowId: moveWorkflowId(m.unit), state: 'pending', plan: st.plans });
   };
   const plan = async () => {
@@ -190,6 +194,21 @@ export async function rebalanceWorkflow(input: R.RebalanceInput): Promise<R.Reba
       .signal(cancelSignal, { actor: st.operators.cancelledBy ?? input.requestedBy, reason: 'rebalance cancelled' })
       .catch(() => undefined);
 
+  /** An isolate that did not finish: its dedication undone when nothing took hold, else what it left (undoIsolateDedication). */
+  const endIsolate = async (ended: 'cancelled' | 'failed') => {
+    const { shard, tenant } = st.dedicate!;
+    const r = await quick.undoIsolateDedication({
+      shard,
+      tenant,
+      ended,
+      dedicatedByRun: st.marked.includes(`${shard} dedicated to ${tenant}`),
+      started: st.moves.filter((m) => m.from === shard && m.state !== 'pending' && m.state !== 'dropped').map((m) => m.unit),
+      run: `${workflowInfo().workflowId}/${workflowInfo().firstExecutionRunId}`,
+      actor: ended === 'cancelled' ? (st.operators.cancelledBy ?? input.requestedBy) : input.requestedBy,
+    });
+    st.isolate = { shard, tenant, ...r };
+  };
+
   if (!carried) {
     try {
       await plan();
@@ -243,6 +262,8 @@ export async function rebalanceWorkflow(input: R.RebalanceInput): Promise<R.Reba
     await Promise.all(running().map(cancelChild));
     await condition(() => running().length === 0);
     await Promise.all(children);
+    // patched: an isolate cancelled before this existed replays leaving its dedication, as it did.
+    if (input.scope.kind === 'isolate' && st.dedicate && patched('isolate-cancel-undoes-dedication')) await endIsolate('cancelled');
     st.phase = 'cancelled';
     if (input.scope.kind === 'drain') {
       // Left draining (nothing new goes there) until an operator says otherwise: the summary says how.
@@ -265,7 +286,10 @@ export async function rebalanceWorkflow(input: R.RebalanceInput): Promise<R.Reba
       st.drain = { shard, ...r };
       if (!r.closed) st.problems = [...st.problems, `${shard} stays draining, not closed: ${r.reasons.join('; ')}`];
     }
-    st.phase = st.moves.some((m) => m.state === 'failed') || st.problems.length ? 'failed' : 'done';
+    const failed = st.moves.some((m) => m.state === 'failed') || st.problems.length > 0;
+    // patched: an isolate that failed before this existed replays leaving its dedication, as it did.
+    if (input.scope.kind === 'isolate' && st.dedicate && failed && patched('isolate-failed-undoes-dedication')) await endIsolate('failed');
+    st.phase = failed ? 'failed' : 'done';
   }
   await condition(allHandlersFinished);
   return st;

@@ -1,11 +1,12 @@
 // The rebalance workflow's activities: plan from the directory now (the first plan and every
 // re-plan after a failed move) and record what the run decided. Each is idempotent: planning
 // changes nothing; marking a shard draining or dedicated is a set to a value; closing a drained
-// shard is a set to closed that checks, in the same transaction, that nothing is left on it.
+// shard is a set to closed that checks, in the same transaction, that nothing is left on it;
+// undoing a cancelled isolate's dedication is a compare-and-set under the shard's row lock.
 import { z } from 'zod';
 import type { Deps } from '../deps';
 import { planFromDirectory } from '../../lib/rebalance/fleet';
-import { setShardDedication, setShardStatus, getShard, closeDrainedShard } from '../../lib/directory/shards';
+import { setShardDedication, setShardStatus, getShard, closeDrainedShard, undoIsolateDedication, type UndoDedicationResult } from '../../lib/directory/shards';
 import type { RebalancePlan } from '../../lib/rebalance/plan';
 import { parse, typed } from '../move/context';
 
@@ -24,6 +25,16 @@ const planInput = z.object({
 });
 
 const closeInput = z.object({ shard: z.string().min(1), actor: z.string().min(1) });
+
+const undoInput = z.object({
+  shard: z.string().min(1),
+  tenant: z.string().min(1),
+  dedicatedByRun: z.boolean(),
+  started: z.array(z.string()),
+  ended: z.enum(['cancelled', 'failed']),
+  run: z.string().min(1),
+  actor: z.string().min(1),
+});
 
 const prepareInput = z.object({
   plan: z.object({ scope: planScope, dedicate: z.object({ shard: z.string(), tenant: z.string() }).optional() }),
@@ -60,6 +71,12 @@ export function createRebalanceActivities(deps: Deps) {
         }
         return done;
       });
+    },
+
+    /** The end of a cancelled or failed isolate: its dedication undone when nothing took hold, else what it left and how to undo it. */
+    async undoIsolateDedication(input: z.input<typeof undoInput>): Promise<UndoDedicationResult> {
+      const { actor, ended, ...req } = parse(undoInput, input);
+      return typed(() => undoIsolateDedication(deps.directoryPool(), req, { actor, reason: `tenant isolate ${ended}` }));
     },
 
     /** The end of a drain: closed when no unit and no unfinished move is left on the shard, else why not. */

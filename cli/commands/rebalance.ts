@@ -97,6 +97,11 @@ function printStatus(s: Awaited<ReturnType<typeof rebalanceStatus>>) {
       `  ${m.state.padEnd(9)} ${m.unit} ${m.from} -> ${m.to}${m.state === 'running' ? ` (phase ${s.runningPhases[m.unit]})` : ''}${m.result && m.result !== 'done' ? `: ${m.result}` : ''}`,
     );
   if (s.drain) lines.push(`  ${s.drain.shard}: ${s.drain.closed ? 'closed' : `not closed: ${s.drain.reasons.join('; ')}`}`);
+  if (s.isolate?.undone) lines.push(`  ${s.isolate.shard}: dedication to ${s.isolate.tenant} undone: ${s.isolate.why}`);
+  else if (s.isolate) {
+    for (const x of s.isolate.state ?? []) lines.push(`  ${x}`);
+    lines.push(`  to make ${s.isolate.shard} shared again: ${s.isolate.undoCommand}`);
+  }
   for (const x of s.problems) lines.push(`  problem: ${x}`);
   if (s.lastError) lines.push(`  last error: ${s.lastError}`);
   console.log(lines.join('\n'));

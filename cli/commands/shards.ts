@@ -1,9 +1,10 @@
-// `shardctl shards prepare|list|set-status|add`: put the fence on the shards' tenant tables, and show which
+// `shardctl shards prepare|list|set-status|undedicate|add`: put the fence on the shards' tenant tables, and show which
 // shards are reachable, how many of their tenant tables are fenced, and the directory's status
 // (open, draining, closed) and units of each. Pools are closed at the
 // end so the process exits. `list` exits 5 when a shard is unreachable (cli/exit.ts). `set-status`
 // changes the directory's status of a shard (audited); `closed` only when nothing is placed there
-// and no move onto or off it is unfinished (exit 4 with each reason otherwise). `add` joins a new
+// and no move onto or off it is unfinished (exit 4 with each reason otherwise). `undedicate` makes
+// a shard dedicated by `tenant isolate` shared again (audited). `add` joins a new
 // shard to the config's allowlist and the directory (lib/directory/add-shard.ts).
 import { Command } from 'commander';
 import { Config, configPath, knownShard } from '../../lib/config';
@@ -15,6 +16,7 @@ import {
   DEFAULT_SHARD_CAPACITY,
   getShard,
   listShards,
+  setShardDedication,
   setShardStatus,
   SHARD_STATUSES,
   type ShardInfo,
@@ -133,6 +135,33 @@ export function register(program: Command) {
       printResult(o.json, result, () => console.log(`${name}: ${result.from} -> ${result.status}`));
     });
   examples(setStatus, 'shards set-status shard-d draining --reason "hardware refresh"', 'shards set-status shard-d open', 'shards set-status shard-d closed');
+
+  const undedicate = shards
+    .command('undedicate')
+    .description('make a shard dedicated to a tenant (tenant isolate) shared again: the rebalancer and placement may put other units there')
+    .argument('<shard>', 'a shard of the config')
+    .option('--reason <text>', 'why, for the audit log')
+    .option('--actor <name>', 'operator identity for the audit log')
+    .option('--json', 'as JSON: {name, from, dedicatedTo}')
+    .action(async (name: string, o: { reason?: string; actor?: string; json?: boolean }) => {
+      const config = cfg();
+      knownShard(config, name); // unknown shard: one line, before any connection
+      const audit = { actor: o.actor || actorDefault(), reason: o.reason };
+      const result = await withConnections(config, {}, async (pools) => {
+        const db = pools.directoryPool();
+        const before = await getShard(db, name);
+        if (!before) throw new ShardctlError('NotFound', `shard "${name}" is not in the directory (run \`shardctl directory migrate\`)`);
+        if (!before.dedicatedTo) throw new ShardctlError('PreconditionFailed', `${name} is not dedicated to a tenant: nothing to undo`);
+        const after = await setShardDedication(db, name, null, audit);
+        return { name, from: before.dedicatedTo, dedicatedTo: after.dedicatedTo, class: after.class };
+      });
+      printResult(o.json, result, () =>
+        console.log(
+          `${name}: dedicated to ${result.from} -> shared${result.class === 'dedicated' ? ' (its class stays dedicated: it takes only a tenant isolated onto it)' : ''}`,
+        ),
+      );
+    });
+  examples(undedicate, 'shards undedicate shard-d --reason "isolate of acme cancelled"');
 
   const add = shards
     .command('add')

@@ -10,6 +10,7 @@ import { Queryable, onDirectory, poolDsn, inDirectoryTransaction } from './db';
 import type { AuditEntry } from './placements';
 import { openReservationsOn, reservationsOn } from './reservations';
 import { movesInFlight } from './moves';
+import { judgeIsolateEnd } from '../rebalance/isolate-end';
 
 export type ShardStatus = 'open' | 'closed' | 'draining';
 export const SHARD_STATUSES: readonly ShardStatus[] = ['open', 'closed', 'draining'];
@@ -202,4 +203,58 @@ export async function closeDrainedShard(
     return { closed: true, shard: undefined as unknown as ShardInfo };
   });
   return result.closed ? { closed: true, shard: (await getShard(pool, name))! } : result;
+}
+
+export type UndoDedicationResult = { undone: true; why: string } | { undone: false; state: string[]; undoCommand: string };
+
+/**
+ * The end of a cancelled or failed `tenant isolate`: reads, under the shard's row lock, what
+ * the judgement needs (its dedication, the tenant's placement, the units on it, where the run's
+ * moves off it left their units, moves onto or off it not ended) and clears the dedication only
+ * when judgeIsolateEnd says so (audited `shard.dedicate`, with why and the run). `started`: the
+ * units whose moves off the shard this run started; `run`: the run's id, so a redelivery
+ * answers the same.
+ */
+export async function undoIsolateDedication(
+  pool: Pool,
+  req: { shard: string; tenant: string; dedicatedByRun: boolean; started: string[]; run: string },
+  audit: { actor: string; reason?: string },
+): Promise<UndoDedicationResult> {
+  validateShardName(req.shard);
+  if (!audit?.actor?.trim()) throw invalidInput('audit actor is required');
+  return inDirectoryTransaction(pool, async (c): Promise<UndoDedicationResult> => {
+    const s = await c.query('select dedicated_to from shardctl.shards where name = $1 for update', [req.shard]);
+    if (!s.rowCount) throw new ShardctlError('NotFound', `shard "${req.shard}" is not in the directory`);
+    // Delivered again after it committed: the same answer, nothing changed twice.
+    const done = await c.query(
+      `select detail->>'why' as why from shardctl.audit where action = 'shard.dedicate' and detail->>'shard' = $1 and detail->>'run' = $2 limit 1`,
+      [req.shard, req.run],
+    );
+    if (done.rowCount) return { undone: true, why: done.rows[0].why };
+    const units = await c.query('select unit, shard, state from shardctl.units where shard = $1 or unit = any($2::text[])', [
+      req.shard,
+      [req.tenant, ...req.started],
+    ]);
+    const at = new Map(units.rows.map((u) => [u.unit as string, { shard: u.shard as string, state: u.state as string }]));
+    const verdict = judgeIsolateEnd({
+      shard: req.shard,
+      tenant: req.tenant,
+      dedicatedByRun: req.dedicatedByRun,
+      dedicatedTo: s.rows[0].dedicated_to ?? null,
+      tenantAt: at.get(req.tenant),
+      othersOnShard: units.rows.filter((u) => u.shard === req.shard && u.unit !== req.tenant).map((u) => u.unit as string),
+      // A started move whose unit the directory does not place on the shard counts as moved off (fail closed).
+      movedOff: req.started.filter((u) => u !== req.tenant && at.get(u)?.shard !== req.shard),
+      inFlight: (await movesInFlight(c, req.shard)).map((m) => `${m.unit} ${m.source} -> ${m.target} (${m.status})`),
+    });
+    if (!verdict.undo) return { undone: false, state: verdict.state, undoCommand: verdict.undoCommand };
+    await c.query('update shardctl.shards set dedicated_to = null, updated_at = now() where name = $1', [req.shard]);
+    await c.query('insert into shardctl.audit(actor, action, unit, detail, reason) values ($1, $2, null, $3, $4)', [
+      audit.actor,
+      'shard.dedicate',
+      JSON.stringify({ shard: req.shard, dedicatedTo: null, from: req.tenant, why: verdict.why, run: req.run }),
+      audit.reason ?? null,
+    ]);
+    return { undone: true, why: verdict.why };
+  });
 }

@@ -40,10 +40,21 @@ export async function shardFacts(pool: Pool, config: Config, shard: string): Pro
       const r = await pool.query(`select unit, epoch, owned, ${FROZEN_NOW_SQL} as frozen from shardctl.fence`);
       fences = r.rows.map((x) => ({ unit: x.unit, epoch: Number(x.epoch), owned: x.owned, frozen: x.frozen }));
     }
+    // The B each bucketed dataset is recorded with here (`shards prepare`): absent table, none recorded.
+    const recorded = st.schemaInstalled
+      ? await pool
+          .query(`select key, value from shardctl.settings where key like 'dataset.%.buckets'`)
+          .then((r) => r.rows as { key: string; value: string }[])
+          .catch((e: any) => {
+            if (e?.code === '42P01') return [];
+            throw e;
+          })
+      : [];
     return {
       shard,
       host,
       reachable: true,
+      datasetBuckets: Object.fromEntries(recorded.map((x) => [x.key.slice('dataset.'.length, -'.buckets'.length), Number(x.value)])),
       slots: slots.rows.map((r): SlotFact => ({
         name: r.slot_name,
         active: r.active,
@@ -185,5 +196,6 @@ export async function gatherFacts(src: FactSources): Promise<Facts> {
     phaseThresholdMs: src.phaseThresholdMs,
     now: new Date().toISOString(),
     namespace: config.temporal.namespace,
+    datasets: config.datasets.map((d) => ({ name: d.name, buckets: d.buckets })),
   };
 }

@@ -4,6 +4,7 @@
 // running move whose id is unknown (its status could not be queried) protects every name its unit
 // could produce, and without Temporal nothing is called an orphan at all.
 import { replicationNames, replicationNamePattern } from '../ids';
+import { bucketUnitName, parseUnit, type ParsedUnit } from '../buckets/units';
 import { SEARCH_ATTRIBUTES } from '../dev/topology';
 
 export interface SlotFact {
@@ -34,6 +35,8 @@ export interface ShardFacts {
   foreignBlobs: ForeignBlobFact[];
   /** Why the bucket could not be listed (absent: it was). */
   bucketError?: string;
+  /** The bucket count B each bucketed dataset is recorded with on this shard (`shards prepare`); absent: not read. */
+  datasetBuckets?: Record<string, number>;
 }
 export interface ForeignBlobFact {
   shard: string;
@@ -98,6 +101,8 @@ export interface Facts {
   /** When the facts were gathered (ISO); phase ages are measured to it. */
   now?: string;
   namespace?: string;
+  /** The config's bucketed datasets and their bucket counts (absent: none configured). */
+  datasets?: { name: string; buckets: number }[];
 }
 
 export const FINDING_KINDS = [
@@ -116,6 +121,8 @@ export const FINDING_KINDS = [
   'bucket-unreachable',
   'search-attributes-missing',
   'move-phase-too-long',
+  'dataset-buckets-unplaced',
+  'dataset-bucket-count',
 ] as const;
 export type FindingKind = (typeof FINDING_KINDS)[number];
 
@@ -470,6 +477,77 @@ export function judge(facts: Facts, opts: { fenceLockClass: number }): Finding[]
     });
   }
   out.push(...judgeTemporal(facts));
+  out.push(...judgeDatasets(facts));
+  return out;
+}
+
+function bucketOfUnit(unit: string): Extract<ParsedUnit, { kind: 'bucket' }> | undefined {
+  try {
+    const u = parseUnit(unit);
+    return u.kind === 'bucket' ? u : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Bucket units (issue 13): every bucket of a configured dataset has a placement (else the keys
+ * hashing there cannot be routed: an init that stopped half-way, or never ran), and every shard
+ * records the dataset with the config's B, or none when none of its buckets is placed there
+ * (moves onto or off a shard that records another B, or none, are refused at plan).
+ */
+function judgeDatasets(facts: Facts): Finding[] {
+  const out: Finding[] = [];
+  if (!facts.directory.reachable) return out;
+  for (const ds of facts.datasets ?? []) {
+    const on = new Map<number, string>();
+    for (const p of facts.directory.placements) {
+      const u = bucketOfUnit(p.unit);
+      if (u && u.dataset === ds.name) on.set(u.bucket, p.shard);
+    }
+    const missing: string[] = [];
+    for (let n = 0; n < ds.buckets; n++) if (!on.has(n)) missing.push(bucketUnitName(ds.name, n, ds.buckets));
+    if (missing.length) {
+      // The shard that holds most of the dataset's buckets (by name on a tie); none placed: the first open one is the operator's to choose.
+      const count = new Map<string, number>();
+      for (const sh of on.values()) count.set(sh, (count.get(sh) ?? 0) + 1);
+      const home = [...count].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1))[0]?.[0];
+      const shown = `${missing.slice(0, 5).join(', ')}${missing.length > 5 ? `, ... (${missing.length})` : ''}`;
+      out.push({
+        id: `dataset-buckets-unplaced:${ds.name}`,
+        kind: 'dataset-buckets-unplaced',
+        severity: on.size ? 'critical' : 'warning',
+        object: ds.name,
+        message: on.size
+          ? `dataset ${ds.name}: ${missing.length} of its ${ds.buckets} buckets have no placement in the directory (${shown}): keys that hash there cannot be routed (an init that stopped half-way?)`
+          : `dataset ${ds.name} is configured (${ds.buckets} buckets) but none of its buckets is placed: nothing of it can be routed until it is initialised`,
+        fix: `shardctl dataset init ${ds.name} --shard ${home ?? '<shard>'}  (places only the missing buckets; those placed stay where they are)`,
+        autoFix: false,
+      });
+    }
+    const placedOn = new Set(on.values());
+    for (const s of facts.shards) {
+      if (!s.reachable || !s.datasetBuckets) continue;
+      const recorded = s.datasetBuckets[ds.name];
+      if (recorded === ds.buckets || (recorded === undefined && !placedOn.has(s.shard))) continue;
+      out.push({
+        id: `dataset-bucket-count:${s.shard}:${ds.name}`,
+        kind: 'dataset-bucket-count',
+        severity: 'critical',
+        shard: s.shard,
+        object: ds.name,
+        message:
+          recorded === undefined
+            ? `${s.shard} holds buckets of dataset ${ds.name} but does not record the dataset's B (it was not prepared for it): its dataset tables may be unfenced`
+            : `${s.shard} records dataset ${ds.name} with ${recorded} buckets, the config says ${ds.buckets}: \`shards prepare\` and \`dataset init\` refuse ${s.shard}, and the router hashes keys into ${ds.buckets} buckets`,
+        fix:
+          recorded === undefined
+            ? `shardctl shards prepare --shard ${s.shard}`
+            : `find the dataset's real B (the CHECK of its tables on ${s.shard} names it: shardctl.bucket_of(key, B)) and put the config's datasets[].buckets back to it: a dataset is never re-bucketed in place`,
+        autoFix: false,
+      });
+    }
+  }
   return out;
 }
 

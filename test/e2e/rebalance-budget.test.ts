@@ -1,0 +1,99 @@
+// `rebalance start --max-moves K` bounds the whole run, re-plans included (issue 13), on the real
+// stack: a fleet of the test's own wants more than K moves; the first move the run starts fails
+// at its own plan (the target already holds a stray row of its tenant: a per-unit precondition
+// the rebalance planner does not see), so the run re-plans. Counted from Temporal (the child
+// starts in the run's history, and which move workflows exist) and from the directory, never
+// from the run's own status: the run started exactly K moves in all, the re-plan used what the
+// failed plan left of the budget, and nothing past it.
+import { describe, it, expect, beforeAll, afterAll } from 'vitest';
+import { ownFleet, moveExists, runsOf, type Fleet } from '../helpers/fleet';
+import { closePools, shardPool } from '../helpers/stack';
+import { getPlacement } from '../../lib/directory/placements';
+import { planFromDirectory } from '../../lib/rebalance/fleet';
+import { rebalanceInputFor, startRebalance } from '../../lib/rebalance/start';
+import type { RebalanceStatus } from '../../workflows/rebalance-messages';
+
+const K = 3;
+let fleet: Fleet;
+
+beforeAll(async () => {
+  fleet = await ownFleet('rbudget');
+}, 60_000);
+afterAll(async () => {
+  await fleet?.close();
+  await closePools();
+});
+
+/** A row of `tenant` written on `shard` behind the fence (replica role), as a half-done restore would leave it. */
+async function strayRow(shard: string, tenant: string) {
+  const c = await shardPool(shard).connect();
+  try {
+    await c.query('begin');
+    await c.query('set local session_replication_role = replica');
+    await c.query(`insert into public.events(tenant_id, kind) values ($1, 'stray')`, [tenant]);
+    await c.query('commit');
+  } finally {
+    c.release();
+  }
+}
+
+describe('rebalance --max-moves across re-plans', () => {
+  it(`a run whose first move fails re-plans within what is left of its budget: ${K} moves started in all`, { timeout: 400_000 }, async () => {
+    const tenants: string[] = [];
+    for (let i = 0; i < 6; i++) tenants.push(await fleet.tenant('shard-a', { rows: 5, load: 100, prefix: `bud${i}` }));
+    // Unbounded, balancing six equal tenants over three shards takes four moves: more than K.
+    const unbounded = await planFromDirectory(fleet.directory, fleet.config, { kind: 'rebalance' });
+    expect(unbounded.moves).toHaveLength(4);
+    const first = (await planFromDirectory(fleet.directory, fleet.config, { kind: 'rebalance' }, { maxMoves: K })).moves;
+    expect(first).toHaveLength(K);
+    // The first move of the plan cannot pass its own preflight, whichever shard it targets.
+    const victim = first[0].unit;
+    await strayRow('shard-b', victim);
+    await strayRow('shard-c', victim);
+
+    const input = rebalanceInputFor(fleet.config, {
+      scope: { kind: 'rebalance' },
+      requestedBy: 'test',
+      maxConcurrent: 1,
+      maxMoves: K,
+      soakSeconds: 1,
+      units: tenants,
+    });
+    const h = await startRebalance(fleet.t.client, fleet.tq, input, fleet.config.temporal.rebalanceWorkflowId);
+    const st: RebalanceStatus = await h.result();
+
+    // From Temporal: the child moves the run's history started (every run of it), and the move
+    // workflows that exist for the fleet's tenants.
+    const runs = await runsOf(fleet.t.client, h.workflowId, h.firstExecutionRunId);
+    const started = runs.flatMap((r) =>
+      (r.history.events ?? []).flatMap((e) => {
+        const a = e.startChildWorkflowExecutionInitiatedEventAttributes;
+        return a?.workflowId ? [a.workflowId] : [];
+      }),
+    );
+    const withMove: string[] = [];
+    for (const t of tenants) if (await moveExists(fleet.t.client, t)) withMove.push(t);
+    expect(started, 'child moves started by the run').toHaveLength(K);
+    expect(new Set(started).size).toBe(K);
+    expect(withMove.sort(), 'tenants with a move workflow').toHaveLength(K);
+    expect(withMove).toContain(victim);
+
+    // The victim failed at its plan and stays where it was; the others started moved, the rest did not.
+    const victimMove = await fleet.t.client.workflow.getHandle(started[0]).result();
+    expect(victimMove.phase).toBe('failed');
+    expect(victimMove.lastError).toMatch(/already holds 1 rows of .* in public\.events/);
+    expect(await getPlacement(fleet.directory, victim)).toMatchObject({ shard: 'shard-a', epoch: 1, state: 'active' });
+    const placements = await Promise.all(tenants.map(async (t) => [t, await getPlacement(fleet.directory, t)] as const));
+    const movedOff = placements.filter(([, p]) => p!.shard !== 'shard-a').map(([t]) => t);
+    expect(movedOff.sort()).toEqual(withMove.filter((t) => t !== victim).sort());
+    for (const [t, p] of placements) expect(p, t).toMatchObject({ state: 'active', epoch: movedOff.includes(t) ? 2 : 1 });
+
+    // The run re-planned once, and the re-plan's moves (K - 1 of them) started.
+    const plansStarted = runs.flatMap((r) =>
+      (r.history.events ?? []).filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'planRebalance'),
+    );
+    expect(plansStarted).toHaveLength(2);
+    expect(st.phase).toBe('failed');
+    expect(st.moves.filter((m) => m.plan === 2 && m.state === 'done')).toHaveLength(K - 1);
+  });
+});
