@@ -1,23 +1,28 @@
-// Copies all of a unit's tenant tables, parents before children (the order listTenantTables
-// returns), each from its own checkpoint; and estimates row counts for status and ETA.
+// Copies all of a unit's tenant tables, COPY_TABLE_LANES at a time in the order listTenantTables
+// returns (parents first), each from its own checkpoint; and estimates row counts for status and ETA.
 import type { Pool } from 'pg';
 import type { TenantTable } from '../shard/tables';
 import { quoteIdent } from '../shard/tables';
 import { validateTenantId } from '../ids';
 import { columnType } from './sql';
 import { CopyTableInput, CopyTableResult, copyTenantTable, validateCopyInput } from './table';
+import { COPY_TABLE_LANES, inLanes } from './lanes';
 
 export interface CopyTenantInput extends Omit<CopyTableInput, 'table'> {
-  /** Parents first (foreign-key order). */
+  /** Parents first (foreign-key order); results come back in this order. */
   tables: TenantTable[];
+  /** Tables copied at once (default COPY_TABLE_LANES; 1 when throttled). */
+  lanes?: number;
 }
 
 export async function copyTenant(input: CopyTenantInput): Promise<{ tables: CopyTableResult[]; rowsCopied: number; done: true }> {
-  const { tables, ...rest } = input;
+  const { tables, lanes, ...rest } = input;
   // Refuse a bad input before touching anything rather than after the first tables.
   for (const table of tables) validateCopyInput({ ...rest, table });
-  const out: CopyTableResult[] = [];
-  for (const table of tables) out.push(await copyTenantTable({ ...rest, table }));
+  const out: CopyTableResult[] = new Array(tables.length);
+  await inLanes([...tables.keys()], rest.rowsPerSecond ? 1 : (lanes ?? COPY_TABLE_LANES), async (i) => {
+    out[i] = await copyTenantTable({ ...rest, table: tables[i] });
+  });
   return { tables: out, rowsCopied: out.reduce((s, t) => s + t.rowsCopied, 0), done: true };
 }
 
