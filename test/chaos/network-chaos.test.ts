@@ -12,7 +12,7 @@ import { uniq } from '../helpers/stack';
 import * as H from '../helpers/move';
 import * as C from '../helpers/crash';
 import { NetLab, Link, ProxiedServer } from '../helpers/proxy';
-import { exited, failAfter, FENCE_BUDGET_MS, FROZEN_BOUND_MS, isStoppedAt, NetRow, netRow, watchFrozen, writeNetReport } from '../helpers/net';
+import { exited, failAfter, firstAckAfter, FENCE_BUDGET_MS, FROZEN_BOUND_MS, isStoppedAt, NetRow, netRow, watchFrozen, writeNetReport } from '../helpers/net';
 import { drawNetChaos, isWorkerLink, netDrawLabel, ownerAfter, SEVERING, type NetDraw } from '../helpers/chaos-draws';
 import { driveToEnd } from '../helpers/chaos';
 import * as M from '../../workflows/messages';
@@ -89,33 +89,37 @@ interface Run {
 const phaseNow = (h: C.Handle) =>
   Promise.race([h.query(M.statusQuery).then((s) => s.phase as string), sleep(3000).then(() => 'unknown (no answer in 3 s)')]).catch(() => 'unknown');
 
-/** Waits for the drawn moment, applies the toxic for its duration, then heals; says whether it was applied. */
-async function nemesis(r: Run): Promise<boolean> {
+/**
+ * Waits for the drawn moment (given up once the move has ended), applies the toxic for its whole
+ * duration (the traffic goes on after the move's end), then heals; returns when it healed, or
+ * undefined when the fault was never applied.
+ */
+async function nemesis(r: Run): Promise<number | undefined> {
   const { d, h, w1 } = r;
   const t = d.trigger;
   const t0 = Date.now();
   let where: string;
   if (t.kind === 'point') {
     while (!isStoppedAt(w1, r.faultLog, t.point)) {
-      if (r.ended() || exited(w1)) return false;
+      if (r.ended() || exited(w1)) return undefined;
       await sleep(20);
     }
     where = `at ${t.point}`;
   } else if (t.kind === 'phase') {
     for (;;) {
-      if (r.ended()) return false;
+      if (r.ended()) return undefined;
       const s = await h.query(M.statusQuery).catch(() => undefined);
       // Cancelling or rolling back: past every forward phase this path still reaches.
       if (s && (phaseReached(s.phase, t.phase) || s.phase === 'cancelling' || s.phase === 'rolling-back')) {
         where = `in ${s.phase}`;
         break;
       }
-      if (s && isTerminal(s.phase)) return false;
+      if (s && isTerminal(s.phase)) return undefined;
       await sleep(100);
     }
   } else {
     while (Date.now() - t0 < t.ms) {
-      if (r.ended()) return false;
+      if (r.ended()) return undefined;
       await sleep(50);
     }
     where = `in ${await phaseNow(h)}`;
@@ -126,14 +130,18 @@ async function nemesis(r: Run): Promise<boolean> {
   const beside = isWorkerLink(d.link) && SEVERING.includes(d.toxic);
   // Started during the cut, not before its clock: the fault lasts what was drawn.
   const second = beside ? r.second() : undefined;
-  while (Date.now() - cutAt < d.durationMs && !r.ended()) await sleep(100);
-  const lasted = Date.now() - cutAt;
+  let endedInFault = false;
+  while (Date.now() - cutAt < d.durationMs) {
+    endedInFault ||= r.ended();
+    await sleep(100);
+  }
   await r.link.heal();
+  const healedAt = Date.now();
   await second;
   r.notes.push(
-    `fault applied ${where}, ${cutAt - t0} ms after its wait began, lasted ${lasted} ms${lasted < d.durationMs ? ' (the move ended first)' : ''}${beside ? '; second worker beside the first' : ''}`,
+    `fault applied ${where}, ${cutAt - t0} ms after its wait began, healed after ${healedAt - cutAt} ms${endedInFault ? ' (the move ended inside it)' : ''}${beside ? '; second worker beside the first' : ''}`,
   );
-  return true;
+  return healedAt;
 }
 
 /** How the first worker took its SIGTERM at the end: ms to exit, and the shutdown errors it logged (the notes' SIGTERM items). */
@@ -166,7 +174,7 @@ async function runIteration(d: NetDraw, i: number) {
   let w1: C.ChildWorker | undefined;
   let traffic: C.Traffic | undefined;
   let frozen: ReturnType<typeof watchFrozen>[] = [];
-  let fault: Promise<boolean> | undefined;
+  let fault: Promise<number | undefined> | undefined;
   const longestFrozen = () => Math.max(0, ...frozen.map((f) => f.longest()));
   try {
     const tenant = await H.newTenant(d.source, 'nx');
@@ -201,6 +209,7 @@ async function runIteration(d: NetDraw, i: number) {
       tq,
       H.moveInput(tenant, d.target, {
         soakSeconds: d.path === 'rollback' ? 600 : 3,
+        rowsPerSecond: d.rowsPerSecond,
         approveCutover: d.path === 'cancel' ? 'manual' : 'auto',
         copyBatchRows: d.copyBatchRows,
         fenceBudgetMs: FENCE_BUDGET_MS,
@@ -232,7 +241,12 @@ async function runIteration(d: NetDraw, i: number) {
     } finally {
       ended = true;
     }
-    const applied = await fault;
+    const healedAt = await fault;
+    // Whatever the fault, once healed the owner takes the tenant's writes again.
+    const ackMs = await firstAckAfter(traffic.logFile, tenant, owner, healedAt ?? Date.now());
+    notes.push(`first ack on the owner ${owner} ${ackMs} ms after ${healedAt ? 'the heal' : 'the end'}`);
+    // An aborted attempt's freeze is not in the status' pause (the last attempt's): say there were any.
+    if (status.cutoverAttempts > 1) notes.push(`${status.cutoverAttempts} cutover attempts (last error: ${status.lastError?.slice(0, 100)})`);
     await sleep(1000); // traffic continues on the owner
     await traffic.stop();
     for (const f of frozen) await f.stop();
@@ -251,9 +265,9 @@ async function runIteration(d: NetDraw, i: number) {
       maxFailedReads: isWorkerLink(d.link) ? 0 : 50,
     });
     expect(counts.acked).toBeGreaterThan(0);
-    faults[applied ? 'applied' : 'notApplied']++;
+    faults[healedAt ? 'applied' : 'notApplied']++;
     row = netRow(label, status, longestFrozen(), counts, t0);
-    if (!applied) row.outcome += ` (no fault: the move ended before ${d.trigger.kind === 'point' ? d.trigger.point : 'its moment'})`;
+    if (!healedAt) row.outcome += ` (no fault: the move ended before ${d.trigger.kind === 'point' ? d.trigger.point : 'its moment'})`;
     rows.push(row);
     // The invariants held: the row keeps their numbers if the frozen bound fails.
     expect(longestFrozen(), 'longest stretch the tenant stayed frozen (ms)').toBeLessThanOrEqual(FROZEN_BOUND_MS);
@@ -266,7 +280,7 @@ async function runIteration(d: NetDraw, i: number) {
     throw e;
   } finally {
     ended = true;
-    await fault?.catch(() => false);
+    await fault?.catch(() => undefined);
     for (const f of frozen) await f.stop();
     await traffic?.stop();
     await lab.healAll();

@@ -73,6 +73,8 @@ export interface NetDraw {
   /** Loadgen operations per second over the moving tenant and its bystanders. */
   rate: number;
   copyBatchRows: number;
+  /** The copy's pace (0: unpaced), so a fault drawn for the copy or catch-up can land there. */
+  rowsPerSecond: number;
 }
 
 export const isWorkerLink = (l: NetLinkName) => l !== 'router-directory';
@@ -106,7 +108,7 @@ export function drawNetChaos(seed: number, n: number): NetDraw[] {
         ? { kind, point: pick(11, POINTS_BY_PATH[path]) }
         : kind === 'phase'
           ? { kind, phase: pick(12, PHASES_BY_PATH[path]) }
-          : { kind, ms: int(13, 500, 15_000) };
+          : { kind, ms: int(13, 500, 10_000) };
     out.push({
       source,
       target,
@@ -120,6 +122,8 @@ export function drawNetChaos(seed: number, n: number): NetDraw[] {
       blobs: int(16, 1, 4),
       rate: int(17, 20, 50),
       copyBatchRows: int(18, 20, 100),
+      // Half unpaced; the other half 40-160 rows/s (u[19] in [0.5, 1) stretched over the range).
+      rowsPerSecond: u[19] < 0.5 ? 0 : 40 + Math.floor((u[19] - 0.5) * 2 * 121),
     });
   }
   return out;
@@ -147,5 +151,6 @@ export function triggerLabel(t: Trigger): string {
 
 /** The iteration's name: everything drawn that shapes the fault. */
 export function netDrawLabel(d: NetDraw, i: number): string {
-  return `#${i} ${d.source}->${d.target} ${d.path}: ${d.link} ${toxicLabel(d)} ${triggerLabel(d.trigger)} for ${d.durationMs} ms`;
+  const pace = d.rowsPerSecond ? `, copy at ${d.rowsPerSecond} rows/s` : '';
+  return `#${i} ${d.source}->${d.target} ${d.path}${pace}: ${d.link} ${toxicLabel(d)} ${triggerLabel(d.trigger)} for ${d.durationMs} ms`;
 }

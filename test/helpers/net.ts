@@ -7,6 +7,7 @@ import { shardPool } from './stack';
 import type { ChildWorker, assertInvariants } from './crash';
 import type { MoveStatus } from '../../workflows/messages';
 import { sleep } from '../../lib/dev/proc';
+import { readLog } from '../../lib/loadgen';
 import { FROZEN_NOW_SQL } from '../../lib/shard/fence-sql';
 
 /** The fence budget the network-fault moves run with. */
@@ -120,5 +121,16 @@ export async function stoppedAt(w: ChildWorker, faultLog: string, point: string,
     if (exited(w)) throw new Error(`worker exited before ${point}; log ${w.log}`);
     if (Date.now() > deadline) throw new Error(`worker did not reach ${point} within ${timeoutMs} ms; log ${w.log}`);
     await sleep(20);
+  }
+}
+
+/** Waits for a write of `tenant` acknowledged by `shard` after `since` in the traffic log; returns how long after `since` it came, or throws after `timeoutMs`. */
+export async function firstAckAfter(logFile: string, tenant: string, shard: string, since: number, timeoutMs = 30_000): Promise<number> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const ack = readLog(logFile).find((r) => r.tenant === tenant && r.status === 'ack' && r.shard === shard && Date.parse(r.ts) > since);
+    if (ack) return Date.parse(ack.ts) - since;
+    if (Date.now() > deadline) throw new Error(`no write of ${tenant} was acked on ${shard} within ${timeoutMs} ms of the heal`);
+    await sleep(200);
   }
 }

@@ -33,6 +33,7 @@ describe('the network chaos draws', () => {
       expect(d.params.toxicity).toBeGreaterThan(0);
       expect(d.params.toxicity).toBeLessThanOrEqual(1);
       expect(d.params.jitterMs).toBeLessThanOrEqual(d.params.latencyMs);
+      expect(d.rowsPerSecond === 0 || (d.rowsPerSecond >= 40 && d.rowsPerSecond <= 160), `rows/s ${d.rowsPerSecond}`).toBe(true);
     }
   });
 
@@ -42,6 +43,7 @@ describe('the network chaos draws', () => {
     expect(new Set(ds.map((d) => d.toxic))).toEqual(new Set(TOXICS));
     expect(new Set(ds.map((d) => d.path))).toEqual(new Set(CHAOS_PATHS));
     expect(new Set(ds.map((d) => d.trigger.kind))).toEqual(new Set(['point', 'phase', 'delay']));
+    expect(ds.some((d) => d.rowsPerSecond === 0) && ds.some((d) => d.rowsPerSecond > 0)).toBe(true);
     const points = new Set(ds.flatMap((d) => (d.trigger.kind === 'point' ? [d.trigger.point] : [])));
     expect(points).toEqual(new Set(Object.values(POINTS_BY_PATH).flat()));
   });
