@@ -8,8 +8,9 @@ import fs from 'node:fs';
 import { uniq } from '../helpers/stack';
 import * as H from '../helpers/move';
 import * as C from '../helpers/crash';
-import * as M from '../../workflows/messages';
 import { prng } from '../../lib/loadgen/plan';
+import { driveToEnd } from '../helpers/chaos';
+import { ownerAfter, SHARD_PAIRS, type ChaosPath } from '../helpers/chaos-draws';
 
 const SEED = Number(process.env.CHAOS_SEED ?? Date.now() % 1_000_000);
 const ITERATIONS = Number(process.env.CHAOS_ITERATIONS ?? 5);
@@ -26,12 +27,6 @@ const POINTS = [
   'after-reverse-slot-created',
   'mid-soak',
   'mid-retire',
-];
-const PAIRS: [string, string][] = [
-  ['shard-a', 'shard-b'],
-  ['shard-b', 'shard-c'],
-  ['shard-c', 'shard-a'],
-  ['shard-b', 'shard-a'],
 ];
 
 const rand = prng(SEED);
@@ -52,11 +47,11 @@ const suite = C.crashSuite({
 
 describe(`chaos (seed ${SEED})`, () => {
   for (let i = 0; i < ITERATIONS; i++) {
-    const [source, target] = pick(PAIRS);
+    const [source, target] = pick(SHARD_PAIRS);
     const byTime = rand() < 0.4;
     const point = pick(POINTS);
     const killAfterMs = Math.round(500 + rand() * 12_000);
-    const path_: 'complete' | 'cancel' | 'rollback' = rand() < 0.7 ? 'complete' : rand() < 0.5 ? 'cancel' : 'rollback';
+    const path_: ChaosPath = rand() < 0.7 ? 'complete' : rand() < 0.5 ? 'cancel' : 'rollback';
     const label = `#${i} ${source}->${target} ${path_} ${byTime ? `kill after ${killAfterMs} ms` : `kill at ${point}`}`;
     it(label, { timeout: 400_000 }, async () => {
       const t0 = Date.now();
@@ -97,22 +92,11 @@ describe(`chaos (seed ${SEED})`, () => {
           w1.proc.kill('SIGKILL');
           await takeover;
         }
-        if (path_ === 'rollback') {
-          await H.waitPhase(h, 'soak', 240_000);
-          await h.executeUpdate(M.rollbackUpdate, { args: [{ actor: 'chaos' }] });
-        }
-        if (path_ === 'cancel') {
-          await H.waitFor(h, (s) => s.awaitingApproval, 240_000);
-          await h.executeUpdate(M.cancelUpdate, { args: [{ actor: 'chaos' }] });
-        }
         // If the armed point lies on another path, the first worker simply finishes the move.
-        const end = path_ === 'complete' ? 'done' : path_ === 'rollback' ? 'rolled-back' : 'cancelled';
-        const waitEnd = H.waitPhase(h, end, 300_000);
-        const status = await waitEnd;
+        const status = await driveToEnd(h, path_, { actor: 'chaos', timeoutMs: 360_000 });
         await new Promise((r) => setTimeout(r, 500));
         await traffic.stop();
-        const owner = path_ === 'complete' ? target : source;
-        const epoch = path_ === 'complete' ? 2 : path_ === 'rollback' ? 3 : 1;
+        const { owner, epoch } = ownerAfter(path_, source, target);
         const counts = await C.assertInvariants({
           tenant,
           bystanders: [bystander, bystanderOnTarget],

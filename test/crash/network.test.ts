@@ -6,48 +6,22 @@
 import { describe, it, expect, beforeAll } from 'vitest';
 import fs from 'node:fs';
 import path from 'node:path';
-import { uniq, shardPool } from '../helpers/stack';
+import { uniq } from '../helpers/stack';
 import * as H from '../helpers/move';
 import * as C from '../helpers/crash';
 import { NetLab, Link, ProxiedServer } from '../helpers/proxy';
+import { failAfter, FENCE_BUDGET_MS, FROZEN_BOUND_MS, NetRow, netRow, stoppedAt, watchFrozen, writeNetReport } from '../helpers/net';
 import { burst, countApplications, expectAppliedOnce, midApply, retriedActivities } from '../helpers/backlog';
 import * as M from '../../workflows/messages';
 import { addAcked, readLog, UnitBaseline } from '../../lib/loadgen';
 import { sleep } from '../../lib/dev/proc';
-import { FROZEN_NOW_SQL } from '../../lib/shard/fence-sql';
-
-interface NetRow {
-  fault: string;
-  outcome: string;
-  pauseMs: number | null;
-  /** Longest stretch the source's fence held the tenant frozen, as polled every 50 ms. */
-  frozenMs: number | null;
-  acked: number;
-  refused: number;
-  unknown: number | null;
-  reads: string | null;
-  verified: string;
-  seconds: number;
-  notes: string;
-}
 
 const rows: NetRow[] = [];
 let lab: NetLab;
-const FENCE_BUDGET_MS = 2000;
-/** The cutover activity's heartbeat timeout (workflows/move.ts): how long a dead worker takes to notice. */
-const CUTOVER_HEARTBEAT_MS = 5000;
 
 const suite = C.crashSuite({
   report: async () => {
-    const head =
-      '| fault | outcome | cutover pause ms | longest frozen ms | writes acked (moving tenant) | refused | unknown (all tenants) | reads | verify | seconds | notes |\n|---|---|---|---|---|---|---|---|---|---|---|';
-    const body = rows.map(
-      (r) =>
-        `| ${r.fault} | ${r.outcome} | ${r.pauseMs ?? '-'} | ${r.frozenMs ?? '-'} | ${r.acked} | ${r.refused} | ${r.unknown ?? '-'} | ${r.reads ?? '-'} | ${r.verified} | ${r.seconds} | ${r.notes} |`,
-    );
-    const text = `${head}\n${body.join('\n')}\n`;
-    fs.mkdirSync(C.ARTIFACTS, { recursive: true });
-    fs.writeFileSync(path.join(C.ARTIFACTS, 'network-report.md'), text);
+    const text = writeNetReport(rows, path.join(C.ARTIFACTS, 'network-report.md'));
     process.stdout.write(`\nnetwork-fault report (test-results/network-report.md):\n${text}\n`);
     await lab?.close({ stopServer: true });
   },
@@ -57,35 +31,6 @@ const suite = C.crashSuite({
 beforeAll(async () => {
   lab = await NetLab.start(path.join(C.ARTIFACTS, 'network'));
 }, 600_000);
-
-/** Polls the source's fence row of the unit (frozen as its route check sees it: lease included); remembers the longest frozen stretch. */
-function watchFrozen(shard: string, unit: string) {
-  const pool = shardPool(shard);
-  let since: number | undefined;
-  let longest = 0;
-  let stopped = false;
-  const loop = (async () => {
-    while (!stopped) {
-      const r = await pool.query(`select ${FROZEN_NOW_SQL} as frozen from shardctl.fence where unit = $1`, [unit]).catch(() => undefined);
-      const now = Date.now();
-      if (r?.rows[0]?.frozen) since ??= now;
-      else if (r && since !== undefined) {
-        longest = Math.max(longest, now - since);
-        since = undefined;
-      }
-      await sleep(50);
-    }
-  })();
-  return {
-    /** Longest frozen stretch so far, the current one included. */
-    longest: () => Math.max(longest, since !== undefined ? Date.now() - since : 0),
-    async stop() {
-      stopped = true;
-      await loop;
-      return this.longest();
-    },
-  };
-}
 
 interface Ctx {
   h: C.Handle;
@@ -193,27 +138,13 @@ async function runCase(
       maxFailedReads: o.maxFailedReads ?? 0,
     });
     expect(counts.acked).toBeGreaterThan(0);
-    const row: NetRow = {
-      fault,
-      outcome: status.phase,
-      pauseMs: status.cutoverPauseMs,
-      frozenMs,
-      acked: counts.acked,
-      refused: counts.refused,
-      unknown: counts.unknown,
-      reads: counts.reads,
-      verified: 'whole unit',
-      seconds: Math.round((Date.now() - t0) / 1000),
-      notes: '',
-    };
+    const row = netRow(fault, status, frozenMs, counts, t0);
     // The invariants held: the row keeps their numbers even if the case's own check fails.
     rows.push(row);
     try {
       await o.after?.(ctx, status);
     } catch (e) {
-      row.outcome = `${status.phase}, then FAILED: ${String((e as Error)?.message ?? e)
-        .split('\n')[0]
-        .slice(0, 160)}`;
+      failAfter(row, e);
       throw e;
     } finally {
       row.notes = notes.join('; ');
@@ -246,21 +177,6 @@ async function backlogInCatchUp(c: Ctx) {
   return { apps, ids };
 }
 
-/** Resolves once the worker, which armed a fault point with action 'stop', has stopped itself there. */
-async function stoppedAt(w: C.ChildWorker, faultLog: string, point: string, timeoutMs = 120_000) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const hit = fs.existsSync(faultLog) && fs.readFileSync(faultLog, 'utf8').includes(`"point":"${point}"`);
-    const stat = fs.readFileSync(`/proc/${w.proc.pid}/stat`, 'utf8');
-    if (hit && stat[stat.lastIndexOf(')') + 2] === 'T') return;
-    if (w.proc.exitCode !== null) throw new Error(`worker exited before ${point}; log ${w.log}`);
-    if (Date.now() > deadline) throw new Error(`worker did not reach ${point} within ${timeoutMs} ms; log ${w.log}`);
-    await sleep(20);
-  }
-}
-
-/** The longest the tenant may stay frozen: the fence budget plus the time to notice a dead worker, plus slack for a loaded machine. */
-const FROZEN_BOUND_MS = FENCE_BUDGET_MS + CUTOVER_HEARTBEAT_MS + 3000;
 const CUT_MS = 20_000;
 /** A half-open stream lasts longer than the server's wal_sender_timeout (30 s, lib/dev/topology.ts). */
 const HALF_OPEN_MS = 35_000;
