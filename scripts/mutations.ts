@@ -1028,4 +1028,14 @@ export const MUTATIONS: Mutation[] = [
     testFile: 'test/e2e/isolate-end.test.ts',
     testName: 'whose tenant failed at its own plan undoes the dedication it made',
   },
+  {
+    id: 'fence-apply-bounded',
+    guarantee:
+      'the final catch-up inside the frozen window is given up at the fence budget (plus a grace), set-up and tear-down included: a slow link cannot hold the unit frozen past it (§4 cutover pause, §5.8)',
+    file: 'lib/cutover/steps.ts',
+    from: 'const applied = await withinMs(s.applyToFencePoint(applyBudget), applyBudget + FENCE_APPLY_GRACE_MS);',
+    to: 'const applied = await s.applyToFencePoint(applyBudget);',
+    testFile: 'test/unit/cutover-steps.test.ts',
+    testName: 'a final catch-up that outlives the fence budget',
+  },
 ];

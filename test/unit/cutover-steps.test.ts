@@ -200,6 +200,19 @@ describe('runCutover', () => {
     expect(s.calls).not.toContain('switchOwner');
   });
 
+  it('a final catch-up that outlives the fence budget (its set-up and tear-down on a slow link) is abandoned: unfreeze, no switch', async () => {
+    const s = scripted();
+    s.steps.applyToFencePoint = () => new Promise(() => {});
+    const t0 = Date.now();
+    const r = await runCutover(s.steps, { ...plan, fenceBudgetMs: 100 }, s.hooks);
+    expect(r.ok).toBe(false);
+    if (!r.ok) expect(r.reason).toContain('final catch-up did not finish within the fence budget of 100 ms');
+    expect(Date.now() - t0).toBeLessThan(5000); // the budget plus the grace, not a hang
+    expect(s.calls).toContain('unfreeze');
+    expect(s.calls).not.toContain('compare');
+    expect(s.calls).not.toContain('switchOwner');
+  });
+
   it('the reverse direction does not measure a reverse start and names its own fault point', async () => {
     const s = scripted();
     await runCutover(s.steps, { ...plan, direction: 'reverse' }, s.hooks);
