@@ -1028,4 +1028,23 @@ export const MUTATIONS: Mutation[] = [
     testFile: 'test/e2e/isolate-end.test.ts',
     testName: 'whose tenant failed at its own plan undoes the dedication it made',
   },
+  {
+    id: 'copy-bytes-from-checkpoint',
+    guarantee: 'a copy resumed on a worker that has not counted it counts its bytes only past the checkpoint it found (issue 12, shardctl_copy_bytes_total)',
+    file: 'activities/move/data.ts',
+    from: '            if (!bytesCounted.has(bytesKey)) bytesCounted.set(bytesKey, cp?.bytesCopied ?? 0);',
+    to: '            if (!bytesCounted.has(bytesKey)) bytesCounted.set(bytesKey, 0);',
+    testFile: 'test/integration/copy-bytes-metric.test.ts',
+    testName: 'a table resumed on another worker is counted there only from the checkpoint on',
+  },
+  {
+    id: 'copy-bytes-overlap-finished',
+    guarantee:
+      'an overlapping delivery of a table another delivery on the same worker finished counts none of its bytes again (issue 12, shardctl_copy_bytes_total)',
+    file: 'activities/move/data.ts',
+    from: '            if (counted === undefined) return;',
+    to: '            if (counted === undefined) return void m?.bytesCopied.inc({ source: ref.source, target: ref.target }, total);',
+    testFile: 'test/integration/copy-bytes-metric.test.ts',
+    testName: 'two overlapping deliveries of a table on one worker count its bytes once',
+  },
 ];
