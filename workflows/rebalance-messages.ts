@@ -22,6 +22,8 @@ export interface RebalanceMoveEntry extends PlannedMove {
 export interface RebalanceInput {
   scope: PlanScope;
   requestedBy: string;
+  /** Why the operator started it (the `rebalance.start` audit entry's reason). */
+  reason?: string;
   maxConcurrent: number;
   /** Moves out of and into one shard at a time (each direction counted apart). */
   perShardLimit: number;

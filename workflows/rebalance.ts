@@ -77,12 +77,27 @@ export async function rebalanceWorkflow(input: R.RebalanceInput): Promise<R.Reba
   const running = () => st.moves.filter((m) => m.state === 'running');
   const terminal = (p: R.RebalancePhase) => p === 'done' || p === 'cancelled' || p === 'failed';
 
+  // patched: a run recorded before its verbs were audited replays without their entries. The
+  // handlers stay synchronous (an update completes in the task that accepted it, as recorded);
+  // the run does not end while an entry is still being written.
+  let auditsInFlight = 0;
+  const record = (action: 'start' | 'pause' | 'resume' | 'cancel', op: Operator): Promise<void> => {
+    if (!patched('rebalance-verbs-audited')) return Promise.resolve();
+    auditsInFlight++;
+    const done = () => void auditsInFlight--;
+    return quick
+      .recordRebalanceEvent({ action, actor: op.actor, reason: op.reason, workflowId: workflowInfo().workflowId, scope: input.scope })
+      .then(done, done);
+  };
+  const settled = () => allHandlersFinished() && auditsInFlight === 0;
+
   setHandler(R.rebalanceStatusQuery, () => st);
   setHandler(
     R.rebalancePauseUpdate,
     (op) => {
       st.paused = true;
       st.operators.pausedBy = op.actor;
+      void record('pause', op);
       return `paused: no new move starts; ${running().length} running move(s) go on`;
     },
     {
@@ -95,9 +110,10 @@ export async function rebalanceWorkflow(input: R.RebalanceInput): Promise<R.Reba
   );
   setHandler(
     R.rebalanceResumeUpdate,
-    () => {
+    (op) => {
       st.paused = false;
       st.operators.pausedBy = undefined;
+      void record('resume', op);
       return 'resumed';
     },
     {
@@ -112,6 +128,7 @@ export async function rebalanceWorkflow(input: R.RebalanceInput): Promise<R.Reba
     (op) => {
       cancelRequested = true;
       st.operators.cancelledBy = op.actor;
+      void record('cancel', op);
       return `cancelling: ${st.moves.filter((m) => m.state === 'pending').length} pending move(s) dropped, ${running().length} running move(s) asked to cancel`;
     },
     {
@@ -211,6 +228,7 @@ export async function rebalanceWorkflow(input: R.RebalanceInput): Promise<R.Reba
 
   if (!carried) {
     try {
+      await record('start', { actor: input.requestedBy, reason: input.reason });
       await plan();
     } catch (err) {
       const cause: any = err instanceof ActivityFailure ? err.cause : err;
@@ -233,7 +251,7 @@ export async function rebalanceWorkflow(input: R.RebalanceInput): Promise<R.Reba
     if (running().length === 0 && historyFull() && (failedSincePlan || st.moves.some((m) => m.state === 'pending'))) {
       // Nothing running, work left: continue as new with the whole state (a re-plan, if one is
       // due, happens in the next run). Accepted updates finish here first.
-      await condition(allHandlersFinished);
+      await condition(settled);
       if (!cancelRequested) {
         st.continuedAsNew++;
         await continueAsNew<typeof rebalanceWorkflow>({ ...input, carried: { status: st, failedSincePlan } });
@@ -247,7 +265,7 @@ export async function rebalanceWorkflow(input: R.RebalanceInput): Promise<R.Reba
       if (st.plans > maxReplans) {
         st.problems = [...st.problems, `gave up after ${st.plans} plans: the last failure was ${st.lastError}`];
         st.phase = 'failed';
-        await condition(allHandlersFinished);
+        await condition(settled);
         return st;
       }
       await plan();
@@ -291,6 +309,6 @@ export async function rebalanceWorkflow(input: R.RebalanceInput): Promise<R.Reba
     if (input.scope.kind === 'isolate' && st.dedicate && failed && patched('isolate-failed-undoes-dedication')) await endIsolate('failed');
     st.phase = failed ? 'failed' : 'done';
   }
-  await condition(allHandlersFinished);
+  await condition(settled);
   return st;
 }

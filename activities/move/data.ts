@@ -8,7 +8,7 @@ import type { Deps } from '../deps';
 import { moveRef, rowsOf, unitTables, beat, activitySignal, parse, typed, typedByProgress, syncUnitBlobs, compareUnitBlobs } from './context';
 import { replicationNames } from '../../lib/ids';
 import { ensurePublicationAndSlot, applyChangesUntil, currentWalLsn, slotLagBytes } from '../../lib/cdc';
-import { copyTenantTable } from '../../lib/copy';
+import { copyTenantTable, copyProgress } from '../../lib/copy';
 import { recordReverseStart, hasStreamProgress } from '../../lib/cdc/progress';
 import { startDelta } from '../../lib/cdc/delta';
 import { switchDetail } from '../../lib/directory/moves';
@@ -48,6 +48,14 @@ const catchUpInput = moveRef.extend({
 });
 
 export function createDataActivities(deps: Deps) {
+  /**
+   * COPY bytes of each (move, table) this worker has counted in `shardctl_copy_bytes_total`. A
+   * retried or overlapping copyTable on this worker counts only past it; a copy this worker has not
+   * seen starts from the checkpoint committed before it (another worker's batches are theirs).
+   * Forgotten when the table's copy completes here (a copy that never completes here keeps its
+   * entry: one number per table of a move this worker failed or was cancelled on).
+   */
+  const bytesCounted = new Map<string, number>();
   /** The shards' names for error messages, and the bounds that keep a round from hanging on a silent link. */
   const linkBounds = (from: string, to: string) => ({
     sourceName: from,
@@ -101,6 +109,19 @@ export function createDataActivities(deps: Deps) {
           const series = { unit: ref.unit, move_id: ref.moveId, table: ref.table };
           // A resumed copy reports the checkpoint's total at its first batch: count at most one batch of it.
           let seen: number | undefined;
+          const bytesKey = `${ref.moveId}|${ref.table}`;
+          if (m && !bytesCounted.has(bytesKey)) {
+            const cp = (await copyProgress(deps.shardPool(ref.target), ref.moveId)).find((x) => x.table === ref.table);
+            // An overlapping delivery may have started counting while this one read the checkpoint.
+            if (!bytesCounted.has(bytesKey)) bytesCounted.set(bytesKey, cp?.bytesCopied ?? 0);
+          }
+          const countBytes = (total: number) => {
+            // Gone: an overlapping delivery finished the table and counted it to the end.
+            const counted = bytesCounted.get(bytesKey);
+            if (counted === undefined) return;
+            if (total > counted) m?.bytesCopied.inc({ source: ref.source, target: ref.target }, total - counted);
+            bytesCounted.set(bytesKey, Math.max(counted, total));
+          };
           const r = await copyTenantTable({
             source: deps.shardPool(ref.source),
             target: deps.shardPool(ref.target),
@@ -117,6 +138,7 @@ export function createDataActivities(deps: Deps) {
               const first = Math.min(p.rowsCopied, ref.batchRows ?? p.rowsCopied);
               m?.rowsCopied.inc({ source: ref.source, target: ref.target }, seen === undefined ? first : p.rowsCopied - seen);
               m?.tableRowsCopied.set(series, p.rowsCopied);
+              if (m) countBytes(p.bytesCopied);
               seen = p.rowsCopied;
               activityLog().debug({ table: ref.table, rowsCopied: p.rowsCopied, bytesCopied: p.bytesCopied }, 'copy batch committed');
               batches++;
@@ -126,6 +148,8 @@ export function createDataActivities(deps: Deps) {
             onStreaming: (p) => beat({ table: ref.table, rowsCopied: p.rowsCopied, bytesInBatch: p.bytesInBatch }),
           });
           m?.tableRowsCopied.set(series, r.rowsCopied);
+          if (m) countBytes(r.bytesCopied);
+          bytesCounted.delete(bytesKey);
           return { table: ref.table, rowsCopied: r.rowsCopied };
         },
         { doing: `copy table ${ref.table} ${ref.source} → ${ref.target}` },

@@ -8,7 +8,8 @@ import type { Deps } from '../deps';
 import { planFromDirectory } from '../../lib/rebalance/fleet';
 import { setShardDedication, setShardStatus, getShard, closeDrainedShard, undoIsolateDedication, type UndoDedicationResult } from '../../lib/directory/shards';
 import type { RebalancePlan } from '../../lib/rebalance/plan';
-import { parse, typed } from '../move/context';
+import { parse, typed, activityKey } from '../move/context';
+import { recordRebalanceEvent } from '../../lib/directory/rebalance-events';
 
 export const planScope = z.discriminatedUnion('kind', [
   z.object({ kind: z.literal('rebalance') }),
@@ -41,8 +42,22 @@ const prepareInput = z.object({
   actor: z.string().min(1),
 });
 
+const eventInput = z.object({
+  action: z.enum(['start', 'pause', 'resume', 'cancel']),
+  actor: z.string().min(1),
+  reason: z.string().optional(),
+  workflowId: z.string().min(1),
+  scope: planScope,
+});
+
 export function createRebalanceActivities(deps: Deps) {
   return {
+    /** An operator verb on the run, in the directory's audit log (`rebalance.<verb>`). */
+    async recordRebalanceEvent(input: z.input<typeof eventInput>): Promise<void> {
+      const e = parse(eventInput, input);
+      return typed(() => recordRebalanceEvent(deps.directoryPool(), e, activityKey()));
+    },
+
     async planRebalance(input: z.input<typeof planInput>): Promise<RebalancePlan> {
       const i = parse(planInput, input);
       return typed(() =>

@@ -113,6 +113,7 @@ interface StartOpts {
   tolerance?: string;
   soak?: string;
   actor?: string;
+  reason?: string;
   json?: boolean;
   wait?: boolean;
   units?: string;
@@ -126,6 +127,7 @@ const startOptions = (c: Command) =>
     .option('--per-shard <n>', 'moves out of and into one shard at once, each direction (default 1)')
     .option('--soak <duration>', "each move's soak (default: config limits.soakSeconds)")
     .option('--actor <name>', 'operator identity for the audit log')
+    .option('--reason <text>', 'why (recorded in the audit log)')
     .option('--wait', 'wait for the run to end; exit 7 unless every move completed')
     .option('--json', 'print the plan (and with --wait the final status) as JSON')
     .option('--yes', 'confirm a --soak shorter than the default (or than 1h) without being asked');
@@ -140,6 +142,7 @@ async function planAndStart(config: Config, scope: PlanScope, o: StartOpts) {
   const input = rebalanceInputFor(config, {
     scope,
     requestedBy: o.actor || actorDefault(),
+    reason: o.reason,
     maxConcurrent: intOpt(o.maxConcurrent, '--max-concurrent'),
     perShardLimit: intOpt(o.perShard, '--per-shard'),
     tolerance,

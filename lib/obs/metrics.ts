@@ -87,6 +87,10 @@ export function createMetrics(opts: MetricsOptions = {}) {
       registers,
     }),
     rowsCopied: counter('shardctl_rows_copied_total', 'Rows copied by the copy phase on this worker, by source and target shard', ['source', 'target']),
+    bytesCopied: counter('shardctl_copy_bytes_total', 'COPY stream bytes of the rows the copy phase committed on this worker, by source and target shard', [
+      'source',
+      'target',
+    ]),
     rowsApplied: counter('shardctl_rows_applied_total', 'Row changes applied from the replication stream on this worker, by direction', ['direction']),
     cutoverAttempts: counter('shardctl_cutover_attempts_total', 'Cutover attempts (one freeze each), by direction', ['direction']),
     cutoverAborts: counter('shardctl_cutover_aborts_total', 'Cutover attempts that unfroze without switching, by direction and reason', [

@@ -15,6 +15,7 @@ export function rebalanceInputFor(
   req: {
     scope: PlanScope;
     requestedBy: string;
+    reason?: string;
     maxConcurrent?: number;
     perShardLimit?: number;
     tolerance?: number;
@@ -33,6 +34,7 @@ export function rebalanceInputFor(
   return {
     scope: req.scope,
     requestedBy: req.requestedBy,
+    ...(req.reason ? { reason: req.reason } : {}),
     maxConcurrent,
     perShardLimit,
     tolerance: req.tolerance,

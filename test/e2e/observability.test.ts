@@ -68,6 +68,7 @@ describe('worker metrics and logs on a real move', () => {
     await H.seed(tenant, 3000, 2);
     const before = await scrape();
     const copiedBefore = sum(samples(before, 'shardctl_rows_copied_total', { source: 'shard-a', target: 'shard-b' }));
+    const bytesBefore = sum(samples(before, 'shardctl_copy_bytes_total', { source: 'shard-a', target: 'shard-b' }));
 
     // Throttled so the copy lasts seconds: two scrapes inside it see rows copied rise.
     const h = await H.startMove(t.client, tq, H.moveInput(tenant, 'shard-b', { rowsPerSecond: 300, copyBatchRows: 100, soakSeconds: 2 }));
@@ -98,6 +99,8 @@ describe('worker metrics and logs on a real move', () => {
     const done = await H.waitPhase(h, 'done', 180_000);
     const after = await scrape();
     expect(sum(samples(after, 'shardctl_rows_copied_total', { source: 'shard-a', target: 'shard-b' })) - copiedBefore).toBeGreaterThanOrEqual(3000);
+    // The copy's bytes on the worker's own endpoint (exact counting: test/integration/copy-bytes-metric.test.ts).
+    expect(sum(samples(after, 'shardctl_copy_bytes_total', { source: 'shard-a', target: 'shard-b' })) - bytesBefore).toBeGreaterThan(3000);
     expect(samples(after, 'shardctl_cutover_attempts_total', { direction: 'forward' })[0]).toBeGreaterThanOrEqual(done.cutoverAttempts);
     expect(samples(after, 'shardctl_cutover_pause_ms_count', { direction: 'forward', outcome: 'switched' })[0]).toBeGreaterThanOrEqual(1);
     expect(samples(after, 'shardctl_cutover_pause_ms_sum', { direction: 'forward', outcome: 'switched' })[0]).toBeGreaterThan(0);
