@@ -188,10 +188,9 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
     if (opts.stream === 'forward' && !upsertsOnly.has(streamKey)) {
       for (const t of await copyProgress(target, opts.moveId)) if (t.done && t.doneAtLsn) safeAfter.set(t.table, t.doneAtLsn);
     }
-    const tc = targetClient;
     applier = new ChangeApplier(target, opts.moveId, opts.stream, stored ? normalizeLsn(stored) : null, applyQueryTimeoutMs, {
       safeAfter,
-      client: tc,
+      client: targetClient,
       timeoutMs: applyQueryTimeoutMs,
       refuse: () => upsertsOnly.add(streamKey),
     });

@@ -5,8 +5,8 @@
 // and `rebalance status` says exactly what is where and prints the command that undoes it, which
 // works. Isolation: a fleet of its own (test/helpers/fleet.ts).
 import { describe, it, expect, beforeEach, afterEach, afterAll } from 'vitest';
-import { ownFleet, waitForRebalance, type Fleet } from '../helpers/fleet';
-import { closePools, shardPool } from '../helpers/stack';
+import { ownFleet, strayRow, waitForRebalance, type Fleet } from '../helpers/fleet';
+import { closePools } from '../helpers/stack';
 import { runCli } from '../helpers/cli';
 import * as H from '../helpers/move';
 import { getShard } from '../../lib/directory/shards';
@@ -41,18 +41,6 @@ async function untilPhase(unit: string, phase: string, timeoutMs = 120_000) {
   const deadline = Date.now() + timeoutMs;
   while ((await movePhase(unit)) !== phase && Date.now() < deadline) await new Promise((r) => setTimeout(r, 300));
   expect(await movePhase(unit), unit).toBe(phase);
-}
-/** A row of `tenant` written on `shard` behind the fence (replica role), as a half-done restore would leave it. */
-async function strayRow(shard: string, tenant: string) {
-  const c = await shardPool(shard).connect();
-  try {
-    await c.query('begin');
-    await c.query('set local session_replication_role = replica');
-    await c.query(`insert into public.events(tenant_id, kind) values ($1, 'stray')`, [tenant]);
-    await c.query('commit');
-  } finally {
-    c.release();
-  }
 }
 /** Starts the isolate with every move's copy at 20 rows a second (a 600-row tenant copies for half a minute). */
 async function startIsolate(scope: PlanScope) {

@@ -6,8 +6,8 @@
 // from the run's own status: the run started exactly K moves in all, the re-plan used what the
 // failed plan left of the budget, and nothing past it.
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
-import { ownFleet, moveExists, runsOf, type Fleet } from '../helpers/fleet';
-import { closePools, shardPool } from '../helpers/stack';
+import { ownFleet, moveExists, runsOf, strayRow, type Fleet } from '../helpers/fleet';
+import { closePools } from '../helpers/stack';
 import { getPlacement } from '../../lib/directory/placements';
 import { planFromDirectory } from '../../lib/rebalance/fleet';
 import { rebalanceInputFor, startRebalance } from '../../lib/rebalance/start';
@@ -23,19 +23,6 @@ afterAll(async () => {
   await fleet?.close();
   await closePools();
 });
-
-/** A row of `tenant` written on `shard` behind the fence (replica role), as a half-done restore would leave it. */
-async function strayRow(shard: string, tenant: string) {
-  const c = await shardPool(shard).connect();
-  try {
-    await c.query('begin');
-    await c.query('set local session_replication_role = replica');
-    await c.query(`insert into public.events(tenant_id, kind) values ($1, 'stray')`, [tenant]);
-    await c.query('commit');
-  } finally {
-    c.release();
-  }
-}
 
 describe('rebalance --max-moves across re-plans', () => {
   it(`a run whose first move fails re-plans within what is left of its budget: ${K} moves started in all`, { timeout: 400_000 }, async () => {

@@ -8,6 +8,7 @@ import { moveWorkflowId } from '../../lib/ids';
 import { rebalanceStatusQuery, type RebalanceStatus } from '../../workflows/rebalance-messages';
 import type { Config } from '../../lib/config';
 import { openPool } from '../../lib/connections';
+import { inTransaction } from '../../lib/pg';
 import { ensureDirectory } from '../../lib/directory/ensure';
 import { createTenant } from '../../lib/tenants';
 import { seedTenant } from '../../lib/seed';
@@ -123,4 +124,12 @@ export async function runsOf(client: Client, workflowId: string, firstRunId: str
     runId = last?.workflowExecutionContinuedAsNewEventAttributes?.newExecutionRunId ?? undefined;
   }
   return runs;
+}
+
+/** A row of `tenant` written on `shard` behind the fence (replica role), as a half-done restore would leave it. */
+export async function strayRow(shard: string, tenant: string): Promise<void> {
+  await inTransaction(shardPool(shard), async (c) => {
+    await c.query('set local session_replication_role = replica');
+    await c.query(`insert into public.events(tenant_id, kind) values ($1, 'stray')`, [tenant]);
+  });
 }
