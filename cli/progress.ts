@@ -5,7 +5,7 @@
 import { MultiBar, type SingleBar } from 'cli-progress';
 import type { MoveStatus } from '../workflows/messages';
 import type { Phase } from '../workflows/phases';
-import { copyProgress, formatCopyProgress, tableTotal } from '../lib/move-progress';
+import { copyProgress, formatCopyProgress, formatCutoverPauses, tableTotal } from '../lib/move-progress';
 import { formatDurationSeconds } from '../lib/duration';
 
 /** What the renderer writes to: process.stdout / process.stderr, or a test's fake. */
@@ -78,12 +78,8 @@ function headerLines(s: MoveStatus): [string, string, string] {
   const lag = `lag ${s.lagBytes} B / ${s.lagSeconds}s`;
   const blobs = `blobs ${s.blobs.copied}/${s.blobs.total}`;
   const first = `${s.tenant}  ${s.source || '?'} → ${s.target}  phase ${s.phase}${s.paused ? ' (paused)' : ''}${s.awaitingApproval ? ' (awaiting approval)' : ''}  epoch ${s.epoch}  ${lag}  ${blobs}`;
-  const pause =
-    s.cutoverPauseMs !== null
-      ? `cutover write pause ${s.cutoverPauseMs} ms (attempts ${s.cutoverAttempts})`
-      : s.cutoverAttempts
-        ? `cutover attempts ${s.cutoverAttempts}`
-        : '';
+  const pauses = formatCutoverPauses(s);
+  const pause = pauses ? `cutover ${pauses}` : '';
   const third = [pause, s.blockedReason ? `blocked: ${s.blockedReason}` : '', s.soakEndsAt ? `soak ends ${s.soakEndsAt}` : ''].filter(Boolean).join('  ');
   return [first, `timeline ${phaseTimeline(s.phaseTimes) || '-'}`, third];
 }

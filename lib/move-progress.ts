@@ -75,3 +75,24 @@ function addedNote(added: number): string {
 export function withCopyProgress<S extends { tables: readonly TableCounts[] }>(s: S) {
   return { ...s, tables: s.tables.map((t) => ({ ...t, rowsTotal: tableTotal(t) })), copy: copyProgress(s.tables) };
 }
+
+/** What a move's cutover attempts cost the tenant's writes (the status fields, as in MoveStatus). */
+export interface CutoverPauses {
+  cutoverPauseMs: number | null;
+  cutoverAttempts: number;
+  cutoverAbortedPausesMs?: number[];
+}
+
+/**
+ * The cutover's write pauses in one phrase: the last attempt's pause, and what the aborted
+ * attempts froze too (each froze the tenant's writes, though no switch came of it); '' before
+ * the first attempt. E.g. `write pause 187 ms (attempt 3; 2 aborted attempts paused writes 2104 + 1980 ms)`.
+ */
+export function formatCutoverPauses(s: CutoverPauses): string {
+  const aborted = s.cutoverAbortedPausesMs ?? [];
+  const abortedText = aborted.length
+    ? `; ${aborted.length} aborted attempt${aborted.length === 1 ? '' : 's'} paused writes ${aborted.map((ms) => `${ms}`).join(' + ')} ms`
+    : '';
+  if (s.cutoverPauseMs !== null) return `write pause ${s.cutoverPauseMs} ms (attempt ${s.cutoverAttempts}${abortedText})`;
+  return s.cutoverAttempts ? `attempts ${s.cutoverAttempts}${abortedText}` : '';
+}

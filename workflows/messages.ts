@@ -35,6 +35,11 @@ export interface MoveStatus {
   /** ms since the freeze at the end of each cutover step (fenced, applied, blobs, compared, switched). */
   cutoverSteps?: Record<string, number>;
   cutoverAttempts: number;
+  /**
+   * The write pause of each aborted cutover attempt, in order (forward and rollback; the last
+   * 20): those froze the tenant's writes too, though no switch came of them. Absent in older runs.
+   */
+  cutoverAbortedPausesMs?: number[];
   soakEndsAt: string | null;
   phaseTimes: Partial<Record<Phase, string>>;
   operators: { startedBy: string; approvedBy?: string; rolledBackBy?: string; retiredBy?: string; cancelledBy?: string };

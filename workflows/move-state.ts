@@ -42,11 +42,21 @@ export function initialStatus(input: M.MoveInput): M.MoveStatus {
     etaSeconds: null,
     cutoverPauseMs: null,
     cutoverAttempts: 0,
+    cutoverAbortedPausesMs: [],
     soakEndsAt: null,
     phaseTimes: {},
     operators: { startedBy: input.requestedBy },
     validation: { ok: null, mismatches: [] },
   };
+}
+
+/** How many aborted attempts' pauses the status keeps (the oldest are dropped). */
+export const ABORTED_PAUSES_KEPT = 20;
+
+/** Records an aborted cutover attempt's write pause on the status (deterministic: no workflow API). */
+export function noteAbortedPause(st: M.MoveStatus, pauseMs: number): void {
+  const kept = [...(st.cutoverAbortedPausesMs ?? []), pauseMs];
+  st.cutoverAbortedPausesMs = kept.slice(-ABORTED_PAUSES_KEPT);
 }
 
 export class MoveState {

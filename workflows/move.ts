@@ -21,7 +21,7 @@ import type { RetryPolicy } from '@temporalio/common';
 import type { Activities } from '../activities';
 import * as M from './messages';
 import { Phase, refuseVerb, pastPointOfNoReturn, sameApproverRefusal, isTerminal } from './phases';
-import { MoveState } from './move-state';
+import { MoveState, noteAbortedPause } from './move-state';
 import { PERMANENT_ERROR_TYPES, isPermanentErrorType } from '../lib/errors';
 import { copyEtaSeconds, copyProgress } from '../lib/move-progress';
 
@@ -366,12 +366,14 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
             ]),
           ),
         );
-        st.cutoverPauseMs = r.pauseMs;
         if (r.ok) {
+          // The switching attempt's pause; an aborted one's is kept in cutoverAbortedPausesMs.
+          st.cutoverPauseMs = r.pauseMs;
           st.epoch = r.newEpoch;
           st.cutoverSteps = r.steps;
           return true;
         }
+        noteAbortedPause(st, r.pauseMs);
         st.lastError = `cutover attempt ${st.cutoverAttempts}: ${r.reason}`;
         if (carried.cancelRequested) return false;
         carried.cutoverAbortsInRow = (carried.cutoverAbortsInRow ?? 0) + 1;
@@ -447,7 +449,12 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
     await step('drop forward replication', () =>
       quick.dropReplication.executeWithOptions({ summary: 'drop forward replication' }, [{ ...ref(), direction: 'forward' }]),
     );
-    await record('switched', input.requestedBy, undefined, { epoch: st.epoch, cutoverPauseMs: st.cutoverPauseMs });
+    await record('switched', input.requestedBy, undefined, {
+      epoch: st.epoch,
+      cutoverPauseMs: st.cutoverPauseMs,
+      cutoverAttempts: st.cutoverAttempts,
+      cutoverAbortedPausesMs: st.cutoverAbortedPausesMs ?? [],
+    });
     enter('soak');
     carried.soakEndsAtMs = Date.now() + input.soakSeconds * 1000;
     st.soakEndsAt = new Date(carried.soakEndsAtMs).toISOString();
@@ -532,6 +539,7 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
           st.cutoverPauseMs = r.pauseMs;
           break;
         }
+        noteAbortedPause(st, r.pauseMs);
         st.lastError = `rollback cutover: ${r.reason}`;
         await holdOnPermanent('reverse catch-up', () =>
           long.catchUp.executeWithOptions({ summary: 'catch-up reverse (rollback)' }, [{ ...ref(), direction: 'reverse', maxDurationMs: 20_000, mode: 'now' }]),

@@ -14,7 +14,7 @@ import { invalidInput, ShardctlError } from '../../lib/errors';
 import * as M from '../../workflows/messages';
 import { isPhase, isTerminal, phaseReached, PHASES, sameApproverRefusal } from '../../workflows/phases';
 import { SA } from '../../workflows/search-attributes';
-import { formatTableProgress, withCopyProgress } from '../../lib/move-progress';
+import { formatCutoverPauses, formatTableProgress, withCopyProgress } from '../../lib/move-progress';
 import { progressRenderer, type ProgressRenderer } from '../progress';
 import { requireCurrentDirectorySchema } from '../../lib/directory/schema';
 import { exitCodeFor } from '../exit';
@@ -139,8 +139,8 @@ function printStatus(s: M.MoveStatus) {
           .map(([k, v]) => `${k} +${v}`)
           .join(', ')} ms`
       : '';
-    lines.push(`  cutover write pause ${s.cutoverPauseMs} ms (attempts ${s.cutoverAttempts})${steps}`);
-  }
+    lines.push(`  cutover ${formatCutoverPauses(s)}${steps}`);
+  } else if (s.cutoverAttempts) lines.push(`  cutover ${formatCutoverPauses(s)}`);
   if (s.soakEndsAt) lines.push(`  soak ends ${s.soakEndsAt}`);
   if (s.validation.ok === false) lines.push(...s.validation.mismatches.map((m) => `  mismatch: ${m}`));
   if (s.lastError) lines.push(`  last error: ${s.lastError}`);

@@ -3,7 +3,7 @@
 // what it waits for. Pure (no I/O, no Node imports): the workflows and the starter share it.
 // Names only — tenant, shards, operators — never a DSN, password or key.
 import type { MoveInput, MoveStatus } from '../../workflows/messages';
-import { copyProgress, formatCopyProgress } from '../move-progress';
+import { copyProgress, formatCopyProgress, formatCutoverPauses } from '../move-progress';
 
 /** One line, for the UI's list and the workflow page: `move acme: shard-a → shard-b, started by alice`. */
 export function moveStaticSummary(input: Pick<MoveInput, 'tenant' | 'target' | 'requestedBy'>, source?: string): string {
@@ -60,7 +60,7 @@ export function moveCurrentDetails(st: MoveStatus): string {
   if (st.tables.length) lines.push(`**copy** ${formatCopyProgress(copy)}, ${st.tables.filter((x) => x.done).length} of ${st.tables.length} tables`);
   if (st.blobs.total || st.blobs.copied) lines.push(`**blobs** ${st.blobs.copied} of ${st.blobs.total} (${st.blobs.bytes} bytes)`);
   if (st.phase !== 'plan' && st.phase !== 'copy') lines.push(`**lag** ${st.lagBytes} bytes (${st.lagSeconds} s)`);
-  if (st.cutoverPauseMs !== null) lines.push(`**cutover pause** ${st.cutoverPauseMs} ms (attempt ${st.cutoverAttempts})`);
+  if (st.cutoverAttempts) lines.push(`**cutover** ${formatCutoverPauses(st)}`);
   const waiting = moveWaitingFor(st);
   if (waiting) lines.push(`**waiting for** ${waiting}`);
   if (st.blockedReason) lines.push(`**blocked** ${st.blockedReason}`);

@@ -129,7 +129,7 @@ describe(`chaos (seed ${SEED})`, () => {
           faultPoint: label,
           killed: died,
           outcome,
-          pauseMs: status.cutoverPauseMs,
+          pause: C.pauseOf(status),
           writesAcked: counts.acked,
           writesRefused: counts.refused,
           unknown: counts.unknown,

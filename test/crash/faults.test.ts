@@ -121,7 +121,7 @@ describe('crash matrix: SIGKILL the worker at every fault point', () => {
             faultPoint: c.point,
             killed: true,
             outcome: status.phase,
-            pauseMs: status.cutoverPauseMs,
+            pause: C.pauseOf(status),
             writesAcked: counts.acked,
             writesRefused: counts.refused,
             unknown: counts.unknown,

@@ -72,7 +72,7 @@ describe('pause nemesis: SIGSTOP a worker inside the cutover, let another take o
           traffic,
           baselines,
         });
-        rows.push(`| ${point} | ${status.phase} | ${status.cutoverPauseMs ?? '-'} | ${counts.acked} | ${counts.refused} | whole unit | ${after - changes} |`);
+        rows.push(`| ${point} | ${status.phase} | ${C.pauseOf(status)} | ${counts.acked} | ${counts.refused} | whole unit | ${after - changes} |`);
       } catch (e) {
         rows.push(
           `| ${point} | FAILED: ${String((e as Error).message)

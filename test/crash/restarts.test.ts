@@ -79,7 +79,7 @@ async function runCase(
       faultPoint: name,
       killed: false,
       outcome: status.phase,
-      pauseMs: status.cutoverPauseMs,
+      pause: C.pauseOf(status),
       writesAcked: counts.acked,
       writesRefused: counts.refused,
       unknown: counts.unknown,

@@ -138,7 +138,7 @@ describe('shardctl move throttle, move watch and audit on a real move', () => {
       expect(tty.stdout).toMatch(new RegExp(`${done.tables[0].table} +\\[█+\\] +100% `));
       expect(tty.stdout).toContain(`${tenant}  shard-a → shard-b  phase done`);
       expect(tty.stdout).toMatch(/timeline copy \d\d:\d\d:\d\d · catchup \+[\d.]+s/);
-      expect(tty.stdout).toMatch(/cutover write pause \d+ ms \(attempts \d+\)/);
+      expect(tty.stdout).toMatch(/cutover write pause \d+ ms \(attempt \d+[;)]/);
       expect(tty.stdout).toContain(`${tenant}: move ${done.moveId} ended done`);
     },
   );

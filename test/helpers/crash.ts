@@ -133,11 +133,22 @@ export async function startTraffic(name: string, tenants: string[], rate = 40, r
   return traffic;
 }
 
+/**
+ * A report's pause cell: the switching attempt's write pause, then each aborted attempt's, which
+ * froze the tenant's writes too (e.g. `187 (aborted 2104, 1980)`); '-' when nothing paused.
+ */
+export function pauseOf(s: Pick<MoveStatus, 'cutoverPauseMs' | 'cutoverAbortedPausesMs'>): string {
+  const aborted = s.cutoverAbortedPausesMs ?? [];
+  const last = s.cutoverPauseMs ?? '-';
+  return aborted.length ? `${last} (aborted ${aborted.join(', ')})` : `${last}`;
+}
+
 export interface CaseRow {
   faultPoint: string;
   killed: boolean;
   outcome: string;
-  pauseMs: number | null;
+  /** The switching attempt's write pause, and each aborted attempt's (pauseOf). */
+  pause: string;
   writesAcked: number;
   writesRefused: number;
   /** Writes with an unknown outcome (all tenants); reads "N ok, M failed" (every ok read consistent). */
@@ -155,7 +166,7 @@ export function failedRow(faultPoint: string, killed: boolean, e: unknown, t0: n
     outcome: `FAILED: ${String((e as Error)?.message ?? e)
       .split('\n')[0]
       .slice(0, 120)}`,
-    pauseMs: null,
+    pause: '-',
     writesAcked: 0,
     writesRefused: 0,
     unknown: null,
@@ -313,7 +324,7 @@ export function writeReport(rows: CaseRow[], file = path.join(ARTIFACTS, 'crash-
     '| fault point | worker killed | outcome | cutover pause ms | writes acked (moving tenant) | refused | unknown (all tenants) | reads (all consistent) | verify | seconds |\n|---|---|---|---|---|---|---|---|---|---|';
   const body = rows.map(
     (r) =>
-      `| ${r.faultPoint} | ${r.killed ? 'SIGKILL' : 'no kill'} | ${r.outcome} | ${r.pauseMs ?? '-'} | ${r.writesAcked} | ${r.writesRefused} | ${r.unknown ?? '-'} | ${r.reads ?? '-'} | ${r.verified} | ${r.seconds} |`,
+      `| ${r.faultPoint} | ${r.killed ? 'SIGKILL' : 'no kill'} | ${r.outcome} | ${r.pause} | ${r.writesAcked} | ${r.writesRefused} | ${r.unknown ?? '-'} | ${r.reads ?? '-'} | ${r.verified} | ${r.seconds} |`,
   );
   const text = `${head}\n${body.join('\n')}\n`;
   fs.mkdirSync(path.dirname(file), { recursive: true });

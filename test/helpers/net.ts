@@ -4,7 +4,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { shardPool } from './stack';
-import type { ChildWorker, assertInvariants } from './crash';
+import { pauseOf, type ChildWorker, type assertInvariants } from './crash';
 import type { MoveStatus } from '../../workflows/messages';
 import { sleep } from '../../lib/dev/proc';
 import { readLog } from '../../lib/loadgen';
@@ -20,7 +20,8 @@ export const FROZEN_BOUND_MS = FENCE_BUDGET_MS + CUTOVER_HEARTBEAT_MS + 3000;
 export interface NetRow {
   fault: string;
   outcome: string;
-  pauseMs: number | null;
+  /** The switching attempt's write pause, and each aborted attempt's (pauseOf). */
+  pause: string;
   /** Longest stretch a fence held the tenant frozen, as polled every 50 ms. */
   frozenMs: number | null;
   acked: number;
@@ -37,7 +38,7 @@ export function netRow(fault: string, status: MoveStatus, frozenMs: number | nul
   return {
     fault,
     outcome: status.phase,
-    pauseMs: status.cutoverPauseMs,
+    pause: pauseOf(status),
     frozenMs,
     acked: counts.acked,
     refused: counts.refused,
@@ -62,7 +63,7 @@ export function writeNetReport(rows: NetRow[], file: string): string {
     '| fault | outcome | cutover pause ms | longest frozen ms | writes acked (moving tenant) | refused | unknown (all tenants) | reads | verify | seconds | notes |\n|---|---|---|---|---|---|---|---|---|---|---|';
   const body = rows.map(
     (r) =>
-      `| ${r.fault} | ${r.outcome} | ${r.pauseMs ?? '-'} | ${r.frozenMs ?? '-'} | ${r.acked} | ${r.refused} | ${r.unknown ?? '-'} | ${r.reads ?? '-'} | ${r.verified} | ${r.seconds} | ${r.notes} |`,
+      `| ${r.fault} | ${r.outcome} | ${r.pause} | ${r.frozenMs ?? '-'} | ${r.acked} | ${r.refused} | ${r.unknown ?? '-'} | ${r.reads ?? '-'} | ${r.verified} | ${r.seconds} | ${r.notes} |`,
   );
   const text = `${head}\n${body.join('\n')}\n`;
   fs.mkdirSync(path.dirname(file), { recursive: true });

@@ -1,5 +1,14 @@
 import { describe, it, expect } from 'vitest';
-import { copyEtaSeconds, copyProgress, formatCopyProgress, formatTableProgress, withCopyProgress, tableTotal } from '../../lib/move-progress';
+import {
+  copyEtaSeconds,
+  copyProgress,
+  formatCopyProgress,
+  formatCutoverPauses,
+  formatTableProgress,
+  withCopyProgress,
+  tableTotal,
+} from '../../lib/move-progress';
+import { ABORTED_PAUSES_KEPT, noteAbortedPause } from '../../workflows/move-state';
 
 // The case of issue 17: 2024 rows counted at plan time, 2027 copied because the tenant kept
 // inserting while the copy ran.
@@ -74,5 +83,24 @@ describe('copy progress', () => {
     expect(s.phase).toBe('catchup');
     expect(s.tables[0]).toEqual({ table: 'public.orders', rowsCopied: 2027, rowsEstimated: 2024, done: true, rowsTotal: 2027 });
     expect(s.copy).toEqual(copyProgress([grown]));
+  });
+});
+
+describe('cutover pauses', () => {
+  it("names every aborted attempt's write pause beside the switching one, and nothing before the first attempt", () => {
+    expect(formatCutoverPauses({ cutoverPauseMs: null, cutoverAttempts: 0 })).toBe('');
+    expect(formatCutoverPauses({ cutoverPauseMs: 187, cutoverAttempts: 1, cutoverAbortedPausesMs: [] })).toBe('write pause 187 ms (attempt 1)');
+    expect(formatCutoverPauses({ cutoverPauseMs: 187, cutoverAttempts: 3, cutoverAbortedPausesMs: [2104, 1980] })).toBe(
+      'write pause 187 ms (attempt 3; 2 aborted attempts paused writes 2104 + 1980 ms)',
+    );
+    expect(formatCutoverPauses({ cutoverPauseMs: null, cutoverAttempts: 1, cutoverAbortedPausesMs: [2050] })).toBe(
+      'attempts 1; 1 aborted attempt paused writes 2050 ms',
+    );
+  });
+
+  it('keeps the last 20 aborted pauses on the status', () => {
+    const st = { cutoverAbortedPausesMs: undefined } as unknown as Parameters<typeof noteAbortedPause>[0];
+    for (let i = 1; i <= 25; i++) noteAbortedPause(st, i);
+    expect(st.cutoverAbortedPausesMs).toEqual(Array.from({ length: ABORTED_PAUSES_KEPT }, (_, i) => i + 6));
   });
 });

@@ -135,7 +135,7 @@ describe('bars (terminal)', () => {
     r.stop();
     r.stop(); // idempotent
     const ended = strip(out.text());
-    expect(ended).toContain('cutover write pause 87 ms (attempts 1)');
+    expect(ended).toContain('cutover write pause 87 ms (attempt 1)');
     expect(ended).toContain('timeline plan 10:00:00 · copy +0.5s · switch +19.5s · soak +0.1s');
     expect(ended).toMatch(/accounts \[█{30}\] +100% 300\/300 rows - rows\/s ETA 0s ✓/);
     expect(out.text().lastIndexOf('\x1b[?25h')).toBeGreaterThan(out.text().lastIndexOf('\x1b[?25l')); // cursor shown again
