@@ -1084,4 +1084,52 @@ export const MUTATIONS: Mutation[] = [
     testFile: 'test/e2e/rebalance-audit.test.ts',
     testName: 'start, pause, resume and cancel each append a rebalance.<verb> entry with the actor, the reason and the run',
   },
+  {
+    id: 'adopt-table-without-tenant-column',
+    guarantee:
+      'shards adopt refuses a table in the tenant schemas without the tenant column: its rows would stay behind on the shard, moved by no move (issue 13, onboarding)',
+    file: 'lib/shard/tenant-census.ts',
+    from: '        if (!known.has(name)) {',
+    to: '        if (!known.has(name) && false) {',
+    testFile: 'test/e2e/adopt.test.ts',
+    testName: 'refuses a table without the tenant column and one whose key lacks it, naming each, and changes nothing',
+  },
+  {
+    id: 'adopt-refuses-placed-elsewhere',
+    guarantee:
+      'shards adopt never claims a tenant the directory places on another shard, and changes nothing when it finds one (§5.1 single write authority; issue 13)',
+    file: 'lib/adopt.ts',
+    from: '    else if (p) elsewhere.push(`${tenant} (on ${p.shard}, epoch ${p.epoch})`);',
+    to: '    else if (p) present.push(tenant);',
+    testFile: 'test/e2e/adopt.test.ts',
+    testName: 'refuses a tenant found there that the directory places on another shard, naming it, and changes nothing',
+  },
+  {
+    id: 'adopt-directory-cas',
+    guarantee: "adopt's directory transaction is a compare-and-set: a tenant placed on another shard by then refuses the whole generation (§2, §5.1)",
+    file: 'lib/directory/placements.ts',
+    from: '      if (elsewhere.length) throw new Rollback<AdoptPlacementsResult>({ ok: false, elsewhere });',
+    to: '      void elsewhere;',
+    testFile: 'test/e2e/adopt.test.ts',
+    testName: "the directory's compare-and-set refuses the whole generation when one tenant is placed on another shard by then",
+  },
+  {
+    id: 'adopt-rerun-no-generation',
+    guarantee: 'a re-run of shards adopt that places nothing changes nothing: no generation, no audit row (issue 13, idempotent)',
+    file: 'lib/directory/placements.ts',
+    from: '      if (!created.length) return { ok: true as const, created, present, generation: null };',
+    to: '      void 0;',
+    testFile: 'test/e2e/adopt.test.ts',
+    testName: 'places every tenant found on legacy in one directory generation, audited, each fenced at epoch 1; a re-run changes nothing',
+  },
+  {
+    id: 'adopt-fence-before-directory',
+    guarantee:
+      "an adopted tenant's fence (epoch 1, owned) is on its shard before its directory row, so a router never routes to a shard that refuses it (§3, as tenant create)",
+    file: 'lib/adopt.ts',
+    from: '  const fences = await installFirstOwners(pool, plan.place);',
+    to: '  const fences = { installed: [] as string[], present: [] as string[], conflicting: [] as FenceState[] };',
+    testFile: 'test/e2e/adopt.test.ts',
+    testName: 'places every tenant found on legacy in one directory generation, audited, each fenced at epoch 1; a re-run changes nothing',
+  },
 ];
