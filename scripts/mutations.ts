@@ -1132,4 +1132,32 @@ export const MUTATIONS: Mutation[] = [
     testFile: 'test/e2e/adopt.test.ts',
     testName: 'places every tenant found on legacy in one directory generation, audited, each fenced at epoch 1; a re-run changes nothing',
   },
+  {
+    id: 'rebalance-plans-bucket-units',
+    guarantee:
+      'rebalance plan, rebalance apply and shards drain plan the bucket units of bucket-routed datasets as they plan tenants: a drained shard holding buckets ends empty (issue 13)',
+    file: 'lib/rebalance/fleet.ts',
+    from: '  const { placements } = await listPlacements(directory);',
+    to: "  const { placements } = await listPlacements(directory, { kind: 'tenant' });",
+    testFile: 'test/e2e/drain-buckets.test.ts',
+    testName: 'a drain plans one move per bucket, spread over the open shards',
+  },
+  {
+    id: 'plan-zero-load-spread',
+    guarantee: 'a drain spreads units of load 0 (buckets) over its targets by unit count instead of piling them onto the least loaded one (issue 13)',
+    file: 'lib/rebalance/plan.ts',
+    from: '      const order = u.load === 0 ? [byCount, byUtil] : [byUtil, byCount];',
+    to: '      const order = [byUtil, byCount];',
+    testFile: 'test/unit/rebalance-plan.test.ts',
+    testName: 'drains bucket units (load 0) spread over the other shards by unit count, never onto a dedicated shard',
+  },
+  {
+    id: 'plan-unmovable-unit',
+    guarantee: 'the planner never plans a unit no move could carry (a bucket of a dataset the config does not name), and names it (issue 13)',
+    file: 'lib/rebalance/plan.ts',
+    from: "  return u.state !== 'moving' && !u.unmovable && !w.moved.has(u.unit)",
+    to: "  return u.state !== 'moving' && !w.moved.has(u.unit)",
+    testFile: 'test/unit/rebalance-plan.test.ts',
+    testName: 'never plans an unmovable unit (a bucket of a dataset the config does not name) and names it when it had to leave',
+  },
 ];
