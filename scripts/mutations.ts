@@ -1196,4 +1196,22 @@ export const MUTATIONS: Mutation[] = [
     testFile: 'test/unit/doctor-leftovers.test.ts',
     testName: 'judges no dedication while the fleet runs a rebalance run',
   },
+  {
+    id: 'adopt-refuses-invalid-tenant-ids',
+    guarantee: 'shards adopt refuses tenant column values that are not valid tenant ids rather than place them (issue 13)',
+    file: 'lib/shard/tenant-census.ts',
+    from: '          invalid.add(x.tenant);',
+    to: '          found.add(x.tenant);',
+    testFile: 'test/e2e/adopt.test.ts',
+    testName: 'refuses tenant column values that are not tenant ids, and a shard that is not open, and changes nothing',
+  },
+  {
+    id: 'adopt-shard-open',
+    guarantee: 'shards adopt places tenants only on an open shard, refusing before anything changes (issue 13)',
+    file: 'lib/adopt.ts',
+    from: "    if (info.status !== 'open') reasons.push(`shard ${shard} is ${info.status}: adopt places tenants on an open shard only`);",
+    to: '    void 0;',
+    testFile: 'test/e2e/adopt.test.ts',
+    testName: 'refuses tenant column values that are not tenant ids, and a shard that is not open, and changes nothing',
+  },
 ];

@@ -4,7 +4,8 @@
 // tenant tables in a schema of its own). Proven, in order:
 //   - a table without the tenant column, or with a key that lacks it, refuses the adoption with its
 //     reason, and nothing changes (no placement, no audit row, the database not even prepared);
-//   - so does a tenant found there that the directory already places on another shard;
+//   - so do tenant column values that are not tenant ids, a shard that is not open, and a tenant
+//     found there that the directory already places on another shard;
 //   - `--dry-run` lists every tenant it would place and changes nothing;
 //   - adopt places every tenant found, in one directory generation, audited, each with its fence
 //     (epoch 1, owned) on legacy; a re-run changes nothing; the directory's compare-and-set refuses
@@ -152,6 +153,23 @@ describe('shards adopt', () => {
     expect(await directoryState()).toEqual(before);
     expect(await prepared(), 'legacy not even prepared').toBe(false);
     await legacy.query(`drop table ${schema}.settings, ${schema}.notes`);
+  });
+
+  it('refuses tenant column values that are not tenant ids, and a shard that is not open, and changes nothing', { timeout: 60_000 }, async () => {
+    await legacy.query(`insert into ${schema}.accounts values ('Not An Id', 1, 'x')`);
+    const st = await cli(['shards', 'set-status', 'legacy', 'draining']);
+    expect(st.code, st.stderr).toBe(0);
+    const before = await directoryState();
+    const r = await cli(['shards', 'adopt', 'legacy', '--json']);
+    expect(r.code, r.stderr).toBe(4);
+    const m = jsonError(r).message;
+    expect(m).toContain('1 tenant_id value(s) are not valid tenant ids');
+    expect(m).toContain('"Not An Id"');
+    expect(m).toContain('shard legacy is draining: adopt places tenants on an open shard only');
+    expect(await directoryState()).toEqual(before);
+    expect(await prepared()).toBe(false);
+    await legacy.query(`delete from ${schema}.accounts where tenant_id = 'Not An Id'`);
+    expect((await cli(['shards', 'set-status', 'legacy', 'open'])).code).toBe(0);
   });
 
   it('refuses a tenant found there that the directory places on another shard, naming it, and changes nothing', { timeout: 60_000 }, async () => {
