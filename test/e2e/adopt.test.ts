@@ -12,7 +12,8 @@
 //     the whole generation when one of its tenants is placed elsewhere by then;
 //   - the real move workflow moves one tenant off legacy onto shard-b: its rows there are the ones
 //     written, row for row, legacy keeps none after retire, the router writes it on shard-b;
-//   - after that, a stray row of a tenant placed elsewhere refuses a re-run, which changes nothing.
+//   - after that, a stray row of a tenant placed elsewhere refuses a re-run, which changes nothing;
+//   - a second database onboarded by `shards add` then `shards adopt` (docs/production.md).
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { CreateBucketCommand } from '@aws-sdk/client-s3';
 import type { Pool } from 'pg';
@@ -41,6 +42,7 @@ let legacy: Pool;
 let worker: Awaited<ReturnType<typeof startWorker>> | undefined;
 let tq: string;
 const tenants: string[] = [];
+const extraDbs: string[] = [];
 let conflicting: string;
 
 const cli = (args: string[]) => runCli(args, { env: { SHARDCTL_CONFIG: file.file, SHARDCTL_ACTOR: 'adopt-test' } });
@@ -135,7 +137,7 @@ afterAll(async () => {
     .query(`drop schema if exists ${schema} cascade`)
     .catch(() => {});
   const server = openPool(fleet.config.shards.find((s) => s.name === 'shard-a')!.dsn, { max: 1 });
-  await server.query(`drop database if exists ${legacyDb} with (force)`).catch(() => {});
+  for (const db of [legacyDb, ...extraDbs]) await server.query(`drop database if exists ${db} with (force)`).catch(() => {});
   await server.end();
   await closePools();
 });
@@ -313,5 +315,41 @@ describe('shards adopt', () => {
     expect(jsonError(r).message).toContain(`${conflicting} (on shard-b, epoch 1)`);
     expect(await directoryState()).toEqual(before);
     expect((await legacy.query('select * from shardctl.fence order by unit')).rows).toEqual(fences);
+  });
+
+  it('onboards a second database by `shards add` then `shards adopt`, as docs/production.md says', { timeout: 120_000 }, async () => {
+    const server = fleet.config.shards.find((x) => x.name === 'shard-a')!;
+    const db = uniq('adopt_two').replace(/-/g, '_');
+    const admin = openPool(server.dsn, { max: 1 });
+    try {
+      await admin.query(`create database ${db}`);
+    } finally {
+      await admin.end();
+    }
+    extraDbs.push(db);
+    const u = new URL(server.dsn);
+    u.pathname = `/${db}`;
+    const two = openPool(u.toString(), { max: 1 });
+    const mine = [`two-a-${uniq('x').slice(-6)}`, `two-b-${uniq('x').slice(-6)}`].sort();
+    try {
+      await two.query(tablesSql(schema));
+      for (const [k, t] of mine.entries()) await writeLegacyRows(two, t, k);
+    } finally {
+      await two.end();
+    }
+    const bucket = uniq('adopt-two').toLowerCase();
+    const s3 = s3ClientFor(fleet.config, 'shard-a');
+    try {
+      await s3.send(new CreateBucketCommand({ Bucket: bucket }));
+    } finally {
+      s3.destroy();
+    }
+    const env = { SHARDCTL_CONFIG: file.file, SHARDCTL_ACTOR: 'adopt-test', ADOPT_TWO_DSN: u.toString() };
+    const add = await runCli(['shards', 'add', 'legacy-two', '--dsn-env', 'ADOPT_TWO_DSN', '--bucket', bucket], { env });
+    expect(add.code, add.stderr).toBe(0);
+    const r = await runCli(['shards', 'adopt', 'legacy-two', '--json'], { env });
+    expect(r.code, r.stderr).toBe(0);
+    expect(JSON.parse(r.stdout)).toMatchObject({ ok: true, created: mine, present: [] });
+    for (const t of mine) expect(await getPlacement(fleet.directory, t)).toMatchObject({ shard: 'legacy-two', epoch: 1, state: 'active' });
   });
 });
