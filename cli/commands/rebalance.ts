@@ -8,6 +8,7 @@ import { knownShard, type Config } from '../../lib/config';
 import { parseDurationMs } from '../../lib/duration';
 import { invalidInput, ShardctlError } from '../../lib/errors';
 import { validateTenantId } from '../../lib/ids';
+import { validateUnitName } from '../../lib/unit-rows';
 import { planFromDirectory } from '../../lib/rebalance/fleet';
 import type { PlanScope, RebalancePlan } from '../../lib/rebalance/plan';
 import { rebalanceInputFor, startRebalance } from '../../lib/rebalance/start';
@@ -148,7 +149,7 @@ async function planAndStart(config: Config, scope: PlanScope, o: StartOpts) {
     tolerance,
     maxMoves: maxMovesOpt(o.maxMoves),
     soakSeconds,
-    units: o.units ? o.units.split(',').map((u) => validateTenantId(u.trim())) : undefined,
+    units: o.units ? o.units.split(',').map((u) => validateUnitName(u.trim())) : undefined,
   });
   const plan = await dryRun(config, scope, { tolerance, units: input.units, maxMoves: input.maxMoves });
   printResult(o.json, { plan }, () => printPlan(plan));
@@ -207,7 +208,7 @@ export function register(program: Command) {
 
   const start = startOptions(rebalance.command('start').description('plan and run the moves (one rebalance at a time)'))
     .option('--tolerance <f>', 'band around the fleet mean (default 0.2)')
-    .option('--units <list>', 'only these tenants may move (comma-separated); the others count for load')
+    .option('--units <list>', 'only these units may move (comma-separated tenants or buckets, bucket:DS:N); the others count for load')
     .option('--max-moves <k>', 'at most K moves in the whole run, re-plans after a failure included');
   start.action((o: StartOpts) => planAndStart(cfg(), { kind: 'rebalance' }, o));
   examples(start, 'rebalance start', 'rebalance start --max-concurrent 4 --per-shard 2 --soak 1h --wait', 'rebalance start --max-moves 10');

@@ -5,7 +5,9 @@
 // changes the directory's status of a shard (audited); `closed` only when nothing is placed there
 // and no move onto or off it is unfinished (exit 4 with each reason otherwise). `undedicate` makes
 // a shard dedicated by `tenant isolate` shared again (audited). `add` joins a new
-// shard to the config's allowlist and the directory (lib/directory/add-shard.ts).
+// shard to the config's allowlist and the directory (lib/directory/add-shard.ts). `adopt` makes an
+// existing database (in the config) that already holds every tenant the fleet's first shard:
+// prepared, and every tenant found placed on it in one directory generation (lib/adopt.ts).
 import { Command } from 'commander';
 import { Config, configPath, knownShard } from '../../lib/config';
 import { addShard, checkAddShardRequest, SHARD_CLASSES, type AddShardRequest, type ShardClass } from '../../lib/directory/add-shard';
@@ -28,6 +30,8 @@ import { EXIT, exitCodeFor } from '../exit';
 import { examples } from '../help';
 import { configOf, printResult, withConnections } from '../run';
 import { parseDurationMs } from '../../lib/duration';
+import { adoptShard, validateAdoptInput, type AdoptResult } from '../../lib/adopt';
+import { ensureDirectory } from '../../lib/directory/ensure';
 
 export function register(program: Command) {
   const shards = program.command('shards').description('the shards: prepare them for moves, list them, open or close them');
@@ -211,11 +215,66 @@ export function register(program: Command) {
         { pretty: true },
       );
     });
+  const adopt = shards
+    .command('adopt')
+    .description(
+      'onboard an existing database (a shard of the config) whose tenant tables already hold every tenant: prepare it and place every tenant found on it, in one directory generation (idempotent)',
+    )
+    .argument('<name>', 'a shard of the config: the database to adopt')
+    .option('--dry-run', 'print what it would record and every reason it would refuse; change nothing (exit 4 if refused)')
+    .option('--expected-load <n>', 'expected load recorded for each tenant placed (default 1, as tenant create)')
+    .option('--reason <text>', 'why, for the audit log')
+    .option('--actor <name>', 'operator identity for the audit log')
+    .option(
+      '--json',
+      'as JSON: {shard, ok, dryRun, reasons, warnings, tables, datasetTables, place, present, movedAway, expectedLoad, load, created, generation, fencesInstalled}',
+    )
+    .action(async (name: string, o: { dryRun?: boolean; expectedLoad?: string; reason?: string; actor?: string; json?: boolean }) => {
+      const config = cfg();
+      if (o.expectedLoad !== undefined && !/^\d{1,15}$/.test(o.expectedLoad.trim()))
+        throw invalidInput(`--expected-load must be a non-negative integer, got ${JSON.stringify(o.expectedLoad.slice(0, 40))}`);
+      const input = {
+        shard: name,
+        actor: o.actor || actorDefault(),
+        reason: o.reason,
+        expectedLoad: o.expectedLoad === undefined ? undefined : Number(o.expectedLoad),
+      };
+      validateAdoptInput(input, config); // unknown shard, bad input: one line, before any connection
+      const r = await withConnections(config, {}, async (pools) => {
+        // A dry run reads only; a real one first brings the directory up to date and registers the config's shards.
+        if (!o.dryRun) await ensureDirectory(pools.directoryPool(), config);
+        return adoptShard({ directory: pools.directoryPool(), shardPool: pools.shardPool, s3For: pools.s3For, config }, input, { dryRun: !!o.dryRun });
+      });
+      printResult(o.json, r, printAdoption, { pretty: true });
+      if (!r.ok) process.exitCode = exitCodeFor('PreconditionFailed');
+    });
+  examples(
+    adopt,
+    'shards adopt legacy --dry-run          # what it would record, what refuses it; changes nothing',
+    'shards adopt legacy --reason "onboarding the monolith"',
+    "shards adopt legacy --dry-run --json | jq '.place | length'",
+  );
+
   examples(
     add,
     'SHARD_E_DSN=postgres://shardctl@db-e:5432/app shards add shard-e --dsn-env SHARD_E_DSN --bucket tenants-e',
     'shards add shard-f --dsn-env SHARD_F_DSN --bucket tenants-f --class dedicated --region eu-west-1 --capacity-ops 4000',
   );
+}
+
+function printAdoption(r: AdoptResult): void {
+  const what = r.dryRun ? (r.ok ? 'would place' : 'refused; would place') : 'placed';
+  const placed = r.dryRun ? r.place : r.created;
+  console.log(
+    `${r.shard}: ${r.tables.length} tenant table(s); ${r.place.length + r.present.length + r.movedAway.length} tenant(s) found; ${what} ${placed.length} (epoch 1, active, expected load ${r.expectedLoad} each), ${r.present.length} already placed here` +
+      (r.generation !== null ? `; directory generation ${r.generation}` : ''),
+  );
+  if (r.tables.length) console.log(`  tables: ${r.tables.join(', ')}`);
+  for (const t of placed) console.log(`  ${r.dryRun ? 'place' : 'placed'} ${t} -> ${r.shard}`);
+  if (r.load) console.log(`  load: ${r.load.before} -> ${r.load.after} of usable ${r.load.usable} (capacity ${r.load.capacity})`);
+  for (const w of r.warnings) console.log(`  warning: ${w}`);
+  for (const x of r.reasons) console.log(`  refused: ${x}`);
+  if (!r.dryRun && !placed.length && r.ok) console.log('  nothing to do: every tenant found is already placed here');
 }
 
 function bytesText(n: number): string {

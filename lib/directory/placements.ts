@@ -251,3 +251,70 @@ export async function insertPlacement(
     throw e;
   }
 }
+
+export type AdoptPlacementsResult =
+  { ok: true; created: string[]; present: string[]; generation: number | null } | { ok: false; elsewhere: Placement[] } | { ok: false; shardStatus: string };
+
+/**
+ * `shards adopt`: places every unit of `tenants` on `shard` (epoch 1, active) as ONE change of the
+ * directory: one transaction, one generation (a re-run that places nothing bumps none), one audit
+ * row per placed tenant (`tenant.adopt`) and one for the run (`shard.adopt`), one NOTIFY per
+ * placed tenant. A compare-and-set on "absent or already on `shard`": if any of them is placed on
+ * another shard by then, or the shard is no longer open (its row is locked, as reservations and
+ * closes lock it), nothing is written and the answer says which.
+ */
+export async function insertAdoptedPlacements(
+  pool: Pool,
+  shard: string,
+  tenants: string[],
+  expectedLoad: number,
+  audit: { actor: string; reason?: string; detail?: Record<string, unknown> },
+): Promise<AdoptPlacementsResult> {
+  checkAudit({ ...audit, action: 'shard.adopt' });
+  if (!Number.isSafeInteger(expectedLoad) || expectedLoad < 0) throw invalidInput(`expected load must be a non-negative integer, got ${expectedLoad}`);
+  const units = [...new Set(tenants)].sort();
+  try {
+    return await inDirectoryTransaction(pool, async (c) => {
+      const s = await c.query('select status from shardctl.shards where name = $1 for no key update', [shard]);
+      if (!s.rowCount) throw new ShardctlError('NotFound', `shard "${shard}" is not in the directory`);
+      if (s.rows[0].status !== 'open') throw new Rollback<AdoptPlacementsResult>({ ok: false, shardStatus: s.rows[0].status });
+      const ins = await c.query(
+        `insert into shardctl.units(unit, kind, shard, epoch, state, move_id, expected_load, updated_at)
+         select u, 'tenant', $2, 1, 'active', null, $3, now() from unnest($1::text[]) as x(u)
+         on conflict (unit) do nothing
+         returning unit`,
+        [units, shard, expectedLoad],
+      );
+      const created = ins.rows.map((r) => r.unit as string).sort();
+      const placed = new Set(created);
+      const present = units.filter((u) => !placed.has(u));
+      // Read after the insert, so a unit another transaction placed meanwhile is seen here (the
+      // insert waited for it): a unit not inserted must already be this shard's tenant.
+      const have = await c.query(`select ${COLUMNS} from shardctl.units where unit = any($1::text[]) for share`, [present]);
+      const elsewhere = have.rows.map(rowToPlacement).filter((p) => p.shard !== shard || p.kind !== 'tenant');
+      if (elsewhere.length) throw new Rollback<AdoptPlacementsResult>({ ok: false, elsewhere });
+      if (!created.length) return { ok: true as const, created, present, generation: null };
+      const generation = Number((await c.query('update shardctl.generation set value = value + 1 returning value')).rows[0].value);
+      const to = { shard, epoch: 1, state: 'active' };
+      await c.query(
+        `insert into shardctl.audit(actor, action, unit, detail, reason)
+         select $1, 'tenant.adopt', u, $3::jsonb, $4 from unnest($2::text[]) as x(u)`,
+        [audit.actor, created, JSON.stringify({ ...(audit.detail ?? {}), shard, expectedLoad, to, generation }), audit.reason ?? null],
+      );
+      await c.query(`insert into shardctl.audit(actor, action, unit, detail, reason) values ($1, 'shard.adopt', null, $2, $3)`, [
+        audit.actor,
+        JSON.stringify({ ...(audit.detail ?? {}), shard, tenants: created.length, present: present.length, generation }),
+        audit.reason ?? null,
+      ]);
+      await c.query(
+        `select pg_notify($1, json_build_object('unit', u, 'shard', $3::text, 'epoch', 1, 'state', 'active', 'generation', $4::bigint)::text)
+           from unnest($2::text[]) as x(u)`,
+        [PLACEMENT_CHANNEL, created, shard, generation],
+      );
+      return { ok: true as const, created, present, generation };
+    });
+  } catch (e) {
+    if (e instanceof Rollback) return e.value as AdoptPlacementsResult;
+    throw e;
+  }
+}

@@ -13,7 +13,11 @@ import { fenceStatus } from '../shard/prepare';
 import { MOVE_WORKFLOW_TYPE } from '../moves/start';
 import { SA } from '../../workflows/search-attributes';
 import * as M from '../../workflows/messages';
-import type { Facts, RunningMove, ShardFacts, SlotFact, FenceFact } from './findings';
+import type { Facts, RunningMove, ShardFacts, SlotFact, FenceFact, BucketRowsFact } from './findings';
+import { listShards } from '../directory/shards';
+import { listTenantTables, quoteIdent } from '../shard/tables';
+import { datasetTables } from '../unit-rows';
+import { bucketUnitName } from '../buckets/units';
 import { listOpenReservations } from '../directory/reservations';
 import { foreignBlobFacts } from './blob-facts';
 
@@ -50,10 +54,12 @@ export async function shardFacts(pool: Pool, config: Config, shard: string): Pro
             throw e;
           })
       : [];
+    const bucketRows = st.schemaInstalled && config.datasets.length ? await bucketRowFacts(pool, config) : undefined;
     return {
       shard,
       host,
       reachable: true,
+      ...(bucketRows ? { bucketRows } : {}),
       datasetBuckets: Object.fromEntries(recorded.map((x) => [x.key.slice('dataset.'.length, -'.buckets'.length), Number(x.value)])),
       slots: slots.rows.map((r): SlotFact => ({
         name: r.slot_name,
@@ -70,6 +76,36 @@ export async function shardFacts(pool: Pool, config: Config, shard: string): Pro
   } catch (e) {
     return { shard, host, reachable: false, error: short(e), slots: [], publications: [], schemaInstalled: false, fences: [], unfenced: [], foreignBlobs: [] };
   }
+}
+
+/**
+ * Which buckets of each configured dataset have rows in its tables here: one index probe per
+ * bucket present when the primary key leads with the bucket column (as the design asks), else a
+ * read of the table. Tables missing on this shard are not its to report.
+ */
+async function bucketRowFacts(pool: Pool, config: Config): Promise<BucketRowsFact[]> {
+  const out: BucketRowsFact[] = [];
+  for (const ds of config.datasets) {
+    for (const t of await listTenantTables(pool, datasetTables(config, ds)).catch(() => [])) {
+      const col = quoteIdent(ds.bucketColumn);
+      const r =
+        t.primaryKey[0] === ds.bucketColumn
+          ? await pool.query(
+              `with recursive walk(v) as (
+                 (select ${col} from ${t.qualified} order by ${col} limit 1)
+                 union all
+                 select (select ${col} from ${t.qualified} where ${col} > walk.v order by ${col} limit 1) from walk where walk.v is not null)
+               select v::int as bucket from walk where v is not null`,
+            )
+          : await pool.query(`select distinct ${col}::int as bucket from ${t.qualified} where ${col} is not null`);
+      for (const x of r.rows) {
+        const bucket = Number(x.bucket);
+        if (!Number.isInteger(bucket) || bucket < 0 || bucket >= ds.buckets) continue;
+        out.push({ unit: bucketUnitName(ds.name, bucket, ds.buckets), table: t.qualified, column: ds.bucketColumn, bucket });
+      }
+    }
+  }
+  return out;
 }
 
 /** The move's id, its phase's start and its soak's end from its status query; nulls when no worker answers within `timeoutMs`. */
@@ -118,6 +154,17 @@ export async function moveIsRunning(client: Client, unit: string): Promise<boole
   }
 }
 
+/** Whether the fleet's rebalance run (workflow id from the config) is running now (describe, strongly consistent). */
+async function rebalanceIsRunning(client: Client, workflowId: string): Promise<boolean> {
+  try {
+    const d = await client.connection.withDeadline(Date.now() + 5000, () => client.workflow.getHandle(workflowId).describe());
+    return d.status.name === 'RUNNING';
+  } catch (e) {
+    if ((e as Error)?.name === 'WorkflowNotFoundError') return false;
+    throw e;
+  }
+}
+
 const BUCKET_TIMEOUT_MS = 20_000;
 
 /** `p`, or a rejection with `why` after `ms` (doctor reports what it could not reach instead of hanging). */
@@ -151,6 +198,7 @@ export async function gatherFacts(src: FactSources): Promise<Facts> {
       placements: placements.map((p) => ({ unit: p.unit, shard: p.shard, epoch: p.epoch, state: p.state, moveId: p.moveId })),
       moveTargets: Object.fromEntries(targets.rows.map((r: { move_id: string; target: string }) => [r.move_id, r.target])),
       reservations: await listOpenReservations(dir),
+      dedications: (await listShards(dir)).filter((x) => x.dedicatedTo).map((x) => ({ shard: x.name, tenant: x.dedicatedTo! })),
     };
   } catch (e) {
     directory = { reachable: false, error: short(e), placements: [], moveTargets: {}, reservations: [] };
@@ -179,6 +227,7 @@ export async function gatherFacts(src: FactSources): Promise<Facts> {
   else {
     try {
       temporal = { reachable: true, running: await runningMoves(src.temporal.client) };
+      temporal.rebalanceRunning = await rebalanceIsRunning(src.temporal.client, config.temporal.rebalanceWorkflowId).catch(() => undefined);
       try {
         temporal.searchAttributes = await registeredSearchAttributes(src.temporal.client, config.temporal.namespace);
       } catch (e) {

@@ -37,6 +37,15 @@ export interface ShardFacts {
   bucketError?: string;
   /** The bucket count B each bucketed dataset is recorded with on this shard (`shards prepare`); absent: not read. */
   datasetBuckets?: Record<string, number>;
+  /** Each bucket unit of a configured dataset with rows in a dataset table here (absent: not read). */
+  bucketRows?: BucketRowsFact[];
+}
+export interface BucketRowsFact {
+  unit: string;
+  /** The dataset table (quoted, `"schema"."name"`) and its bucket column. */
+  table: string;
+  column: string;
+  bucket: number;
 }
 export interface ForeignBlobFact {
   shard: string;
@@ -85,6 +94,8 @@ export interface Facts {
     moveTargets: Record<string, string>;
     /** Headroom reservations not yet released (lib/directory/reservations.ts). */
     reservations: ReservationFact[];
+    /** Shards dedicated to a tenant (`tenant isolate`); absent: not read. */
+    dedications?: { shard: string; tenant: string }[];
   };
   temporal: {
     reachable: boolean;
@@ -93,6 +104,8 @@ export interface Facts {
     /** The namespace's custom search attributes (absent: not asked or not answered, see searchAttributesError). */
     searchAttributes?: string[];
     searchAttributesError?: string;
+    /** Whether the fleet's rebalance run (a drain and an isolate are runs too) is running; absent: not known. */
+    rebalanceRunning?: boolean;
   };
   shards: ShardFacts[];
   walThresholdBytes: number;
@@ -123,6 +136,8 @@ export const FINDING_KINDS = [
   'move-phase-too-long',
   'dataset-buckets-unplaced',
   'dataset-bucket-count',
+  'dedication-elsewhere',
+  'stray-bucket-rows',
 ] as const;
 export type FindingKind = (typeof FINDING_KINDS)[number];
 
@@ -478,6 +493,73 @@ export function judge(facts: Facts, opts: { fenceLockClass: number }): Finding[]
   }
   out.push(...judgeTemporal(facts));
   out.push(...judgeDatasets(facts));
+  out.push(...judgeDedications(facts, runningUnits));
+  out.push(...judgeStrayBucketRows(facts, runningUnits));
+  return out;
+}
+
+/**
+ * A shard dedicated to a tenant the directory places elsewhere (or not at all), with no isolate
+ * or move running that could be on its way: the shard takes no other unit and sits outside
+ * balancing for a tenant that is not there (an isolate that ended half-way, a tenant moved off).
+ */
+function judgeDedications(facts: Facts, runningUnits: ReadonlySet<string>): Finding[] {
+  const { directory, temporal } = facts;
+  // An isolate run dedicates first and moves after: judged only when Temporal says no run is going.
+  if (!directory.reachable || !temporal.reachable || temporal.rebalanceRunning !== false) return [];
+  const at = new Map(directory.placements.map((p) => [p.unit, p]));
+  const out: Finding[] = [];
+  for (const d of directory.dedications ?? []) {
+    const p = at.get(d.tenant);
+    if ((p && p.shard === d.shard) || runningUnits.has(d.tenant)) continue;
+    const undo = `shardctl shards undedicate ${d.shard} --reason "tenant ${d.tenant} is not on it"`;
+    out.push({
+      id: `dedication-elsewhere:${d.shard}`,
+      kind: 'dedication-elsewhere',
+      severity: 'warning',
+      shard: d.shard,
+      unit: d.tenant,
+      message: p
+        ? `${d.shard} is dedicated to tenant ${d.tenant}, but the directory places ${d.tenant} on ${p.shard} and no isolate or move of it runs: ${d.shard} takes no other unit and is left out of balancing`
+        : `${d.shard} is dedicated to tenant ${d.tenant}, which is not in the directory: ${d.shard} takes no other unit and is left out of balancing`,
+      fix: p ? `shardctl tenant isolate --tenant ${d.tenant} --to ${d.shard}  (finish the isolation), or ${undo}  (share it again)` : undo,
+      autoFix: false,
+    });
+  }
+  return out;
+}
+
+/**
+ * Rows of a bucket on a shard that does not own it, with no move of the bucket running (a move's
+ * target holds a copy before its switch, its source one during soak): nothing routes to them, and
+ * they make a later move of the bucket onto that shard refuse at plan. Left by a cancel or retire
+ * that did not finish, or written past the router.
+ */
+function judgeStrayBucketRows(facts: Facts, runningUnits: ReadonlySet<string>): Finding[] {
+  const { directory, temporal } = facts;
+  if (!directory.reachable || !temporal.reachable) return [];
+  const at = new Map(directory.placements.map((p) => [p.unit, p.shard]));
+  const out: Finding[] = [];
+  for (const s of facts.shards) {
+    if (!s.reachable || !s.bucketRows) continue;
+    const byUnit = new Map<string, BucketRowsFact[]>();
+    for (const r of s.bucketRows) byUnit.set(r.unit, [...(byUnit.get(r.unit) ?? []), r]);
+    for (const [unit, rows] of byUnit) {
+      const owner = at.get(unit);
+      if (!owner || owner === s.shard || runningUnits.has(unit)) continue;
+      const deletes = rows.map((r) => `delete from ${r.table} where "${r.column.replace(/"/g, '""')}" = ${r.bucket};`).join(' ');
+      out.push({
+        id: `stray-bucket-rows:${s.shard}:${unit}`,
+        kind: 'stray-bucket-rows',
+        severity: 'warning',
+        shard: s.shard,
+        unit,
+        message: `${s.shard} holds rows of ${unit} (in ${rows.map((r) => r.table).join(', ')}), which the directory places on ${owner}, and no move of it runs: nothing routes to them, and a move of ${unit} onto ${s.shard} would refuse`,
+        fix: `compare them with ${owner} first (they may be writes made past the router), then delete them on ${s.shard}: psql "postgres://<role>@${s.host}" -c "begin; set local session_replication_role = replica; ${deletes} commit;"`,
+        autoFix: false,
+      });
+    }
+  }
   return out;
 }
 

@@ -1,5 +1,7 @@
 // Plans from the directory as it is now: the shards of the config's allowlist (status, capacity,
-// dedication from the shards table) and every tenant unit's placement and expected load.
+// dedication from the shards table) and every unit's placement and expected load: tenants and the
+// buckets of bucket-routed datasets (a bucket moves like a tenant; one of a dataset the config does
+// not name counts for load but is never planned, since no move could select its rows).
 // Node-only (reads the directory); the arithmetic is lib/rebalance/plan.ts.
 import type { Queryable } from '../directory/db';
 import type { Config } from '../config';
@@ -7,13 +9,14 @@ import { listShards } from '../directory/shards';
 import { listPlacements } from '../directory/placements';
 import { listOpenReservations } from '../directory/reservations';
 import { listResidency } from '../directory/policy';
+import { parseUnit } from '../buckets/units';
 import { planMoves, type PlanOptions, type PlanScope, type RebalancePlan } from './plan';
 
 export async function planFromDirectory(directory: Queryable, config: Config, scope: PlanScope, opts: PlanOptions = {}): Promise<RebalancePlan> {
   const known = new Set(config.shards.map((s) => s.name));
   const shards = (await listShards(directory)).filter((s) => known.has(s.name));
-  // Tenant units first (issue 13): bucket units are not yet registered in the directory.
-  const { placements } = await listPlacements(directory, { kind: 'tenant' });
+  const { placements } = await listPlacements(directory);
+  const datasets = new Set(config.datasets.map((d) => d.name));
   // A unit whose move holds a reservation is in flight (even before its freeze): never planned again.
   const inFlight = new Set((await listOpenReservations(directory)).map((r) => r.unit));
   const residency = await listResidency(directory);
@@ -33,8 +36,16 @@ export async function planFromDirectory(directory: Queryable, config: Config, sc
       load: p.expectedLoad,
       state: inFlight.has(p.unit) ? 'moving' : p.state,
       regions: residency.get(p.unit) ?? null,
+      ...(p.kind === 'bucket' && !datasets.has(bucketDataset(p.unit))
+        ? { unmovable: `is a bucket of dataset ${bucketDataset(p.unit)}, which the config does not name` }
+        : {}),
     })),
     scope,
     { headroomFraction: config.limits.headroomFraction, ...opts },
   );
+}
+
+function bucketDataset(unit: string): string {
+  const p = parseUnit(unit);
+  return p.kind === 'bucket' ? p.dataset : unit;
 }

@@ -29,6 +29,8 @@ export interface PlanUnit {
   state?: 'active' | 'moving';
   /** Its residency (`tenant residency`): the only regions it may live in; null or absent: any. */
   regions?: readonly string[] | null;
+  /** Why no move may take it (e.g. a bucket of a dataset the config does not name): it counts for load and stays. */
+  unmovable?: string;
 }
 
 export interface PlannedMove {
@@ -90,6 +92,8 @@ interface Work {
   /** Load of the units planned into each shard (what it may hold mid-plan before any leaves). */
   incoming: Map<string, number>;
   moved: Set<string>;
+  /** Units (planned) on each shard: the tie-break that spreads units of equal load (buckets at load 0). */
+  count: Map<string, number>;
   moves: PlannedMove[];
   headroom: number;
   exclude: Set<string>;
@@ -120,7 +124,7 @@ function fits(w: Work, unit: PlanUnit, shard: PlanShard): boolean {
 }
 
 function movable(w: Work, u: PlanUnit): boolean {
-  return u.state !== 'moving' && !w.moved.has(u.unit) && !w.exclude.has(u.unit) && (!w.only || w.only.has(u.unit));
+  return u.state !== 'moving' && !u.unmovable && !w.moved.has(u.unit) && !w.exclude.has(u.unit) && (!w.only || w.only.has(u.unit));
 }
 
 function addMove(w: Work, u: PlanUnit, to: string, reason: string) {
@@ -129,6 +133,8 @@ function addMove(w: Work, u: PlanUnit, to: string, reason: string) {
   w.at.set(u.unit, to);
   w.moved.add(u.unit);
   w.incoming.set(to, (w.incoming.get(to) ?? 0) + u.load);
+  w.count.set(from, (w.count.get(from) ?? 0) - 1);
+  w.count.set(to, (w.count.get(to) ?? 0) + 1);
 }
 
 function start(shards: readonly PlanShard[], units: readonly PlanUnit[], opts: PlanOptions): Work {
@@ -139,6 +145,7 @@ function start(shards: readonly PlanShard[], units: readonly PlanUnit[], opts: P
     initial: new Map(shards.map((s) => [s.name, s.reserved ?? 0])),
     incoming: new Map(),
     moved: new Set(),
+    count: new Map(),
     moves: [],
     headroom: opts.headroomFraction ?? 0,
     exclude: new Set(opts.exclude ?? []),
@@ -148,6 +155,7 @@ function start(shards: readonly PlanShard[], units: readonly PlanUnit[], opts: P
     w.units.set(u.unit, u);
     w.at.set(u.unit, u.shard);
     w.initial.set(u.shard, (w.initial.get(u.shard) ?? 0) + u.load);
+    w.count.set(u.shard, (w.count.get(u.shard) ?? 0) + 1);
   }
   return w;
 }
@@ -160,19 +168,29 @@ function evacuate(w: Work, problems: string[], mustLeave: (u: PlanUnit, s: PlanS
     .sort((a, b) => b.u.load - a.u.load || (a.u.unit < b.u.unit ? -1 : 1));
   for (const { u, why } of leaving) {
     if (!movable(w, u)) {
-      problems.push(`${u.unit} must leave ${w.at.get(u.unit)} (${why}) but ${u.state === 'moving' ? 'is moving already' : 'is excluded from this run'}`);
+      const stays = u.unmovable ?? (u.state === 'moving' ? 'is moving already' : 'is excluded from this run');
+      problems.push(`${u.unit} must leave ${w.at.get(u.unit)} (${why}) but ${stays}`);
       continue;
     }
     if (w.moves.length >= maxMoves) {
       problems.push(`${u.unit} must leave ${w.at.get(u.unit)} (${why}) but the plan is at its limit of ${maxMoves} moves`);
       continue;
     }
-    // The eligible shard with the lowest utilisation after taking the unit.
-    let best: { s: PlanShard; util: number } | undefined;
+    // The eligible shard with the lowest utilisation after taking the unit, then the one holding
+    // fewer units. A unit of load 0 (a bucket: dataset init records none) adds load nowhere, so for
+    // it the fewest units come first: a drained dataset spreads instead of piling onto one shard.
+    let best: { s: PlanShard; util: number; n: number } | undefined;
+    const before = (a: { util: number; n: number; name: string }, b: { util: number; n: number; name: string }) => {
+      const byUtil = Math.abs(a.util - b.util) <= 1e-12 ? 0 : a.util - b.util;
+      const byCount = a.n - b.n;
+      const order = u.load === 0 ? [byCount, byUtil] : [byUtil, byCount];
+      for (const d of order) if (d !== 0) return d < 0;
+      return a.name < b.name;
+    };
     for (const s of w.shards.values()) {
       if (s.name === w.at.get(u.unit) || !fits(w, u, s)) continue;
-      const util = (loadOf(w, s.name) + u.load) / s.capacity;
-      if (!best || util < best.util - 1e-12 || (Math.abs(util - best.util) <= 1e-12 && s.name < best.s.name)) best = { s, util };
+      const c = { util: (loadOf(w, s.name) + u.load) / s.capacity, n: w.count.get(s.name) ?? 0, name: s.name };
+      if (!best || before(c, { util: best.util, n: best.n, name: best.s.name })) best = { s, util: c.util, n: c.n };
     }
     if (!best) {
       problems.push(`no open shard has room for ${u.unit} (load ${u.load}), which must leave ${w.at.get(u.unit)} (${why}): add a shard or raise capacity`);

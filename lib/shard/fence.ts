@@ -257,3 +257,67 @@ export async function removeFirstFence(pool: Pool, unit: string): Promise<boolea
     return false;
   }
 }
+
+/** The fences of `units` on this shard (absent units have none); none at all before `shards prepare`. */
+export async function getUnitFences(db: Pool | PoolClient, units: string[]): Promise<Map<string, FenceState>> {
+  const r = await db.query(`select to_regclass('shardctl.fence') is not null as installed`);
+  const out = new Map<string, FenceState>();
+  if (!r.rows[0].installed) return out;
+  const f = await db.query(`select unit, epoch, owned, frozen, ${FROZEN_NOW_SQL} as frozen_now from shardctl.fence where unit = any($1::text[])`, [units]);
+  for (const row of f.rows) {
+    out.set(row.unit, {
+      unit: row.unit,
+      epoch: Number(row.epoch),
+      owned: row.owned,
+      frozen: row.frozen_now,
+      ...(row.frozen && !row.frozen_now ? { leaseExpired: true } : {}),
+    });
+  }
+  return out;
+}
+
+/**
+ * Many new units' first owner at once (`shards adopt`): epoch 1, owned, open, in batches of
+ * `batch` units per transaction, each unit's fence lock taken exclusively in unit order (two
+ * batches never wait on each other in a cycle, and the lock table holds one batch at a time).
+ * A unit that already has a fence is left as it is: `present` when it is exactly a first owner's
+ * (an earlier run of the same adoption), `conflicting` otherwise.
+ */
+export async function installFirstOwners(
+  pool: Pool,
+  units: string[],
+  opts: { batch?: number; lockTimeoutMs?: number } = {},
+): Promise<{ installed: string[]; present: string[]; conflicting: FenceState[] }> {
+  const out = { installed: [] as string[], present: [] as string[], conflicting: [] as FenceState[] };
+  const sorted = [...new Set(units)].sort();
+  const size = opts.batch ?? 500;
+  for (let i = 0; i < sorted.length; i += size) {
+    const part = sorted.slice(i, i + size);
+    await inTransaction(pool, async (c) => {
+      await c.query(`select set_config('lock_timeout', $1, true)`, [`${opts.lockTimeoutMs ?? 10_000}ms`]);
+      // In lock-key order, so two adoptions (or an adoption and a tenant create) never deadlock.
+      await c.query('select pg_advisory_xact_lock($1, k) from (select distinct hashtext(u) as k from unnest($2::text[]) as x(u) order by 1) s', [
+        FENCE_LOCK_CLASS,
+        part,
+      ]);
+      const ins = await c.query(
+        `insert into shardctl.fence(unit, epoch, owned, frozen, updated_at)
+         select u, 1, true, false, now() from unnest($1::text[]) as x(u)
+         on conflict (unit) do nothing returning unit`,
+        [part],
+      );
+      const installed = new Set<string>(ins.rows.map((r) => r.unit));
+      const others = part.filter((u) => !installed.has(u));
+      const now = others.length ? await getUnitFences(c, others) : new Map<string, FenceState>();
+      for (const u of part) {
+        if (installed.has(u)) out.installed.push(u);
+        else {
+          const f = now.get(u)!;
+          if (f.epoch === 1 && f.owned && !f.frozen && !f.leaseExpired) out.present.push(u);
+          else out.conflicting.push(f);
+        }
+      }
+    });
+  }
+  return out;
+}

@@ -124,6 +124,39 @@ describe('rebalance plan', () => {
     expect(p.shards.find((s) => s.name === 'a')!.unitsAfter).toBe(0);
   });
 
+  it('drains bucket units (load 0) spread over the other shards by unit count, never onto a dedicated shard', () => {
+    const shards = [shard('a'), shard('b'), shard('c'), shard('d', 100, 'open', 'vip')];
+    const buckets = [0, 1, 2, 3, 4, 5].map((n) => unit(`bucket:ev:${n}`, 'a', 0));
+    const p = planMoves(shards, [...buckets, unit('t1', 'b', 2), unit('vip', 'd', 5)], { kind: 'drain', shard: 'a' });
+    expect(p.problems).toEqual([]);
+    expect(p.moves.map((m) => m.unit).sort()).toEqual(buckets.map((b) => b.unit));
+    const into = (s: string) => p.moves.filter((m) => m.to === s).length;
+    expect(into('d'), 'dedicated shard takes none').toBe(0);
+    // Load 0 adds no load anywhere: the fewest units decides, so b (holding t1) and c end one apart.
+    expect(Math.abs(1 + into('b') - into('c'))).toBeLessThanOrEqual(1);
+    expect(p.shards.find((s) => s.name === 'a')!.unitsAfter).toBe(0);
+  });
+
+  it('spreads zero-load buckets evenly when the targets are equally loaded', () => {
+    const buckets = [0, 1, 2, 3, 4, 5].map((n) => unit(`bucket:ev:${n}`, 'a', 0));
+    const p = planMoves([shard('a'), shard('b'), shard('c')], buckets, { kind: 'drain', shard: 'a' });
+    expect(p.moves.filter((m) => m.to === 'b')).toHaveLength(3);
+    expect(p.moves.filter((m) => m.to === 'c')).toHaveLength(3);
+  });
+
+  it('never plans an unmovable unit (a bucket of a dataset the config does not name) and names it when it had to leave', () => {
+    const p = planMoves(
+      [shard('a'), shard('b')],
+      [{ ...unit('bucket:gone:1', 'a', 0), unmovable: 'is a bucket of dataset gone, which the config does not name' }],
+      {
+        kind: 'drain',
+        shard: 'a',
+      },
+    );
+    expect(p.moves).toEqual([]);
+    expect(p.problems).toEqual(['bucket:gone:1 must leave a (a is draining) but is a bucket of dataset gone, which the config does not name']);
+  });
+
   it('refuses to drain into a fleet without room, naming the unit', () => {
     const p = planMoves([shard('a', 10), shard('b', 10)], [unit('t1', 'a', 8), unit('t2', 'b', 8)], { kind: 'drain', shard: 'a' });
     expect(p.moves).toEqual([]);
