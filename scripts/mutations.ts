@@ -1084,4 +1084,13 @@ export const MUTATIONS: Mutation[] = [
     testFile: 'test/e2e/rebalance-audit.test.ts',
     testName: 'start, pause, resume and cancel each append a rebalance.<verb> entry with the actor, the reason and the run',
   },
+  {
+    id: 'worker-log-pretty-on-tty',
+    guarantee: 'a worker on a terminal prints human-readable log lines with the move, unit, phase and attempt (issue 12)',
+    file: 'cli/commands/worker.ts',
+    from: '        format = logFormatFrom(process.env.SHARDCTL_LOG_FORMAT, !!process.stdout.isTTY);',
+    to: '        format = logFormatFrom(process.env.SHARDCTL_LOG_FORMAT, false);',
+    testFile: 'test/e2e/worker-logs-tty.test.ts',
+    testName: 'each activity line names move, unit, phase and attempt in both shapes',
+  },
 ];
