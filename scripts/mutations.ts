@@ -1093,4 +1093,13 @@ export const MUTATIONS: Mutation[] = [
     testFile: 'test/e2e/worker-logs-tty.test.ts',
     testName: 'each activity line names move, unit, phase and attempt in both shapes',
   },
+  {
+    id: 'dashboard-sdk-metric-real',
+    guarantee: "the dashboard's Temporal SDK panels query metric names a real worker's exporter writes (issue 12)",
+    file: 'ops/grafana/shardctl.json',
+    from: 'rate(temporal_long_request_latency_bucket[$__rate_interval])',
+    to: 'rate(temporal_long_request_latency_seconds_bucket[$__rate_interval])',
+    testFile: 'test/unit/ops-dashboards.test.ts',
+    testName: "charts the Temporal SDK's runtime metrics a real worker exports",
+  },
 ];
