@@ -1214,4 +1214,22 @@ export const MUTATIONS: Mutation[] = [
     testFile: 'test/e2e/adopt.test.ts',
     testName: 'refuses tenant column values that are not tenant ids, and a shard that is not open, and changes nothing',
   },
+  {
+    id: 'worker-log-pretty-on-tty',
+    guarantee: 'a worker on a terminal prints human-readable log lines with the move, unit, phase and attempt (issue 12)',
+    file: 'cli/commands/worker.ts',
+    from: '        format = logFormatFrom(process.env.SHARDCTL_LOG_FORMAT, !!process.stdout.isTTY);',
+    to: '        format = logFormatFrom(process.env.SHARDCTL_LOG_FORMAT, false);',
+    testFile: 'test/e2e/worker-logs-tty.test.ts',
+    testName: 'each activity line names move, unit, phase and attempt in both shapes',
+  },
+  {
+    id: 'dashboard-sdk-metric-real',
+    guarantee: "the dashboard's Temporal SDK panels query metric names a real worker's exporter writes (issue 12)",
+    file: 'ops/grafana/shardctl.json',
+    from: 'rate(temporal_long_request_latency_bucket[$__rate_interval])',
+    to: 'rate(temporal_long_request_latency_seconds_bucket[$__rate_interval])',
+    testFile: 'test/unit/ops-dashboards.test.ts',
+    testName: "charts the Temporal SDK's runtime metrics a real worker exports",
+  },
 ];

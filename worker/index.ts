@@ -10,7 +10,7 @@ import { Config } from '../lib/config';
 import { createActivities } from '../activities';
 import { createDeps, Deps } from '../activities/deps';
 import { temporalConnectionOptions } from '../lib/temporal-client';
-import { createLogger, logLevelFrom, type Logger } from '../lib/obs/log';
+import { createLogger, logFormatFrom, logLevelFrom, type Logger } from '../lib/obs/log';
 import { createMetrics, serveMetrics, type Metrics, type MetricsServer } from '../lib/obs/metrics';
 import { activityInterceptor, temporalLogger } from './instrument';
 import { movesByPhaseRefresher } from './moves-gauge';
@@ -98,7 +98,13 @@ export interface WorkerOptions {
 
 export async function startWorker(config: Config, opts: WorkerOptions = {}): Promise<StartedWorker> {
   const taskQueue = opts.taskQueue ?? config.temporal.taskQueue;
-  const log = opts.log ?? createLogger(config, { level: logLevelFrom(process.env.SHARDCTL_LOG_LEVEL, 'error'), base: { taskQueue } });
+  const log =
+    opts.log ??
+    createLogger(config, {
+      level: logLevelFrom(process.env.SHARDCTL_LOG_LEVEL, 'error'),
+      format: logFormatFrom(process.env.SHARDCTL_LOG_FORMAT, !!process.stdout.isTTY),
+      base: { taskQueue },
+    });
   const addr = opts.metricsAddr ?? config.observability.metricsAddr;
   await installRuntime(log, !!addr);
   const metrics = opts.deps?.metrics ?? createMetrics();

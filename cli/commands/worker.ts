@@ -1,6 +1,7 @@
 // `shardctl worker`: runs the Temporal worker (workflows + activities) until SIGINT/SIGTERM; a
 // directory or Temporal not up yet is waited for (worker/wait.ts), a signal ends the wait. Logs
-// are JSON lines on stdout (SHARDCTL_LOG_LEVEL, default info); with --metrics-addr (or
+// are JSON lines on stdout (SHARDCTL_LOG_LEVEL, default info), human lines when stdout is a
+// terminal (SHARDCTL_LOG_FORMAT=json|pretty decides otherwise); with --metrics-addr (or
 // SHARDCTL_METRICS_ADDR / observability.metricsAddr) it serves Prometheus metrics on GET /metrics.
 import { Command } from 'commander';
 import { configPath, projectRoot } from '../../lib/config';
@@ -10,7 +11,7 @@ import { untilReachable } from '../../worker/wait';
 import { ensureDirectory } from '../../lib/directory/ensure';
 import { dsnHost } from '../../lib/directory/db';
 import { registerWorker } from '../../lib/dev/workers';
-import { createLogger, logLevelFrom } from '../../lib/obs/log';
+import { createLogger, logFormatFrom, logLevelFrom } from '../../lib/obs/log';
 import { createMetrics, parseListenAddr } from '../../lib/obs/metrics';
 import { invalidInput } from '../../lib/errors';
 import path from 'node:path';
@@ -27,7 +28,7 @@ export const STOP_BOUND_MS = 10_000;
 export function register(program: Command) {
   const worker = program
     .command('worker')
-    .description('run a Temporal worker for moves (JSON logs on stdout; Prometheus metrics with --metrics-addr)')
+    .description('run a Temporal worker for moves (JSON logs on stdout, human lines on a terminal; Prometheus metrics with --metrics-addr)')
     .option('--task-queue <q>', 'task queue (default from config)')
     .option('--metrics-addr <[host]:port>', 'serve GET /metrics here, e.g. :9464 (default $SHARDCTL_METRICS_ADDR or observability.metricsAddr; none if unset)')
     .action(async (o) => {
@@ -40,14 +41,15 @@ export function register(program: Command) {
           throw invalidInput((e as Error).message);
         }
       }
-      let level;
+      let level, format;
       try {
         level = logLevelFrom(process.env.SHARDCTL_LOG_LEVEL, 'info');
+        format = logFormatFrom(process.env.SHARDCTL_LOG_FORMAT, !!process.stdout.isTTY);
       } catch (e) {
         throw invalidInput((e as Error).message);
       }
       const taskQueue: string = o.taskQueue ?? config.temporal.taskQueue;
-      const log = createLogger(config, { level, base: { taskQueue } });
+      const log = createLogger(config, { level, format, base: { taskQueue } });
       // Loaded here, not at the top: the Temporal worker (and its native bridge) takes about 1.5 s of
       // CPU to load, which every other verb of the CLI would pay.
       // require, not import(): the CLI runs TypeScript through tsx's CommonJS hook, and a dynamic

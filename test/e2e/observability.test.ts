@@ -1,7 +1,8 @@
 // The worker's operator surfaces on a real move through the real `shardctl worker` process: its
 // Prometheus endpoint (scraped during the move: moves by phase, rows copied rising, cutover
 // attempts and pause histogram, the per-move series gone once the move is done) and its JSON log
-// (every activity line names move, unit, phase, activity and attempt; no DSN password, no S3 secret).
+// (every activity line names move, unit, phase, activity and attempt; no DSN password, no S3 secret),
+// and every Temporal SDK metric the Grafana dashboard charts on that page.
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -9,8 +10,10 @@ import { testConfig, uniq, closePools } from '../helpers/stack';
 import * as H from '../helpers/move';
 import { spawnCollecting, newMark, killMarked, MARK_VAR, type Spawned } from '../helpers/procs';
 import { moveWorkflowId } from '../../lib/ids';
+import { dashboardSdkMetrics, seriesOfTypes } from '../helpers/ops-exprs';
 
 const ROOT = path.resolve(__dirname, '../..');
+const SDK_FIXTURE = seriesOfTypes(fs.readFileSync(path.join(ROOT, 'test/fixtures/temporal-sdk-metrics.txt'), 'utf8'));
 const mark = newMark('obs');
 let t: Awaited<ReturnType<typeof H.temporal>>;
 let worker: Spawned;
@@ -98,6 +101,14 @@ describe('worker metrics and logs on a real move', () => {
 
     const done = await H.waitPhase(h, 'done', 180_000);
     const after = await scrape();
+    fs.mkdirSync(path.join(ROOT, 'test-results'), { recursive: true });
+    fs.writeFileSync(path.join(ROOT, 'test-results', 'observability-metrics.txt'), after);
+    // Every Temporal SDK metric the Grafana dashboard charts is on this real page, with samples
+    // (test/fixtures/temporal-sdk-metrics.txt, which the dashboard's unit test reads, is a copy of its names).
+    const charted = dashboardSdkMetrics();
+    expect(charted.length).toBeGreaterThan(10);
+    expect(charted.filter((n) => !new RegExp(`^${n}[{ ]`, 'm').test(after))).toEqual([]);
+    expect(charted.filter((n) => !SDK_FIXTURE.has(n))).toEqual([]);
     expect(sum(samples(after, 'shardctl_rows_copied_total', { source: 'shard-a', target: 'shard-b' })) - copiedBefore).toBeGreaterThanOrEqual(3000);
     // The copy's bytes on the worker's own endpoint (exact counting: test/integration/copy-bytes-metric.test.ts).
     expect(sum(samples(after, 'shardctl_copy_bytes_total', { source: 'shard-a', target: 'shard-b' })) - bytesBefore).toBeGreaterThan(3000);

@@ -2,7 +2,7 @@
 // activity line, the bounded abort-reason label, the listen address, failure counting.
 import { describe, it, expect } from 'vitest';
 import { Writable } from 'node:stream';
-import { createLogger, logLevelFrom } from '../../lib/obs/log';
+import { createLogger, logFormatFrom, logLevelFrom } from '../../lib/obs/log';
 import { createMetrics, cutoverAbortReason, parseListenAddr } from '../../lib/obs/metrics';
 import { activityInterceptor, moveContextOf, temporalLogger } from '../../worker/instrument';
 import { parseConfig, type Config } from '../../lib/config';
@@ -44,6 +44,46 @@ describe('logs', () => {
     expect(logLevelFrom(undefined, 'info')).toBe('info');
     expect(logLevelFrom('DEBUG', 'info')).toBe('debug');
     expect(() => logLevelFrom('loud', 'info')).toThrow(/SHARDCTL_LOG_LEVEL=loud/);
+  });
+
+  it('picks human lines on a terminal and JSON when piped, and refuses an unknown SHARDCTL_LOG_FORMAT', () => {
+    expect(logFormatFrom(undefined, true)).toBe('pretty');
+    expect(logFormatFrom(undefined, false)).toBe('json');
+    expect(logFormatFrom('auto', false)).toBe('json');
+    expect(logFormatFrom('JSON', true)).toBe('json');
+    expect(logFormatFrom('pretty', false)).toBe('pretty');
+    expect(() => logFormatFrom('xml', true)).toThrow(/SHARDCTL_LOG_FORMAT=xml/);
+  });
+
+  it("a human line carries the move's context, its fields and its message on one line, scrubbed of secrets", () => {
+    const raw: string[] = [];
+    const dest = new Writable({
+      write(chunk, _enc, cb) {
+        raw.push(String(chunk));
+        cb();
+      },
+    });
+    const log = createLogger(config, { level: 'debug', destination: dest as any, format: 'pretty', base: { taskQueue: 'q' } });
+    const child = log.child({ moveId: 'm.e1.ab', unit: 'acme', phase: 'copy', activity: 'copyTable', attempt: 2, workflowId: 'move-acme' });
+    child.info({ rows: 100, table: 'orders' }, 'copy batch committed');
+    child.warn({ errType: 'X', err: `connect to ${config.directory.dsn} failed` }, 'activity failed');
+    log.info('worker polling');
+    const lines = raw
+      .join('')
+      // eslint-disable-next-line no-control-regex
+      .replace(/\x1b\[[0-9;]*m/g, '')
+      .split('\n')
+      .filter(Boolean);
+    expect(lines, lines.join('\n')).toHaveLength(3);
+    expect(lines[0]).toMatch(
+      /^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}\] INFO: move=m\.e1\.ab unit=acme phase=copy activity=copyTable attempt=2 copy batch committed \{"rows":100,"table":"orders"\}$/,
+    );
+    expect(lines[1]).toMatch(
+      /WARN: move=m\.e1\.ab unit=acme phase=copy activity=copyTable attempt=2 activity failed err=connect to .*\*\*\*.* failed \{"errType":"X"\}$/,
+    );
+    expect(lines[1]).not.toContain('dir-pw-123');
+    expect(lines[2]).toMatch(/INFO: worker polling$/);
+    expect(lines.some((l) => l.startsWith('{'))).toBe(false);
   });
 
   it("takes the move's context from an activity's input", () => {

@@ -2,19 +2,23 @@
 // cannot drift from the code: every expression parses with Prometheus' own PromQL grammar
 // (@prometheus-io/lezer-promql), every metric it names is one the code registers (the worker's
 // registry and the router's, imported, not listed by hand), and every shardctl metric the code
-// registers has a panel.
+// registers has a panel. The Temporal SDK's runtime metrics it charts are checked against a real
+// worker's page: test/fixtures/temporal-sdk-metrics.txt here, the live scrape in
+// test/e2e/observability.test.ts.
 import { describe, it, expect } from 'vitest';
 import fs from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
 import { Registry } from 'prom-client';
-import { parser } from '@prometheus-io/lezer-promql';
 import { createMetrics } from '../../lib/obs/metrics';
 import { registerRouterMetrics } from '../../lib/obs/router-metrics';
+import { alertExprs, dashboardExprs, dashboardSdkMetrics, metricNames, seriesOfTypes } from '../helpers/ops-exprs';
 
 const ROOT = path.resolve(__dirname, '../..');
 /** Prometheus' own series (not ours): the scrape's `up`. */
 const PROMETHEUS_OWN = new Set(['up']);
+/** The Temporal SDK's series, as a real worker's /metrics showed them (HELP and TYPE lines kept). */
+const SDK_SERIES = seriesOfTypes(fs.readFileSync(path.join(ROOT, 'test/fixtures/temporal-sdk-metrics.txt'), 'utf8'));
 
 /** Every series name the code exposes: histograms as their _bucket, _sum and _count. */
 async function registeredSeries(): Promise<{ series: Set<string>; families: string[] }> {
@@ -43,43 +47,6 @@ async function registeredSeries(): Promise<{ series: Set<string>; families: stri
   return { series, families };
 }
 
-/** Metric names an expression selects, from its syntax tree; throws on a syntax error. */
-export function metricNames(expr: string): string[] {
-  // Grafana's variables: an interval, and template values inside label matchers.
-  const src = expr.replace(/\$__(rate_)?interval/g, '5m').replace(/\$\{?(\w+)\}?/g, '$1');
-  const tree = parser.parse(src);
-  const names: string[] = [];
-  const c = tree.cursor();
-  do {
-    if (c.type.isError) throw new Error(`PromQL syntax error at ${c.from} in ${JSON.stringify(expr)}`);
-    if (c.type.name === 'Identifier' && c.node.parent?.type.name === 'VectorSelector') names.push(src.slice(c.from, c.to));
-  } while (c.next());
-  return names;
-}
-
-function dashboardExprs(): { where: string; expr: string }[] {
-  const d = JSON.parse(fs.readFileSync(path.join(ROOT, 'ops/grafana/shardctl.json'), 'utf8'));
-  const out: { where: string; expr: string }[] = [];
-  const walk = (panels: any[]) => {
-    for (const p of panels ?? []) {
-      for (const t of p.targets ?? []) out.push({ where: `panel "${p.title}" ${t.refId}`, expr: t.expr });
-      walk(p.panels);
-    }
-  };
-  walk(d.panels);
-  for (const v of d.templating?.list ?? []) {
-    const q = typeof v.query === 'string' ? v.query : v.query?.query;
-    const m = /^label_values\(([^,]+),/.exec(q ?? '');
-    if (m) out.push({ where: `variable ${v.name}`, expr: m[1].trim() });
-  }
-  return out;
-}
-
-function alertExprs(): { where: string; expr: string }[] {
-  const doc = YAML.parse(fs.readFileSync(path.join(ROOT, 'ops/prometheus/alerts.yml'), 'utf8'));
-  return doc.groups.flatMap((g: any) => g.rules.map((r: any) => ({ where: `alert ${r.alert ?? r.record}`, expr: String(r.expr) })));
-}
-
 describe('ops/: the Grafana dashboard and the alert rules name only metrics the code registers', () => {
   it('finds the metrics an expression selects, and refuses a broken one (the check can fail)', () => {
     expect(metricNames('histogram_quantile(0.99, sum by (le) (rate(shardctl_cutover_pause_ms_bucket{outcome="switched"}[$__rate_interval])))')).toEqual([
@@ -95,10 +62,30 @@ describe('ops/: the Grafana dashboard and the alert rules name only metrics the 
     expect(exprs.length).toBeGreaterThan(20);
     const unknown = exprs.flatMap(({ where, expr }) =>
       metricNames(expr)
-        .filter((n) => !series.has(n) && !PROMETHEUS_OWN.has(n))
+        .filter((n) => !series.has(n) && !PROMETHEUS_OWN.has(n) && !SDK_SERIES.has(n))
         .map((n) => `${where}: ${n}`),
     );
     expect(unknown).toEqual([]);
+  });
+
+  it("charts the Temporal SDK's runtime metrics a real worker exports: task slots, pollers, poll, schedule-to-start and activity latencies", () => {
+    expect(SDK_SERIES.size).toBeGreaterThan(20);
+    const charted = dashboardSdkMetrics();
+    // Each a name the SDK's exporter really wrote (a misspelt or invented one fails here).
+    expect(charted.filter((n) => !SDK_SERIES.has(n))).toEqual([]);
+    for (const n of [
+      'temporal_worker_task_slots_used',
+      'temporal_worker_task_slots_available',
+      'temporal_num_pollers',
+      'temporal_long_request_latency_bucket',
+      'temporal_activity_schedule_to_start_latency_bucket',
+      'temporal_workflow_task_schedule_to_start_latency_bucket',
+      'temporal_activity_execution_latency_bucket',
+      'temporal_request_total',
+    ])
+      expect(charted).toContain(n);
+    // The check can fail: a name the exporter does not write is caught.
+    expect(SDK_SERIES.has('temporal_activity_execution_latency_seconds_bucket')).toBe(false);
   });
 
   it('every alert rule parses, names registered series only, and the three of issue 12 are there', async () => {
