@@ -1039,6 +1039,16 @@ export const MUTATIONS: Mutation[] = [
     testName: 'a final catch-up that outlives the fence budget',
   },
   {
+    id: 'cutover-aborted-pause-kept',
+    guarantee:
+      "each aborted cutover attempt's write pause is kept on the move status beside the switching one's, so an operator sees every freeze the tenant paid for (§4 cutover pause, §6 status)",
+    file: 'workflows/move.ts',
+    from: 'noteAbortedPause(st, r.pauseMs);\n        st.lastError = `cutover attempt',
+    to: 'st.lastError = `cutover attempt',
+    testFile: 'test/e2e/move-lifecycle.test.ts',
+    testName: 'a fence that overruns its budget unfences and returns to catch-up',
+  },
+  {
     id: 'copy-bytes-from-checkpoint',
     guarantee: 'a copy resumed on a worker that has not counted it counts its bytes only past the checkpoint it found (issue 12, shardctl_copy_bytes_total)',
     file: 'activities/move/data.ts',

@@ -237,6 +237,11 @@ describe('move lifecycle', () => {
     const h = await H.startMove(t.client, tq, H.moveInput(tenant, 'shard-b', { fenceBudgetMs: 1 }));
     const s = await H.waitFor(h, (x) => x.cutoverAttempts >= 2 && x.phase !== 'fence', 150_000);
     expect(s.lastError).toMatch(/budget/);
+    // Every finished attempt froze the tenant and aborted: each one's write pause is on the status,
+    // and none of them is reported as the switching attempt's pause.
+    expect(s.cutoverAbortedPausesMs).toHaveLength(s.cutoverAttempts);
+    for (const ms of s.cutoverAbortedPausesMs ?? []) expect(ms).toBeGreaterThan(0);
+    expect(s.cutoverPauseMs).toBeNull();
     expect(await H.placement(tenant)).toMatchObject({ shard: 'shard-a', epoch: 1, state: 'active', moveId: null });
     expect(await H.tryWrite('shard-a', tenant, 1)).toBe('ok'); // unfrozen between attempts
     await h.executeUpdate(M.cancelUpdate, { args: [op] });
