@@ -127,7 +127,7 @@ export const MUTATIONS: Mutation[] = [
     id: 'apply-coalesce-unique-order',
     guarantee: 'changes are batched out of source order only for tables whose keys are independent: another unique index keeps source order (§4.3, §5.2)',
     file: 'lib/cdc/target-tables.ts',
-    from: 'independentKeys: independent.rows[0]?.independent === true,',
+    from: 'independentKeys: row.independent === true,',
     to: 'independentKeys: true,',
     testFile: 'test/integration/cdc-coalesce.test.ts',
     testName: 'keeps source order on a table with a second unique index',

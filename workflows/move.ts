@@ -208,15 +208,18 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
         ]),
       );
       st.lagBytes = r.lagBytes;
-      // A round applies what the source had when it began: its duration is the lag in time.
-      st.lagSeconds = Math.round(r.durationMs / 100) / 10;
+      // A round applies what the source had when it began: the time it took to stream and apply
+      // that is the lag in time. Its sessions' set-up is not lag (seconds on a slow link); results
+      // recorded before lagMs existed carry only the round's duration.
+      const lagMs = r.lagMs ?? r.durationMs;
+      st.lagSeconds = Math.round(lagMs / 100) / 10;
       state.showDetails();
-      if (r.caughtUp && r.durationMs <= input.lagThresholdMs) {
+      if (r.caughtUp && lagMs <= input.lagThresholdMs) {
         if (st.blockedReason.startsWith('catch-up:')) block('');
         return;
       }
       if (r.retentionWarning) block(`catch-up: ${r.retentionWarning}`);
-      else if (r.caughtUp || r.durationMs > 5_000) block(`catch-up: lag ${st.lagSeconds} s > ${input.lagThresholdMs / 1000} s`);
+      else if (r.caughtUp || lagMs > 5_000) block(`catch-up: lag ${st.lagSeconds} s > ${input.lagThresholdMs / 1000} s`);
       await maybeContinueAsNew();
     }
   }

@@ -184,7 +184,9 @@ export class ChangeApplier {
 
   /** A relation message: the column list may have changed, so the binding is rebuilt on next use. */
   async relationChanged(rel: Relation): Promise<void> {
-    await this.flush();
+    // Rows pending under an earlier definition of this relation are written first. A relation this
+    // session meets for the first time has none, and a flush is a round trip to the target.
+    if (this.plans.has(rel.relationOid)) await this.flush();
     this.plans.delete(rel.relationOid);
   }
 

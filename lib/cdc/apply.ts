@@ -98,6 +98,13 @@ export interface ApplyResult extends ApplyStats {
   bytesReceived: number;
   /** Times the socket was paused because applying fell behind receiving (memory bound). */
   backpressurePauses: number;
+  /**
+   * From the stream's first delivery (a change or a keepalive) to the end of the apply loop: the
+   * time the round spent receiving and applying, without its sessions' set-up and tear-down (about
+   * fifteen round trips, seconds on a slow link, that a lag measured by the round's duration counts
+   * as replication lag). 0 when the round had nothing to stream.
+   */
+  streamingMs: number;
 }
 
 const DEFAULT_QUEUE_BYTES = 64 * 1024 * 1024;
@@ -109,6 +116,13 @@ const PROGRESS_INTERVAL_MS = 500;
 /** Group commit bounds: source transactions per target transaction, and how long one stays open. */
 const MAX_GROUP_TRANSACTIONS = 200;
 const MAX_GROUP_MS = 200;
+/**
+ * A group also stays open at least this many times as long as the last group commit took, so
+ * commits cost at most about a fifth of the apply's time. On a slow target link a commit (flush,
+ * progress, COMMIT: several round trips) outlasts MAX_GROUP_MS, and a fixed bound made every source
+ * transaction its own commit: 200 ms of latency held the apply to 1-3 transactions a second.
+ */
+const GROUP_COMMIT_COST_FACTOR = 4;
 /** A source transaction in hand that sends nothing for this long is abandoned at the deadline (rolled back, redelivered later). */
 const STALLED_MS = 10_000;
 const DEFAULT_MAX_TRANSACTION_MS = 30 * 60_000;
@@ -202,6 +216,8 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
     const position = () => (a.applied !== null && compareLsn(a.applied, floor) > 0 ? a.applied : floor);
 
     let stopReason: StopReason;
+    let firstDeliveryAt: number | null = null;
+    let loopEndedAt: number | null = null;
     let caughtUpSince: number | null = null;
     let lastProgressAt = 0;
     const report = async (force = false) => {
@@ -254,8 +270,12 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
         lastRecordAt = Date.now();
       };
 
+      let lastCommitMs = 0;
       const commitPending = async () => {
-        if (await a.commitPending()) {
+        const t0 = Date.now();
+        const committed = await a.commitPending();
+        if (committed) lastCommitMs = Date.now() - t0;
+        if (committed) {
           await s.acknowledge(a.applied!); // durable now: the slot may release it
           await report();
         }
@@ -290,7 +310,8 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
           const idle = opts.idleStopMs !== undefined && caughtUpSince !== null && now - caughtUpSince >= opts.idleStopMs;
           const late = now >= softDeadline;
           // Group commit: the target transaction stays open only while more is already waiting.
-          const groupFull = a.pendingTransactions >= MAX_GROUP_TRANSACTIONS || a.pendingSinceMs >= MAX_GROUP_MS;
+          const groupFull =
+            a.pendingTransactions >= MAX_GROUP_TRANSACTIONS || a.pendingSinceMs >= Math.max(MAX_GROUP_MS, GROUP_COMMIT_COST_FACTOR * lastCommitMs);
           if (a.pendingTransactions > 0 && (reachedUntil || idle || late || groupFull || s.queuedItems === 0)) await commitPending();
           if (reachedUntil || idle || late) {
             stopReason = reachedUntil ? 'until' : idle ? 'idle' : 'deadline';
@@ -311,6 +332,7 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
         const item = await s.next(Math.max(1, Math.min(PING_INTERVAL_MS, softDeadline - now)));
         if (!item) continue;
         lastItemAt = Date.now();
+        firstDeliveryAt ??= lastItemAt;
         if (item.kind === 'keepalive') {
           if (!a.inTransaction) {
             await commitPending(); // a position is vouched for only with everything before it durable
@@ -362,6 +384,7 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
         await commitPending();
         if (vouched) await recordVouched();
       }
+      loopEndedAt = Date.now();
     }
 
     const appliedLsn = position();
@@ -375,6 +398,7 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
       stopReason,
       bytesReceived: stream?.bytesReceived ?? 0,
       backpressurePauses: stream?.pauses ?? 0,
+      streamingMs: firstDeliveryAt !== null && loopEndedAt !== null ? loopEndedAt - firstDeliveryAt : 0,
     };
   } catch (e) {
     // Nothing uncommitted may go back to the pool; what was not committed is redelivered next time.

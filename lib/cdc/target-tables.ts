@@ -11,37 +11,37 @@ import type { TargetTable } from './statements';
 
 export async function loadTargetTable(client: ClientBase, ref: TableRef): Promise<TargetTable> {
   const display = `${ref.schema}.${ref.name}`;
-  const rel = await client.query<{ oid: string | null }>('select to_regclass($1)::oid::text as oid', [qualifiedName(ref)]);
-  const oid = rel.rows[0]?.oid;
-  if (!oid) {
+  // One round trip: each apply session loads every table it meets, and on a link of 200 ms four
+  // statements a table cost a catch-up round seconds.
+  const r = await client.query<{ oid: string | null; cols: TargetColumnRow[] | null; independent: boolean | null; copyable: boolean | null }>(
+    LOAD_TARGET_TABLE_SQL,
+    [qualifiedName(ref)],
+  );
+  const row = r.rows[0];
+  if (!row?.oid) {
     throw new ShardctlError('PreconditionFailed', `table ${display} does not exist on the target: create the tenant schema there first`, { table: display });
   }
-  const cols = await client.query<{ name: string; type: string; generated: boolean; identity_always: boolean; pk_pos: number | null }>(
-    `select a.attname::text as name,
-            format_type(a.atttypid, a.atttypmod) as type,
-            a.attgenerated <> '' as generated,
-            a.attidentity = 'a' as identity_always,
-            array_position(pk.indkey::int2[], a.attnum) as pk_pos
-       from pg_attribute a
-       left join pg_index pk on pk.indrelid = a.attrelid and pk.indisprimary
-      where a.attrelid = $1::oid and a.attnum > 0 and not a.attisdropped
-      order by a.attnum`,
-    [oid],
-  );
-  const primaryKey = cols.rows
-    .filter((r) => r.pk_pos !== null)
+  const cols = row.cols ?? [];
+  const primaryKey = cols
+    .filter((c) => c.pk_pos !== null)
     .sort((a, b) => a.pk_pos! - b.pk_pos!)
-    .map((r) => r.name);
-  const independent = await client.query<{ independent: boolean }>(INDEPENDENT_KEYS_SQL, [oid]);
-  const copyable = await client.query<{ copyable: boolean }>(COPYABLE_SQL, [oid]);
+    .map((c) => c.name);
   return {
     schema: ref.schema,
     name: ref.name,
-    columns: cols.rows.map((r) => ({ name: r.name, type: r.type, generated: r.generated, identityAlways: r.identity_always })),
+    columns: cols.map((c) => ({ name: c.name, type: c.type, generated: c.generated, identityAlways: c.identity_always })),
     primaryKey,
-    independentKeys: independent.rows[0]?.independent === true,
-    copyable: copyable.rows[0]?.copyable === true,
+    independentKeys: row.independent === true,
+    copyable: row.copyable === true,
   };
+}
+
+interface TargetColumnRow {
+  name: string;
+  type: string;
+  generated: boolean;
+  identity_always: boolean;
+  pk_pos: number | null;
 }
 
 /** Key column types whose text is the value: two keys are equal exactly when their texts are. */
@@ -75,3 +75,21 @@ const COPYABLE_SQL = `
   select not exists (select 1 from pg_catalog.pg_class c where c.oid in (select relid from rels) and (c.relrowsecurity or c.relkind not in ('r', 'p')))
      and not exists (select 1 from pg_catalog.pg_rewrite r where r.ev_class in (select relid from rels) and r.ev_type = '3')
      as copyable`;
+
+/** The table's oid, columns (in attnum order), and the two verdicts above, in one statement ($1: the qualified name). */
+const ofTable = (sql: string) => `(${sql.replaceAll('$1::oid', '(select oid from t)')})`;
+const LOAD_TARGET_TABLE_SQL = `
+  with t as (select pg_catalog.to_regclass($1)::oid as oid)
+  select t.oid::text as oid,
+         (select pg_catalog.json_agg(pg_catalog.json_build_object(
+                   'name', a.attname::text,
+                   'type', pg_catalog.format_type(a.atttypid, a.atttypmod),
+                   'generated', a.attgenerated <> '',
+                   'identity_always', a.attidentity = 'a',
+                   'pk_pos', pg_catalog.array_position(pk.indkey::int2[], a.attnum)) order by a.attnum)
+            from pg_catalog.pg_attribute a
+            left join pg_catalog.pg_index pk on pk.indrelid = a.attrelid and pk.indisprimary
+           where a.attrelid = t.oid and a.attnum > 0 and not a.attisdropped) as cols,
+         ${ofTable(INDEPENDENT_KEYS_SQL)} as independent,
+         ${ofTable(COPYABLE_SQL)} as copyable
+    from t`;

@@ -24,19 +24,16 @@ function fakeClient(opts: { existingRows?: number; independentKeys?: boolean; sm
       const text: string = typeof q === 'string' ? q : q.text;
       const vals = typeof q === 'string' ? values : q.values;
       log.push({ text, values: vals });
-      if (text.includes('to_regclass')) return { rows: [{ oid: '42' }], rowCount: 1 };
-      if (text.includes('from pg_attribute')) {
-        return {
-          rows: [
-            { name: 'tenant_id', type: 'text', generated: false, identity_always: false, pk_pos: 0 },
-            { name: 'id', type: 'integer', generated: false, identity_always: false, pk_pos: 1 },
-            { name: 'big', type: 'text', generated: false, identity_always: false, pk_pos: null },
-            ...(opts.small ? [{ name: 'small', type: 'integer', generated: false, identity_always: false, pk_pos: null }] : []),
-          ],
-          rowCount: opts.small ? 4 : 3,
-        };
+      if (text.includes('to_regclass')) {
+        // loadTargetTable's one statement: the oid, the columns, the two verdicts.
+        const cols = [
+          { name: 'tenant_id', type: 'text', generated: false, identity_always: false, pk_pos: 0 },
+          { name: 'id', type: 'integer', generated: false, identity_always: false, pk_pos: 1 },
+          { name: 'big', type: 'text', generated: false, identity_always: false, pk_pos: null },
+          ...(opts.small ? [{ name: 'small', type: 'integer', generated: false, identity_always: false, pk_pos: null }] : []),
+        ];
+        return { rows: [{ oid: '42', cols, independent: opts.independentKeys ?? false, copyable: false }], rowCount: 1 };
       }
-      if (text.includes('as independent')) return { rows: [{ independent: opts.independentKeys ?? false }], rowCount: 1 };
       if (/^(UPDATE|SELECT 1)/.test(text)) return { rows: [], rowCount: opts.existingRows ?? 1 };
       return { rows: [], rowCount: 1 };
     },
