@@ -1039,6 +1039,16 @@ export const MUTATIONS: Mutation[] = [
     testName: 'a final catch-up that outlives the fence budget',
   },
   {
+    id: 'cutover-takeover-budget',
+    guarantee:
+      'a cutover that takes over a silent delivery\'s freeze spends what is left of the fence budget since that freeze, not a budget of its own: the unit is frozen at most the budget plus the time to notice the silent delivery (§5.8)',
+    file: 'lib/cutover/steps.ts',
+    from: 'if (resumed) t0 -= Math.max(0, (await s.frozenForMs().catch(() => null)) ?? 0);',
+    to: '',
+    testFile: 'test/unit/cutover-steps.test.ts',
+    testName: 'a takeover of a freeze that already used its whole budget unfreezes',
+  },
+  {
     id: 'cutover-aborted-pause-kept',
     guarantee:
       "each aborted cutover attempt's write pause is kept on the move status beside the switching one's, so an operator sees every freeze the tenant paid for (§4 cutover pause, §6 status)",

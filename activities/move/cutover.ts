@@ -7,7 +7,7 @@ import { z } from 'zod';
 import type { Deps } from '../deps';
 import { moveRef, beat, parse, typed, syncUnitBlobs, rowsOf } from './context';
 import { ends } from './data';
-import { runCutover, type CutoverResult, type CutoverPlan } from '../../lib/cutover/steps';
+import { runCutover, FENCE_APPLY_GRACE_MS, type CutoverResult, type CutoverPlan } from '../../lib/cutover/steps';
 import { freezeLease } from '../../lib/cutover/lease';
 import { listTenantTables } from '../../lib/shard/tables';
 import { liveCutoverSteps } from '../../lib/cutover/live';
@@ -47,8 +47,12 @@ export function createCutoverActivities(deps: Deps) {
   return {
     async cutover(input: z.infer<typeof cutoverInput>): Promise<CutoverResult> {
       const ref = parse(cutoverInput, input);
-      // Until the freeze the timer heartbeats; from it on only the steps' progress does (hooks.progress).
-      let frozenWindow = false;
+      // The timer heartbeats until the freeze and inside the frozen window while the attempt is
+      // within its budget (plus the final apply's grace): a step of a few seconds on a slow link is
+      // not a dead worker. Past that only the steps' progress beats (hooks.progress), so an attempt
+      // stuck past its budget goes silent and Temporal hands the cutover on; the takeover, finding
+      // no budget left, unfreezes (lib/cutover/steps.ts).
+      let frozenAt: number | null = null;
       return typed(
         async () => {
           const { from: owner, to: next } = ends(ref, ref.direction);
@@ -87,7 +91,7 @@ export function createCutoverActivities(deps: Deps) {
             faultPoint: deps.faultPoint,
             now: Date.now,
             progress: (step) => {
-              frozenWindow = true;
+              frozenAt ??= Date.now();
               beat({ step });
             },
           });
@@ -95,7 +99,7 @@ export function createCutoverActivities(deps: Deps) {
           return r;
         },
         {
-          timerBeats: () => !frozenWindow,
+          timerBeats: () => frozenAt === null || Date.now() - frozenAt <= ref.fenceBudgetMs + FENCE_APPLY_GRACE_MS,
           doing: `cutover ${ref.direction === 'forward' ? `${ref.source} → ${ref.target}` : `${ref.target} → ${ref.source}`}`,
         },
       );

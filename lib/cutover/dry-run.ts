@@ -80,6 +80,9 @@ export function dryRunCutoverSteps(plan: CutoverPlan, opts: { standing?: Standin
     async measuredPauseMs() {
       return null;
     },
+    async frozenForMs() {
+      return null;
+    },
   };
   return { steps, log };
 }

@@ -5,7 +5,7 @@
 import type { Pool } from 'pg';
 import type { TenantTable } from '../shard/tables';
 import { getPlacement, compareAndSetPlacement } from '../directory/placements';
-import { measuredPauseMs } from '../directory/moves';
+import { measuredPauseMs, frozenForMs } from '../directory/moves';
 import { randomUUID } from 'node:crypto';
 import { freezeSource, unfreeze, acceptEpoch, disown, takeBackAcceptance, pinFreeze } from '../shard/fence';
 import { applyChangesUntil, currentWalLsn } from '../cdc';
@@ -324,6 +324,9 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
 
     measuredPauseMs() {
       return measuredPauseMs(env.directory, unit, moveId, switchAction);
+    },
+    frozenForMs() {
+      return frozenForMs(env.directory, unit, moveId);
     },
   };
 }

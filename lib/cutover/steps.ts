@@ -78,6 +78,8 @@ export interface CutoverSteps {
   unfreeze(reason: string): Promise<UnfreezeOutcome>;
   /** The whole write pause as the directory's clock saw it (freeze → switch), when known. */
   measuredPauseMs(): Promise<number | null>;
+  /** How long this move's freeze has held the unit so far, on the directory's clock (null when unknown). */
+  frozenForMs(): Promise<number | null>;
 }
 
 export type CutoverResult =
@@ -117,7 +119,7 @@ export async function runCutover(s: CutoverSteps, plan: CutoverPlan, hooks: Cuto
   let resumed = standing.kind === 'frozen-by-this-move';
   if (!resumed) await s.preSyncBlobs();
 
-  const t0 = hooks.now();
+  let t0 = hooks.now();
   const elapsed = () => hooks.now() - t0;
   const left = () => plan.fenceBudgetMs - elapsed();
   // Where the write pause goes: ms since the freeze at the end of each step.
@@ -157,6 +159,11 @@ export async function runCutover(s: CutoverSteps, plan: CutoverPlan, hooks: Cuto
   }
   if (!f.ok) return { ok: false, reason: f.reason, pauseMs: 0, mismatches: [] };
   hooks.progress?.('frozen');
+  // A takeover (an earlier delivery froze, then went silent) spends what is left of the budget
+  // since the freeze, not a budget of its own: otherwise the unit could stay frozen for the time
+  // to notice the silent delivery plus a whole second budget (§5.8). Past it, the steps below
+  // find no budget left and the attempt unfreezes.
+  if (resumed) t0 -= Math.max(0, (await s.frozenForMs().catch(() => null)) ?? 0);
 
   // From here to the switch the unit is frozen: every way out, an answer or an exception,
   // unfreezes first (fail open), except when the directory shows someone else's state (fail closed).
@@ -227,7 +234,7 @@ export async function runCutover(s: CutoverSteps, plan: CutoverPlan, hooks: Cuto
 
 const TIMED_OUT = Symbol('timed out');
 /** What the final catch-up may take past its budget to end cleanly (its session's tear-down) before the attempt gives it up. */
-const FENCE_APPLY_GRACE_MS = 500;
+export const FENCE_APPLY_GRACE_MS = 500;
 
 /** The promise's value, or TIMED_OUT after ms (the promise keeps running; its result is dropped). */
 async function withinMs<T>(p: Promise<T>, ms: number): Promise<T | typeof TIMED_OUT> {

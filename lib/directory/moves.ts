@@ -56,6 +56,20 @@ export async function measuredPauseMs(db: Queryable, unit: string, moveId: strin
   return ms === null || ms === undefined ? null : Number(ms);
 }
 
+/**
+ * How long the unit has been frozen by this move's latest freeze, on the directory's clock (now()
+ * minus that freeze's audit entry; a takeover is a refreeze and keeps it). Null without a freeze.
+ */
+export async function frozenForMs(db: Queryable, unit: string, moveId: string): Promise<number | null> {
+  const r = await db.query(
+    `select round(extract(epoch from (now() - max(at))) * 1000)::bigint as ms
+       from shardctl.audit where unit = $1 and detail->>'moveId' = $2 and action = 'freeze'`,
+    [unit, moveId],
+  );
+  const ms = r.rows[0]?.ms;
+  return ms === null || ms === undefined ? null : Number(ms);
+}
+
 /** The detail of this move's switch audit entry (the switch's own record), if it switched. */
 export async function switchDetail(db: Queryable, unit: string, moveId: string, switchAction: string): Promise<Record<string, unknown> | undefined> {
   const r = await db.query(`select detail from shardctl.audit where unit = $1 and action = $2 and detail->>'moveId' = $3 order by id desc limit 1`, [

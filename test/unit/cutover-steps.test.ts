@@ -31,6 +31,7 @@ function scripted(
     compareNever?: boolean;
     sequencesOk?: boolean;
     pinOk?: boolean;
+    frozenForMs?: number;
   } = {},
 ) {
   const calls: string[] = [];
@@ -67,6 +68,7 @@ function scripted(
       return call('unfreeze', o.unfreeze ?? 'unfrozen');
     },
     measuredPauseMs: async () => call('measuredPauseMs', 777),
+    frozenForMs: async () => call('frozenForMs', o.frozenForMs ?? null),
   };
   return {
     steps,
@@ -159,6 +161,23 @@ describe('runCutover', () => {
     expect(s.calls.indexOf('freeze')).toBeLessThan(s.calls.indexOf('raiseFence'));
     expect(s.calls).not.toContain('preSyncBlobs');
     expect(s.calls.indexOf('raiseFence')).toBeLessThan(s.calls.indexOf('switchOwner'));
+  });
+
+  it('a takeover of a freeze that already used its whole budget unfreezes instead of running a budget of its own', async () => {
+    const s = scripted({ standing: { kind: 'frozen-by-this-move', token: 'old' }, frozenForMs: plan.fenceBudgetMs + 100 });
+    const r = await runCutover(s.steps, plan, s.hooks);
+    expect(r).toMatchObject({ ok: false, reason: expect.stringMatching(/budget/) });
+    // The pause it reports is the whole freeze's, the silent delivery's share included.
+    expect(r.pauseMs).toBeGreaterThan(plan.fenceBudgetMs);
+    expect(s.calls).toContain('unfreeze');
+    expect(s.calls).not.toContain('pinFreeze');
+    expect(s.calls).not.toContain('switchOwner');
+  });
+
+  it('a takeover early in the freeze keeps what is left of the budget and switches', async () => {
+    const s = scripted({ standing: { kind: 'frozen-by-this-move', token: 'old' }, frozenForMs: 300 });
+    expect(await runCutover(s.steps, plan, s.hooks)).toMatchObject({ ok: true, pauseMs: 777 });
+    expect(s.calls).toContain('switchOwner');
   });
 
   it("refuses a unit that is someone else's, touching nothing", async () => {
