@@ -123,10 +123,10 @@ const STALLED_MS = 10_000;
 const DEFAULT_MAX_TRANSACTION_MS = 30 * 60_000;
 /**
  * The loop lets the event loop run I/O at least every this many stream items. With a backlog
- * queued, s.next() resolves at once and every await in the loop is a microtask, so without it
- * no socket is serviced until the loop waits on the target: the COPY just started would not get
- * its CopyInResponse read nor its data written, and the target would sit idle while the next
- * batch is built instead of writing the last one (measured: half the apply's time waiting).
+ * queued, s.next() resolves at once and every await in the loop is a microtask, so without it no
+ * socket is serviced until the loop waits on the target: a COPY just started would not get its
+ * CopyInResponse read nor its data written while the next batch is built, only once the applier
+ * waits for it (settle), so the target and this process took turns instead of overlapping.
  */
 const YIELD_EVERY_ITEMS = 256;
 /** An apply statement (an upsert batch, a commit) normally takes milliseconds; this bound is for a target that stopped answering. */
