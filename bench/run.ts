@@ -3,7 +3,7 @@
 // to bench/results.json and BENCHMARKS.md. Brings the dev stack up (on the ports in the
 // environment) when it is not running. Method: BENCHMARKS.md.
 //
-//   npm run bench -- [--rows 300000] [--rounds 2] [--write-seconds 8] [--apply-seconds 30] [--only copy,validate,catchup,fence,router]
+//   npm run bench -- [--rows 300000] [--rounds 2] [--write-seconds 8] [--apply-seconds 30] [--only copy,validate,catchup,fence,router] [--workloads 1-row,mixed,100-row]
 //                    [--paired-rounds N (fence and router: default 15 / 11 / 7 by scenario, 15 for the router)]
 //                    [--cutover [--cutover-sizes 10000,100000,1000000] [--cutover-moves 5]] [--no-save]
 import fs from 'node:fs';
@@ -65,6 +65,10 @@ async function main() {
   const applySeconds = intArg('apply-seconds', 30);
   const pairedRounds = arg('paired-rounds') === undefined ? undefined : intArg('paired-rounds', 1);
   const only = new Set((arg('only') ?? SECTIONS.join(',')).split(','));
+  // Catch-up workloads by name prefix, e.g. `--workloads 100-row` (default: all).
+  const workloadPrefixes = arg('workloads')?.split(',');
+  const workloads = WORKLOADS.filter((w) => !workloadPrefixes || workloadPrefixes.some((p) => w.startsWith(p)));
+  if (workloads.length === 0) throw new Error(`--workloads ${arg('workloads')} names none of: ${WORKLOADS.join(', ')}`);
   const startedAt = new Date();
   const config = await ensureStack();
   const tenantColumn = config.tenant.column;
@@ -176,7 +180,7 @@ async function main() {
         const cu = { source, target, sourceDsn: a.dsn, tables: data.tables, tenant, tenantColumn, counts: data.counts, clients: 8, writeSeconds };
         await setupCatchUp(cu);
         try {
-          for (const w of WORKLOADS) {
+          for (const w of workloads) {
             log(`catch-up ${w}: pgbench ${writeSeconds} s on the source / apply it, interleaved`);
             const script = pgbenchScript(w, tenant, data.counts);
             const written: { transactions: number; seconds: number }[] = [];

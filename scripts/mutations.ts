@@ -957,6 +957,25 @@ export const MUTATIONS: Mutation[] = [
     testName: 'a key already on the target fails the COPY round, keeps nothing of it, and the next round upserts',
   },
   {
+    id: 'copy-bytes-escaped',
+    guarantee:
+      "an insert written by COPY from the stream's bytes arrives exact: a backslash in a value is escaped, so COPY's text format does not read it as an escape (§4.3, §5.7)",
+    file: 'lib/cdc/pgoutput.ts',
+    from: 'if (c === BACKSLASH || c === TAB || c === NEWLINE || c === CR) {',
+    to: 'if (c === TAB || c === NEWLINE || c === CR) {',
+    testFile: 'test/integration/cdc-copy-inserts.test.ts',
+    testName: 'upserts what the copy already took, COPYs what came after, and every value arrives exact',
+  },
+  {
+    id: 'copy-insert-now-delta',
+    guarantee: 'an insert queued by the promise-free path (applyInsertNow) records its key in the delta as apply() does, so the cutover compares it (§4.5)',
+    file: 'lib/cdc/applier.ts',
+    from: 'if (this.tracking) this.touch(plan, key as string[]);',
+    to: '',
+    testFile: 'test/integration/cdc-copy-inserts.test.ts',
+    testName: 'records every key it COPYs in the delta once tracking is on, and nothing before',
+  },
+  {
     id: 'copy-inserts-copyable',
     guarantee: 'COPY never writes a table where it would differ from INSERT: row-level security (refused) or an INSERT rule (ignored) (§4.3)',
     file: 'lib/cdc/target-tables.ts',

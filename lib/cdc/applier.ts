@@ -16,7 +16,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { from as copyFrom } from 'pg-copy-streams';
 import { ShardctlError } from '../errors';
 import { compareLsn } from './lsn';
-import { Datum, PgoutputMessage, Relation, UNCHANGED_TOAST } from './pgoutput';
+import { Datum, PgoutputMessage, RawTuple, Relation, UNCHANGED_TOAST } from './pgoutput';
 import {
   BoundColumn,
   RelationPlan,
@@ -83,8 +83,8 @@ interface Batch {
   kind: BatchKind;
   /** update: the columns set (those present, key excluded); upsert, insert: every writable column; delete: none. */
   set: BoundColumn[];
-  /** Per row: `set` values, then (delete, update) the key. */
-  rows: (string | null)[][];
+  /** Per row: `set` values, then (delete, update) the key; insert: the tuple's bytes, when it came from the wire. */
+  rows: ((string | null)[] | RawTuple)[];
 }
 /** A table's pending batches; `keys`: every key they hold (a repeat ends them all). */
 interface TableBatches {
@@ -219,12 +219,43 @@ export class ChangeApplier {
     if (tx.skip) return;
     const plan = await this.planFor(msg.relation);
     try {
-      if (msg.tag === 'insert') await this.queueInsert(plan, msg.newTuple);
+      if (msg.tag === 'insert') await this.queueInsert(plan, msg);
       else if (msg.tag === 'update') await this.applyUpdate(plan, msg.oldTuple, withKeyFromOld(msg.relation, msg.oldTuple, msg.newTuple));
       else await this.applyDelete(plan, msg.oldTuple);
     } catch (e) {
       throw withContext(e, `applying ${msg.tag} on ${plan.display} (source transaction at ${tx.finalLsn})`); // the text only on failure: this runs per row
     }
+  }
+
+  /**
+   * apply() for the bulk of a catch-up after the copy, synchronously (no promise per row): an
+   * INSERT from the wire, written by COPY, joining the pending insert batch of the only table
+   * pending (its plan bound and this transaction's COPY decision taken), with nothing to send
+   * first. Queues exactly what apply() would; returns false, doing nothing, for anything else.
+   */
+  applyInsertNow(msg: ChangeMessage): boolean {
+    const tx = this.tx;
+    if (!tx || tx.skip || msg.tag !== 'insert' || this.pending.size !== 1) return false;
+    const raw = msg.raw;
+    if (!raw || raw.hasUnchanged) return false;
+    const plan = this.plans.get(msg.relation.relationOid);
+    if (!plan || tx.byCopy.get(plan) !== true) return false;
+    const t = this.pending.get(plan);
+    const size = raw.buf.length;
+    if (!t || t.batches.size !== 1 || t.rows >= MAX_COPY_BATCH_ROWS || t.bytes + size > MAX_BATCH_BYTES) return false;
+    const b = t.batches.get('insert');
+    if (!b) return false;
+    const key = raw.datumsAt(plan.pkSrc);
+    for (const v of key) if (typeof v !== 'string') return false; // apply() refuses it, with the reason
+    const keyText = key.length === 1 ? (key[0] as string) : key.join('\u0000');
+    if (t.keys.has(keyText)) return false;
+    if (this.tracking) this.touch(plan, key as string[]);
+    b.rows.push(raw);
+    t.keys.add(keyText);
+    t.rows++;
+    t.bytes += size;
+    tx.rows++;
+    return true;
   }
 
   /**
@@ -357,15 +388,24 @@ export class ChangeApplier {
     set.add(JSON.stringify(key));
   }
 
-  /** A new row: by COPY when its key cannot be on the target (InsertsByCopy), else as an upsert. */
-  private async queueInsert(plan: RelationPlan, row: Datum[]): Promise<void> {
+  /**
+   * A new row: by COPY when its key cannot be on the target (InsertsByCopy), else as an upsert.
+   * By COPY, a row from the wire stays bytes (only its key is decoded): copyBatch writes it as is.
+   */
+  private async queueInsert(plan: RelationPlan, msg: Extract<ChangeMessage, { tag: 'insert' }>): Promise<void> {
     const tx = this.tx!;
     let byCopy = tx.byCopy.get(plan);
     if (byCopy === undefined) {
       const after = plan.copyable ? this.byCopy?.safeAfter.get(plan.display) : undefined;
       tx.byCopy.set(plan, (byCopy = after !== undefined && compareLsn(tx.finalLsn, after) > 0));
     }
-    if (!byCopy) return this.queueUpsert(plan, row);
+    if (!byCopy) return this.queueUpsert(plan, msg.newTuple);
+    const raw = msg.raw;
+    if (raw && !raw.hasUnchanged) {
+      const key = values(plan, plan.pk, raw.datumsAt(plan.pkSrc), 'insert key', true);
+      return this.enqueue(plan, 'insert', plan.writable, raw, key);
+    }
+    const row = msg.newTuple;
     const key = values(plan, plan.pk, row, 'insert key');
     await this.enqueue(plan, 'insert', plan.writable, values(plan, plan.writable, row, 'insert'), key);
   }
@@ -382,13 +422,14 @@ export class ChangeApplier {
    * and every other pending one have independent keys, every other table's batches and this
    * table's batch of another kind (or of other columns).
    */
-  private async enqueue(plan: RelationPlan, kind: BatchKind, set: BoundColumn[], vals: (string | null)[], key: (string | null)[]): Promise<void> {
+  private async enqueue(plan: RelationPlan, kind: BatchKind, set: BoundColumn[], vals: (string | null)[] | RawTuple, key: (string | null)[]): Promise<void> {
     // Key values are never null (values() refuses) and text never holds NUL: joined on NUL, equal keys give equal text.
     const keyText = key.length === 1 ? (key[0] as string) : key.join('\u0000');
     if (this.tracking) this.touch(plan, key);
     const batchId = kind === 'update' ? `update:${set.map((c) => c.name).join(',')}` : kind;
     let size = kind === 'upsert' || kind === 'insert' ? 0 : keyText.length;
-    for (const v of vals) size += v?.length ?? 0;
+    if (vals instanceof RawTuple) size += vals.buf.length;
+    else for (const v of vals) size += v?.length ?? 0;
     let independent = plan.independentKeys;
     for (const p of this.pending.keys()) independent &&= p.independentKeys;
     if (!independent) {
@@ -407,7 +448,7 @@ export class ChangeApplier {
     if (!t) this.pending.set(plan, (t = { plan, batches: new Map(), keys: new Set(), rows: 0, bytes: 0 }));
     let b = t.batches.get(batchId);
     if (!b) t.batches.set(batchId, (b = { kind, set, rows: [] }));
-    b.rows.push(kind === 'upsert' || kind === 'insert' ? vals : [...vals, ...key]);
+    b.rows.push(kind === 'upsert' || kind === 'insert' || vals instanceof RawTuple ? vals : [...vals, ...key]);
     t.keys.add(keyText);
     t.rows++;
     t.bytes += size;
@@ -426,20 +467,23 @@ export class ChangeApplier {
     // The batches hold distinct keys, so their order does not matter.
     for (const b of t.batches.values()) {
       try {
-        const columns = (width: number) => Array.from({ length: width }, (_, i) => b.rows.map((r) => r[i]));
         if (b.kind === 'insert' && b.rows.length >= MIN_COPY_ROWS) {
           await this.settle();
           this.copyIn(plan, b);
-        } else if (b.kind === 'upsert' || b.kind === 'insert') {
-          if (b.rows.length === 1) await this.exec(upsertSql(plan, b.set), b.rows[0]);
+          continue;
+        }
+        const rows = b.rows.map((r) => (r instanceof RawTuple ? values(plan, b.set, r.datums(), 'insert') : r));
+        const columns = (width: number) => Array.from({ length: width }, (_, i) => rows.map((r) => r[i]));
+        if (b.kind === 'upsert' || b.kind === 'insert') {
+          if (rows.length === 1) await this.exec(upsertSql(plan, b.set), rows[0]);
           else await this.exec(upsertManySql(plan, b.set), columns(b.set.length));
         } else if (b.kind === 'delete') {
-          if (b.rows.length === 1) await this.exec(deleteSql(plan), b.rows[0]);
+          if (rows.length === 1) await this.exec(deleteSql(plan), rows[0]);
           else await this.exec(deleteManySql(plan), columns(plan.pk.length));
         } else {
           const r =
-            b.rows.length === 1
-              ? await this.exec(updateSql(plan, b.set), b.rows[0])
+            rows.length === 1
+              ? await this.exec(updateSql(plan, b.set), rows[0])
               : await this.exec(updateManySql(plan, b.set), columns(b.set.length + plan.pk.length));
           this.flushMisses += b.rows.length - (r.rowCount ?? 0);
         }
@@ -468,9 +512,8 @@ export class ChangeApplier {
 
   private async copyBatch(plan: RelationPlan, b: Batch): Promise<number> {
     const by = this.byCopy!;
-    const text = b.rows.map((r) => r.map(copyText).join('\t')).join('\n') + '\n';
     const into = by.client.query(copyFrom(copyInSql(plan, b.set)));
-    const done = pipeline(Readable.from([Buffer.from(text)]), into);
+    const done = pipeline(Readable.from([copyData(b)]), into);
     const bound = new AbortController();
     const timedOut = sleep(by.timeoutMs, 'timeout' as const, { signal: bound.signal, ref: false }).catch(() => 'done' as const);
     try {
@@ -554,9 +597,10 @@ export class ChangeApplier {
   }
 }
 
-function values(plan: RelationPlan, cols: BoundColumn[], tuple: Datum[], what: string): (string | null)[] {
-  return cols.map((c) => {
-    const v = tuple[c.src];
+/** The values of `cols` from a tuple (`byPosition`: the tuple holds exactly those, in that order). */
+function values(plan: RelationPlan, cols: BoundColumn[], tuple: Datum[], what: string, byPosition = false): (string | null)[] {
+  return cols.map((c, i) => {
+    const v = tuple[byPosition ? i : c.src];
     if (v === UNCHANGED_TOAST) {
       throw new ShardctlError('PreconditionFailed', `${what} of ${plan.display} lacks the value of ${c.name} (unchanged TOAST)`, {
         table: plan.display,
@@ -581,6 +625,32 @@ function values(plan: RelationPlan, cols: BoundColumn[], tuple: Datum[], what: s
 function withKeyFromOld(rel: Relation, old: Datum[] | null, row: Datum[]): Datum[] {
   if (!old) return row;
   return row.map((v, i) => (v === UNCHANGED_TOAST && rel.columns[i]?.isKey && typeof old[i] === 'string' ? old[i] : v));
+}
+
+/** An insert batch's rows in COPY's text format, `b.set` in order: bytes from the wire are written as they came. */
+function copyData(b: Batch): Buffer {
+  const src = b.set.map((c) => c.src);
+  const lines: (string | null)[] = new Array(b.rows.length);
+  let bound = 0;
+  for (let i = 0; i < b.rows.length; i++) {
+    const r = b.rows[i];
+    if (r instanceof RawTuple) {
+      lines[i] = null;
+      bound += r.copyLineBound;
+    } else {
+      const line = r.map(copyText).join('\t') + '\n';
+      lines[i] = line;
+      bound += Buffer.byteLength(line);
+    }
+  }
+  const out = Buffer.allocUnsafe(bound);
+  let pos = 0;
+  for (let i = 0; i < b.rows.length; i++) {
+    const r = b.rows[i];
+    if (r instanceof RawTuple) pos = r.writeCopyLine(out, pos, src);
+    else pos += out.write(lines[i]!, pos);
+  }
+  return out.subarray(0, pos);
 }
 
 /** A value in COPY's text format: \N for NULL; backslash, newline, carriage return and tab escaped. */

@@ -5,7 +5,7 @@
 // Never hangs on a silent link: the stream has a receive deadline, and every statement of the
 // control and apply sessions a client-side bound, each failing the round as 'Unavailable' (named
 // by shard) so the activity retries; the loop's turns are its liveness (onAlive), not a timer.
-import { setTimeout as sleep } from 'node:timers/promises';
+import { setImmediate as yieldToIo, setTimeout as sleep } from 'node:timers/promises';
 import { Client, Pool, PoolClient } from 'pg';
 import { boundQueries, LINK, nameTimeout, sessionSettings } from '../pg';
 import { ShardctlError } from '../errors';
@@ -19,6 +19,7 @@ import { validateReplicationName } from './sql';
 import { DEFAULT_RECEIVE_TIMEOUT_MS, ReplicationStream } from './stream';
 import { FENCE_MARKER_PREFIX } from '../shard/fence';
 import { copyProgress } from '../copy/checkpoint';
+import { MAX_TRACKED_KEYS_PER_TRANSACTION } from './delta';
 
 /**
  * Streams (move/stream) whose COPY of inserts met a key already on the target in this process:
@@ -113,19 +114,35 @@ const PING_INTERVAL_MS = 200;
 /** How often a keepalive-vouched position is written to the target while idle. */
 const RECORD_INTERVAL_MS = 1000;
 const PROGRESS_INTERVAL_MS = 500;
-/** Group commit bounds: source transactions per target transaction, and how long one stays open. */
-const MAX_GROUP_TRANSACTIONS = 200;
-const MAX_GROUP_MS = 200;
+/**
+ * Group commit bounds: source transactions and rows per target transaction, and how long one stays
+ * open. Each commit stalls the pipeline (the last COPY, the progress row and the commit's flush are
+ * waited for with nothing else in flight), so a backlog goes in big groups: at 200 ms / 200
+ * transactions a 100-row-statement backlog committed every ~10k rows and spent a third of its time
+ * there. The row bound keeps one group's keys under the delta's per-transaction bound (an insert
+ * touches one key), so a tracked catch-up does not overflow into a whole-unit comparison.
+ */
+const MAX_GROUP_TRANSACTIONS = 1000;
+const MAX_GROUP_ROWS = Math.floor(MAX_TRACKED_KEYS_PER_TRANSACTION * 0.8);
+const MAX_GROUP_MS = 1000;
 /**
  * A group also stays open at least this many times as long as the last group commit took, so
  * commits cost at most about a fifth of the apply's time. On a slow target link a commit (flush,
- * progress, COMMIT: several round trips) outlasts MAX_GROUP_MS, and a fixed bound made every source
+ * progress, COMMIT: several round trips) outlasts a fixed bound, and one made every source
  * transaction its own commit: 200 ms of latency held the apply to 1-3 transactions a second.
  */
 const GROUP_COMMIT_COST_FACTOR = 4;
 /** A source transaction in hand that sends nothing for this long is abandoned at the deadline (rolled back, redelivered later). */
 const STALLED_MS = 10_000;
 const DEFAULT_MAX_TRANSACTION_MS = 30 * 60_000;
+/**
+ * The loop lets the event loop run I/O at least every this many stream items. With a backlog
+ * queued, s.next() resolves at once and every await in the loop is a microtask, so without it no
+ * socket is serviced until the loop waits on the target: a COPY just started would not get its
+ * CopyInResponse read nor its data written while the next batch is built, only once the applier
+ * waits for it (settle), so the target and this process took turns instead of overlapping.
+ */
+const YIELD_EVERY_ITEMS = 256;
 /** An apply statement (an upsert batch, a commit) normally takes milliseconds; this bound is for a target that stopped answering. */
 export const DEFAULT_APPLY_QUERY_TIMEOUT_MS = 30_000;
 
@@ -281,7 +298,12 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
         }
       };
 
+      let sinceYield = 0;
       for (;;) {
+        if (++sinceYield >= YIELD_EVERY_ITEMS) {
+          sinceYield = 0;
+          await yieldToIo();
+        }
         const now = Date.now();
         alive();
         if (opts.signal?.aborted) {
@@ -311,7 +333,9 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
           const late = now >= softDeadline;
           // Group commit: the target transaction stays open only while more is already waiting.
           const groupFull =
-            a.pendingTransactions >= MAX_GROUP_TRANSACTIONS || a.pendingSinceMs >= Math.max(MAX_GROUP_MS, GROUP_COMMIT_COST_FACTOR * lastCommitMs);
+            a.pendingTransactions >= MAX_GROUP_TRANSACTIONS ||
+            a.pendingRows >= MAX_GROUP_ROWS ||
+            a.pendingSinceMs >= Math.max(MAX_GROUP_MS, GROUP_COMMIT_COST_FACTOR * lastCommitMs);
           if (a.pendingTransactions > 0 && (reachedUntil || idle || late || groupFull || s.queuedItems === 0)) await commitPending();
           if (reachedUntil || idle || late) {
             stopReason = reachedUntil ? 'until' : idle ? 'idle' : 'deadline';
@@ -329,7 +353,7 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
           break;
         }
 
-        const item = await s.next(Math.max(1, Math.min(PING_INTERVAL_MS, softDeadline - now)));
+        const item = s.takeNow() ?? (await s.next(Math.max(1, Math.min(PING_INTERVAL_MS, softDeadline - now))));
         if (!item) continue;
         lastItemAt = Date.now();
         firstDeliveryAt ??= lastItemAt;
@@ -371,6 +395,8 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
             await a.relationChanged(msg.relation);
             break;
           case 'insert':
+            if (!a.applyInsertNow(msg)) await a.apply(msg);
+            break;
           case 'update':
           case 'delete':
           case 'truncate':

@@ -2,7 +2,9 @@
 // Formats"), keeping every value as the exact text PostgreSQL sent. Pure, no I/O.
 // Invariants: values are copied out of the input buffer (the driver reuses its buffers), an
 // unchanged TOAST datum is the UNCHANGED_TOAST sentinel (never undefined or null), and a
-// malformed message throws instead of yielding a partial change.
+// malformed message throws instead of yielding a partial change. An INSERT's tuple is checked
+// whole but kept as its bytes (RawTuple): its values are decoded when asked for, and the COPY
+// path writes them from the bytes without making a string of each (most of the apply's per-row work).
 
 /** Marks a column whose TOASTed value did not change: the apply must leave the target's value. */
 export const UNCHANGED_TOAST: unique symbol = Symbol('unchanged-toast');
@@ -30,7 +32,8 @@ export type PgoutputMessage =
   | { tag: 'origin'; originLsn: string; originName: string }
   | { tag: 'relation'; relation: Relation }
   | { tag: 'type'; typeOid: number; schema: string; name: string }
-  | { tag: 'insert'; relation: Relation; newTuple: Datum[] }
+  /** `raw`: the tuple's bytes, when decoded from the wire (newTuple is then decoded from them on first use). */
+  | { tag: 'insert'; relation: Relation; newTuple: Datum[]; raw?: RawTuple }
   | { tag: 'update'; relation: Relation; oldKind: 'K' | 'O' | null; oldTuple: Datum[] | null; newTuple: Datum[] }
   | { tag: 'delete'; relation: Relation; oldKind: 'K' | 'O'; oldTuple: Datum[] }
   | { tag: 'truncate'; relations: Relation[]; cascade: boolean; restartIdentity: boolean }
@@ -47,11 +50,13 @@ export class PgoutputDecodeError extends Error {
   override readonly name = 'PgoutputDecodeError';
 }
 
+const truncated = (need: number, at: number, of: number) => new PgoutputDecodeError(`truncated pgoutput message (need ${need} bytes at ${at} of ${of})`);
+
 class Reader {
-  private off = 0;
-  constructor(private readonly buf: Buffer) {}
+  off = 0;
+  constructor(readonly buf: Buffer) {}
   private need(n: number) {
-    if (this.off + n > this.buf.length) throw new PgoutputDecodeError(`truncated pgoutput message (need ${n} bytes at ${this.off} of ${this.buf.length})`);
+    if (this.off + n > this.buf.length) throw truncated(n, this.off, this.buf.length);
   }
   u8(): number {
     this.need(1);
@@ -133,7 +138,7 @@ export class PgoutputDecoder {
         const relation = this.known(r.u32());
         const n = String.fromCharCode(r.u8());
         if (n !== 'N') throw new PgoutputDecodeError(`insert: expected 'N', got '${n}'`);
-        return { tag: 'insert', relation, newTuple: readTuple(r, relation, null) };
+        return new InsertMessage(relation, RawTuple.read(r, relation));
       }
       case 'U': {
         const relation = this.known(r.u32());
@@ -229,4 +234,161 @@ function readTuple(r: Reader, relation: Relation, unchangedFrom: Datum[] | null)
     }
   }
   return out;
+}
+
+/** An INSERT as decoded from the wire: the tuple is decoded from its bytes on first use. */
+class InsertMessage {
+  readonly tag = 'insert' as const;
+  private decoded: Datum[] | null = null;
+  constructor(
+    readonly relation: Relation,
+    readonly raw: RawTuple,
+  ) {}
+  get newTuple(): Datum[] {
+    return (this.decoded ??= this.raw.datums());
+  }
+}
+
+// Column positions in RawTuple.buf, for one tuple at a time (everything here is synchronous).
+let colStart = new Int32Array(64);
+let colEnd = new Int32Array(64);
+const NULL_VALUE = -1;
+const UNCHANGED_VALUE = -2;
+
+const BACKSLASH = 0x5c;
+const TAB = 0x09;
+const NEWLINE = 0x0a;
+const CR = 0x0d;
+
+/**
+ * A tuple's bytes (TupleData: column count, then per column its kind, and for 't' its length and
+ * text), copied out of the input buffer and checked whole when read: every accessor below works
+ * on a well-formed tuple of `columns` values.
+ */
+export class RawTuple {
+  private constructor(
+    readonly buf: Buffer,
+    readonly columns: number,
+    /** Some value is 'u' (an unchanged TOAST datum): not the case of any INSERT PostgreSQL sends. */
+    readonly hasUnchanged: boolean,
+  ) {}
+
+  /** Reads and checks one tuple at the reader's position, as readTuple does, and copies its bytes. */
+  static read(r: Reader, relation: Relation): RawTuple {
+    const start = r.off;
+    const n = r.i16();
+    if (n !== relation.columns.length) {
+      throw new PgoutputDecodeError(`tuple for ${relation.schema}.${relation.name} has ${n} columns, relation message has ${relation.columns.length}`);
+    }
+    // Reader's checks, inlined: this runs once per inserted row.
+    const buf = r.buf;
+    const len = buf.length;
+    let off = r.off;
+    let unchanged = false;
+    for (let i = 0; i < n; i++) {
+      if (off >= len) throw truncated(1, off, len);
+      const kind = buf[off++];
+      if (kind === 0x74 /* t */) {
+        if (off + 4 > len) throw truncated(4, off, len);
+        const size = buf.readUInt32BE(off);
+        off += 4;
+        if (off + size > len) throw truncated(size, off, len);
+        off += size;
+      } else if (kind === 0x75 /* u */) unchanged = true;
+      else if (kind !== 0x6e /* n */) {
+        const k = String.fromCharCode(kind);
+        if (k === 'b') throw new PgoutputDecodeError(`binary tuple value in ${relation.schema}.${relation.name}: the stream must use text format`);
+        throw new PgoutputDecodeError(`unknown tuple value kind '${k}' in ${relation.schema}.${relation.name}`);
+      }
+    }
+    r.off = off;
+    // A copy: the input buffer is reused by the driver.
+    const own = Buffer.allocUnsafe(off - start);
+    buf.copy(own, 0, start, off);
+    return new RawTuple(own, n, unchanged);
+  }
+
+  /** Fills colStart/colEnd (end NULL_VALUE / UNCHANGED_VALUE for those kinds). */
+  private locate(): void {
+    const b = this.buf;
+    const n = this.columns;
+    if (colStart.length < n) {
+      colStart = new Int32Array(n);
+      colEnd = new Int32Array(n);
+    }
+    let off = 2;
+    for (let i = 0; i < n; i++) {
+      const kind = b[off++];
+      if (kind === 0x74) {
+        const len = b.readUInt32BE(off);
+        off += 4;
+        colStart[i] = off;
+        colEnd[i] = off + len;
+        off += len;
+      } else {
+        colStart[i] = off;
+        colEnd[i] = kind === 0x75 ? UNCHANGED_VALUE : NULL_VALUE;
+      }
+    }
+  }
+
+  /** Every value, as readTuple gives them. */
+  datums(): Datum[] {
+    this.locate();
+    const out: Datum[] = new Array(this.columns);
+    for (let i = 0; i < this.columns; i++) {
+      const e = colEnd[i];
+      out[i] = e === NULL_VALUE ? null : e === UNCHANGED_VALUE ? UNCHANGED_TOAST : this.buf.toString('utf8', colStart[i], e);
+    }
+    return out;
+  }
+
+  /** The values at `indexes` (e.g. the key's), decoding only those. */
+  datumsAt(indexes: readonly number[]): Datum[] {
+    this.locate();
+    const out: Datum[] = new Array(indexes.length);
+    for (let k = 0; k < indexes.length; k++) {
+      const i = indexes[k];
+      const e = colEnd[i];
+      out[k] = e === NULL_VALUE ? null : e === UNCHANGED_VALUE ? UNCHANGED_TOAST : this.buf.toString('utf8', colStart[i], e);
+    }
+    return out;
+  }
+
+  /** Room writeCopyLine may need at most: every byte escaped, plus separators and `\N`s. */
+  get copyLineBound(): number {
+    return 2 * this.buf.length + 2;
+  }
+
+  /**
+   * Writes the values at `indexes`, in that order, as one line of COPY's text format into `out`
+   * at `pos` (NULL as \N; backslash, tab, newline and carriage return escaped; tab-separated,
+   * newline-terminated) and returns the position after it. The text's bytes are copied as they
+   * came: those four are ASCII, and no byte of a multi-byte UTF-8 character is ASCII, so escaping
+   * bytes is escaping characters. Throws on an unchanged TOAST value (it has no text to write).
+   */
+  writeCopyLine(out: Buffer, pos: number, indexes: readonly number[]): number {
+    this.locate();
+    const b = this.buf;
+    for (let k = 0; k < indexes.length; k++) {
+      if (k > 0) out[pos++] = TAB;
+      const i = indexes[k];
+      const e = colEnd[i];
+      if (e === NULL_VALUE) {
+        out[pos++] = BACKSLASH;
+        out[pos++] = 0x4e; // N
+        continue;
+      }
+      if (e === UNCHANGED_VALUE) throw new Error('writeCopyLine: an unchanged TOAST value has no text');
+      for (let j = colStart[i]; j < e; j++) {
+        const c = b[j];
+        if (c === BACKSLASH || c === TAB || c === NEWLINE || c === CR) {
+          out[pos++] = BACKSLASH;
+          out[pos++] = c === BACKSLASH ? BACKSLASH : c === TAB ? 0x74 : c === NEWLINE ? 0x6e : 0x72;
+        } else out[pos++] = c;
+      }
+    }
+    out[pos++] = NEWLINE;
+    return pos;
+  }
 }

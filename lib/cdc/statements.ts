@@ -54,6 +54,8 @@ export interface RelationPlan {
   writable: BoundColumn[];
   /** Primary key columns in key order. */
   pk: BoundColumn[];
+  /** `pk`'s indexes in the pgoutput tuple. */
+  pkSrc: number[];
   /** GENERATED ALWAYS AS IDENTITY columns take the source's value, which needs OVERRIDING SYSTEM VALUE. */
   overridingSystemValue: boolean;
   /** TargetTable.independentKeys. */
@@ -103,6 +105,7 @@ export function bindRelation(rel: SourceRelationShape, target: TargetTable): Rel
     table: qualifiedName({ schema: target.schema, name: target.name }),
     writable,
     pk,
+    pkSrc: pk.map((c) => c.src),
     overridingSystemValue: overriding,
     independentKeys: target.independentKeys === true,
     copyable: target.copyable === true,

@@ -189,15 +189,17 @@ export class ReplicationStream {
         };
       });
     }
+    return this.takeNow();
+  }
+
+  /** next() without waiting: the next item if one is queued (no promise: the apply loop's common case). */
+  takeNow(): StreamItem | null {
     if (this.failure) throw this.failure;
     const item = this.take();
-    if (item) {
-      if (item.kind === 'message') this.queueBytes -= item.bytes;
-      if (this.paused && this.queueBytes <= this.opts.maxQueueBytes / 2) this.setPaused(false);
-      return item;
-    }
-    if (this.failure) throw this.failure;
-    return null;
+    if (!item) return null;
+    if (item.kind === 'message') this.queueBytes -= item.bytes;
+    if (this.paused && this.queueBytes <= this.opts.maxQueueBytes / 2) this.setPaused(false);
+    return item;
   }
 
   /** The connection failed (and was given up): nothing more comes from it. */

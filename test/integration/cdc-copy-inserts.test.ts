@@ -15,6 +15,7 @@ import type { TenantTable } from '../../lib/shard/tables';
 import { copyTenant, copyProgress } from '../../lib/copy';
 import { validateTenant } from '../../lib/validate';
 import { applyChangesUntil, compareLsn, dropPublicationAndSlot, ensurePublicationAndSlot, isLsn, readAppliedLsn } from '../../lib/cdc';
+import { readDelta, startDelta } from '../../lib/cdc/delta';
 import { loadTargetTable } from '../../lib/cdc/target-tables';
 import { ShardctlError } from '../../lib/errors';
 
@@ -126,6 +127,32 @@ describe('inserts after the copy go by COPY', () => {
     expect(again.rowsInsertedByCopy).toBe(0);
     expect(again.rowsApplied).toBe(12);
     await expectSame(tenant); // the leftover now holds the source's value
+  });
+
+  it('records every key it COPYs in the delta once tracking is on, and nothing before', async () => {
+    const tenant = uniq('cc');
+    const s = await streamFor(tenant);
+    await copyTenant({ source, target, tables, tenantColumn: TENANT_COL, unit: tenant, moveId: s.moveId });
+    await asReplica(source, async (q) => {
+      await q(`insert into ${S}.tagged (tenant_id, "Key", moods) select $1, 'untracked-' || i, '{happy}' from generate_series(1, 20) i`, [tenant]);
+    });
+    expect((await s.apply()).rowsInsertedByCopy).toBe(20);
+    await startDelta(target, s.moveId, 'forward', 'cc-token');
+    // One source transaction of 30 inserts, another of 15: after the first row, each goes by the
+    // applier's promise-free path (applyInsertNow), which must record its key as apply() does.
+    await asReplica(source, async (q) => {
+      await q(`insert into ${S}.tagged (tenant_id, "Key", moods) select $1, 'tracked-' || i, '{sad}' from generate_series(1, 30) i`, [tenant]);
+    });
+    await asReplica(source, async (q) => {
+      await q(`insert into ${S}.tagged (tenant_id, "Key", moods) select $1, 'tracked-' || i, '{meh}' from generate_series(31, 45) i`, [tenant]);
+    });
+    const r = await s.apply();
+    expect(r.rowsInsertedByCopy).toBe(45);
+    const d = await readDelta(target, s.moveId, 'forward', 1000, { token: 'cc-token' });
+    expect(d).toMatchObject({ tracked: true, overflow: false, total: 45 });
+    const keys = d.tracked ? (d.tables.get(`${SCHEMA}.tagged`) ?? []).map((k) => JSON.parse(k) as string[]) : [];
+    expect(keys.map((k) => k.join('|')).sort()).toEqual(Array.from({ length: 45 }, (_, i) => `${tenant}|tracked-${i + 1}`).sort());
+    await expectSame(tenant);
   });
 
   it('never COPYs into a table with row-level security or an INSERT rule, on it or a partition', async () => {

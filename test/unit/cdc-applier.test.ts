@@ -3,7 +3,7 @@
 import { describe, it, expect } from 'vitest';
 import type { ClientBase } from 'pg';
 import { ChangeApplier } from '../../lib/cdc/applier';
-import { Relation, UNCHANGED_TOAST } from '../../lib/cdc/pgoutput';
+import { PgoutputDecoder, PgoutputMessage, Relation, UNCHANGED_TOAST } from '../../lib/cdc/pgoutput';
 
 const rel: Relation = {
   relationOid: 1,
@@ -32,7 +32,7 @@ function fakeClient(opts: { existingRows?: number; independentKeys?: boolean; sm
           { name: 'big', type: 'text', generated: false, identity_always: false, pk_pos: null },
           ...(opts.small ? [{ name: 'small', type: 'integer', generated: false, identity_always: false, pk_pos: null }] : []),
         ];
-        return { rows: [{ oid: '42', cols, independent: opts.independentKeys ?? false, copyable: false }], rowCount: 1 };
+        return { rows: [{ oid: '42', cols, independent: opts.independentKeys ?? false, copyable: true }], rowCount: 1 };
       }
       if (/^(UPDATE|SELECT 1)/.test(text)) return { rows: [], rowCount: opts.existingRows ?? 1 };
       return { rows: [], rowCount: 1 };
@@ -208,4 +208,106 @@ describe('ChangeApplier', () => {
     const writes = statementsOf(log);
     expect(writes).toEqual(['INSERT "public"."docs"', 'INSERT "public"."notes"', 'INSERT "public"."docs"', 'DELETE "public"."docs"', 'INSERT "public"."docs"']);
   });
+
+  it('writes inserts from the wire after the copy as one COPY of their bytes, the first by apply() and the rest without a promise', async () => {
+    const { client, log, copies } = fakeCopyClient({ independentKeys: true });
+    const a = new ChangeApplier(client, 'm1', 'forward', null, 0, { safeAfter: new Map([['public.docs', '0/10']]), client, timeoutMs: 5000, refuse: () => {} });
+    await a.begin('0/100');
+    let now = 0;
+    for (let i = 1; i <= 10; i++) {
+      const msg = wireInsert(String(i), i === 5 ? 'tab\there \\ and\nnewline' : i === 7 ? null : `v${i}`);
+      if (a.applyInsertNow(msg)) now++;
+      else await a.apply(msg);
+    }
+    await a.commit('0/180');
+    await a.commitPending();
+    expect(now).toBe(9); // the first binds the plan and takes the COPY decision
+    expect(copies).toHaveLength(1);
+    expect(copies[0].sql).toBe('COPY "public"."docs" ("tenant_id", "id", "big") FROM STDIN');
+    const lines = Array.from({ length: 10 }, (_, k) => `acme\t${k + 1}\t${k === 4 ? 'tab\\there \\\\ and\\nnewline' : k === 6 ? '\\N' : `v${k + 1}`}`);
+    expect(copies[0].data).toBe(lines.join('\n') + '\n');
+    expect(log.some((l) => l.text.startsWith('INSERT'))).toBe(false);
+    expect(a.stats).toMatchObject({ rowsApplied: 10, rowsInsertedByCopy: 10 });
+  });
+
+  it('leaves to apply() an insert whose key its batch holds, or that joins other pending changes, so source order stands', async () => {
+    const { client, log, copies } = fakeCopyClient({ independentKeys: true });
+    const a = new ChangeApplier(client, 'm1', 'forward', null, 0, { safeAfter: new Map([['public.docs', '0/10']]), client, timeoutMs: 5000, refuse: () => {} });
+    await a.begin('0/100');
+    await a.apply(wireInsert('1', 'x'));
+    for (let i = 2; i <= 9; i++) expect(a.applyInsertNow(wireInsert(String(i), 'x'))).toBe(true);
+    await a.apply({ tag: 'delete', relation: docs, oldKind: 'K', oldTuple: ['acme', '3', null] });
+    expect(a.applyInsertNow(wireInsert('3', 'again'))).toBe(false); // a delete is pending beside the inserts
+    await a.apply(wireInsert('3', 'again'));
+    await a.commit('0/180');
+    await a.commitPending();
+    // Key 3 repeats: the first batch (inserts 1-9, delete of 3) goes before the re-insert.
+    const writes = [...log.map((l, i) => ({ i, what: l.text.split(' ')[0] })).filter((w) => /^(INSERT|DELETE|COPY)$/.test(w.what))];
+    expect(writes.map((w) => w.what)).toEqual(['COPY', 'DELETE', 'INSERT']);
+    expect(copies[0].data.split('\n').filter(Boolean)).toHaveLength(9);
+    expect(log.find((l) => l.text.startsWith('INSERT'))!.values).toEqual(['acme', '3', 'again']);
+  });
 });
+
+const docs: Relation = { ...rel, columns: rel.columns.map((c) => ({ ...c })) };
+const decoder = new PgoutputDecoder();
+{
+  const cols = docs.columns;
+  const parts: Buffer[] = [Buffer.from('R'), u32(docs.relationOid), Buffer.from('public\0docs\0d'), u16(cols.length)];
+  for (const c of cols) parts.push(Buffer.from([c.isKey ? 1 : 0]), Buffer.from(`${c.name}\0`), u32(c.typeOid), u32(c.typeMod >>> 0));
+  decoder.decode(Buffer.concat(parts));
+}
+function u32(v: number) {
+  const b = Buffer.alloc(4);
+  b.writeUInt32BE(v >>> 0);
+  return b;
+}
+function u16(v: number) {
+  const b = Buffer.alloc(2);
+  b.writeUInt16BE(v);
+  return b;
+}
+/** An INSERT of (acme, id, big) as the decoder gives it from the wire (its bytes kept). */
+function wireInsert(id: string, big: string | null): Extract<PgoutputMessage, { tag: 'insert' }> {
+  const text = (v: string) => Buffer.concat([Buffer.from('t'), u32(Buffer.byteLength(v)), Buffer.from(v)]);
+  const msg = decoder.decode(
+    Buffer.concat([Buffer.from('I'), u32(docs.relationOid), Buffer.from('N'), u16(3), text('acme'), text(id), big === null ? Buffer.from('n') : text(big)]),
+  );
+  if (msg.tag !== 'insert' || !msg.raw) throw new Error('expected an insert with its bytes');
+  return msg;
+}
+
+/** fakeClient, plus COPY FROM STDIN as pg-copy-streams drives it (the statement and the data it sent). */
+function fakeCopyClient(opts: { independentKeys?: boolean } = {}) {
+  const base = fakeClient(opts);
+  const copies: { sql: string; data: string }[] = [];
+  const query = (base.client as any).query.bind(base.client);
+  (base.client as any).query = (q: any, values?: unknown[]) => {
+    if (!q || typeof q.handleCopyInResponse !== 'function') return query(q, values);
+    base.log.push({ text: q.text });
+    const chunks: Buffer[] = [];
+    const copy = { sql: q.text as string, data: '' };
+    copies.push(copy);
+    const connection = {
+      stream: {
+        write(b: Buffer) {
+          if (b.length === 5 && b[0] === 0x63) {
+            // CopyDone: the server answers with the row count, then ReadyForQuery.
+            const data = Buffer.concat(chunks.filter((c) => !(c.length === 5 && c[0] === 0x64))).toString('utf8');
+            copy.data = data;
+            setImmediate(() => {
+              q.handleCommandComplete({ text: `COPY ${data.split('\n').length - 1}` });
+              q.handleReadyForQuery();
+            });
+          } else chunks.push(Buffer.from(b));
+          return true;
+        },
+        once() {},
+      },
+    };
+    q.connection = connection;
+    setImmediate(() => q.handleCopyInResponse(connection));
+    return q;
+  };
+  return { ...base, copies };
+}

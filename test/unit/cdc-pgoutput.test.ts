@@ -1,5 +1,5 @@
 import { describe, it, expect } from 'vitest';
-import { PgoutputDecoder, UNCHANGED_TOAST } from '../../lib/cdc/pgoutput';
+import { PgoutputDecoder, RawTuple, UNCHANGED_TOAST } from '../../lib/cdc/pgoutput';
 
 // A tiny encoder for pgoutput v1 messages, written from the protocol documentation.
 class W {
@@ -160,5 +160,91 @@ describe('pgoutput decoder', () => {
     expect(() => d.decode(new W().u8('I').i32(16384).u8('N').i16(3).text('a').buf())).toThrow(/truncated/);
     expect(() => d.decode(new W().u8('I').i32(16384).u8('N').i16(3).text('a').text('b').u8('b').i32(1).u8(0).buf())).toThrow(/binary/);
     expect(() => d.decode(new W().u8('S').buf())).toThrow(/unknown pgoutput message/);
+  });
+
+  it('checks a truncated length or an unknown value kind inside an insert tuple', () => {
+    const d = new PgoutputDecoder();
+    d.decode(relation());
+    const cut = new W().u8('I').i32(16384).u8('N').i16(3).text('acme').text('1').u8('t').i32(10).raw(Buffer.from('short')).buf();
+    expect(() => d.decode(cut)).toThrow(/truncated pgoutput message \(need 10 bytes/);
+    expect(() => d.decode(new W().u8('I').i32(16384).u8('N').i16(3).text('acme').text('1').u8('x').buf())).toThrow(/unknown tuple value kind 'x'/);
+    expect(() => d.decode(new W().u8('I').i32(16384).u8('N').i16(3).text('acme').text('1').u8('t').i32(1).buf())).toThrow(/truncated/);
+  });
+});
+
+/** COPY text format from decoded values, as the applier writes rows that carry no bytes. */
+function copyLineFromValues(values: (string | null)[]): string {
+  const esc: Record<string, string> = { '\\': '\\\\', '\n': '\\n', '\r': '\\r', '\t': '\\t' };
+  return values.map((v) => (v === null ? '\\N' : v.replace(/[\\\n\r\t]/g, (c) => esc[c]))).join('\t') + '\n';
+}
+
+describe('an insert kept as its bytes (RawTuple)', () => {
+  const awkward = ['a\\b', 'tab\there', 'line\nbreak', 'cr\rlf\r\n', '\\.', '', 'é日本🐘', '\\N', 'plain', ' \\\\t '];
+  const insertOf = (d: PgoutputDecoder, big: string | null) => {
+    const w = new W().u8('I').i32(16384).u8('N').i16(3).text('acme').text('42');
+    return d.decode((big === null ? w.u8('n') : w.text(big)).buf());
+  };
+
+  it('decodes the same values as the tuple reader, and only the asked ones on request', () => {
+    const d = new PgoutputDecoder();
+    d.decode(relation());
+    for (const v of [...awkward, null]) {
+      const ins = insertOf(d, v);
+      if (ins.tag !== 'insert' || !ins.raw) throw new Error('expected an insert with its bytes');
+      expect(ins.newTuple).toEqual(['acme', '42', v]);
+      expect(ins.raw.datums()).toEqual(['acme', '42', v]);
+      expect(ins.raw.datumsAt([2, 0])).toEqual([v, 'acme']);
+      expect(ins.raw.hasUnchanged).toBe(false);
+    }
+  });
+
+  it('writes a COPY text line byte for byte as from the decoded values, in the asked column order', () => {
+    const d = new PgoutputDecoder();
+    d.decode(relation());
+    for (const v of [...awkward, null]) {
+      const ins = insertOf(d, v);
+      if (ins.tag !== 'insert' || !ins.raw) throw new Error('expected an insert with its bytes');
+      for (const order of [[0, 1, 2], [2, 0], [1]]) {
+        const raw: RawTuple = ins.raw;
+        const out = Buffer.alloc(raw.copyLineBound);
+        const end = raw.writeCopyLine(out, 0, order);
+        expect(out.subarray(0, end).toString('utf8')).toBe(copyLineFromValues(order.map((i) => ins.newTuple[i] as string | null)));
+      }
+    }
+  });
+
+  it('stays within its bound when every byte needs escaping, and writes lines back to back', () => {
+    const d = new PgoutputDecoder();
+    d.decode(relation());
+    const worst = '\\\t\n\r'.repeat(50);
+    const a = insertOf(d, worst);
+    const b = insertOf(d, null);
+    if (a.tag !== 'insert' || !a.raw || b.tag !== 'insert' || !b.raw) throw new Error('expected inserts with their bytes');
+    const out = Buffer.alloc(a.raw.copyLineBound + b.raw.copyLineBound);
+    const end = b.raw.writeCopyLine(out, a.raw.writeCopyLine(out, 0, [0, 1, 2]), [0, 1, 2]);
+    expect(end).toBeLessThanOrEqual(out.length);
+    expect(out.subarray(0, end).toString('utf8')).toBe(copyLineFromValues(['acme', '42', worst]) + copyLineFromValues(['acme', '42', null]));
+  });
+
+  it('keeps its bytes when the input buffer is reused', () => {
+    const d = new PgoutputDecoder();
+    d.decode(relation());
+    const input = new W().u8('I').i32(16384).u8('N').i16(3).text('acme').text('7').text('tab\tvalue').buf();
+    const ins = d.decode(input);
+    input.fill(0);
+    if (ins.tag !== 'insert' || !ins.raw) throw new Error('expected an insert with its bytes');
+    const out = Buffer.alloc(ins.raw.copyLineBound);
+    expect(out.subarray(0, ins.raw.writeCopyLine(out, 0, [0, 1, 2])).toString()).toBe('acme\t7\ttab\\tvalue\n');
+    expect(ins.newTuple).toEqual(['acme', '7', 'tab\tvalue']);
+  });
+
+  it('marks an insert carrying an unchanged TOAST value, and refuses to write it as COPY text', () => {
+    const d = new PgoutputDecoder();
+    d.decode(relation());
+    const ins = d.decode(new W().u8('I').i32(16384).u8('N').i16(3).text('acme').text('1').u8('u').buf());
+    if (ins.tag !== 'insert' || !ins.raw) throw new Error('expected an insert with its bytes');
+    expect(ins.raw.hasUnchanged).toBe(true);
+    expect(ins.newTuple[2]).toBe(UNCHANGED_TOAST);
+    expect(() => ins.raw!.writeCopyLine(Buffer.alloc(ins.raw!.copyLineBound), 0, [0, 1, 2])).toThrow(/unchanged TOAST/);
   });
 });
