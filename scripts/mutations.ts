@@ -1087,6 +1087,25 @@ export const MUTATIONS: Mutation[] = [
     testName: 'two overlapping deliveries of a table on one worker count its bytes once',
   },
   {
+    id: 'rebalance-move-operator',
+    guarantee: "a move a rebalance run starts names the run's starter as its operator, whom separation of duties then refuses as approver (issue 12)",
+    file: 'workflows/rebalance.ts',
+    from: "const moveInput = { ...input.move, moveId: '', unit: m.unit, tenant: m.unit, target: m.to, requestedBy: input.requestedBy };",
+    to: "const moveInput = { ...input.move, moveId: '', unit: m.unit, tenant: m.unit, target: m.to, requestedBy: workflowInfo().workflowId };",
+    testFile: 'test/e2e/rebalance-approval.test.ts',
+    testName: "a drain's move records the run's starter as its operator",
+  },
+  {
+    id: 'rebalance-distinct-approver',
+    guarantee:
+      "a rebalance run started under approvals.requireDistinctApprover carries it into each move, so the move workflow refuses its starter's approval whatever client asks (issue 12)",
+    file: 'lib/rebalance/start.ts',
+    from: '      ...distinctApprover(config),',
+    to: '      ...{},',
+    testFile: 'test/e2e/rebalance-approval.test.ts',
+    testName: "a drain's move records the run's starter as its operator",
+  },
+  {
     id: 'rebalance-start-audited',
     guarantee: 'a rebalance run records who started it and why in the audit log (issue 12)',
     file: 'workflows/rebalance.ts',
