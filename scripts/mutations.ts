@@ -1124,6 +1124,15 @@ export const MUTATIONS: Mutation[] = [
     testName: 'each alert fires on the series of ops/prometheus/alerts.test.yml',
   },
   {
+    id: 'move-start-runs-plan',
+    guarantee: "`move start` runs `move plan`'s checks and refuses with the same words, starting nothing (issue 12)",
+    file: 'cli/commands/move.ts',
+    from: "      if (!plan.ok) throw new ShardctlError('PreconditionFailed', `move start refused, nothing started: ${plan.reasons.join('; ')}`);",
+    to: "      if (!plan.ok && !plan.reasons) throw new ShardctlError('PreconditionFailed', `move start refused, nothing started: ${plan.reasons.join('; ')}`);",
+    testFile: 'test/integration/move-plan.test.ts',
+    testName: 'move start runs the same checks and refuses with the same words',
+  },
+  {
     id: 'rebalance-move-operator',
     guarantee: "a move a rebalance run starts names the run's starter as its operator, whom separation of duties then refuses as approver (issue 12)",
     file: 'workflows/rebalance.ts',

@@ -76,6 +76,35 @@ async function currentShard(config: Config, tenant: string): Promise<string> {
   return p.shard;
 }
 
+/** The plan activity's checks, as `move plan` and `move start` both run them (read-only: changes nothing). */
+async function planFromCli(config: Config, unit: string, target: string): Promise<PlanResult> {
+  const deps = createDeps(config);
+  try {
+    await requireCurrentDirectorySchema(deps.directoryPool());
+    return await createPlanActivities(deps).planMove({ unit, target });
+  } finally {
+    await deps.close();
+  }
+}
+
+/** A move of `unit` already running: refused before any check, naming it (as startMove would). */
+async function refuseIfMoving(config: Config, unit: string): Promise<void> {
+  const workflowId = moveWorkflowId(unit);
+  const running = await withTemporal(config, (client) =>
+    client.workflow
+      .getHandle(workflowId)
+      .describe()
+      .then(
+        (d) => d.status.name === 'RUNNING',
+        (e) => {
+          if (e instanceof WorkflowNotFoundError) return false;
+          throw e;
+        },
+      ),
+  );
+  if (running) throw new ShardctlError('AlreadyExists', `a move of ${unit} is already running: workflow ${workflowId}; see \`shardctl move status ${unit}\``);
+}
+
 /** `--rows-per-second`: a non-negative integer (0 = unlimited); anything else is bad usage, sent nowhere. */
 export function parseRowsPerSecond(v: unknown): number {
   const text = String(v ?? '').trim();
@@ -158,7 +187,7 @@ export function register(program: Command) {
 
   const start = move
     .command('start')
-    .description('start moving a tenant to another shard')
+    .description("start moving a tenant to another shard (`move plan`'s checks first: refused with its reasons, exit 4, nothing started)")
     .option('--tenant <id>', 'tenant to move')
     .option('--unit <unit>', 'or: the routing unit to move (a tenant, or a bucket bucket:<dataset>:<n>)')
     .requiredOption('--to <shard>', 'target shard')
@@ -173,6 +202,11 @@ export function register(program: Command) {
       if (o.approveCutover !== 'auto' && o.approveCutover !== 'manual')
         throw invalidInput(`--approve-cutover must be auto or manual, got ${JSON.stringify(o.approveCutover)}`);
       const soakSeconds = o.soak ? Math.round(parseDurationMs(o.soak, '--soak') / 1000) : config.limits.soakSeconds;
+      // `move plan`'s checks, the same code with the same words: a refused move is not started.
+      // The workflow's own plan runs them again (the state may change in between).
+      await refuseIfMoving(config, tenant);
+      const plan = await planFromCli(config, tenant, o.to);
+      if (!plan.ok) throw new ShardctlError('PreconditionFailed', `move start refused, nothing started: ${plan.reasons.join('; ')}`);
       // A short soak shortens the way back: the source copy is deleted that much sooner.
       if (o.soak && !o.yes && soakNeedsConfirmation(soakSeconds, config.limits.soakSeconds)) {
         const source = await currentShard(config, tenant);
@@ -208,16 +242,10 @@ export function register(program: Command) {
       const config = cfg();
       const tenant = unitFromOptions(o, validateTenantId, config);
       knownShard(config, o.to);
-      const deps = createDeps(config);
-      try {
-        await requireCurrentDirectorySchema(deps.directoryPool());
-        const p = await createPlanActivities(deps).planMove({ unit: tenant, target: o.to });
-        printResult(o.json, p, (x) => printPlan(tenant, o.to, x), { pretty: true });
-        // Refused by the current state: the reasons are the output, the code says so too.
-        if (!p.ok) process.exitCode = exitCodeFor('PreconditionFailed');
-      } finally {
-        await deps.close();
-      }
+      const p = await planFromCli(config, tenant, o.to);
+      printResult(o.json, p, (x) => printPlan(tenant, o.to, x), { pretty: true });
+      // Refused by the current state: the reasons are the output, the code says so too.
+      if (!p.ok) process.exitCode = exitCodeFor('PreconditionFailed');
     });
   examples(
     plan,
