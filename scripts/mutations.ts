@@ -1133,6 +1133,35 @@ export const MUTATIONS: Mutation[] = [
     testName: 'move start runs the same checks and refuses with the same words',
   },
   {
+    id: 'copy-measured-recorded',
+    guarantee:
+      "a move's copy records what it measured (rows, COPY bytes, wall time, throttle) in a move.copied audit entry, from which move plan estimates (issue 12)",
+    file: 'workflows/move.ts',
+    from: "      if (left.length && patched('copy-measured'))",
+    to: "      if (left.length && patched('copy-measured') && !left.length)",
+    testFile: 'test/e2e/plan-estimate.test.ts',
+    testName: "estimates each table's bytes, and the copy's duration from an earlier move's measured copy",
+  },
+  {
+    id: 'plan-estimate-skips-throttled',
+    guarantee: "move plan's duration comes only from copies that ran unthrottled: a throttled copy measures its throttle, not the fleet (issue 12)",
+    file: 'lib/directory/moves.ts',
+    from: "              where action = 'move.copied' and coalesce((detail->>'rowsPerSecond')::bigint, 0) = 0 and detail->'paused' is null",
+    to: "              where action = 'move.copied' and detail->'paused' is null",
+    testFile: 'test/e2e/plan-estimate.test.ts',
+    testName: "estimates each table's bytes, and the copy's duration from an earlier move's measured copy",
+  },
+  {
+    id: 'plan-estimate-bytes-bound',
+    guarantee:
+      "move plan's copy duration is the slower of rows and bytes at the measured rates (a tenant of wide rows is not estimated by its row count alone) (issue 12)",
+    file: 'lib/move-progress.ts',
+    from: '    seconds = Math.max(total.rows / rowsPerSecond, bytesPerSecond ? total.bytes / bytesPerSecond : 0);',
+    to: '    seconds = total.rows / rowsPerSecond;',
+    testFile: 'test/unit/move-progress.test.ts',
+    testName: 'is the slower of rows and bytes at the measured rates, rounded up',
+  },
+  {
     id: 'rebalance-move-operator',
     guarantee: "a move a rebalance run starts names the run's starter as its operator, whom separation of duties then refuses as approver (issue 12)",
     file: 'workflows/rebalance.ts',

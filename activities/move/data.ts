@@ -97,7 +97,7 @@ export function createDataActivities(deps: Deps) {
       );
     },
 
-    async copyTable(input: z.infer<typeof copyInput>): Promise<{ table: string; rowsCopied: number }> {
+    async copyTable(input: z.infer<typeof copyInput>): Promise<{ table: string; rowsCopied: number; bytesCopied: number }> {
       const ref = parse(copyInput, input);
       return typed(
         async () => {
@@ -148,7 +148,7 @@ export function createDataActivities(deps: Deps) {
           m?.tableRowsCopied.set(series, r.rowsCopied);
           if (m) countCopied({ rows: r.rowsCopied, bytes: r.bytesCopied });
           copyCounted.delete(countedKey);
-          return { table: ref.table, rowsCopied: r.rowsCopied };
+          return { table: ref.table, rowsCopied: r.rowsCopied, bytesCopied: r.bytesCopied };
         },
         { doing: `copy table ${ref.table} ${ref.source} → ${ref.target}` },
       );

@@ -8,7 +8,9 @@ import { z } from 'zod';
 import type { Deps } from '../deps';
 import { getPlacement } from '../../lib/directory/placements';
 import { shardLoad } from '../../lib/directory/shards';
-import { movabilityProblems, countUnitRows, TenantTable } from '../../lib/shard/tables';
+import { movabilityProblems, countUnitRows, estimateUnitBytes, TenantTable } from '../../lib/shard/tables';
+import { measuredCopies } from '../../lib/directory/moves';
+import { estimateCopy, type CopyEstimate } from '../../lib/move-progress';
 import { fenceStatus } from '../../lib/shard/prepare';
 import { hasMoveProgress } from '../../lib/cdc/progress';
 import { globalUniqueKeys, firstKeyCollision, collisionReason } from '../../lib/shard/unique-keys';
@@ -47,9 +49,12 @@ export interface PlanResult {
   source: string;
   epoch: number;
   moveId: string;
-  tables: { table: string; rowsEstimated: number }[];
+  /** Each table's rows (counted) and bytes (rows × the mean size of a sample of them). */
+  tables: { table: string; rowsEstimated: number; bytesEstimated?: number }[];
   /** What the cutover will do, from its dry-run twin (empty when a check failed). */
   cutoverSteps?: string[];
+  /** How long the table copies should take, from the throughput earlier moves measured (`move.copied` audit entries). */
+  copyEstimate?: CopyEstimate;
 }
 
 function tableKey(t: TenantTable) {
@@ -164,7 +169,8 @@ export function createPlanActivities(deps: Deps) {
           const tp = deps.shardPool(target);
           const resumed = await hasMoveProgress(tp, base.moveId);
           for (const t of src) {
-            tables.push({ table: tableKey(t), rowsEstimated: await countUnitRows(deps.shardPool(p.shard), t, col, value) });
+            const rowsEstimated = await countUnitRows(deps.shardPool(p.shard), t, col, value);
+            tables.push({ table: tableKey(t), rowsEstimated, bytesEstimated: await estimateUnitBytes(deps.shardPool(p.shard), t, col, value, rowsEstimated) });
             if (!resumed) {
               const left = await countUnitRows(tp, t, col, value);
               if (left > 0)
@@ -192,7 +198,9 @@ export function createPlanActivities(deps: Deps) {
         const dry = dryRunCutoverSteps(plan, { tables: tables.map((t) => t.table) });
         // A still clock: the dry run's text (budgets left) must be the same on every delivery of plan.
         await runCutover(dry.steps, plan, { faultPoint: async () => {}, now: () => 0 });
-        return { ok: true, reasons, ...base, tables, cutoverSteps: dry.log };
+        const total = { rows: tables.reduce((n, t) => n + t.rowsEstimated, 0), bytes: tables.reduce((n, t) => n + (t.bytesEstimated ?? 0), 0) };
+        const copyEstimate = estimateCopy(total, await measuredCopies(deps.directoryPool()), deps.config.limits.rowsPerSecond);
+        return { ok: true, reasons, ...base, tables, cutoverSteps: dry.log, copyEstimate };
       });
     },
 

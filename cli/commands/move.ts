@@ -14,7 +14,7 @@ import { invalidInput, ShardctlError } from '../../lib/errors';
 import * as M from '../../workflows/messages';
 import { isPhase, isTerminal, phaseReached, PHASES, sameApproverRefusal } from '../../workflows/phases';
 import { SA } from '../../workflows/search-attributes';
-import { formatCutoverPauses, formatTableProgress, withCopyProgress } from '../../lib/move-progress';
+import { formatBytes, formatCopyEstimate, formatCutoverPauses, formatTableProgress, withCopyProgress } from '../../lib/move-progress';
 import { progressRenderer, type ProgressRenderer } from '../progress';
 import { requireCurrentDirectorySchema } from '../../lib/directory/schema';
 import { exitCodeFor } from '../exit';
@@ -117,7 +117,9 @@ export function parseRowsPerSecond(v: unknown): number {
 function printPlan(tenant: string, to: string, p: PlanResult) {
   const lines = [`plan: move ${tenant} from ${p.source || '?'} (epoch ${p.epoch}) to ${to} — ${p.ok ? 'ready' : 'REFUSED'}`];
   for (const r of p.reasons) lines.push(`  refused: ${r}`);
-  for (const t of p.tables) lines.push(`  copy ${t.table.padEnd(28)} ${t.rowsEstimated} rows`);
+  for (const t of p.tables)
+    lines.push(`  copy ${t.table.padEnd(28)} ${t.rowsEstimated} rows${t.bytesEstimated !== undefined ? `, ≈ ${formatBytes(t.bytesEstimated)}` : ''}`);
+  if (p.copyEstimate) lines.push(`  ${formatCopyEstimate(p.copyEstimate, formatDurationSeconds)}`);
   if (p.cutoverSteps?.length) {
     lines.push('  then catch up until the lag is below the threshold, validate every row and blob, and cut over:');
     p.cutoverSteps.forEach((s, i) => lines.push(`    ${i + 1}. ${s}`));
@@ -250,7 +252,7 @@ export function register(program: Command) {
   examples(
     plan,
     'move plan --tenant acme --to shard-c',
-    'move plan --tenant acme --to shard-c --json   # {ok, reasons, source, epoch, moveId, tables, cutoverSteps}',
+    'move plan --tenant acme --to shard-c --json   # {ok, reasons, source, epoch, moveId, tables: [{table, rowsEstimated, bytesEstimated}], cutoverSteps, copyEstimate}',
   );
 
   const status = move
