@@ -1162,6 +1162,16 @@ export const MUTATIONS: Mutation[] = [
     testName: 'is the slower of rows and bytes at the measured rates, rounded up',
   },
   {
+    id: 'plan-slot-capacity',
+    guarantee:
+      "move plan (and so move start and the move's own plan) refuses a source or target without a free replication slot, with the numbers, instead of a move that retries its slot creation (issue 12)",
+    file: 'lib/shard/replication-capacity.ts',
+    from: '  if (c.maxSlots - c.usedSlots < 1)',
+    to: '  if (c.maxSlots - c.usedSlots < 0)',
+    testFile: 'test/unit/replication-capacity.test.ts',
+    testName: 'refuses a server whose slots are all taken',
+  },
+  {
     id: 'rebalance-move-operator',
     guarantee: "a move a rebalance run starts names the run's starter as its operator, whom separation of duties then refuses as approver (issue 12)",
     file: 'workflows/rebalance.ts',

@@ -12,6 +12,7 @@ import { movabilityProblems, countUnitRows, estimateUnitBytes, TenantTable } fro
 import { measuredCopies } from '../../lib/directory/moves';
 import { estimateCopy, type CopyEstimate } from '../../lib/move-progress';
 import { fenceStatus } from '../../lib/shard/prepare';
+import { replicationCapacity, replicationCapacityProblems } from '../../lib/shard/replication-capacity';
 import { hasMoveProgress } from '../../lib/cdc/progress';
 import { globalUniqueKeys, firstKeyCollision, collisionReason } from '../../lib/shard/unique-keys';
 import { runCutover } from '../../lib/cutover/steps';
@@ -164,6 +165,8 @@ export function createPlanActivities(deps: Deps) {
           }
         }
         reasons.push(...(await bucketProblems(p.shard, target, unit)));
+        const [capSource, capTarget] = await Promise.all([replicationCapacity(deps.shardPool(p.shard)), replicationCapacity(deps.shardPool(target))]);
+        reasons.push(...replicationCapacityProblems(p.shard, 'source', capSource), ...replicationCapacityProblems(target, 'target', capTarget));
         const tables: PlanResult['tables'] = [];
         if (reasons.length === 0) {
           const tp = deps.shardPool(target);

@@ -8,6 +8,7 @@ import { WorkflowNotFoundError } from '@temporalio/client';
 import { prepareStack, newTenant, seed, replicationLeftovers, temporal } from '../helpers/move';
 import { shardPool, directoryPool, closePools, uniq } from '../helpers/stack';
 import { moveWorkflowId } from '../../lib/ids';
+import { replicationCapacity } from '../../lib/shard/replication-capacity';
 import { getPlacement } from '../../lib/directory/placements';
 import { getUnitFence } from '../../lib/shard/fence';
 
@@ -56,6 +57,24 @@ describe('shardctl move plan', () => {
     expect(r.code).toBe(4);
     expect(r.stdout).toContain(`refused: unit ${tenant} is already on shard-a`);
     expect(r.stdout).not.toContain('POINT OF NO RETURN');
+  });
+
+  it('reads the replication capacity the slot check judges from the server: a slot of any kind counts against max_replication_slots', async () => {
+    const pool = shardPool('shard-b');
+    const before = await replicationCapacity(pool);
+    expect(before.walLevel).toBe('logical');
+    expect(before.maxSlots).toBe(Number((await pool.query('show max_replication_slots')).rows[0].max_replication_slots));
+    // A physical slot reserves no WAL until used: one taken for a moment does not hurt the other suites.
+    const name = `shardctl_plan_probe_${process.pid}`;
+    await pool.query('select pg_create_physical_replication_slot($1)', [name]);
+    try {
+      const during = await replicationCapacity(pool);
+      expect(during.usedSlots).toBeGreaterThanOrEqual(1);
+      expect((await pool.query('select 1 from pg_replication_slots where slot_name = $1', [name])).rowCount).toBe(1);
+      expect(during.maxSlots).toBe(before.maxSlots);
+    } finally {
+      await pool.query('select pg_drop_replication_slot($1)', [name]);
+    }
   });
 
   it('move start runs the same checks and refuses with the same words (exit 4): no move workflow is started', async () => {
