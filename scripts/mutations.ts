@@ -1172,6 +1172,16 @@ export const MUTATIONS: Mutation[] = [
     testName: 'refuses a server whose slots are all taken',
   },
   {
+    id: 'plan-sequence-on-target',
+    guarantee:
+      "move plan refuses a column a sequence feeds on the source but none feeds on the target: the tenant's next insert on its new owner must succeed (DESIGN.md §5.9, issue 12)",
+    file: 'activities/move/plan.ts',
+    from: '        reasons.push(...unfedOnTarget(fedBoth, fedDst, p.shard, target));',
+    to: '        void unfedOnTarget;',
+    testFile: 'test/e2e/any-schema.test.ts',
+    testName: 'refuses at plan a column a sequence feeds on the source but none on the target',
+  },
+  {
     id: 'rebalance-move-operator',
     guarantee: "a move a rebalance run starts names the run's starter as its operator, whom separation of duties then refuses as approver (issue 12)",
     file: 'workflows/rebalance.ts',

@@ -13,6 +13,7 @@ import { measuredCopies } from '../../lib/directory/moves';
 import { estimateCopy, type CopyEstimate } from '../../lib/move-progress';
 import { fenceStatus } from '../../lib/shard/prepare';
 import { replicationCapacity, replicationCapacityProblems } from '../../lib/shard/replication-capacity';
+import { feedingSequences, unfedOnTarget } from '../../lib/shard/sequences';
 import { hasMoveProgress } from '../../lib/cdc/progress';
 import { globalUniqueKeys, firstKeyCollision, collisionReason } from '../../lib/shard/unique-keys';
 import { runCutover } from '../../lib/cutover/steps';
@@ -156,6 +157,12 @@ export function createPlanActivities(deps: Deps) {
           else reasons.push(...(await bucketTableProblems(deps.shardPool(p.shard), t, rows.dataset!)));
         }
         reasons.push(...schemaDiff(src, dst));
+        // A column a sequence feeds on the source must be fed on the target too, or the tenant's
+        // next insert without an explicit id fails on its new owner (DESIGN.md §5.9).
+        const both = dst.filter((d) => src.some((x) => tableKey(x) === tableKey(d)));
+        const [fedSrc, fedDst] = await Promise.all([feedingSequences(deps.shardPool(p.shard), src), feedingSequences(deps.shardPool(target), both)]);
+        const fedBoth = fedSrc.filter((f) => both.some((d) => d.qualified === f.table));
+        reasons.push(...unfedOnTarget(fedBoth, fedDst, p.shard, target));
         const [fs, fd] = await Promise.all([fenced(p.shard), fenced(target)]);
         for (const t of src) {
           if (!fs.has(tableKey(t)))
