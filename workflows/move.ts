@@ -50,6 +50,8 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
   const state = new MoveState(input);
   const { carried, st } = state;
   let rowsPerSecond = input.rowsPerSecond;
+  /** The highest throttle any table copy ran under (set or changed during the copy included). */
+  let copyThrottle = 0;
   let preSwitch: CancellationScope | undefined;
   let soakScope: CancellationScope | undefined;
   const wfId = workflowInfo().workflowId;
@@ -159,6 +161,8 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
     M.throttleUpdate,
     (op) => {
       rowsPerSecond = op.rowsPerSecond;
+      // A running table copy takes it up: that copy's wall time measures the throttle too.
+      if (st.phase === 'copy') copyThrottle = Math.max(copyThrottle, op.rowsPerSecond);
       // patched: a throttle accepted before throttles were audited replays without its audit entry.
       if (patched('throttle-audited')) void record('throttle', op.actor, op.reason, { rowsPerSecond: op.rowsPerSecond });
       return `throttle ${op.rowsPerSecond} rows/s`;
@@ -272,8 +276,7 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
       const t0 = Date.now();
       let copying_ = 0;
       let copiedBytes = 0;
-      // Whether the copy's wall time measures the fleet: no table throttled, none held by a pause.
-      let copyThrottle = 0;
+      // Whether the copy's wall time measures the fleet: no table throttled (copyThrottle), none held by a pause.
       let copyPaused = false;
       const copyOne = async (t: (typeof st.tables)[number], lanes: boolean) => {
         if (st.paused) copyPaused = true;
