@@ -96,3 +96,63 @@ export function formatCutoverPauses(s: CutoverPauses): string {
   if (s.cutoverPauseMs !== null) return `write pause ${s.cutoverPauseMs} ms (attempt ${s.cutoverAttempts}${abortedText})`;
   return s.cutoverAttempts ? `attempts ${s.cutoverAttempts}${abortedText}` : '';
 }
+
+/** A copy's duration estimated from measured throughput (`move plan`). */
+export interface CopyEstimate {
+  /** Seconds the table copies should take; null when nothing was measured yet. */
+  seconds: number | null;
+  /** The measured rates it used (null: none measured), and from how many moves. */
+  rowsPerSecond: number | null;
+  bytesPerSecond: number | null;
+  fromMoves: number;
+  /** The configured throttle (limits.rowsPerSecond) when it, not the measured rate, bounds the copy. */
+  throttledTo?: number;
+}
+
+/**
+ * The copy's duration: its rows and bytes at the measured rates (the slower of the two decides),
+ * and no faster than the configured throttle allows. Null seconds when no copy was measured.
+ */
+export function estimateCopy(
+  total: { rows: number; bytes: number },
+  measured: { moves: number; rows: number; bytes: number; seconds: number },
+  rowsPerSecondLimit = 0,
+): CopyEstimate {
+  const has = measured.moves > 0 && measured.seconds > 0 && measured.rows > 0;
+  const rowsPerSecond = has ? measured.rows / measured.seconds : null;
+  const bytesPerSecond = has && measured.bytes > 0 ? measured.bytes / measured.seconds : null;
+  let seconds: number | null = null;
+  if (rowsPerSecond !== null) {
+    seconds = Math.max(total.rows / rowsPerSecond, bytesPerSecond ? total.bytes / bytesPerSecond : 0);
+  }
+  const throttle = rowsPerSecondLimit > 0 ? total.rows / rowsPerSecondLimit : 0;
+  const throttled = seconds !== null && rowsPerSecondLimit > 0 && throttle > seconds;
+  if (throttled) seconds = throttle;
+  return {
+    seconds: seconds === null ? null : Math.ceil(seconds),
+    rowsPerSecond: rowsPerSecond === null ? null : Math.round(rowsPerSecond),
+    bytesPerSecond: bytesPerSecond === null ? null : Math.round(bytesPerSecond),
+    fromMoves: measured.moves,
+    ...(throttled ? { throttledTo: rowsPerSecondLimit } : {}),
+  };
+}
+
+/** Bytes as an operator reads them: 950 B, 12.3 kB, 4.5 MB, 1.2 GB (powers of 1000). */
+export function formatBytes(n: number): string {
+  const units = ['B', 'kB', 'MB', 'GB', 'TB'];
+  let v = Math.max(0, n);
+  let i = 0;
+  while (v >= 1000 && i < units.length - 1) {
+    v /= 1000;
+    i++;
+  }
+  return i === 0 ? `${Math.round(v)} B` : `${v.toFixed(1)} ${units[i]}`;
+}
+
+/** The plan's copy line: `copy ≈ 2m10s (measured by 3 earlier moves: 1200 rows/s, 4.5 MB/s)`, or why there is none. */
+export function formatCopyEstimate(e: CopyEstimate, formatSeconds: (s: number) => string): string {
+  if (e.seconds === null) return 'copy duration: not estimated (no unthrottled copy measured yet: the `move.copied` audit entries of earlier moves)';
+  const rates = `${e.rowsPerSecond} rows/s${e.bytesPerSecond !== null ? `, ${formatBytes(e.bytesPerSecond)}/s` : ''}`;
+  const cap = e.throttledTo !== undefined ? `; held to the throttle, limits.rowsPerSecond ${e.throttledTo}` : '';
+  return `copy ≈ ${formatSeconds(e.seconds)} (measured by ${e.fromMoves} earlier move(s): ${rates}${cap})`;
+}

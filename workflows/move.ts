@@ -50,6 +50,8 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
   const state = new MoveState(input);
   const { carried, st } = state;
   let rowsPerSecond = input.rowsPerSecond;
+  /** The highest throttle any table copy ran under (set or changed during the copy included). */
+  let copyThrottle = 0;
   let preSwitch: CancellationScope | undefined;
   let soakScope: CancellationScope | undefined;
   const wfId = workflowInfo().workflowId;
@@ -159,6 +161,8 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
     M.throttleUpdate,
     (op) => {
       rowsPerSecond = op.rowsPerSecond;
+      // A running table copy takes it up: that copy's wall time measures the throttle too.
+      if (st.phase === 'copy') copyThrottle = Math.max(copyThrottle, op.rowsPerSecond);
       // patched: a throttle accepted before throttles were audited replays without its audit entry.
       if (patched('throttle-audited')) void record('throttle', op.actor, op.reason, { rowsPerSecond: op.rowsPerSecond });
       return `throttle ${op.rowsPerSecond} rows/s`;
@@ -274,15 +278,20 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
       );
       const t0 = Date.now();
       let copying_ = 0;
+      let copiedBytes = 0;
+      // Whether the copy's wall time measures the fleet: no table throttled (copyThrottle), none held by a pause.
+      let copyPaused = false;
       const copyOne = async (t: (typeof st.tables)[number], lanes: boolean) => {
+        if (st.paused) copyPaused = true;
         await waitIfPaused();
         // A throttle set meanwhile is per table copy: a lane starts only while no other copies.
         if (lanes) await condition(() => !rowsPerSecond || copying_ === 0);
         copying_++;
-        let r: { rowsCopied: number };
+        let r: { rowsCopied: number; bytesCopied?: number };
         try {
           // Batches are sized in bytes by the copy; copyBatchRows (tests) only caps their rows.
           const batchRows = input.copyBatchRows;
+          copyThrottle = Math.max(copyThrottle, rowsPerSecond);
           r = await step(`copy ${t.table}`, () =>
             copying.copyTable.executeWithOptions({ summary: `copy table ${t.table}` }, [
               { ...ref(), table: t.table, ...(batchRows ? { batchRows } : {}), rowsPerSecond },
@@ -293,6 +302,7 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
         }
         t.rowsCopied = r.rowsCopied;
         t.done = true;
+        copiedBytes += r.bytesCopied ?? 0;
         // Rows written during the copy raise the total (lib/move-progress): the ETA never goes negative.
         st.etaSeconds = copyEtaSeconds(copyProgress(st.tables), (Date.now() - t0) / 1000);
         state.showDetails();
@@ -302,6 +312,17 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
       // recorded before the lanes copies one table at a time, as it did then.
       if (patched('parallel-table-copy')) await inLanes(left, rowsPerSecond ? 1 : COPY_TABLE_LANES, (t) => copyOne(t, true));
       else for (const t of left) await copyOne(t, false);
+      // What this copy measured (the tables it copied, wall time, its throttle): `move plan`
+      // estimates later copies from these entries. patched: a history recorded before replays without it.
+      if (left.length && patched('copy-measured'))
+        await record('copied', input.requestedBy, undefined, {
+          rows: left.reduce((n, t) => n + t.rowsCopied, 0),
+          bytes: copiedBytes,
+          seconds: (Date.now() - t0) / 1000,
+          tables: left.length,
+          rowsPerSecond: copyThrottle,
+          ...(copyPaused ? { paused: true } : {}),
+        });
       const b = await step('copy blobs', () =>
         long.copyBlobs.executeWithOptions({ summary: `copy blobs ${st.source} → ${st.target}` }, [{ ...ref(), direction: 'forward' }]),
       );

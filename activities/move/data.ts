@@ -49,13 +49,14 @@ const catchUpInput = moveRef.extend({
 
 export function createDataActivities(deps: Deps) {
   /**
-   * COPY bytes of each (move, table) this worker has counted in `shardctl_copy_bytes_total`. A
-   * retried or overlapping copyTable on this worker counts only past it; a copy this worker has not
-   * seen starts from the checkpoint committed before it (another worker's batches are theirs).
-   * Forgotten when the table's copy completes here (a copy that never completes here keeps its
-   * entry: one number per table of a move this worker failed or was cancelled on).
+   * Rows and COPY bytes of each (move, table) this worker has counted in `shardctl_rows_copied_total`
+   * and `shardctl_copy_bytes_total`: the checkpoint's committed totals, so a counter reflects rows
+   * committed. A retried or overlapping copyTable on this worker counts only past it; a copy this
+   * worker has not seen starts from the checkpoint committed before it (another worker's batches
+   * are theirs). Forgotten when the table's copy completes here (a copy that never completes here
+   * keeps its entry: two numbers per table of a move this worker failed or was cancelled on).
    */
-  const bytesCounted = new Map<string, number>();
+  const copyCounted = new Map<string, { rows: number; bytes: number }>();
   /** The shards' names for error messages, and the bounds that keep a round from hanging on a silent link. */
   const linkBounds = (from: string, to: string) => ({
     sourceName: from,
@@ -96,7 +97,7 @@ export function createDataActivities(deps: Deps) {
       );
     },
 
-    async copyTable(input: z.infer<typeof copyInput>): Promise<{ table: string; rowsCopied: number }> {
+    async copyTable(input: z.infer<typeof copyInput>): Promise<{ table: string; rowsCopied: number; bytesCopied: number }> {
       const ref = parse(copyInput, input);
       return typed(
         async () => {
@@ -107,20 +108,21 @@ export function createDataActivities(deps: Deps) {
           let batches = 0;
           const m = deps.metrics;
           const series = { unit: ref.unit, move_id: ref.moveId, table: ref.table };
-          // A resumed copy reports the checkpoint's total at its first batch: count at most one batch of it.
-          let seen: number | undefined;
-          const bytesKey = `${ref.moveId}|${ref.table}`;
-          if (m && !bytesCounted.has(bytesKey)) {
+          const pair = { source: ref.source, target: ref.target };
+          // A resumed copy reports the checkpoint's totals at each batch: count only past what was counted.
+          const countedKey = `${ref.moveId}|${ref.table}`;
+          if (m && !copyCounted.has(countedKey)) {
             const cp = (await copyProgress(deps.shardPool(ref.target), ref.moveId)).find((x) => x.table === ref.table);
             // An overlapping delivery may have started counting while this one read the checkpoint.
-            if (!bytesCounted.has(bytesKey)) bytesCounted.set(bytesKey, cp?.bytesCopied ?? 0);
+            if (!copyCounted.has(countedKey)) copyCounted.set(countedKey, { rows: cp?.rowsCopied ?? 0, bytes: cp?.bytesCopied ?? 0 });
           }
-          const countBytes = (total: number) => {
+          const countCopied = (total: { rows: number; bytes: number }) => {
             // Gone: an overlapping delivery finished the table and counted it to the end.
-            const counted = bytesCounted.get(bytesKey);
+            const counted = copyCounted.get(countedKey);
             if (counted === undefined) return;
-            if (total > counted) m?.bytesCopied.inc({ source: ref.source, target: ref.target }, total - counted);
-            bytesCounted.set(bytesKey, Math.max(counted, total));
+            if (total.rows > counted.rows) m?.rowsCopied.inc(pair, total.rows - counted.rows);
+            if (total.bytes > counted.bytes) m?.bytesCopied.inc(pair, total.bytes - counted.bytes);
+            copyCounted.set(countedKey, { rows: Math.max(counted.rows, total.rows), bytes: Math.max(counted.bytes, total.bytes) });
           };
           const r = await copyTenantTable({
             source: deps.shardPool(ref.source),
@@ -134,12 +136,8 @@ export function createDataActivities(deps: Deps) {
             signal: activitySignal(),
             onBatch: async (p: { rowsCopied: number; bytesCopied: number }) => {
               beat({ table: ref.table, rowsCopied: p.rowsCopied, bytesCopied: p.bytesCopied });
-              // The first batch of a resumed copy reports the checkpoint's total: count at most one batch of it.
-              const first = Math.min(p.rowsCopied, ref.batchRows ?? p.rowsCopied);
-              m?.rowsCopied.inc({ source: ref.source, target: ref.target }, seen === undefined ? first : p.rowsCopied - seen);
               m?.tableRowsCopied.set(series, p.rowsCopied);
-              if (m) countBytes(p.bytesCopied);
-              seen = p.rowsCopied;
+              if (m) countCopied({ rows: p.rowsCopied, bytes: p.bytesCopied });
               activityLog().debug({ table: ref.table, rowsCopied: p.rowsCopied, bytesCopied: p.bytesCopied }, 'copy batch committed');
               batches++;
               if (batches === 2) await deps.faultPoint('mid-copy');
@@ -148,9 +146,9 @@ export function createDataActivities(deps: Deps) {
             onStreaming: (p) => beat({ table: ref.table, rowsCopied: p.rowsCopied, bytesInBatch: p.bytesInBatch }),
           });
           m?.tableRowsCopied.set(series, r.rowsCopied);
-          if (m) countBytes(r.bytesCopied);
-          bytesCounted.delete(bytesKey);
-          return { table: ref.table, rowsCopied: r.rowsCopied };
+          if (m) countCopied({ rows: r.rowsCopied, bytes: r.bytesCopied });
+          copyCounted.delete(countedKey);
+          return { table: ref.table, rowsCopied: r.rowsCopied, bytesCopied: r.bytesCopied };
         },
         { doing: `copy table ${ref.table} ${ref.source} → ${ref.target}` },
       );

@@ -8,8 +8,12 @@ import { z } from 'zod';
 import type { Deps } from '../deps';
 import { getPlacement } from '../../lib/directory/placements';
 import { shardLoad } from '../../lib/directory/shards';
-import { movabilityProblems, countUnitRows, TenantTable } from '../../lib/shard/tables';
+import { movabilityProblems, countUnitRows, estimateUnitBytes, TenantTable } from '../../lib/shard/tables';
+import { measuredCopies } from '../../lib/directory/moves';
+import { estimateCopy, type CopyEstimate } from '../../lib/move-progress';
 import { fenceStatus } from '../../lib/shard/prepare';
+import { replicationCapacity, replicationCapacityProblems } from '../../lib/shard/replication-capacity';
+import { feedingSequences, unfedOnTarget } from '../../lib/shard/sequences';
 import { hasMoveProgress } from '../../lib/cdc/progress';
 import { globalUniqueKeys, firstKeyCollision, collisionReason } from '../../lib/shard/unique-keys';
 import { runCutover } from '../../lib/cutover/steps';
@@ -47,9 +51,12 @@ export interface PlanResult {
   source: string;
   epoch: number;
   moveId: string;
-  tables: { table: string; rowsEstimated: number }[];
+  /** Each table's rows (counted) and bytes (rows × the mean size of a sample of them). */
+  tables: { table: string; rowsEstimated: number; bytesEstimated?: number }[];
   /** What the cutover will do, from its dry-run twin (empty when a check failed). */
   cutoverSteps?: string[];
+  /** How long the table copies should take, from the throughput earlier moves measured (`move.copied` audit entries). */
+  copyEstimate?: CopyEstimate;
 }
 
 function tableKey(t: TenantTable) {
@@ -150,6 +157,12 @@ export function createPlanActivities(deps: Deps) {
           else reasons.push(...(await bucketTableProblems(deps.shardPool(p.shard), t, rows.dataset!)));
         }
         reasons.push(...schemaDiff(src, dst));
+        // A column a sequence feeds on the source must be fed on the target too, or the tenant's
+        // next insert without an explicit id fails on its new owner (DESIGN.md §5.9).
+        const both = dst.filter((d) => src.some((x) => tableKey(x) === tableKey(d)));
+        const [fedSrc, fedDst] = await Promise.all([feedingSequences(deps.shardPool(p.shard), src), feedingSequences(deps.shardPool(target), both)]);
+        const fedBoth = fedSrc.filter((f) => both.some((d) => d.qualified === f.table));
+        reasons.push(...unfedOnTarget(fedBoth, fedDst, p.shard, target));
         const [fs, fd] = await Promise.all([fenced(p.shard), fenced(target)]);
         for (const t of src) {
           if (!fs.has(tableKey(t)))
@@ -159,12 +172,15 @@ export function createPlanActivities(deps: Deps) {
           }
         }
         reasons.push(...(await bucketProblems(p.shard, target, unit)));
+        const [capSource, capTarget] = await Promise.all([replicationCapacity(deps.shardPool(p.shard)), replicationCapacity(deps.shardPool(target))]);
+        reasons.push(...replicationCapacityProblems(p.shard, 'source', capSource), ...replicationCapacityProblems(target, 'target', capTarget));
         const tables: PlanResult['tables'] = [];
         if (reasons.length === 0) {
           const tp = deps.shardPool(target);
           const resumed = await hasMoveProgress(tp, base.moveId);
           for (const t of src) {
-            tables.push({ table: tableKey(t), rowsEstimated: await countUnitRows(deps.shardPool(p.shard), t, col, value) });
+            const rowsEstimated = await countUnitRows(deps.shardPool(p.shard), t, col, value);
+            tables.push({ table: tableKey(t), rowsEstimated, bytesEstimated: await estimateUnitBytes(deps.shardPool(p.shard), t, col, value, rowsEstimated) });
             if (!resumed) {
               const left = await countUnitRows(tp, t, col, value);
               if (left > 0)
@@ -192,7 +208,9 @@ export function createPlanActivities(deps: Deps) {
         const dry = dryRunCutoverSteps(plan, { tables: tables.map((t) => t.table) });
         // A still clock: the dry run's text (budgets left) must be the same on every delivery of plan.
         await runCutover(dry.steps, plan, { faultPoint: async () => {}, now: () => 0 });
-        return { ok: true, reasons, ...base, tables, cutoverSteps: dry.log };
+        const total = { rows: tables.reduce((n, t) => n + t.rowsEstimated, 0), bytes: tables.reduce((n, t) => n + (t.bytesEstimated ?? 0), 0) };
+        const copyEstimate = estimateCopy(total, await measuredCopies(deps.directoryPool()), deps.config.limits.rowsPerSecond);
+        return { ok: true, reasons, ...base, tables, cutoverSteps: dry.log, copyEstimate };
       });
     },
 

@@ -14,7 +14,7 @@ import { invalidInput, ShardctlError } from '../../lib/errors';
 import * as M from '../../workflows/messages';
 import { isPhase, isTerminal, phaseReached, PHASES, sameApproverRefusal } from '../../workflows/phases';
 import { SA } from '../../workflows/search-attributes';
-import { formatCutoverPauses, formatTableProgress, withCopyProgress } from '../../lib/move-progress';
+import { formatBytes, formatCopyEstimate, formatCutoverPauses, formatTableProgress, withCopyProgress } from '../../lib/move-progress';
 import { progressRenderer, type ProgressRenderer } from '../progress';
 import { requireCurrentDirectorySchema } from '../../lib/directory/schema';
 import { exitCodeFor } from '../exit';
@@ -76,6 +76,35 @@ async function currentShard(config: Config, tenant: string): Promise<string> {
   return p.shard;
 }
 
+/** The plan activity's checks, as `move plan` and `move start` both run them (read-only: changes nothing). */
+async function planFromCli(config: Config, unit: string, target: string): Promise<PlanResult> {
+  const deps = createDeps(config);
+  try {
+    await requireCurrentDirectorySchema(deps.directoryPool());
+    return await createPlanActivities(deps).planMove({ unit, target });
+  } finally {
+    await deps.close();
+  }
+}
+
+/** A move of `unit` already running: refused before any check, naming it (as startMove would). */
+async function refuseIfMoving(config: Config, unit: string): Promise<void> {
+  const workflowId = moveWorkflowId(unit);
+  const running = await withTemporal(config, (client) =>
+    client.workflow
+      .getHandle(workflowId)
+      .describe()
+      .then(
+        (d) => d.status.name === 'RUNNING',
+        (e) => {
+          if (e instanceof WorkflowNotFoundError) return false;
+          throw e;
+        },
+      ),
+  );
+  if (running) throw new ShardctlError('AlreadyExists', `a move of ${unit} is already running: workflow ${workflowId}; see \`shardctl move status ${unit}\``);
+}
+
 /** `--rows-per-second`: a non-negative integer (0 = unlimited); anything else is bad usage, sent nowhere. */
 export function parseRowsPerSecond(v: unknown): number {
   const text = String(v ?? '').trim();
@@ -88,7 +117,9 @@ export function parseRowsPerSecond(v: unknown): number {
 function printPlan(tenant: string, to: string, p: PlanResult) {
   const lines = [`plan: move ${tenant} from ${p.source || '?'} (epoch ${p.epoch}) to ${to} — ${p.ok ? 'ready' : 'REFUSED'}`];
   for (const r of p.reasons) lines.push(`  refused: ${r}`);
-  for (const t of p.tables) lines.push(`  copy ${t.table.padEnd(28)} ${t.rowsEstimated} rows`);
+  for (const t of p.tables)
+    lines.push(`  copy ${t.table.padEnd(28)} ${t.rowsEstimated} rows${t.bytesEstimated !== undefined ? `, ≈ ${formatBytes(t.bytesEstimated)}` : ''}`);
+  if (p.copyEstimate) lines.push(`  ${formatCopyEstimate(p.copyEstimate, formatDurationSeconds)}`);
   if (p.cutoverSteps?.length) {
     lines.push('  then catch up until the lag is below the threshold, validate every row and blob, and cut over:');
     p.cutoverSteps.forEach((s, i) => lines.push(`    ${i + 1}. ${s}`));
@@ -158,7 +189,7 @@ export function register(program: Command) {
 
   const start = move
     .command('start')
-    .description('start moving a tenant to another shard')
+    .description("start moving a tenant to another shard (`move plan`'s checks first: refused with its reasons, exit 4, nothing started)")
     .option('--tenant <id>', 'tenant to move')
     .option('--unit <unit>', 'or: the routing unit to move (a tenant, or a bucket bucket:<dataset>:<n>)')
     .requiredOption('--to <shard>', 'target shard')
@@ -173,6 +204,11 @@ export function register(program: Command) {
       if (o.approveCutover !== 'auto' && o.approveCutover !== 'manual')
         throw invalidInput(`--approve-cutover must be auto or manual, got ${JSON.stringify(o.approveCutover)}`);
       const soakSeconds = o.soak ? Math.round(parseDurationMs(o.soak, '--soak') / 1000) : config.limits.soakSeconds;
+      // `move plan`'s checks, the same code with the same words: a refused move is not started.
+      // The workflow's own plan runs them again (the state may change in between).
+      await refuseIfMoving(config, tenant);
+      const plan = await planFromCli(config, tenant, o.to);
+      if (!plan.ok) throw new ShardctlError('PreconditionFailed', `move start refused, nothing started: ${plan.reasons.join('; ')}`);
       // A short soak shortens the way back: the source copy is deleted that much sooner.
       if (o.soak && !o.yes && soakNeedsConfirmation(soakSeconds, config.limits.soakSeconds)) {
         const source = await currentShard(config, tenant);
@@ -208,21 +244,15 @@ export function register(program: Command) {
       const config = cfg();
       const tenant = unitFromOptions(o, validateTenantId, config);
       knownShard(config, o.to);
-      const deps = createDeps(config);
-      try {
-        await requireCurrentDirectorySchema(deps.directoryPool());
-        const p = await createPlanActivities(deps).planMove({ unit: tenant, target: o.to });
-        printResult(o.json, p, (x) => printPlan(tenant, o.to, x), { pretty: true });
-        // Refused by the current state: the reasons are the output, the code says so too.
-        if (!p.ok) process.exitCode = exitCodeFor('PreconditionFailed');
-      } finally {
-        await deps.close();
-      }
+      const p = await planFromCli(config, tenant, o.to);
+      printResult(o.json, p, (x) => printPlan(tenant, o.to, x), { pretty: true });
+      // Refused by the current state: the reasons are the output, the code says so too.
+      if (!p.ok) process.exitCode = exitCodeFor('PreconditionFailed');
     });
   examples(
     plan,
     'move plan --tenant acme --to shard-c',
-    'move plan --tenant acme --to shard-c --json   # {ok, reasons, source, epoch, moveId, tables, cutoverSteps}',
+    'move plan --tenant acme --to shard-c --json   # {ok, reasons, source, epoch, moveId, tables: [{table, rowsEstimated, bytesEstimated}], cutoverSteps, copyEstimate}',
   );
 
   const status = move

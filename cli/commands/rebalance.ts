@@ -66,7 +66,7 @@ function numOpt(v: string | undefined, name: string): number | undefined {
   return n;
 }
 
-export async function rebalanceStatus(config: Config): Promise<R.RebalanceStatus & { runningPhases: Record<string, string> }> {
+export async function rebalanceStatus(config: Config): Promise<R.RebalanceStatus & { runningPhases: Record<string, string>; awaitingApproval: string[] }> {
   return withTemporal(config, async (client) => {
     let st: R.RebalanceStatus;
     try {
@@ -75,16 +75,18 @@ export async function rebalanceStatus(config: Config): Promise<R.RebalanceStatus
       if (e instanceof WorkflowNotFoundError) throw new ShardctlError('NotFound', 'no rebalance has run: see `shardctl rebalance plan`');
       throw e;
     }
-    // Each running move's own phase, from the move itself.
+    // Each running move's own phase, and whether it waits for `move approve`, from the move itself.
     const runningPhases: Record<string, string> = {};
+    const awaitingApproval: string[] = [];
     for (const m of st.moves.filter((x) => x.state === 'running')) {
-      runningPhases[m.unit] = await client.workflow
+      const ms = await client.workflow
         .getHandle(m.workflowId)
         .query(M.statusQuery)
-        .then((s) => s.phase as string)
-        .catch(() => 'unknown');
+        .catch(() => undefined);
+      runningPhases[m.unit] = ms?.phase ?? 'unknown';
+      if (ms?.awaitingApproval) awaitingApproval.push(m.unit);
     }
-    return { ...st, runningPhases };
+    return { ...st, runningPhases, awaitingApproval };
   });
 }
 
@@ -95,7 +97,7 @@ function printStatus(s: Awaited<ReturnType<typeof rebalanceStatus>>) {
   ];
   for (const m of s.moves)
     lines.push(
-      `  ${m.state.padEnd(9)} ${m.unit} ${m.from} -> ${m.to}${m.state === 'running' ? ` (phase ${s.runningPhases[m.unit]})` : ''}${m.result && m.result !== 'done' ? `: ${m.result}` : ''}`,
+      `  ${m.state.padEnd(9)} ${m.unit} ${m.from} -> ${m.to}${m.state === 'running' ? ` (phase ${s.runningPhases[m.unit]}${s.awaitingApproval.includes(m.unit) ? `, waiting for \`shardctl move approve ${m.unit}\`` : ''})` : ''}${m.result && m.result !== 'done' ? `: ${m.result}` : ''}`,
     );
   if (s.drain) lines.push(`  ${s.drain.shard}: ${s.drain.closed ? 'closed' : `not closed: ${s.drain.reasons.join('; ')}`}`);
   if (s.isolate?.undone) lines.push(`  ${s.isolate.shard}: dedication to ${s.isolate.tenant} undone: ${s.isolate.why}`);
@@ -120,6 +122,7 @@ interface StartOpts {
   units?: string;
   yes?: boolean;
   maxMoves?: string;
+  approveCutover?: string;
 }
 
 const startOptions = (c: Command) =>
@@ -127,7 +130,8 @@ const startOptions = (c: Command) =>
     .option('--max-concurrent <n>', 'moves at once (default 2)')
     .option('--per-shard <n>', 'moves out of and into one shard at once, each direction (default 1)')
     .option('--soak <duration>', "each move's soak (default: config limits.soakSeconds)")
-    .option('--actor <name>', 'operator identity for the audit log')
+    .option('--approve-cutover <mode>', 'auto | manual (each move waits for `move approve` before its cutover)', 'auto')
+    .option('--actor <name>', "operator identity for the audit log (each move's starter too)")
     .option('--reason <text>', 'why (recorded in the audit log)')
     .option('--wait', 'wait for the run to end; exit 7 unless every move completed')
     .option('--json', 'print the plan (and with --wait the final status) as JSON')
@@ -150,6 +154,7 @@ async function planAndStart(config: Config, scope: PlanScope, o: StartOpts) {
     maxMoves: maxMovesOpt(o.maxMoves),
     soakSeconds,
     units: o.units ? o.units.split(',').map((u) => validateUnitName(u.trim())) : undefined,
+    approveCutover: o.approveCutover as 'auto' | 'manual' | undefined,
   });
   const plan = await dryRun(config, scope, { tolerance, units: input.units, maxMoves: input.maxMoves });
   printResult(o.json, { plan }, () => printPlan(plan));
@@ -172,7 +177,7 @@ async function planAndStart(config: Config, scope: PlanScope, o: StartOpts) {
     if (!o.json) console.log(`started ${scopeText(scope)}: workflow ${h.workflowId}; follow with \`shardctl rebalance status\``);
     if (!o.wait) return;
     const st: R.RebalanceStatus = await h.result();
-    printResult(o.json, { status: st }, () => printStatus({ ...st, runningPhases: {} }));
+    printResult(o.json, { status: st }, () => printStatus({ ...st, runningPhases: {}, awaitingApproval: [] }));
     if (st.phase !== 'done') process.exitCode = EXIT.moveFailed;
   });
 }
@@ -216,7 +221,7 @@ export function register(program: Command) {
   const status = rebalance
     .command('status')
     .description('the latest rebalance run: each move and its state')
-    .option('--json', 'as JSON: {phase, scope, moves: [{unit, from, to, state, result}], runningPhases, problems, ...}')
+    .option('--json', 'as JSON: {phase, scope, moves: [{unit, from, to, state, result}], runningPhases, awaitingApproval, problems, ...}')
     .action(async (o: { json?: boolean }) => {
       const s = await rebalanceStatus(cfg());
       printResult(o.json, s, printStatus, { pretty: true });
@@ -247,7 +252,12 @@ export function register(program: Command) {
     knownShard(config, o.shard);
     return planAndStart(config, { kind: 'drain', shard: o.shard }, o);
   });
-  examples(drain, 'shards drain --shard shard-c', 'shards drain --shard shard-c --max-concurrent 3 --wait --json');
+  examples(
+    drain,
+    'shards drain --shard shard-c',
+    'shards drain --shard shard-c --max-concurrent 3 --wait --json',
+    'shards drain --shard shard-c --approve-cutover manual --actor alice   # each move waits for `move approve` (by another operator under approvals.requireDistinctApprover)',
+  );
 
   const tenant = program.commands.find((c) => c.name() === 'tenant')!;
   const isolate = startOptions(

@@ -107,3 +107,30 @@ export async function movesInFlight(db: Queryable, shard: string): Promise<MoveI
   );
   return r.rows.map((x) => ({ moveId: x.move_id, unit: x.unit, source: x.source, target: x.target, status: x.status }));
 }
+
+/** What the last unthrottled table copies took, from their `move.copied` audit entries. */
+export interface MeasuredCopies {
+  /** How many moves' copies were summed (0: none measured yet). */
+  moves: number;
+  rows: number;
+  bytes: number;
+  seconds: number;
+}
+
+/**
+ * The copy throughput moves have measured: the sums of the newest `limit` `move.copied` entries
+ * whose copy ran unthrottled and unpaused (those measure the throttle or the pause, not the fleet).
+ */
+export async function measuredCopies(db: Queryable, limit = 20): Promise<MeasuredCopies> {
+  const r = await db.query(
+    `select count(*) as moves, coalesce(sum((detail->>'rows')::bigint), 0) as rows, coalesce(sum((detail->>'bytes')::bigint), 0) as bytes,
+            coalesce(sum((detail->>'seconds')::double precision), 0) as seconds
+       from (select detail from shardctl.audit
+              where action = 'move.copied' and coalesce((detail->>'rowsPerSecond')::bigint, 0) = 0 and detail->'paused' is null
+                and (detail->>'seconds')::double precision > 0
+              order by id desc limit $1) c`,
+    [limit],
+  );
+  const x = r.rows[0];
+  return { moves: Number(x.moves), rows: Number(x.rows), bytes: Number(x.bytes), seconds: Number(x.seconds) };
+}

@@ -86,7 +86,7 @@ export function createMetrics(opts: MetricsOptions = {}) {
       buckets: [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800],
       registers,
     }),
-    rowsCopied: counter('shardctl_rows_copied_total', 'Rows copied by the copy phase on this worker, by source and target shard', ['source', 'target']),
+    rowsCopied: counter('shardctl_rows_copied_total', 'Rows the copy phase committed on this worker, by source and target shard', ['source', 'target']),
     bytesCopied: counter('shardctl_copy_bytes_total', 'COPY stream bytes of the rows the copy phase committed on this worker, by source and target shard', [
       'source',
       'target',

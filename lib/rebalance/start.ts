@@ -22,6 +22,8 @@ export function rebalanceInputFor(
     maxMoves?: number;
     soakSeconds?: number;
     units?: string[];
+    /** Each move's cutover: `manual` waits for `move approve` (by another operator under approvals.requireDistinctApprover). */
+    approveCutover?: 'auto' | 'manual';
   },
 ): RebalanceInput {
   const maxConcurrent = req.maxConcurrent ?? 2;
@@ -31,6 +33,9 @@ export function rebalanceInputFor(
   if (req.tolerance !== undefined && !(req.tolerance >= 0 && req.tolerance <= 10)) throw invalidInput(`--tolerance must be in 0..10, got ${req.tolerance}`);
   if (req.maxMoves !== undefined && !(Number.isInteger(req.maxMoves) && req.maxMoves >= 1 && req.maxMoves <= 100_000))
     throw invalidInput(`--max-moves must be an integer in 1..100000, got ${req.maxMoves}`);
+  const approveCutover = req.approveCutover ?? 'auto';
+  if (approveCutover !== 'auto' && approveCutover !== 'manual')
+    throw invalidInput(`--approve-cutover must be auto or manual, got ${JSON.stringify(String(approveCutover).slice(0, 40))}`);
   return {
     scope: req.scope,
     requestedBy: req.requestedBy,
@@ -42,7 +47,7 @@ export function rebalanceInputFor(
     units: req.units,
     move: {
       soakSeconds: req.soakSeconds ?? config.limits.soakSeconds,
-      approveCutover: 'auto',
+      approveCutover,
       lagThresholdMs: config.limits.lagThresholdMs,
       fenceBudgetMs: config.limits.fenceBudgetMs,
       rowsPerSecond: config.limits.rowsPerSecond,

@@ -48,6 +48,26 @@ export async function feedingSequences(db: Db, tables: TenantTable[]): Promise<F
   return r.rows.map((x) => ({ table: x.table, column: x.column, sequence: x.sequence }));
 }
 
+/**
+ * Columns a sequence feeds on the source but none feeds on the target (tables missing on the
+ * target are the schema check's to name): after the switch the tenant's inserts that leave the
+ * column to its default would fail there. Pure.
+ */
+export function unfedOnTarget(source: FeedingSequence[], target: FeedingSequence[], sourceName: string, targetName: string): string[] {
+  const fed = new Set(target.map((f) => `${f.table}\u0000${f.column}`));
+  const seen = new Set<string>();
+  const out: string[] = [];
+  for (const f of source) {
+    const k = `${f.table}\u0000${f.column}`;
+    if (fed.has(k) || seen.has(k)) continue;
+    seen.add(k);
+    out.push(
+      `table ${f.table} column ${f.column} is fed by sequence ${f.sequence} on ${sourceName} but by none on ${targetName}: the tenant's inserts without an explicit ${f.column} would fail after the move; give the column the same default (or identity) on ${targetName}`,
+    );
+  }
+  return out;
+}
+
 export interface SequenceAdvance extends FeedingSequence {
   /** The unit's largest value in the column (null: the unit has no rows there). */
   unitMax: string | null;

@@ -37,6 +37,20 @@ export async function countUnitRows(db: Pool | PoolClient, t: TenantTable, colum
 }
 
 /**
+ * The unit's bytes in the table, estimated: `rows` times the mean size (pg_column_size of the
+ * whole row) of up to `sample` of its rows — exact when it has no more. Reads `sample` rows at most.
+ */
+export async function estimateUnitBytes(db: Pool | PoolClient, t: TenantTable, column: string, unit: string, rows: number, sample = 1000): Promise<number> {
+  if (rows <= 0) return 0;
+  const r = await db.query(
+    `select count(*) as n, coalesce(sum(pg_column_size(s.*)), 0) as bytes from (select * from ${t.qualified} where ${quoteIdent(column)} = $1 limit $2) s`,
+    [unit, sample],
+  );
+  const n = Number(r.rows[0].n);
+  return n === 0 ? 0 : Math.round((Number(r.rows[0].bytes) / n) * rows);
+}
+
+/**
  * The tables a unit kind selects by `column`: tenant tables (the tenant column), or a bucketed
  * dataset's tables (its bucket column, with `alsoColumn` the key column, `withoutColumn` the
  * tenant column: a table routes by tenant or by bucket, never both). Same shape either way.

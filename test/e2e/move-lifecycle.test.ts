@@ -1,6 +1,6 @@
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { spawnSync } from 'node:child_process';
-import { testConfig, uniq, closePools, shardPool } from '../helpers/stack';
+import { testConfig, uniq, closePools, shardPool, directoryPool } from '../helpers/stack';
 import * as H from '../helpers/move';
 import { Router } from '../../lib/router';
 import * as M from '../../workflows/messages';
@@ -293,6 +293,9 @@ describe('move lifecycle', () => {
     expect(before.map((c) => c.input.rowsPerSecond)).toEqual(before.map(() => RATE));
     const done = await H.waitPhase(h, 'done', 150_000);
     expect(done.paused).toBe(false);
+    // What the copy measured is kept, marked throttled and paused: `move plan` does not estimate from it.
+    const copied = await directoryPool().query(`select detail from shardctl.audit where unit = $1 and action = 'move.copied'`, [tenant]);
+    expect(copied.rows.map((r) => r.detail)).toEqual([expect.objectContaining({ moveId: done.moveId, rowsPerSecond: RATE, paused: true })]);
   });
 
   // Each CLI process takes seconds to start on a loaded 2-core machine.

@@ -102,6 +102,22 @@ export async function scheduledActivityInputs(h: WorkflowHandle, name: string): 
   return out;
 }
 
+/** The result of every completed execution of activity `name`, in history order. */
+export async function completedActivityResults(h: WorkflowHandle, name: string): Promise<Record<string, unknown>[]> {
+  const history = await h.fetchHistory();
+  const names = new Map<string, string>();
+  const out: Record<string, unknown>[] = [];
+  for (const e of history.events ?? []) {
+    if (e.activityTaskScheduledEventAttributes) names.set(String(e.eventId), e.activityTaskScheduledEventAttributes.activityType?.name ?? '?');
+    const done = e.activityTaskCompletedEventAttributes;
+    if (done && names.get(String(done.scheduledEventId)) === name) {
+      const data = done.result?.payloads?.[0]?.data;
+      out.push(data ? JSON.parse(Buffer.from(data).toString('utf8')) : {});
+    }
+  }
+  return out;
+}
+
 /** Waits until the apply has put some but not all of the burst on the target. */
 export async function midApply(target: string, tenant: string, total: number): Promise<number> {
   const deadline = Date.now() + 90_000;

@@ -60,3 +60,18 @@ export function seriesOfTypes(text: string): Set<string> {
   }
   return out;
 }
+
+/**
+ * A dashboard expression as plain PromQL for promtool: Grafana's interval variables as 5m, a
+ * template variable (used inside a label matcher's regex) as `.*`.
+ */
+export function dashboardPromql(expr: string): string {
+  return expr.replace(/\$__(rate_)?interval|\$__range/g, '5m').replace(/\$\{?(\w+)\}?/g, '.*');
+}
+
+/** Every dashboard expression as a recording rule, so `promtool check rules` parses and type-checks each. */
+export function dashboardAsRules(extra: string[] = []): { yaml: string; count: number } {
+  const exprs = [...dashboardExprs().map((e) => dashboardPromql(e.expr)), ...extra];
+  const rules = exprs.map((expr, i) => ({ record: `shardctl_dashboard:query_${i}`, expr }));
+  return { yaml: YAML.stringify({ groups: [{ name: 'shardctl-dashboard', rules }] }), count: rules.length };
+}

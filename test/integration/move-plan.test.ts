@@ -1,17 +1,25 @@
 // `shardctl move plan`: the dry-run twin of a move, through the real CLI against the real stack.
-// It runs the plan activity's checks and the cutover's dry-run steps, and changes nothing.
+// It runs the plan activity's checks and the cutover's dry-run steps, and changes nothing; `move
+// start` runs the same checks first and refuses with the same words, starting nothing.
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { execFile } from 'node:child_process';
 import path from 'node:path';
-import { prepareStack, newTenant, seed, replicationLeftovers } from '../helpers/move';
-import { shardPool, directoryPool, closePools } from '../helpers/stack';
+import { WorkflowNotFoundError } from '@temporalio/client';
+import { prepareStack, newTenant, seed, replicationLeftovers, temporal } from '../helpers/move';
+import { shardPool, directoryPool, closePools, uniq } from '../helpers/stack';
+import { moveWorkflowId } from '../../lib/ids';
+import { replicationCapacity } from '../../lib/shard/replication-capacity';
 import { getPlacement } from '../../lib/directory/placements';
 import { getUnitFence } from '../../lib/shard/fence';
 
 const root = path.resolve(__dirname, '../..');
 function cli(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  return cliWith({}, ...args);
+}
+function cliWith(env: Record<string, string>, ...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    execFile(process.execPath, [path.join(root, 'cli/shardctl.js'), ...args], { cwd: root, timeout: 60_000 }, (err, stdout, stderr) => {
+    const o = { cwd: root, timeout: 60_000, env: { ...process.env, ...env } };
+    execFile(process.execPath, [path.join(root, 'cli/shardctl.js'), ...args], o, (err, stdout, stderr) => {
       resolve({ code: err ? ((err as any).code ?? 1) : 0, stdout, stderr });
     });
   });
@@ -49,5 +57,45 @@ describe('shardctl move plan', () => {
     expect(r.code).toBe(4);
     expect(r.stdout).toContain(`refused: unit ${tenant} is already on shard-a`);
     expect(r.stdout).not.toContain('POINT OF NO RETURN');
+  });
+
+  it('reads the replication capacity the slot check judges from the server: a slot of any kind counts against max_replication_slots', async () => {
+    const pool = shardPool('shard-b');
+    const before = await replicationCapacity(pool);
+    expect(before.walLevel).toBe('logical');
+    expect(before.maxSlots).toBe(Number((await pool.query('show max_replication_slots')).rows[0].max_replication_slots));
+    // A physical slot reserves no WAL until used: one taken for a moment does not hurt the other suites.
+    const name = `shardctl_plan_probe_${process.pid}`;
+    await pool.query('select pg_create_physical_replication_slot($1)', [name]);
+    try {
+      const during = await replicationCapacity(pool);
+      expect(during.usedSlots).toBeGreaterThanOrEqual(1);
+      expect((await pool.query('select 1 from pg_replication_slots where slot_name = $1', [name])).rowCount).toBe(1);
+      expect(during.maxSlots).toBe(before.maxSlots);
+    } finally {
+      await pool.query('select pg_drop_replication_slot($1)', [name]);
+    }
+  });
+
+  it('move start runs the same checks and refuses with the same words (exit 4): no move workflow is started', async () => {
+    const planned = await cli('move', 'plan', '--tenant', tenant, '--to', 'shard-a', '--json');
+    expect(planned.code).toBe(4);
+    const reasons: string[] = JSON.parse(planned.stdout).reasons;
+    expect(reasons).toEqual([`unit ${tenant} is already on shard-a`]);
+    // A task queue no worker polls: were a workflow started, it would stay to be seen.
+    const r = await cliWith({ SHARDCTL_TASK_QUEUE: uniq('idle') }, 'move', 'start', '--tenant', tenant, '--to', 'shard-a', '--yes');
+    const t = await temporal();
+    try {
+      expect(r.code, r.stderr).toBe(4);
+      expect(r.stdout).toBe('');
+      expect(r.stderr.trim()).toBe(`shardctl: move start refused, nothing started: ${reasons.join('; ')}`);
+      await expect(t.client.workflow.getHandle(moveWorkflowId(tenant)).describe()).rejects.toBeInstanceOf(WorkflowNotFoundError);
+    } finally {
+      await t.client.workflow
+        .getHandle(moveWorkflowId(tenant))
+        .terminate('test over')
+        .catch(() => {});
+      await t.close();
+    }
   });
 });

@@ -2,6 +2,9 @@ import { describe, it, expect } from 'vitest';
 import {
   copyEtaSeconds,
   copyProgress,
+  estimateCopy,
+  formatBytes,
+  formatCopyEstimate,
   formatCopyProgress,
   formatCutoverPauses,
   formatTableProgress,
@@ -102,5 +105,35 @@ describe('cutover pauses', () => {
     const st = { cutoverAbortedPausesMs: undefined } as unknown as Parameters<typeof noteAbortedPause>[0];
     for (let i = 1; i <= 25; i++) noteAbortedPause(st, i);
     expect(st.cutoverAbortedPausesMs).toEqual(Array.from({ length: ABORTED_PAUSES_KEPT }, (_, i) => i + 6));
+  });
+});
+
+describe("move plan's copy estimate", () => {
+  const fmt = (x: number) => `${x}s`;
+
+  it('is the slower of rows and bytes at the measured rates, rounded up', () => {
+    // Measured: 1000 rows/s and 1 MB/s. 5000 rows take 5 s by rows; 8 MB take 8 s by bytes.
+    const e = estimateCopy({ rows: 5000, bytes: 8_000_000 }, { moves: 2, rows: 20_000, bytes: 20_000_000, seconds: 20 });
+    expect(e).toEqual({ seconds: 8, rowsPerSecond: 1000, bytesPerSecond: 1_000_000, fromMoves: 2 });
+    expect(estimateCopy({ rows: 5001, bytes: 10 }, { moves: 1, rows: 1000, bytes: 1000, seconds: 1 }).seconds).toBe(6);
+    expect(formatCopyEstimate(e, fmt)).toBe('copy ≈ 8s (measured by 2 earlier move(s): 1000 rows/s, 1.0 MB/s)');
+  });
+
+  it('is held to the configured throttle when that is slower, and names it', () => {
+    const e = estimateCopy({ rows: 5000, bytes: 0 }, { moves: 1, rows: 1000, bytes: 0, seconds: 1 }, 100);
+    expect(e).toEqual({ seconds: 50, rowsPerSecond: 1000, bytesPerSecond: null, fromMoves: 1, throttledTo: 100 });
+    expect(formatCopyEstimate(e, fmt)).toBe('copy ≈ 50s (measured by 1 earlier move(s): 1000 rows/s; held to the throttle, limits.rowsPerSecond 100)');
+    // A throttle faster than the measured rate does not bound it.
+    expect(estimateCopy({ rows: 5000, bytes: 0 }, { moves: 1, rows: 1000, bytes: 0, seconds: 1 }, 10_000).throttledTo).toBeUndefined();
+  });
+
+  it('says there is no estimate when nothing was measured, rather than guessing', () => {
+    const e = estimateCopy({ rows: 5000, bytes: 1 }, { moves: 0, rows: 0, bytes: 0, seconds: 0 }, 100);
+    expect(e).toEqual({ seconds: null, rowsPerSecond: null, bytesPerSecond: null, fromMoves: 0 });
+    expect(formatCopyEstimate(e, fmt)).toMatch(/^copy duration: not estimated \(no unthrottled copy measured yet/);
+  });
+
+  it('prints bytes in powers of 1000', () => {
+    expect([0, 950, 1000, 12_345, 4_500_000, 1.2e9].map(formatBytes)).toEqual(['0 B', '950 B', '1.0 kB', '12.3 kB', '4.5 MB', '1.2 GB']);
   });
 });
