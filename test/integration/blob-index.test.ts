@@ -165,11 +165,11 @@ describe('the blob index is the authority', () => {
     commit();
     await put;
     const r = await collecting;
-    expect(waiting, 'gc was seen waiting for the put to end').toBe(true);
     expect(r.collected).toEqual([]);
     expect(r.referenced).toBe(1);
     expect(await keysOn(SOURCE, tenant)).toEqual([key]);
     expect(await router.getBlob(tenant, grant, 'docs/in-flight')).toEqual(Buffer.from('committed after gc began'));
+    expect(waiting, 'gc was seen waiting for the put to end').toBe(true);
   });
 
   it('gc refuses on a shard that does not own the tenant, and where the owner’s fence does not accept its writes, deleting nothing', async () => {
