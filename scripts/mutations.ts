@@ -1256,7 +1256,7 @@ export const MUTATIONS: Mutation[] = [
     guarantee:
       "the blob collector deletes only where the shard's own fence accepts the unit's writes at the directory's epoch, in the deleting transaction (issue 15, §5.1)",
     file: 'lib/blobs/gc.ts',
-    from: "    await c.query(openTransactionSql(p, 'write', undefined, opts.statementTimeoutMs ?? 60_000)).catch((e: any) => {",
+    from: "    await c.query(openTransactionSql(p, 'write', 'read committed', opts.statementTimeoutMs ?? 60_000)).catch((e: any) => {",
     to: "    await c.query('begin').catch((e: any) => {",
     testFile: 'test/integration/blob-index.test.ts',
     testName: 'gc refuses on a shard that does not own the tenant',
@@ -1269,6 +1269,16 @@ export const MUTATIONS: Mutation[] = [
     to: "  if (asked !== undefined && asked === '') {",
     testFile: 'test/integration/blob-index.test.ts',
     testName: 'gc refuses on a shard that does not own the tenant',
+  },
+  {
+    id: 'gc-not-while-moving',
+    guarantee: 'the blob collector leaves a tenant alone while a move of it is in flight (its headroom reservation open: soak, the way back) (issue 15)',
+    file: 'lib/blobs/gc.ts',
+    from: '  if (moving.length > 0) {',
+    to: '  if (moving.length < 0) {',
+    testFile: 'test/e2e/blob-index-move.test.ts',
+    testName:
+      'a tenant written through putBlob and deleteBlob before and during its move ends with its acknowledged index rows and their objects on the target',
   },
   {
     id: 'worker-log-pretty-on-tty',

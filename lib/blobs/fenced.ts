@@ -110,7 +110,8 @@ export function tenantBlobs(tx: Pick<PoolClient, 'query'>, unit: string, bucket:
   return {
     keyOf: (name) => blobKeyOf(unit, name),
     async put(name, body, opts = {}) {
-      const key = blobKeyOf(unit, name);
+      // Never a key the collector could take for an unreferenced version of the index.
+      const key = blobKeyOf(unit, checkedName(name));
       await writable();
       const r = await bucket.s3.send(
         new PutObjectCommand({

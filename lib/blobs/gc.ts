@@ -129,7 +129,9 @@ export async function collectTenantBlobs(deps: GcDeps, opts: GcOptions): Promise
     // The owner's own write check, at the directory's epoch: refused (stale route, not owned,
     // frozen) exactly when a router's write would be, and it holds the unit's fence lock shared, so
     // no cutover can raise the fence while objects are deleted.
-    await c.query(openTransactionSql(p, 'write', undefined, opts.statementTimeoutMs ?? 60_000)).catch((e: any) => {
+    // Read committed, whatever the server's default: the index is read after the lock is granted,
+    // so it must see every row committed while waiting for it (an older snapshot would not).
+    await c.query(openTransactionSql(p, 'write', 'read committed', opts.statementTimeoutMs ?? 60_000)).catch((e: any) => {
       throw new ShardctlError(
         'PreconditionFailed',
         `refusing to collect ${tenant}'s blobs: shard ${p.shard} does not accept its writes at epoch ${p.epoch} (${e?.message ?? e}); gc runs on the owner only`,

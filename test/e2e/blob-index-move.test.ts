@@ -54,7 +54,7 @@ describe('the blob index moves with the tenant', () => {
         await router.deleteBlob(tenant, grant, 'docs/c');
         expected.set('docs/c', undefined);
 
-        const h = await H.startMove(env.t.client, env.tq, H.moveInput(tenant, 'shard-b', { soakSeconds: 3 }));
+        const h = await H.startMove(env.t.client, env.tq, H.moveInput(tenant, 'shard-b', { soakSeconds: 5 }));
         // Writes through the move: copy, catch-up, the freeze (the router waits it out) and soak.
         let stop = false;
         let writes = 0;
@@ -72,8 +72,19 @@ describe('the blob index moves with the tenant', () => {
             await new Promise((r) => setTimeout(r, 50));
           }
         })();
+        const gcDeps = {
+          tenantColumn: config.tenant.column,
+          directoryPool,
+          shardPool,
+          bucketOf: (s: string) => ({ shard: s, s3: deps.s3For(s), bucket: shardByName(config, s).bucket }),
+        };
         try {
           await H.waitPhase(h, 'soak', 200_000);
+          // While the move can still roll back, the collector leaves the tenant alone (its reservation is open).
+          await expect(collectTenantBlobs(gcDeps, { tenant, graceMs: 0 })).rejects.toMatchObject({
+            type: 'PreconditionFailed',
+            message: expect.stringMatching(/is in flight; run gc after it ends/),
+          });
           await new Promise((r) => setTimeout(r, 500)); // some writes land on the target during soak
         } finally {
           stop = true;
@@ -100,12 +111,6 @@ describe('the blob index moves with the tenant', () => {
         expect(await listBlobs(deps.s3For('shard-a'), shardByName(config, 'shard-a').bucket, tenantBlobPrefix(tenant))).toEqual([]);
 
         // The collector runs on the new owner only, and keeps every referenced object.
-        const gcDeps = {
-          tenantColumn: config.tenant.column,
-          directoryPool,
-          shardPool,
-          bucketOf: (s: string) => ({ shard: s, s3: deps.s3For(s), bucket: shardByName(config, s).bucket }),
-        };
         await expect(collectTenantBlobs(gcDeps, { tenant, graceMs: 0, shard: 'shard-a' })).rejects.toMatchObject({ type: 'PreconditionFailed' });
         const r = await collectTenantBlobs(gcDeps, { tenant, graceMs: 0 });
         expect(r).toMatchObject({ shard: 'shard-b', referenced: live.length });

@@ -94,6 +94,11 @@ describe('the blob index is the authority', () => {
     expect(await keysOn(SOURCE, tenant)).toEqual([v1.key, v2.key].sort());
     // A name that would look like a version object is refused before any I/O.
     await expect(router.putBlob(tenant, grant, `x@${newVersionId()}`, 'y')).rejects.toMatchObject({ type: 'InvalidInput' });
+    // … by the direct API too, so no key the application manages is ever taken for an unreferenced version.
+    await expect(router.withTenant(tenant, grant, 'write', (_tx, route) => route.blobs.put(`x@${newVersionId()}`, 'y'))).rejects.toMatchObject({
+      type: 'InvalidInput',
+    });
+    expect(await keysOn(SOURCE, tenant)).toEqual([v1.key, v2.key].sort());
   });
 
   it('a put refused as frozen leaves no row and no object; a put rolled back after its upload leaves an unreferenced object that gc collects only after the grace period', async () => {
