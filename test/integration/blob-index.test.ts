@@ -15,7 +15,9 @@ import { Router } from '../../lib/router';
 import { freezeSource, setUnitFence, unfreeze } from '../../lib/shard/fence';
 import { collectTenantBlobs, type GcDeps } from '../../lib/blobs/gc';
 import { isVersionKey, newVersionId, versionKeyOf } from '../../lib/blobs/index-table';
-import { shardByName } from '../../lib/config';
+import { projectRoot, shardByName } from '../../lib/config';
+import { execFile } from 'node:child_process';
+import path from 'node:path';
 
 const SOURCE = 'shard-a';
 const TARGET = 'shard-b';
@@ -49,6 +51,14 @@ async function indexRows(shard: string, tenant: string) {
     [tenant],
   );
   return r.rows;
+}
+
+function cli(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile(process.execPath, [path.join(projectRoot(), 'cli/shardctl.js'), ...args], { cwd: projectRoot(), timeout: 60_000 }, (err, stdout, stderr) =>
+      resolve({ code: err ? ((err as any).code ?? 1) : 0, stdout, stderr }),
+    );
+  });
 }
 
 /** True once a session waits for the blob index lock (class 4214) on the shard. */
@@ -200,5 +210,32 @@ describe('the blob index is the authority', () => {
     }
     expect((await gc(tenant)).collected).toEqual([orphan]);
     expect(await keysOn(TARGET, tenant)).toEqual([stray]);
+  });
+
+  it('shardctl blobs gc: --dry-run lists what it would delete and deletes nothing, a non-owner --shard exits 4, a run deletes only the unreferenced version', async () => {
+    const tenant = await H.newTenant(SOURCE, 'bi-cli');
+    const kept = await router.putBlob(tenant, { tenants: [tenant] }, 'docs/kept', 'committed');
+    const orphan = await orphanedPut(tenant, 'docs/orphan');
+    const dry = await cli(['blobs', 'gc', '--tenant', tenant, '--grace', '0s', '--dry-run', '--json']);
+    expect(dry.code, dry.stderr).toBe(0);
+    expect(JSON.parse(dry.stdout)).toMatchObject({
+      dryRun: true,
+      graceMs: 0,
+      tenants: [{ tenant, shard: SOURCE, referenced: 1, collected: [orphan] }],
+      skipped: [],
+    });
+    expect(await keysOn(SOURCE, tenant)).toEqual([kept.key, orphan].sort());
+    const refused = await cli(['blobs', 'gc', '--tenant', tenant, '--shard', TARGET, '--grace', '0s', '--json']);
+    expect(refused.code).toBe(4);
+    expect(JSON.parse(refused.stderr).error.message).toContain(`its owner is shard ${SOURCE}`);
+    expect(await keysOn(SOURCE, tenant)).toEqual([kept.key, orphan].sort());
+    const young = await cli(['blobs', 'gc', '--tenant', tenant]);
+    expect(young.code, young.stderr).toBe(0);
+    expect(young.stdout).toContain(`${tenant} on ${SOURCE}: deleted 0 unreferenced version object(s); kept 1 referenced, 1 within the grace period`);
+    const run = await cli(['blobs', 'gc', '--tenant', tenant, '--grace', '0s']);
+    expect(run.code, run.stderr).toBe(0);
+    expect(run.stdout).toContain(`${tenant} on ${SOURCE}: deleted 1 unreferenced version object(s); kept 1 referenced`);
+    expect(run.stdout).toContain(`  ${orphan}`);
+    expect(await keysOn(SOURCE, tenant)).toEqual([kept.key]);
   });
 });
