@@ -18,6 +18,7 @@ import { register as registerDoctor } from './commands/doctor';
 import { register as registerRebalance } from './commands/rebalance';
 import { register as registerAudit } from './commands/audit';
 import { register as registerDataset } from './commands/dataset';
+import { register as registerBlobs } from './commands/blobs';
 
 /** The whole command tree; with `json`, commander's own error text is left to main (as JSON). */
 export function buildProgram(opts: { json?: boolean } = {}): Command {
@@ -45,6 +46,7 @@ export function buildProgram(opts: { json?: boolean } = {}): Command {
     registerRebalance,
     registerAudit,
     registerDataset,
+    registerBlobs,
   ])
     register(program);
   return program;

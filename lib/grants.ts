@@ -67,6 +67,7 @@ export function shardGrantsSql(r: RoleNames = EXAMPLE_ROLES): string {
     `grant select on shardctl.fence, shardctl.settings to ${a};`,
     `grant update (updated_at) on shardctl.fence to ${a};   -- REPEATABLE READ / SERIALIZABLE writers read the fence FOR SHARE`,
     `grant execute on all routines in schema shardctl to ${a};`,
+    `grant select, insert, update, delete on shardctl.blob_index to ${a};   -- the blob index (router putBlob / getBlob / deleteBlob)`,
     ...perSchema,
     ``,
   ].join('\n');

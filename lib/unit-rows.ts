@@ -41,7 +41,7 @@ export function unitRows(config: UnitRowsConfig, unit: string): UnitRows {
   if (p.kind === 'tenant') {
     if (p.path.length > 0) throw invalidInput(`unit ${unit} is a split sub-unit: moving sub-units is not supported yet`);
     const t = config.tenant;
-    return { unit, kind: 'tenant', column: t.column, value: unit, tables: { column: t.column, schemas: t.schemas, tables: t.tables } };
+    return { unit, kind: 'tenant', column: t.column, value: unit, tables: { column: t.column, schemas: t.schemas, tables: t.tables, blobIndex: true } };
   }
   const ds = config.datasets.find((d) => d.name === p.dataset);
   if (!ds) throw invalidInput(`unit ${unit} names dataset ${p.dataset}, which is not in config.datasets`);

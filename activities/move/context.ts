@@ -15,7 +15,7 @@ import { shardByName } from '../../lib/config';
 import { z } from 'zod';
 import { ApplicationFailure, Context } from '@temporalio/activity';
 import type { Deps } from '../deps';
-import { listTenantTables, TenantTable } from '../../lib/shard/tables';
+import { listTenantTables, tenantTableSelector, TenantTable } from '../../lib/shard/tables';
 import { ShardctlError, isPermanentErrorType } from '../../lib/errors';
 import { unitRows, type UnitRows } from '../../lib/unit-rows';
 import { parseUnit } from '../../lib/buckets/units';
@@ -30,7 +30,7 @@ export type MoveRef = z.infer<typeof moveRef>;
 
 export async function tenantTables(deps: Deps, shard: string): Promise<TenantTable[]> {
   const t = deps.config.tenant;
-  return listTenantTables(deps.shardPool(shard), { column: t.column, schemas: t.schemas, tables: t.tables });
+  return listTenantTables(deps.shardPool(shard), tenantTableSelector(t));
 }
 
 /** The unit's rows (lib/unit-rows.ts): its tables and its predicate; InvalidInput (permanent) for a unit of no kind. */

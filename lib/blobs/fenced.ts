@@ -8,12 +8,28 @@
 // What this does not cover: an S3 request the client gave up on that the server still applies
 // later, and writers that bypass the router (foreign tools, old configs). Those are what the blob
 // ledger (./ledger) catches: they block retire and rollback clean-up with the key.
+//
+// Two APIs: `put`/`get`/`delete` touch the object named by the key directly (the application
+// keeps the key in its own rows); `write`/`read`/`stat`/`unlink` go through the blob index
+// (./index-table), the authority: a new immutable object per version, its sha256 recorded in the
+// index row that this same transaction commits.
+import { createHash } from 'node:crypto';
 import type { PoolClient } from 'pg';
 import { DeleteObjectCommand, GetObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
-import { invalidInput } from '../errors';
+import { ShardctlError, invalidInput } from '../errors';
 import { isNotFound, normalizeEtag } from './list';
 import type { ShardBucket } from './marker';
 import { tenantBlobPrefix } from './prefix';
+import {
+  deleteIndexRow,
+  findIndexRow,
+  lockIndexShared,
+  looksLikeVersionName,
+  newVersionId,
+  upsertIndexRow,
+  versionKeyOf,
+  type BlobVersion,
+} from './index-table';
 
 export interface PutBlobOptions {
   contentType?: string;
@@ -28,6 +44,20 @@ export interface TenantBlobs {
   /** The object's bytes, or undefined when there is none. */
   get(name: string): Promise<Buffer | undefined>;
   delete(name: string): Promise<{ key: string }>;
+  /** Through the index: uploads a new immutable version of `name`, then records it in the index (committed with the transaction). */
+  write(name: string, body: Uint8Array | string, opts?: PutBlobOptions): Promise<BlobVersion>;
+  /** Through the index: the current version of `name`, or undefined. */
+  stat(name: string): Promise<BlobVersion | undefined>;
+  /** Through the index: the current version's bytes, or undefined when the index has no row. */
+  read(name: string): Promise<Buffer | undefined>;
+  /** Through the index: removes the row (the object stays for the collector); true when there was one. */
+  unlink(name: string): Promise<boolean>;
+}
+
+export interface TenantBlobsOptions {
+  signal?: AbortSignal;
+  /** The tenant column (config tenant.column); the index's methods need it. */
+  tenantColumn?: string;
 }
 
 const MAX_NAME_BYTES = 900;
@@ -56,16 +86,32 @@ export function blobNameOf(unit: string, key: string): string {
  * The unit's blobs in `bucket` (the bucket of the shard `tx` runs on), fenced by `tx`. The caller
  * keeps `tx` open until the object calls return, and commits after them.
  */
-export function tenantBlobs(tx: Pick<PoolClient, 'query'>, unit: string, bucket: ShardBucket, signal?: AbortSignal): TenantBlobs {
+export function tenantBlobs(tx: Pick<PoolClient, 'query'>, unit: string, bucket: ShardBucket, opts: TenantBlobsOptions = {}): TenantBlobs {
+  const signal = opts.signal;
   // Once passed, the check holds until the transaction ends: the unit's shared lock it took keeps
   // every fence change out. So it runs once per transaction (also keeping concurrent puts from
   // issuing queries on one client at once).
   let checked: Promise<unknown> | undefined;
   const writable = () => (checked ??= tx.query('select shardctl.assert_writable($1)', [unit]));
+  // The index lock, shared, held from before the first upload until the transaction ends: the
+  // collector cannot look at the index between this put's upload and its row's commit.
+  let indexLocked: Promise<unknown> | undefined;
+  const lockIndex = () => (indexLocked ??= writable().then(() => lockIndexShared(tx, unit)));
+  const column = () => {
+    if (!opts.tenantColumn) throw invalidInput('the blob index needs the tenant column (tenantBlobs opts.tenantColumn)');
+    return opts.tenantColumn;
+  };
+  const checkedName = (name: string) => {
+    blobKeyOf(unit, name);
+    if (looksLikeVersionName(name))
+      throw invalidInput(`invalid blob name ${JSON.stringify(name.slice(0, 80))}: it ends like a version object key (@<version>)`);
+    return name;
+  };
   return {
     keyOf: (name) => blobKeyOf(unit, name),
     async put(name, body, opts = {}) {
-      const key = blobKeyOf(unit, name);
+      // Never a key the collector could take for an unreferenced version of the index.
+      const key = blobKeyOf(unit, checkedName(name));
       await writable();
       const r = await bucket.s3.send(
         new PutObjectCommand({
@@ -94,6 +140,49 @@ export function tenantBlobs(tx: Pick<PoolClient, 'query'>, unit: string, bucket:
       await writable();
       await bucket.s3.send(new DeleteObjectCommand({ Bucket: bucket.bucket, Key: key }), { abortSignal: signal });
       return { key };
+    },
+    async write(name, body, putOpts = {}) {
+      const col = column();
+      checkedName(name);
+      await lockIndex();
+      const bytes = typeof body === 'string' ? Buffer.from(body, 'utf8') : body;
+      const v: BlobVersion = {
+        name,
+        key: '',
+        version: newVersionId(),
+        size: bytes.byteLength,
+        sha256: createHash('sha256').update(bytes).digest('hex'),
+        contentType: putOpts.contentType ?? 'application/octet-stream',
+      };
+      v.key = versionKeyOf(unit, name, v.version);
+      // Create-only: a version key is never overwritten (an existing one would be a bug, not a retry).
+      await bucket.s3.send(
+        new PutObjectCommand({ Bucket: bucket.bucket, Key: v.key, Body: bytes, ContentType: v.contentType!, Metadata: putOpts.metadata, IfNoneMatch: '*' }),
+        { abortSignal: signal },
+      );
+      await upsertIndexRow(tx, col, unit, v);
+      return v;
+    },
+    stat: (name) => findIndexRow(tx, column(), unit, checkedName(name)),
+    async read(name) {
+      const v = await findIndexRow(tx, column(), unit, checkedName(name));
+      if (!v) return undefined;
+      const r = await bucket.s3.send(new GetObjectCommand({ Bucket: bucket.bucket, Key: v.key }), { abortSignal: signal }).catch((e) => {
+        if (isNotFound(e)) {
+          throw new ShardctlError('Conflict', `the blob index names ${v.key} for ${name}, and bucket ${bucket.bucket} has no such object`, {
+            key: v.key,
+            bucket: bucket.bucket,
+          });
+        }
+        throw e;
+      });
+      return Buffer.from(await r.Body!.transformToByteArray());
+    },
+    async unlink(name) {
+      const col = column();
+      checkedName(name);
+      await writable();
+      return deleteIndexRow(tx, col, unit, name);
     },
   };
 }

@@ -9,7 +9,7 @@ import type { Pool } from 'pg';
 import type { S3Client } from '@aws-sdk/client-s3';
 import type { Config } from '../config';
 import { shardByName } from '../config';
-import { listTenantTables, quoteIdent, TenantTable } from '../shard/tables';
+import { listTenantTables, quoteIdent, tenantTableSelector, TenantTable } from '../shard/tables';
 import { tenantBlobPrefix } from '../blobs/prefix';
 import { manifestOf } from '../blobs/hash';
 import { listBlobs } from '../blobs/list';
@@ -68,7 +68,7 @@ async function fingerprintExcept(pool: Pool, t: TenantTable, tenantColumn: strin
 
 async function unitTables(config: Config, pool: Pool): Promise<TenantTable[]> {
   const t = config.tenant;
-  return listTenantTables(pool, { column: t.column, schemas: t.schemas, tables: t.tables });
+  return listTenantTables(pool, tenantTableSelector(t));
 }
 
 /** Reads the baseline of `tenant` on its current owner. Take it while nothing writes the tenant. */

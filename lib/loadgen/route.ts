@@ -84,5 +84,5 @@ export function blobsOfTransaction(config: Config, tx: PoolClient, route: unknow
   const own = (route as { blobs?: TenantBlobs } | undefined)?.blobs;
   if (own && typeof own.put === 'function') return own;
   const shard = shardOfTransaction(config, tx, route);
-  return tenantBlobs(tx, unit, { shard, s3: s3For(shard), bucket: shardByName(config, shard).bucket });
+  return tenantBlobs(tx, unit, { shard, s3: s3For(shard), bucket: shardByName(config, shard).bucket }, { tenantColumn: config.tenant.column });
 }

@@ -26,6 +26,7 @@ import { validateShardName } from '../ids';
 import type { S3Client } from '@aws-sdk/client-s3';
 import { s3ClientFor } from '../s3';
 import { tenantBlobs, type PutBlobOptions, type TenantBlobs } from '../blobs/fenced';
+import type { BlobVersion } from '../blobs/index-table';
 
 export type { Mode, Isolation } from './open-tx';
 
@@ -110,6 +111,10 @@ const NO_BUCKET_BLOBS: TenantBlobs = {
   put: async () => noBucketBlobs(),
   get: async () => noBucketBlobs(),
   delete: async () => noBucketBlobs(),
+  write: async () => noBucketBlobs(),
+  stat: async () => noBucketBlobs(),
+  read: async () => noBucketBlobs(),
+  unlink: async () => noBucketBlobs(),
 };
 
 const ISOLATIONS: ReadonlySet<string> = new Set(['read committed', 'repeatable read', 'serializable']);
@@ -290,25 +295,25 @@ export class Router {
     }
   }
 
-  /** Writes a blob of the tenant into its owner's bucket, fenced like a row write (see TenantRoute); retried like withTenant. */
-  putBlob(
-    tenantId: string,
-    grant: Grant,
-    name: string,
-    body: Uint8Array | string,
-    opts: TenantCallOptions & PutBlobOptions = {},
-  ): Promise<{ key: string; etag: string }> {
-    return this.withTenant(tenantId, grant, 'write', (_tx, route) => route.blobs.put(name, body, opts), opts);
+  /**
+   * Writes a new version of a tenant's blob through the blob index (lib/blobs/index-table.ts): a
+   * new immutable object in the owner's bucket, its sha256 recorded in the index row this
+   * transaction commits. The write counts only once that row commits; a refused or failed attempt
+   * leaves at most an unreferenced object for `shardctl blobs gc`. Retried like withTenant (each
+   * attempt under a fresh version key).
+   */
+  putBlob(tenantId: string, grant: Grant, name: string, body: Uint8Array | string, opts: TenantCallOptions & PutBlobOptions = {}): Promise<BlobVersion> {
+    return this.withTenant(tenantId, grant, 'write', (_tx, route) => route.blobs.write(name, body, opts), opts);
   }
 
-  /** The blob's bytes from its owner's bucket (undefined when absent); refused on a shard that does not own the tenant. */
+  /** The bytes of the blob's current version, resolved through the index (undefined when it has no row). */
   getBlob(tenantId: string, grant: Grant, name: string, opts: TenantCallOptions = {}): Promise<Buffer | undefined> {
-    return this.withTenant(tenantId, grant, 'read', (_tx, route) => route.blobs.get(name), opts);
+    return this.withTenant(tenantId, grant, 'read', (_tx, route) => route.blobs.read(name), opts);
   }
 
-  /** Deletes a blob of the tenant from its owner's bucket, fenced like a row write. */
-  deleteBlob(tenantId: string, grant: Grant, name: string, opts: TenantCallOptions = {}): Promise<{ key: string }> {
-    return this.withTenant(tenantId, grant, 'write', (_tx, route) => route.blobs.delete(name), opts);
+  /** Deletes the blob from the index (fenced like a row write); its objects are left for `shardctl blobs gc`. */
+  deleteBlob(tenantId: string, grant: Grant, name: string, opts: TenantCallOptions = {}): Promise<{ deleted: boolean }> {
+    return this.withTenant(tenantId, grant, 'write', async (_tx, route) => ({ deleted: await route.blobs.unlink(name) }), opts);
   }
 
   /**
@@ -438,7 +443,11 @@ export class Router {
       await client.query(openTransactionSql(p, mode, isolation, Math.max(1, Math.ceil(deadline - Date.now())))).catch((e: unknown) => {
         throw openFailure(e, p.shard);
       });
-      const blobs = p.unit.startsWith('bucket:') ? NO_BUCKET_BLOBS : tenantBlobs(tx.client, p.unit, this.bucketOf(p.shard));
+      const blobs = p.unit.startsWith('bucket:')
+        ? NO_BUCKET_BLOBS
+        : tenantBlobs(tx.client, p.unit, this.bucketOf(p.shard), {
+            tenantColumn: this.config.tenant.column,
+          });
       const route: TenantRoute = { unit: p.unit, shard: p.shard, epoch: p.epoch, blobs };
       const result = await fn(tx.client, route);
       const done = await client.query('commit');

@@ -10,7 +10,8 @@ import { Config, shardByName } from '../config';
 import { ShardctlError } from '../errors';
 import { DEMO_SCHEMA_SQL } from '../demo/schema';
 import { installShardSchema } from './schema';
-import { listTenantTables, movabilityProblems, TenantTable } from './tables';
+import { listTenantTables, movabilityProblems, tenantTableSelector, TenantTable } from './tables';
+import { blobIndexDdl } from '../blobs/index-table';
 import { bucketTableProblems, checkRoutingHash, recordDatasetBuckets } from './datasets';
 import { bucketUnitSqlExpr, datasetTables } from '../unit-rows';
 import type { S3Client } from '@aws-sdk/client-s3';
@@ -57,7 +58,8 @@ export async function prepareShard(pool: Pool, config: Config, opts: { demoSchem
     if (opts.demoSchema) await c.query(DEMO_SCHEMA_SQL);
     const audit = writeAuditSchemaSql(config.tenant.column);
     await c.query(audit.sql);
-    const tables = await listTenantTables(c, config.tenant);
+    await c.query(blobIndexDdl(config.tenant.column));
+    const tables = await listTenantTables(c, tenantTableSelector(config.tenant));
     const changed: string[] = [];
     for (const t of tables) {
       // `changed` names each table whose shardctl triggers (fence or write audit) this run created or repaired.
@@ -172,7 +174,7 @@ export interface FenceStatus {
 /** What `shards list` shows: which tenant tables of a shard are fenced. Read-only. */
 export async function fenceStatus(db: Pool | PoolClient, config: Config): Promise<FenceStatus> {
   const r = await db.query(`select to_regclass('shardctl.fence') is not null as installed`);
-  const tables = await listTenantTables(db, config.tenant);
+  const tables = await listTenantTables(db, tenantTableSelector(config.tenant));
   const fenced: string[] = [];
   const unfenced: string[] = [];
   for (const t of tables) ((await hasTableFence(db, t.qualified, config.tenant.column)) ? fenced : unfenced).push(displayName(t));

@@ -61,6 +61,16 @@ export interface UnitTableSelector {
   tables?: string[];
   alsoColumn?: string;
   withoutColumn?: string;
+  /**
+   * Also the blob index, shardctl.blob_index (lib/blobs/index-table.ts), when the shard has it: a
+   * tenant table shardctl owns, outside the application's schemas and whatever `tables` names.
+   */
+  blobIndex?: boolean;
+}
+
+/** The selector of a config's tenant tables: its tenant schemas (or tables), and the blob index. */
+export function tenantTableSelector(tenant: { column: string; schemas: string[]; tables?: string[] }): UnitTableSelector {
+  return { column: tenant.column, schemas: tenant.schemas, tables: tenant.tables, blobIndex: true };
 }
 
 export async function listTenantTables(db: Pool | PoolClient, opts: UnitTableSelector): Promise<TenantTable[]> {
@@ -68,17 +78,19 @@ export async function listTenantTables(db: Pool | PoolClient, opts: UnitTableSel
     `select c.oid, n.nspname as schema, c.relname as name, c.relreplident as ri
        from pg_class c join pg_namespace n on n.oid = c.relnamespace
       where c.relkind in ('r', 'p') and not c.relispartition
-        and n.nspname = any($1::text[])
+        and (n.nspname = any($1::text[]) or ($5 and c.oid = to_regclass('shardctl.blob_index')))
         and exists (select 1 from pg_attribute a where a.attrelid = c.oid and a.attname = $2 and a.attnum > 0 and not a.attisdropped)
         and ($3::name is null or exists (select 1 from pg_attribute a where a.attrelid = c.oid and a.attname = $3 and a.attnum > 0 and not a.attisdropped))
         and ($4::name is null or not exists (select 1 from pg_attribute a where a.attrelid = c.oid and a.attname = $4 and a.attnum > 0 and not a.attisdropped))
       order by n.nspname, c.relname`,
-    [opts.schemas, opts.column, opts.alsoColumn ?? null, opts.withoutColumn ?? null],
+    [opts.schemas, opts.column, opts.alsoColumn ?? null, opts.withoutColumn ?? null, opts.blobIndex === true],
   );
   let rows = rels.rows;
   if (opts.tables?.length) {
+    const index = (r: { schema: string; name: string }) => opts.blobIndex === true && r.schema === 'shardctl' && r.name === 'blob_index';
     const wanted = new Set(opts.tables.map((t) => (t.includes('.') ? t : `${opts.schemas[0]}.${t}`)));
     const found = new Set(rows.map((r) => `${r.schema}.${r.name}`));
+    for (const r of rows) if (index(r)) wanted.add(`${r.schema}.${r.name}`);
     const missing = [...wanted].filter((w) => !found.has(w));
     if (missing.length) throw new ShardctlError('InvalidInput', `configured tenant tables not found or without column ${opts.column}: ${missing.join(', ')}`);
     rows = rows.filter((r) => wanted.has(`${r.schema}.${r.name}`));

@@ -74,7 +74,7 @@ describe('shardctl move: approval and retire rails', () => {
         expect(refused.code, refused.stderr).toBe(4);
         expect(refused.stdout).toBe('');
         expect(refused.stderr).toContain(`retire the source copy of ${tenant} on shard-a`);
-        expect(refused.stderr).toContain(`on shard shard-a: 40 row(s) of ${tenant} in 4 table(s)`);
+        expect(refused.stderr).toContain(`on shard shard-a: 40 row(s) of ${tenant} in 5 table(s)`); // the four demo tables and the blob index
         expect(refused.stderr).toMatch(/public\.documents\s+\d+ row\(s\)/);
         expect(refused.stderr).toContain(`blobs: 2 object(s)`);
         expect(refused.stderr).toContain(`under s3://shardctl-shard-a/tenants/${tenant}/`);

@@ -8,6 +8,7 @@ import path from 'node:path';
 import { testConfig, uniq, shardPool, closePools } from '../helpers/stack';
 import { fenceStatus, prepareShard, FENCE_TRIGGER_NAME } from '../../lib/shard/prepare';
 import { DEMO_TABLES } from '../../lib/demo/schema';
+import { BLOB_INDEX_QUALIFIED as BLOB_INDEX } from '../../lib/blobs/index-table';
 import { SQLSTATE } from '../../lib/errors';
 import { Config, projectRoot, shardByName } from '../../lib/config';
 import { Pool as PgPool } from 'pg';
@@ -68,6 +69,22 @@ describe('prepareShard', () => {
     expect(st.schemaInstalled).toBe(true);
   });
 
+  it('creates the blob index, shardctl.blob_index, as a fenced tenant table (tenant column leading its primary key)', async () => {
+    const r = await prepareShard(pool, testConfig(), { demoSchema: true });
+    expect(r.tables).toContain(BLOB_INDEX);
+    expect((await fenceStatus(pool, testConfig())).fenced).toContain(BLOB_INDEX);
+    const pk = await pool.query(
+      `select array_agg(a.attname::text order by k.ord) as cols from pg_index i cross join lateral unnest(i.indkey) with ordinality k(attnum, ord)
+         join pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum where i.indrelid = 'shardctl.blob_index'::regclass and i.indisprimary`,
+    );
+    expect(pk.rows[0].cols).toEqual(['tenant_id', 'name']);
+    await expect(
+      pool.query(`insert into shardctl.blob_index (tenant_id, name, object_key, version, size, sha256) values ('t1', 'n', 'k', 'v', 1, repeat('0', 64))`),
+    ).rejects.toMatchObject({
+      code: SQLSTATE.noEpoch,
+    });
+  });
+
   it('is idempotent: a second run creates no trigger and leaves the same triggers', async () => {
     const { schema, config } = await ownSchema();
     await createTenantTable(schema, 'a');
@@ -101,7 +118,7 @@ describe('prepareShard', () => {
     const { schema, config } = await ownSchema();
     await createTenantTable(schema, 'nopk', false);
     const r = await prepareShard(pool, config);
-    expect(r.tables).toEqual([`${schema}.nopk`]);
+    expect(r.tables).toEqual([`${schema}.nopk`, BLOB_INDEX]);
     expect(r.problems).toHaveLength(1);
     expect(r.problems[0]).toMatch(/has no primary key/);
     expect(await fenceTriggers(schema)).toEqual([{ table: 'nopk', enabled: 'O' }]);
@@ -163,7 +180,7 @@ describe('prepareShard', () => {
     expect((await fenceStatus(pool, config)).unfenced).toEqual([`${schema}.a`]);
     const r = await prepareShard(pool, config);
     expect(r.changed).toEqual([`${schema}.a`]);
-    expect((await fenceStatus(pool, config)).fenced).toEqual([`${schema}.a`]);
+    expect((await fenceStatus(pool, config)).fenced).toEqual([`${schema}.a`, BLOB_INDEX]);
     const triggers = await pool.query(`select tgname, tgtype from pg_trigger where tgrelid = $1::regclass and tgname like 'shardctl_fence%' order by tgname`, [
       `${schema}.a`,
     ]);
@@ -180,9 +197,9 @@ describe('prepareShard', () => {
     const { schema, config } = await ownSchema();
     await pool.query(`create table ${schema}.p (tenant_id text not null, id bigint not null, v text, primary key (tenant_id, id)) partition by hash (tenant_id);
                       create table ${schema}.p0 partition of ${schema}.p for values with (modulus 2, remainder 0)`);
-    expect((await prepareShard(pool, config)).tables).toEqual([`${schema}.p`]);
+    expect((await prepareShard(pool, config)).tables).toEqual([`${schema}.p`, BLOB_INDEX]);
     await pool.query(`create table ${schema}.p1 partition of ${schema}.p for values with (modulus 2, remainder 1)`);
-    expect((await fenceStatus(pool, config)).fenced).toEqual([`${schema}.p`]);
+    expect((await fenceStatus(pool, config)).fenced).toEqual([`${schema}.p`, BLOB_INDEX]);
     // Written through a partition directly, or through the parent: both refused without a route.
     for (const [remainder, partition] of [
       [0, 'p0'],

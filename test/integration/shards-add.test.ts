@@ -194,7 +194,7 @@ describe('shards add', () => {
       region: 'eu-test-1',
       capacity: 500,
       capacityBytes: 1e9,
-      tenantTables: [`${schema}.items`],
+      tenantTables: [`${schema}.items`, 'shardctl.blob_index'], // the blob index is created and fenced by prepare
     });
     expect(out.server.database).toBe(newDb);
 
@@ -217,8 +217,8 @@ describe('shards add', () => {
       units: 0,
       reachable: true,
       schemaInstalled: true,
-      fencedTables: 1,
-      tenantTables: 1,
+      fencedTables: 2, // items and the blob index
+      tenantTables: 2,
       region: 'eu-test-1',
       tenantBytes: expect.any(Number),
       writesPerSecond: 0,

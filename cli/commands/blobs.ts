@@ -1,0 +1,69 @@
+// `shardctl blobs gc [--tenant T] [--grace 1h] [--dry-run] [--json]`: deletes, on each tenant's
+// owner, the version objects no committed blob-index row names (lib/blobs/gc.ts says what it
+// checks first). Without --tenant, every tenant the directory places; a tenant that may not be
+// collected now (a move in flight) is listed as skipped with its reason.
+import { Command } from 'commander';
+import { collectTenantBlobs, type GcDeps, type GcReport } from '../../lib/blobs/gc';
+import { listPlacements } from '../../lib/directory/placements';
+import { shardByName } from '../../lib/config';
+import { parseDurationMs } from '../../lib/duration';
+import { ShardctlError } from '../../lib/errors';
+import { validateShardName, validateTenantId } from '../../lib/ids';
+import { examples } from '../help';
+import { configOf, printResult, withConnections } from '../run';
+
+export function register(program: Command) {
+  const cfg = configOf(program);
+  const blobs = program.command('blobs').description("tenants' blobs: the blob index's garbage collector");
+  const gc = blobs
+    .command('gc')
+    .description("delete, on each tenant's owner, the version objects no committed blob-index row names and older than the grace period")
+    .option('--tenant <id>', 'only this tenant (default: every tenant the directory places)')
+    .option('--shard <name>', "refuse unless this shard is the tenant's owner")
+    .option('--grace <duration>', "keep unreferenced objects younger than this (longer than the routers' deadline)", '1h')
+    .option('--dry-run', 'list what would be deleted; delete nothing')
+    .option(
+      '--json',
+      'as JSON: {dryRun, graceMs, tenants: [{tenant, shard, epoch, bucket, scanned, referenced, young, notVersions, collected}], skipped: [{tenant, reason}]}',
+    )
+    .action(async (o: { tenant?: string; shard?: string; grace: string; dryRun?: boolean; json?: boolean }) => {
+      const config = cfg();
+      const graceMs = parseDurationMs(o.grace, '--grace');
+      const tenant = o.tenant === undefined ? undefined : validateTenantId(o.tenant);
+      const shard = o.shard === undefined ? undefined : validateShardName(o.shard);
+      const out = await withConnections(config, { requireCurrentSchema: true }, async (conns) => {
+        const deps: GcDeps = {
+          tenantColumn: config.tenant.column,
+          directoryPool: () => conns.directoryPool(),
+          shardPool: (s) => conns.shardPool(s),
+          bucketOf: (s) => ({ shard: s, s3: conns.s3For(s), bucket: shardByName(config, s).bucket }),
+        };
+        const run = (t: string) => collectTenantBlobs(deps, { tenant: t, graceMs, dryRun: o.dryRun, shard });
+        if (tenant) return { tenants: [await run(tenant)], skipped: [] };
+        const tenants: GcReport[] = [];
+        const skipped: { tenant: string; reason: string }[] = [];
+        const all = (await listPlacements(conns.directoryPool(), { kind: 'tenant' })).placements.filter((p) => !shard || p.shard === shard);
+        for (const p of all) {
+          try {
+            tenants.push(await run(p.unit));
+          } catch (e) {
+            if (!(e instanceof ShardctlError) || e.type !== 'PreconditionFailed') throw e;
+            skipped.push({ tenant: p.unit, reason: e.message });
+          }
+        }
+        return { tenants, skipped };
+      });
+      printResult(o.json, { dryRun: o.dryRun === true, graceMs, ...out }, (v) => {
+        const verb = v.dryRun ? 'would delete' : 'deleted';
+        for (const r of v.tenants) {
+          console.log(
+            `${r.tenant} on ${r.shard}: ${verb} ${r.collected.length} unreferenced version object(s); kept ${r.referenced} referenced, ${r.young} within the grace period, ${r.notVersions} not index-managed`,
+          );
+          for (const k of r.collected) console.log(`  ${k}`);
+        }
+        for (const s of v.skipped) console.log(`${s.tenant}: skipped (${s.reason})`);
+        if (!v.tenants.length && !v.skipped.length) console.log('no tenant to collect');
+      });
+    });
+  examples(gc, 'blobs gc --tenant acme --dry-run', 'blobs gc --tenant acme', 'blobs gc --grace 6h --json');
+}

@@ -1,0 +1,141 @@
+// The blob index (DESIGN.md §2): table shardctl.blob_index on each shard, the authority on which
+// object holds each of a tenant's blobs. It is a tenant table like the application's (tenant
+// column leading the primary key, fenced by `shards prepare`, moved by copy, catch-up and
+// validate), written only inside a fenced router transaction, so a blob write counts exactly
+// when its row commits. Objects are immutable: each version has a key of its own
+// (`tenants/<id>/<name>@<version>`), and a superseded or deleted version's object is left to the
+// collector (./gc), which deletes only version keys no committed row names. This module holds
+// every statement against the table.
+import { randomBytes } from 'node:crypto';
+import type { PoolClient } from 'pg';
+import { ShardctlError } from '../errors';
+import { quoteIdent } from '../shard/tables';
+import { tenantBlobPrefix } from './prefix';
+
+export const BLOB_INDEX_SCHEMA = 'shardctl';
+export const BLOB_INDEX_TABLE = 'blob_index';
+export const BLOB_INDEX_QUALIFIED = `${BLOB_INDEX_SCHEMA}.${BLOB_INDEX_TABLE}`;
+
+/**
+ * A put takes this lock shared (per unit, transaction-scoped) before it uploads, and holds it
+ * until its row commits or rolls back; the collector takes it exclusively before its last look at
+ * the index, so it never deletes an object whose row is about to commit.
+ */
+export const BLOB_INDEX_LOCK_CLASS = 4214;
+
+/** `<name>@<version>`: a version is 10 base-36 digits of milliseconds, a dash, 16 hex digits of randomness. */
+const VERSION_SUFFIX_RE = /@([0-9a-z]{8,11}-[0-9a-f]{16})$/;
+
+/** The table, its tenant column named as the config names it (idempotent; run inside prepare's transaction). */
+export function blobIndexDdl(tenantColumn: string): string {
+  const col = quoteIdent(tenantColumn);
+  return `
+create table if not exists shardctl.blob_index (
+  ${col} text not null,
+  name text not null,
+  object_key text not null,
+  version text not null,
+  size bigint not null check (size >= 0),
+  sha256 text not null check (sha256 ~ '^[0-9a-f]{64}$'),
+  -- 'live' is the only state a row has: a deleted blob has no row (its object is the collector's).
+  state text not null default 'live' check (state in ('live')),
+  content_type text,
+  updated_at timestamptz not null default now(),
+  primary key (${col}, name)
+);`;
+}
+
+export interface BlobVersion {
+  name: string;
+  /** The object holding this version, under `tenants/<id>/`. */
+  key: string;
+  version: string;
+  size: number;
+  sha256: string;
+  contentType: string | null;
+}
+
+/** A fresh version id (never reused: a retried put uploads under a new one). */
+export function newVersionId(now = Date.now()): string {
+  return `${now.toString(36)}-${randomBytes(8).toString('hex')}`;
+}
+
+/** The object key of one version of `name` (name already checked by blobKeyOf). */
+export function versionKeyOf(unit: string, name: string, version: string): string {
+  return `${tenantBlobPrefix(unit)}${name}@${version}`;
+}
+
+/** True when `key` has the shape of a version object (the only objects the collector may delete). */
+export function isVersionKey(key: string): boolean {
+  return VERSION_SUFFIX_RE.test(key);
+}
+
+/** A name whose key would look like a version object: refused, so a plain object is never mistaken for garbage. */
+export function looksLikeVersionName(name: string): boolean {
+  return VERSION_SUFFIX_RE.test(name);
+}
+
+const lockSql = (shared: boolean) => `select pg_advisory_xact_lock${shared ? '_shared' : ''}(${BLOB_INDEX_LOCK_CLASS}, hashtext($1))`;
+
+/** A put's side of the lock (see BLOB_INDEX_LOCK_CLASS). */
+export async function lockIndexShared(tx: Pick<PoolClient, 'query'>, unit: string): Promise<void> {
+  await tx.query(lockSql(true), [unit]);
+}
+
+/** The collector's side: waits for every put of the unit in flight, and holds new ones off until the transaction ends. */
+export async function lockIndexExclusive(tx: Pick<PoolClient, 'query'>, unit: string): Promise<void> {
+  await tx.query(lockSql(false), [unit]);
+}
+
+/** Records (or replaces) the blob's current version. Its fence trigger refuses it unless the transaction may write the unit. */
+export async function upsertIndexRow(tx: Pick<PoolClient, 'query'>, tenantColumn: string, unit: string, v: BlobVersion): Promise<void> {
+  const col = quoteIdent(tenantColumn);
+  await tx.query(
+    `insert into shardctl.blob_index (${col}, name, object_key, version, size, sha256, state, content_type, updated_at)
+     values ($1, $2, $3, $4, $5, $6, 'live', $7, now())
+     on conflict (${col}, name) do update
+       set object_key = excluded.object_key, version = excluded.version, size = excluded.size, sha256 = excluded.sha256,
+           state = excluded.state, content_type = excluded.content_type, updated_at = excluded.updated_at`,
+    [unit, v.name, v.key, v.version, String(v.size), v.sha256, v.contentType],
+  );
+}
+
+const rowToVersion = (r: any): BlobVersion => ({
+  name: r.name,
+  key: r.object_key,
+  version: r.version,
+  size: Number(r.size),
+  sha256: r.sha256,
+  contentType: r.content_type ?? null,
+});
+
+/** The blob's current version, or undefined when the index has none. */
+export async function findIndexRow(tx: Pick<PoolClient, 'query'>, tenantColumn: string, unit: string, name: string): Promise<BlobVersion | undefined> {
+  const r = await tx.query(
+    `select name, object_key, version, size, sha256, content_type from shardctl.blob_index where ${quoteIdent(tenantColumn)} = $1 and name = $2`,
+    [unit, name],
+  );
+  return r.rowCount ? rowToVersion(r.rows[0]) : undefined;
+}
+
+/** Removes the blob's row; its object stays for the collector. True when there was one. */
+export async function deleteIndexRow(tx: Pick<PoolClient, 'query'>, tenantColumn: string, unit: string, name: string): Promise<boolean> {
+  const r = await tx.query(`delete from shardctl.blob_index where ${quoteIdent(tenantColumn)} = $1 and name = $2`, [unit, name]);
+  return (r.rowCount ?? 0) > 0;
+}
+
+/** Every object key a committed row of the unit names (as the transaction sees them). */
+export async function referencedKeys(tx: Pick<PoolClient, 'query'>, tenantColumn: string, unit: string): Promise<Set<string>> {
+  const r = await tx.query<{ object_key: string }>(`select object_key from shardctl.blob_index where ${quoteIdent(tenantColumn)} = $1`, [unit]);
+  return new Set(r.rows.map((x) => x.object_key));
+}
+
+/** Whether the shard has the index (prepared by this shardctl). */
+export async function hasBlobIndex(db: Pick<PoolClient, 'query'>): Promise<boolean> {
+  const r = await db.query(`select to_regclass('shardctl.blob_index') is not null as ok`);
+  return r.rows[0].ok === true;
+}
+
+export function missingIndex(shard: string): ShardctlError {
+  return new ShardctlError('ConfigError', `shard ${shard} has no ${BLOB_INDEX_QUALIFIED}: run \`shardctl shards prepare --shard ${shard}\``, { shard });
+}
