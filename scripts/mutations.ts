@@ -1060,7 +1060,7 @@ export const MUTATIONS: Mutation[] = [
   {
     id: 'cutover-takeover-budget',
     guarantee:
-      'a cutover that takes over a silent delivery\'s freeze spends what is left of the fence budget since that freeze, not a budget of its own: the unit is frozen at most the budget plus the time to notice the silent delivery (§5.8)',
+      "a cutover that takes over a silent delivery's freeze spends what is left of the fence budget since that freeze, not a budget of its own: the unit is frozen at most the budget plus the time to notice the silent delivery (§5.8)",
     file: 'lib/cutover/steps.ts',
     from: 'if (resumed) t0 -= Math.max(0, (await s.frozenForMs().catch(() => null)) ?? 0);',
     to: '',
