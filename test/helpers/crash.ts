@@ -106,8 +106,8 @@ export interface Traffic {
 }
 
 /** `routerOptions`: e.g. the router's own path to the directory (the network-fault suite). */
-export async function startTraffic(name: string, tenants: string[], rate = 40, routerOptions: RouterOptions = {}): Promise<Traffic> {
-  const config = testConfig();
+/** `config`: the router's and loadgen's (e.g. one reaching the shards through toxiproxy links). */
+export async function startTraffic(name: string, tenants: string[], rate = 40, routerOptions: RouterOptions = {}, config = testConfig()): Promise<Traffic> {
   const router = await Router.create(config, routerOptions);
   const deps = createDeps(config);
   const logFile = path.join(ARTIFACTS, 'crash', `${name}.jsonl`);
