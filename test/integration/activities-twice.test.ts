@@ -383,6 +383,44 @@ describe('activities delivered twice', () => {
     }
   });
 
+  it(
+    'a cutover delivery that takes over a freeze older than the budget unfreezes instead of running a budget of its own; the stale one cannot switch',
+    { timeout: 180_000 },
+    async () => {
+      const { tenant, ref } = await readyForCutover('tb', 'shard-b', 40, 1, 'race-late');
+      const BUDGET_MS = 1500;
+      const cut = { ...ref, direction: 'forward' as const, epoch: 1, fenceBudgetMs: BUDGET_MS, actor: 'twice-test' };
+      const aBeforeSwitch = holdAt('before-switch', 1);
+      onFault = (n) => aBeforeSwitch.hit(n);
+      let a: Promise<unknown> | undefined;
+      try {
+        a = act.cutover(cut);
+        a.catch(() => {});
+        await aBeforeSwitch.reached;
+        // A went silent with its freeze pinned; B arrives once the whole budget since that freeze is spent.
+        await new Promise((r) => setTimeout(r, BUDGET_MS + 500));
+        const b = await act.cutover(cut);
+        expect(b).toMatchObject({ ok: false, reason: expect.stringMatching(/budget/) });
+        // Its pause is the whole freeze's, A's share included (the directory's clock).
+        expect(b.pauseMs).toBeGreaterThan(BUDGET_MS);
+        expect(await H.placement(tenant)).toMatchObject({ shard: 'shard-a', epoch: 1, state: 'active', moveId: null });
+        expect(await H.tryWrite('shard-a', tenant, 1)).toBe('ok');
+        aBeforeSwitch.release();
+        await expect(a).rejects.toThrow(/switch compare-and-set lost/);
+        expect(await H.placement(tenant)).toMatchObject({ shard: 'shard-a', epoch: 1, state: 'active' });
+        expect(await H.tryWrite(ref.target, tenant, 2)).toBe('SC421');
+        const switches = await directoryPool().query(`select count(*)::int as n from shardctl.audit where unit = $1 and action = 'switch'`, [tenant]);
+        expect(switches.rows[0].n).toBe(0);
+      } finally {
+        aBeforeSwitch.release();
+        await Promise.allSettled([a]);
+        onFault = undefined;
+        await act.cancelMove({ ...ref, epoch: 1, actor: 'twice-test' }).catch(() => {});
+        await act.dropReplication({ ...ref, direction: 'forward' }).catch(() => {});
+      }
+    },
+  );
+
   it('recordMoveEvent delivered twice keeps one move record', { timeout: 60_000 }, async () => {
     const tenant = await H.newTenant('shard-a', 'tr');
     const e = {
