@@ -1058,6 +1058,16 @@ export const MUTATIONS: Mutation[] = [
     testName: 'a final catch-up that outlives the fence budget',
   },
   {
+    id: 'group-commit-cost-bound',
+    guarantee:
+      'a group commit stays open at least four times as long as the last commit took, so on a slow target link the catch-up is not one commit per source transaction (a move across 200 ms never left catch-up)',
+    file: 'lib/cdc/apply.ts',
+    from: 'g.pendingSinceMs >= Math.max(MAX_GROUP_MS, GROUP_COMMIT_COST_FACTOR * lastCommitMs)',
+    to: 'g.pendingSinceMs >= MAX_GROUP_MS',
+    testFile: 'test/unit/cdc-group-commit.test.ts',
+    testName: 'on a slow target a group stays open four times as long as the last commit took',
+  },
+  {
     id: 'cutover-takeover-budget',
     guarantee:
       "a cutover that takes over a silent delivery's freeze spends what is left of the fence budget since that freeze, not a budget of its own: the unit is frozen at most the budget plus the time to notice the silent delivery (§5.8)",

@@ -132,6 +132,15 @@ const MAX_GROUP_MS = 1000;
  * transaction its own commit: 200 ms of latency held the apply to 1-3 transactions a second.
  */
 const GROUP_COMMIT_COST_FACTOR = 4;
+
+/** Whether the open group is full: by transactions, rows, or time open against what a commit costs (see above). */
+export function groupFull(g: { pendingTransactions: number; pendingRows: number; pendingSinceMs: number }, lastCommitMs: number): boolean {
+  return (
+    g.pendingTransactions >= MAX_GROUP_TRANSACTIONS ||
+    g.pendingRows >= MAX_GROUP_ROWS ||
+    g.pendingSinceMs >= Math.max(MAX_GROUP_MS, GROUP_COMMIT_COST_FACTOR * lastCommitMs)
+  );
+}
 /** A source transaction in hand that sends nothing for this long is abandoned at the deadline (rolled back, redelivered later). */
 const STALLED_MS = 10_000;
 const DEFAULT_MAX_TRANSACTION_MS = 30 * 60_000;
@@ -332,11 +341,7 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
           const idle = opts.idleStopMs !== undefined && caughtUpSince !== null && now - caughtUpSince >= opts.idleStopMs;
           const late = now >= softDeadline;
           // Group commit: the target transaction stays open only while more is already waiting.
-          const groupFull =
-            a.pendingTransactions >= MAX_GROUP_TRANSACTIONS ||
-            a.pendingRows >= MAX_GROUP_ROWS ||
-            a.pendingSinceMs >= Math.max(MAX_GROUP_MS, GROUP_COMMIT_COST_FACTOR * lastCommitMs);
-          if (a.pendingTransactions > 0 && (reachedUntil || idle || late || groupFull || s.queuedItems === 0)) await commitPending();
+          if (a.pendingTransactions > 0 && (reachedUntil || idle || late || groupFull(a, lastCommitMs) || s.queuedItems === 0)) await commitPending();
           if (reachedUntil || idle || late) {
             stopReason = reachedUntil ? 'until' : idle ? 'idle' : 'deadline';
             break;

@@ -110,11 +110,11 @@ export function createMetrics(opts: MetricsOptions = {}) {
       'move_id',
       'direction',
     ]),
-    lagSeconds: perMove(
-      'shardctl_move_lag_seconds',
-      'Time the last catch-up round took to stream and apply what the sender had written when it began (its set-up left out)',
-      ['unit', 'move_id', 'direction'],
-    ),
+    lagSeconds: perMove('shardctl_move_lag_seconds', 'Time the last catch-up round took to stream and apply what the source had when it began', [
+      'unit',
+      'move_id',
+      'direction',
+    ]),
     validationMismatches: perMove('shardctl_move_validation_mismatches', 'Differences the last validation of a live move reported (0 = passed)', [
       'unit',
       'move_id',
