@@ -6,6 +6,7 @@ import type { Pool, PoolClient } from 'pg';
 import { randomBytes } from 'node:crypto';
 import type { Config } from '../../lib/config';
 import { prepareShard, PrepareResult } from '../../lib/shard/prepare';
+import { ShardctlError } from '../../lib/errors';
 import { quoteIdent } from '../../lib/shard/tables';
 import { STABLE_TEXT_SETTINGS_SQL } from '../../lib/copy/sql';
 import { dropPublicationAndSlot } from '../../lib/cdc';
@@ -50,7 +51,7 @@ export async function createSchemaWorld(
   const pool = (shard: string) => pools.get(shard)!;
   for (const s of SHARDS) await pool(s).query(ddl(S, s));
   const prepared: Record<string, PrepareResult> = {};
-  for (const s of SHARDS) prepared[s] = await prepareShard(pool(s), config);
+  for (const s of SHARDS) prepared[s] = await prepareRetrying(pool(s), config);
   const worker = await startWorker(config, { taskQueue });
   return {
     schema,
@@ -171,4 +172,19 @@ export function snapshotDiff(a: RowSnapshot, b: RowSnapshot, label = ['source', 
   }
   for (const k of b.rows.keys()) if (!a.rows.has(k)) out.push(`row ${k}: extra on ${label[1]}`);
   return out;
+}
+
+/**
+ * prepareShard, tried again (at most 3 times) when it gives up on a lock, as its message tells an
+ * operator to: with many test files preparing the same shards at once, one prepare can wait out
+ * its lock timeout behind the others (seen in CI: "prepare gave up waiting for a table lock").
+ */
+async function prepareRetrying(pool: Pool, config: Config): Promise<PrepareResult> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await prepareShard(pool, config);
+    } catch (e) {
+      if (attempt >= 3 || !(e instanceof ShardctlError && e.type === 'Conflict' && e.retriable)) throw e;
+    }
+  }
 }
