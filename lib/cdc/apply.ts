@@ -299,9 +299,8 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
       let lastCommitMs = 0;
       const commitPending = async () => {
         const t0 = Date.now();
-        const committed = await a.commitPending();
-        if (committed) lastCommitMs = Date.now() - t0;
-        if (committed) {
+        if (await a.commitPending()) {
+          lastCommitMs = Date.now() - t0;
           await s.acknowledge(a.applied!); // durable now: the slot may release it
           await report();
         }
