@@ -42,14 +42,28 @@ export interface ShardPrepareResult extends PrepareResult {
   error?: string;
 }
 
-export async function prepareShard(pool: Pool, config: Config, opts: { demoSchema?: boolean; lockTimeoutMs?: number } = {}): Promise<PrepareResult> {
+/** How long a prepare waits for another prepare of the same shard to finish (they serialize on an advisory lock). */
+export const PREPARE_QUEUE_TIMEOUT_MS = 120_000;
+
+export async function prepareShard(
+  pool: Pool,
+  config: Config,
+  opts: { demoSchema?: boolean; lockTimeoutMs?: number; queueTimeoutMs?: number } = {},
+): Promise<PrepareResult> {
   const c = await pool.connect();
+  let queued = true;
   try {
     await c.query('begin');
+    // Another prepare of this shard runs to its end first, however many tables it has (it holds no
+    // writer up while it waits here); the wait is bounded on its own, with its own message. Before,
+    // the table lock's 10 s bound covered this wait too, and a prepare queued behind a long one gave
+    // up as if a writer held a table (seen in CI with many test files preparing the same shards).
+    await c.query(`select set_config('lock_timeout', $1, true)`, [`${opts.queueTimeoutMs ?? PREPARE_QUEUE_TIMEOUT_MS}ms`]);
+    await c.query(`select pg_advisory_xact_lock(hashtextextended('shardctl.prepare', 0))`);
+    queued = false;
     // A writer holding a tenant table for long must not stall prepare (and every writer queued
     // behind prepare's trigger DDL) indefinitely: give up and say so.
     await c.query(`select set_config('lock_timeout', $1, true)`, [`${opts.lockTimeoutMs ?? 10_000}ms`]);
-    await c.query(`select pg_advisory_xact_lock(hashtextextended('shardctl.prepare', 0))`);
     await installShardSchema(c);
     if (config.datasets.length > 0) {
       await checkRoutingHash(c);
@@ -110,6 +124,14 @@ export async function prepareShard(pool: Pool, config: Config, opts: { demoSchem
     };
   } catch (err: any) {
     await c.query('rollback').catch(() => {});
+    if (err?.code === '55P03' && queued) {
+      throw new ShardctlError(
+        'Conflict',
+        `prepare gave up waiting for another prepare of this shard to finish (${opts.queueTimeoutMs ?? PREPARE_QUEUE_TIMEOUT_MS} ms); retry once it has`,
+        undefined,
+        true,
+      );
+    }
     if (err?.code === '55P03') {
       throw new ShardctlError(
         'Conflict',

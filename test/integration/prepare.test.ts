@@ -301,6 +301,44 @@ describe('prepareShard', () => {
     expect(await fenceTriggers(schema)).toEqual([{ table: 'a', enabled: 'O' }]);
   });
 
+  it('a prepare queued behind another prepare waits for it past the table lock timeout, and says so when it gives up', async () => {
+    const { schema, config } = await ownSchema();
+    await createTenantTable(schema, 'a');
+    // Stands in for a long prepare: the advisory lock every prepare of this shard takes first.
+    const holder = await pool.connect();
+    try {
+      await holder.query('begin');
+      await holder.query(`select pg_advisory_xact_lock(hashtextextended('shardctl.prepare', 0))`);
+      const waited = prepareShard(pool, config, { lockTimeoutMs: 300 });
+      const gaveUp = await prepareShard(pool, config, { lockTimeoutMs: 300, queueTimeoutMs: 300 }).catch((e) => e);
+      expect(gaveUp).toMatchObject({ type: 'Conflict', retriable: true });
+      expect(gaveUp.message).toMatch(/waiting for another prepare of this shard/);
+      await new Promise((r) => setTimeout(r, 800)); // the queued prepare is now past its table lock timeout
+      await holder.query('commit');
+      expect((await waited).changed).toEqual([`${schema}.a`]);
+    } finally {
+      await holder.query('rollback').catch(() => {});
+      holder.release();
+    }
+  });
+
+  it('gives up on a tenant table held by a long transaction within the table lock timeout, and changes nothing', async () => {
+    const { schema, config } = await ownSchema();
+    await createTenantTable(schema, 'a');
+    const writer = await pool.connect();
+    try {
+      await writer.query('begin');
+      await writer.query(`lock table ${schema}.a in row exclusive mode`);
+      const e = await prepareShard(pool, config, { lockTimeoutMs: 300 }).catch((err) => err);
+      expect(e).toMatchObject({ type: 'Conflict', retriable: true });
+      expect(e.message).toMatch(/waiting for a table lock \(a long transaction holds a tenant table\)/);
+    } finally {
+      await writer.query('rollback').catch(() => {});
+      writer.release();
+    }
+    expect(await fenceTriggers(schema)).toEqual([]);
+  });
+
   it("turns allowUnfencedWrites into the shard's behaviour: an epoch-less write passes under true, is refused again under false", async () => {
     // A database of its own on the shard's server: the setting is shard-wide, and other tests
     // on this shard rely on epoch-less writes being refused.
