@@ -1068,6 +1068,16 @@ export const MUTATIONS: Mutation[] = [
     testName: 'on a slow target a group stays open four times as long as the last commit took',
   },
   {
+    id: 'final-apply-opened-before-freeze',
+    guarantee:
+      "the cutover's final catch-up is opened and caught up before the freeze, so the frozen window holds only the changes since, not the sessions' set-up (3-4 s of it on a 200 ms link)",
+    file: 'lib/cutover/live.ts',
+    from: 'else finalApply = opened;',
+    to: 'else opened.close();',
+    testFile: 'test/integration/final-apply.test.ts',
+    testName: 'streams the writes made after it opened (before the freeze)',
+  },
+  {
     id: 'cutover-takeover-budget',
     guarantee:
       "a cutover that takes over a silent delivery's freeze spends what is left of the fence budget since that freeze, not a budget of its own: the unit is frozen at most the budget plus the time to notice the silent delivery (§5.8)",

@@ -85,6 +85,46 @@ export interface ApplyChangesOptions {
   /** Throttle: apply at most this many rows per second on average (0 or unset = unlimited). The
    *  stream's bounded queue then pauses the socket, so the source keeps the backlog in its WAL. */
   rowsPerSecond?: number;
+  /**
+   * A deadline its owner may move while the round runs (instead of `maxDurationMs` from the start):
+   * the cutover's final apply is opened before the freeze and given the fence budget once the fence
+   * is raised (lib/cutover/final-apply.ts).
+   */
+  deadline?: RoundDeadline;
+  /** Called once, the first time the round is caught up with the source. */
+  onCaughtUp?: () => void;
+  /**
+   * Called once the loop has stopped with everything it applied committed, before the sessions'
+   * tear-down (a walsender's exit, the apply lock, the goodbyes: several round trips a caller
+   * waiting inside the frozen window need not wait for).
+   */
+  onStopped?: (r: RoundStop) => void;
+}
+
+/** Where a round stood when its loop stopped (see ApplyChangesOptions.onStopped). */
+export interface RoundStop {
+  appliedLsn: string;
+  caughtUp: boolean;
+  stopReason: StopReason;
+}
+
+/**
+ * A round's soft deadline (a source transaction in hand is finished past it, up to the hard one),
+ * and a stop position its owner may give it while it runs (`untilLsn`, once set, is never unset).
+ */
+export class RoundDeadline {
+  softAt: number;
+  hardAt: number;
+  untilLsn?: string;
+  constructor(ms: number, now = Date.now()) {
+    this.softAt = now + ms;
+    this.hardAt = this.softAt + ms;
+  }
+  /** From now: `ms` more, and as much again to finish a transaction in hand. */
+  restart(ms: number, now = Date.now()): void {
+    this.softAt = now + ms;
+    this.hardAt = this.softAt + ms;
+  }
 }
 
 export type StopReason = 'until' | 'idle' | 'deadline' | 'aborted';
@@ -245,6 +285,7 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
     let firstDeliveryAt: number | null = null;
     let loopEndedAt: number | null = null;
     let caughtUpSince: number | null = null;
+    let everCaughtUp = false;
     let lastProgressAt = 0;
     const report = async (force = false) => {
       if (!opts.onProgress || (!force && Date.now() - lastProgressAt < PROGRESS_INTERVAL_MS)) return;
@@ -274,8 +315,7 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
       });
       stream = s;
       s.start();
-      const softDeadline = startedAt + opts.maxDurationMs;
-      const hardDeadline = softDeadline + opts.maxDurationMs;
+      const deadline = opts.deadline ?? new RoundDeadline(opts.maxDurationMs, startedAt);
       const transactionDeadline = startedAt + Math.max(opts.maxTransactionMs ?? DEFAULT_MAX_TRANSACTION_MS, 2 * opts.maxDurationMs);
       let lastItemAt = Date.now();
       // The fence marker was in the source transaction in hand / in one applied (or already covered) since.
@@ -314,6 +354,7 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
         }
         const now = Date.now();
         alive();
+        if (opts.deadline?.untilLsn !== undefined) untilLsn ??= opts.deadline.untilLsn;
         if (opts.signal?.aborted) {
           if (a.inTransaction) await a.rollback();
           else await commitPending();
@@ -327,7 +368,7 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
           if (aheadMs > 0) {
             await commitPending();
             // Throttled past the budget: stop here; the rest waits in the slot for the next round.
-            if (now + aheadMs >= softDeadline) {
+            if (now + aheadMs >= deadline.softAt) {
               stopReason = 'deadline';
               break;
             }
@@ -338,7 +379,7 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
         if (!a.inTransaction) {
           const reachedUntil = markerReached || (!!untilLsn && compareLsn(a.pendingEnd ?? position(), untilLsn) >= 0);
           const idle = opts.idleStopMs !== undefined && caughtUpSince !== null && now - caughtUpSince >= opts.idleStopMs;
-          const late = now >= softDeadline;
+          const late = now >= deadline.softAt;
           // Group commit: the target transaction stays open only while more is already waiting.
           if (a.pendingTransactions > 0 && (reachedUntil || idle || late || groupFull(a, lastCommitMs) || s.queuedItems === 0)) await commitPending();
           if (reachedUntil || idle || late) {
@@ -351,13 +392,13 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
             lastPingAt = now;
             await s.acknowledge(position(), true);
           }
-        } else if (now >= hardDeadline && (now - lastItemAt >= STALLED_MS || now >= transactionDeadline)) {
+        } else if (now >= deadline.hardAt && (now - lastItemAt >= STALLED_MS || now >= transactionDeadline)) {
           await a.rollback();
           stopReason = 'deadline';
           break;
         }
 
-        const item = s.takeNow() ?? (await s.next(Math.max(1, Math.min(PING_INTERVAL_MS, softDeadline - now))));
+        const item = s.takeNow() ?? (await s.next(Math.max(1, Math.min(PING_INTERVAL_MS, deadline.softAt - now))));
         if (!item) continue;
         lastItemAt = Date.now();
         firstDeliveryAt ??= lastItemAt;
@@ -365,7 +406,13 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
           if (!a.inTransaction) {
             await commitPending(); // a position is vouched for only with everything before it durable
             if (compareLsn(item.walEnd, position()) > 0) vouched = vouched ? maxLsn(vouched, item.walEnd) : item.walEnd;
-            if (pingTarget && compareLsn(item.walEnd, pingTarget) >= 0) caughtUpSince ??= Date.now();
+            if (pingTarget && compareLsn(item.walEnd, pingTarget) >= 0 && caughtUpSince === null) {
+              caughtUpSince = Date.now();
+              if (!everCaughtUp) {
+                everCaughtUp = true;
+                opts.onCaughtUp?.();
+              }
+            }
             const reachesUntil = !!(vouched && untilLsn && compareLsn(vouched, untilLsn) >= 0);
             if (vouched && (item.replyRequested || reachesUntil || Date.now() - lastRecordAt >= RECORD_INTERVAL_MS)) {
               await recordVouched();
@@ -418,6 +465,7 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
     }
 
     const appliedLsn = position();
+    opts.onStopped?.({ appliedLsn, caughtUp: stopReason === 'until' || caughtUpSince !== null, stopReason });
     const lagBytes = await walBytesSince(source, appliedLsn);
     await report(true);
     return {

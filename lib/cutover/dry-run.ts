@@ -26,6 +26,12 @@ export function dryRunCutoverSteps(plan: CutoverPlan, opts: { standing?: Standin
     async preSyncBlobs() {
       say(`copy the blob delta of ${unit} from ${owner} to ${next} before the freeze (writes continue)`);
     },
+    async openFinalApply() {
+      say(
+        `open the final catch-up of slot ${names.slot} on ${next} and let it catch up before the freeze (writes continue), so the frozen window holds none of its set-up`,
+      );
+    },
+    closeFinalApply() {},
     async freeze(standing) {
       if (standing.kind === 'frozen-by-this-move')
         say(`freeze: take over the earlier attempt's freeze of ${unit} with a new freeze token (the earlier attempt can no longer unfreeze or switch)`);
@@ -40,7 +46,9 @@ export function dryRunCutoverSteps(plan: CutoverPlan, opts: { standing?: Standin
       return { ok: true };
     },
     async applyToFencePoint(budgetMs) {
-      say(`apply slot ${names.slot} (publication ${names.publication}) on ${next} up to ${owner}'s WAL position at the fence, within ${budgetMs} ms`);
+      say(
+        `apply slot ${names.slot} (publication ${names.publication}) on ${next} up to the fence's marker in ${owner}'s change stream, within ${budgetMs} ms, on the catch-up opened before the freeze`,
+      );
       return { ok: true, fenceLsn: '<fence position>' };
     },
     async compare(onBlobsSynced) {

@@ -9,6 +9,7 @@ import { measuredPauseMs, frozenForMs } from '../directory/moves';
 import { randomUUID } from 'node:crypto';
 import { freezeSource, unfreeze, acceptEpoch, disown, takeBackAcceptance, pinFreeze } from '../shard/fence';
 import { applyChangesUntil, currentWalLsn } from '../cdc';
+import { openFinalApply, type FinalApply } from './final-apply';
 import { fingerprintUnit, fingerprintUnitKeys, fingerprintDiff } from '../validate/fingerprint';
 import { readDelta } from '../cdc/delta';
 import { replicationNames } from '../ids';
@@ -46,6 +47,9 @@ export interface LiveCutoverEnv {
   faultPoint?(name: string): Promise<void>;
 }
 
+/** How long the opened final catch-up may take to catch up before the freeze goes ahead without waiting more. */
+const FINAL_APPLY_CATCH_UP_WAIT_MS = 10_000;
+
 /** Default bound of the changed keys compared under the fence (see LiveCutoverEnv.deltaCompareMaxKeys). */
 export const DELTA_COMPARE_MAX_KEYS = 50_000;
 
@@ -64,6 +68,13 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
   let freezeGen: number | undefined;
   // Marks this attempt's fence point in the change stream (lib/shard/fence.ts FENCE_MARKER_PREFIX).
   const fenceMarker = `${moveId}/${token}`;
+  // The final catch-up opened before the freeze (openFinalApply), until applyToFencePoint uses it.
+  let finalApply: FinalApply | undefined;
+  const applyNames = { ...replicationNames(moveId, plan.direction), moveId, stream: plan.direction } as const;
+  // Inside the frozen window every wait is bounded by the budget, not by the catch-up's own bounds
+  // (a 10 s receive deadline, 30 s statements): a next owner that stops answering mid-apply must end
+  // the attempt (and unfreeze) within the budget.
+  const windowWaitMs = (budgetMs: number) => Math.max(FENCE_APPLY_MIN_WAIT_MS, budgetMs);
 
   /** Undoes this attempt's freeze: the directory first (only this freeze), then the guarded fence. */
   async function unfreezeOwn(reason: string): Promise<UnfreezeOutcome> {
@@ -113,6 +124,33 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
       await env.syncBlobs();
     },
 
+    async openFinalApply() {
+      // Its waits are the frozen window's from the start: it is opened for the window.
+      const opened = openFinalApply({
+        sourceDsn: env.ownerDsn,
+        sourceName: owner,
+        target: env.nextPool,
+        targetName: next,
+        ...applyNames,
+        untilMarker: fenceMarker,
+        receiveTimeoutMs: windowWaitMs(plan.fenceBudgetMs),
+        applyQueryTimeoutMs: windowWaitMs(plan.fenceBudgetMs),
+        maxTxBytes: env.maxTxBytes,
+      });
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const waited = await Promise.race([opened.caughtUp, new Promise<'late'>((r) => (timer = setTimeout(() => r('late'), FINAL_APPLY_CATCH_UP_WAIT_MS)))]);
+      clearTimeout(timer);
+      env.beat({ step: 'final apply opened', caughtUp: waited === true });
+      // A round that ended already (its session failed) is of no use: the apply opens its own.
+      if (waited === false || !opened.usable()) opened.close();
+      else finalApply = opened;
+    },
+
+    closeFinalApply() {
+      finalApply?.close();
+      finalApply = undefined;
+    },
+
     async freeze(standing) {
       const takeover = standing.kind === 'frozen-by-this-move';
       if (takeover && standing.token) takenOver = standing.token;
@@ -159,22 +197,36 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
     },
 
     async applyToFencePoint(budgetMs) {
-      const fenceLsn = await currentWalLsn(env.ownerPool);
+      // Where the owner's WAL stood after the fence (recorded with the switch), asked beside the apply.
+      const fenceLsnAsked = currentWalLsn(env.ownerPool);
+      fenceLsnAsked.catch(() => {});
+      const opened = finalApply;
+      finalApply = undefined;
+      if (opened?.usable()) {
+        // The stream is open and caught up: only the changes since, up to this attempt's marker (or
+        // the owner's WAL position after the fence, whichever it reaches first).
+        fenceLsnAsked.then(
+          (l) => opened.stopAt(l),
+          () => {},
+        );
+        const stop = await opened.fenced(budgetMs);
+        const fenceLsn = await fenceLsnAsked;
+        env.beat({ step: 'applied', appliedLsn: stop.appliedLsn, opened: 'before the freeze' });
+        if (stop.stopReason !== 'until')
+          return { ok: false, reason: `final catch-up did not reach the fence marker (${fenceLsn}) within the fence budget of ${plan.fenceBudgetMs} ms` };
+        return { ok: true, fenceLsn };
+      }
+      const fenceLsn = await fenceLsnAsked;
       const applied = await applyChangesUntil({
         sourceDsn: env.ownerDsn,
         target: env.nextPool,
-        ...replicationNames(moveId, plan.direction),
-        moveId,
-        stream: plan.direction,
+        ...applyNames,
         untilLsn: fenceLsn,
         // The raise's own marker: applied as soon as it arrives, without waiting for a keepalive.
         untilMarker: fenceMarker,
         maxDurationMs: budgetMs,
-        // Inside the frozen window every wait is bounded by what is left of the budget, not by the
-        // catch-up's own bounds (a 10 s receive deadline, 30 s statements): a next owner that stops
-        // answering mid-apply must end the attempt (and unfreeze) within the budget.
-        receiveTimeoutMs: Math.max(FENCE_APPLY_MIN_WAIT_MS, budgetMs),
-        applyQueryTimeoutMs: Math.max(FENCE_APPLY_MIN_WAIT_MS, budgetMs),
+        receiveTimeoutMs: windowWaitMs(budgetMs),
+        applyQueryTimeoutMs: windowWaitMs(budgetMs),
         maxTxBytes: env.maxTxBytes,
       });
       env.beat({ step: 'applied', appliedLsn: applied.appliedLsn });

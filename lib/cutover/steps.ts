@@ -1,5 +1,5 @@
 // The cutover as a sequence of named verbs (Vitess's traffic switcher, Ghostferry's Run()):
-//   freeze → raiseFence → applyToFencePoint → compare → advanceSequences → pinFreeze → switchOwner → finishOldOwner
+//   openFinalApply → freeze → raiseFence → applyToFencePoint → compare → advanceSequences → pinFreeze → switchOwner → finishOldOwner
 // `runCutover` is the one sequence; `CutoverSteps` has a live implementation (live.ts) and a
 // dry-run twin (dry-run.ts) that only reports what it would do, so `move plan` and the real
 // move cannot drift apart. `switchOwner` is the point of no return: before it, any failure
@@ -42,6 +42,14 @@ export interface CutoverSteps {
   standing(): Promise<Standing>;
   /** Copies blobs before the freeze, so the delta under the fence is only the last moments'. */
   preSyncBlobs(): Promise<void>;
+  /**
+   * Opens the final catch-up before the freeze (its sessions set up, the stream caught up while
+   * writes continue), so the frozen window holds only the last changes and none of the set-up;
+   * `applyToFencePoint` then uses it. Best effort: when it cannot open, the apply opens its own.
+   */
+  openFinalApply(): Promise<void>;
+  /** Ends an opened final apply that was not used (or is done), without waiting for its tear-down. */
+  closeFinalApply(): void;
   /**
    * Directory compare-and-set active → moving under this attempt's unique freeze token; when an
    * earlier attempt of this move left it frozen, takes that freeze over (a new token), so the
@@ -98,6 +106,8 @@ export interface CutoverHooks {
 }
 
 export const CUTOVER_FAULT_POINTS = {
+  /** The final catch-up is open and caught up, the unit not frozen yet. */
+  finalApplyOpened: (d: Direction) => (d === 'forward' ? 'after-final-apply-opened' : 'rollback-after-final-apply-opened'),
   fenceRaised: (d: Direction) => (d === 'forward' ? 'after-fence-raised' : 'mid-rollback'),
   beforeSwitch: (d: Direction) => (d === 'forward' ? 'before-switch' : 'rollback-before-switch'),
   /** Inside switchOwner: the next owner accepts the new epoch, the directory does not yet say so. */
@@ -116,9 +126,20 @@ export async function runCutover(s: CutoverSteps, plan: CutoverPlan, hooks: Cuto
     return { ok: true, newEpoch, pauseMs: (await s.measuredPauseMs()) ?? 0, fenceLsn: '', alreadyDone: true };
   }
   if (standing.kind === 'foreign') return { ok: false, reason: standing.reason, pauseMs: 0, mismatches: [] };
-  let resumed = standing.kind === 'frozen-by-this-move';
+  const resumed = standing.kind === 'frozen-by-this-move';
   if (!resumed) await s.preSyncBlobs();
+  await s.openFinalApply();
+  try {
+    await hooks.faultPoint(CUTOVER_FAULT_POINTS.finalApplyOpened(plan.direction));
+    return await frozenWindow(s, plan, hooks, standing, resumed);
+  } finally {
+    s.closeFinalApply();
+  }
+}
 
+/** From the freeze to the answer: every way out before the switch unfreezes first. */
+async function frozenWindow(s: CutoverSteps, plan: CutoverPlan, hooks: CutoverHooks, standing: Standing, resumed: boolean): Promise<CutoverResult> {
+  const newEpoch = plan.epoch + 1;
   let t0 = hooks.now();
   const elapsed = () => hooks.now() - t0;
   const left = () => plan.fenceBudgetMs - elapsed();

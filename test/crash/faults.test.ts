@@ -17,6 +17,7 @@ const CASES: { point: string; path: Path }[] = [
   { point: 'after-copy', path: 'complete' },
   { point: 'mid-catch-up', path: 'complete' },
   { point: 'after-validate', path: 'complete' },
+  { point: 'after-final-apply-opened', path: 'complete' },
   { point: 'after-fence-raised', path: 'complete' },
   { point: 'before-switch', path: 'complete' },
   { point: 'after-reverse-slot-created', path: 'complete' },

@@ -46,6 +46,8 @@ function scripted(
   const steps: CutoverSteps = {
     standing: async () => call('standing', o.standing ?? { kind: 'open' }),
     preSyncBlobs: async () => call('preSyncBlobs', undefined),
+    openFinalApply: async () => call('openFinalApply', undefined),
+    closeFinalApply: () => void calls.push('closeFinalApply'),
     freeze: async () => call('freeze', o.freezeOk === false ? { ok: false, reason: 'lost the race' } : { ok: true }, true),
     raiseFence: async () => call('raiseFence', o.fenceOk === false ? { ok: false, reason: 'writers held the lock' } : { ok: true }, true),
     applyToFencePoint: async () =>
@@ -83,13 +85,15 @@ function scripted(
 }
 
 describe('runCutover', () => {
-  it('runs freeze, fence, apply, compare, sequences, reverse start, pins the freeze, then the switch, then finishes the old owner', async () => {
+  it('opens the final apply before the freeze, runs freeze, fence, apply, compare, sequences, reverse start, pins the freeze, then the switch, then finishes the old owner, and closes the final apply last', async () => {
     const s = scripted();
     const r = await runCutover(s.steps, plan, s.hooks);
     expect(r).toMatchObject({ ok: true, newEpoch: 4, fenceLsn: '0/10', alreadyDone: false });
     expect(s.calls).toEqual([
       'standing',
       'preSyncBlobs',
+      'openFinalApply',
+      'fault:after-final-apply-opened',
       'freeze',
       'raiseFence',
       'fault:after-fence-raised',
@@ -102,6 +106,7 @@ describe('runCutover', () => {
       'switchOwner',
       'fault:after-switch-committed',
       'finishOldOwner',
+      'closeFinalApply',
     ]);
   });
 
@@ -120,6 +125,7 @@ describe('runCutover', () => {
     expect(s.calls).toContain('unfreeze');
     expect(s.calls).not.toContain('switchOwner');
     expect(s.calls).not.toContain('finishOldOwner');
+    expect(s.calls.at(-1), 'the final apply opened before the freeze is closed on the way out').toBe('closeFinalApply');
   });
 
   it('reports fail-closed when the directory changed under an aborting attempt', async () => {
@@ -139,13 +145,26 @@ describe('runCutover', () => {
     const s = scripted({ freezeOk: false });
     const r = await runCutover(s.steps, plan, s.hooks);
     expect(r).toMatchObject({ ok: false, reason: 'lost the race' });
-    expect(s.calls).toEqual(['standing', 'preSyncBlobs', 'freeze', 'standing', 'freeze', 'standing', 'freeze', 'standing', 'freeze']);
+    expect(s.calls).toEqual([
+      'standing',
+      'preSyncBlobs',
+      'openFinalApply',
+      'fault:after-final-apply-opened',
+      'freeze',
+      'standing',
+      'freeze',
+      'standing',
+      'freeze',
+      'standing',
+      'freeze',
+      'closeFinalApply',
+    ]);
   });
 
   it('an unfreeze that finds the unit switched by another delivery finishes the old owner before answering done', async () => {
     const s = scripted({ applyOk: false, unfreeze: 'switched' });
     expect(await runCutover(s.steps, plan, s.hooks)).toMatchObject({ ok: true, alreadyDone: true });
-    expect(s.calls.slice(-2)).toEqual(['unfreeze', 'finishOldOwner']);
+    expect(s.calls.slice(-3)).toEqual(['unfreeze', 'finishOldOwner', 'closeFinalApply']);
   });
 
   it('a redelivery after the switch only finishes the old owner and reports the directory-measured pause', async () => {
@@ -272,6 +291,7 @@ describe('the dry-run twin', () => {
     const order = [
       'check the directory',
       'copy the blob delta',
+      'open the final catch-up',
       'freeze:',
       'raise the fence',
       'apply slot',
