@@ -25,6 +25,7 @@ import type { UnitRows } from '../../lib/unit-rows';
 import { bucketTableProblems } from '../../lib/shard/datasets';
 import { assertBucketOf, sharedBucketProblems } from '../../lib/blobs';
 import { shardByName } from '../../lib/config';
+import { ShardctlError } from '../../lib/errors';
 import { reserveHeadroom } from '../../lib/directory/reservations';
 
 const planInput = z.object({
@@ -149,7 +150,15 @@ export function createPlanActivities(deps: Deps) {
         if (!s) reasons.push(`target ${target} is not in the directory's shard inventory`);
         else reasons.push(...moveTargetProblems(s, unit, p.expectedLoad, deps.config.limits.headroomFraction, await getResidency(deps.directoryPool(), unit)));
         // Configured tables missing on the target are a reason (schemaDiff names each), not a throw.
-        const [src, dst] = await Promise.all([unitTables(deps, p.shard, rows), unitTables(deps, target, rows).catch(() => [])]);
+        // Only that answer: a target that did not answer (a reset connection, a timeout) is an error
+        // the activity retries, never "every table is missing" (seen on a lossy link: the move failed).
+        const [src, dst] = await Promise.all([
+          unitTables(deps, p.shard, rows),
+          unitTables(deps, target, rows).catch((e) => {
+            if (e instanceof ShardctlError && e.type === 'InvalidInput') return [];
+            throw e;
+          }),
+        ]);
         if (src.length === 0)
           reasons.push(`no ${rows.kind === 'tenant' ? 'tenant' : `dataset ${rows.dataset!.name}`} tables (column ${col}) found on ${p.shard}`);
         for (const t of src) {
