@@ -17,6 +17,16 @@ export const CONNECT_TIMEOUT = 'ConnectTimeout';
 
 const SERIALIZATION_CODES = new Set(['40001', '40P01']);
 
+/**
+ * node-postgres's words for a connection not established in time: the pool's wait ("timeout
+ * exceeded when trying to connect") or the client's own connect timeout ("Connection terminated
+ * due to connection timeout", whichever timer fires first). Nothing was sent, so another attempt
+ * is safe; on a lossy link the second one reached a bystander's caller as a refused write.
+ */
+export function isConnectTimeout(e: unknown): boolean {
+  return /^(timeout exceeded when trying to connect|Connection terminated due to connection timeout)/i.test(String((e as Error)?.message ?? ''));
+}
+
 /** Classifies by SQLSTATE (`code`), following `cause` a few levels so wrapped errors count too. */
 export function classifyError(err: unknown): ErrorClass {
   let e: unknown = err;

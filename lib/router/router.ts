@@ -15,7 +15,7 @@ import { PlacementListener } from '../directory/listen';
 import { Grant, assertGrantCovers, assertGrantCoversDataset, grantCoversAll } from './grant';
 import { bucketOf } from '../buckets/hash';
 import { bucketUnitName } from '../buckets/units';
-import { CONNECT_TIMEOUT, STALE_BACKOFF, FROZEN_BACKOFF, backoffDelayMs, classifyError, nextWaitMs } from './retry';
+import { CONNECT_TIMEOUT, isConnectTimeout, STALE_BACKOFF, FROZEN_BACKOFF, backoffDelayMs, classifyError, nextWaitMs } from './retry';
 
 /** SQLSTATE of a statement cancelled (here: by the statement timeout that carries the caller's deadline). */
 const QUERY_CANCELED = '57014';
@@ -428,9 +428,8 @@ export class Router {
     try {
       client = await this.poolFor(p.shard).connect();
     } catch (e: any) {
-      // node-postgres says only "timeout exceeded when trying to connect": marked so the loop retries it in time.
-      if (/timeout exceeded when trying to connect/i.test(String(e?.message)))
-        throw Object.assign(new Error(`shard ${p.shard}: ${e.message}`, { cause: e }), { code: CONNECT_TIMEOUT });
+      // node-postgres gives no code for it: marked so the loop retries it in time.
+      if (isConnectTimeout(e)) throw Object.assign(new Error(`shard ${p.shard}: ${e.message}`, { cause: e }), { code: CONNECT_TIMEOUT });
       throw e;
     }
     this.m.transactions++;

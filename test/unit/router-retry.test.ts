@@ -1,5 +1,5 @@
 import { describe, it, expect } from 'vitest';
-import { classifyError, backoffDelayMs, nextWaitMs, FROZEN_BACKOFF } from '../../lib/router/retry';
+import { classifyError, backoffDelayMs, nextWaitMs, FROZEN_BACKOFF, isConnectTimeout } from '../../lib/router/retry';
 import { grantCovers, assertGrantCovers } from '../../lib/router/grant';
 import { ShardctlError } from '../../lib/errors';
 
@@ -84,5 +84,16 @@ describe('grants', () => {
     expect(grantCovers({ tenants: [] }, 'a')).toBe(false);
     for (const g of [undefined, null, {}, { tenants: 'a' }, { tenants: '**' }, 'a', { tenants: [['a']] }]) expect(grantCovers(g, 'a')).toBe(false);
     expect(() => assertGrantCovers({ tenants: ['a'] }, 'b')).toThrowError(expect.objectContaining({ type: 'Forbidden' }));
+  });
+});
+
+describe('isConnectTimeout', () => {
+  it("takes both of node-postgres's connect timeouts for one (the pool's wait and the client's own), and nothing else", () => {
+    expect(isConnectTimeout(new Error('timeout exceeded when trying to connect'))).toBe(true);
+    expect(isConnectTimeout(new Error('Connection terminated due to connection timeout'))).toBe(true);
+    // A connection that died after it was established may have sent a statement: not this.
+    expect(isConnectTimeout(new Error('Connection terminated unexpectedly'))).toBe(false);
+    expect(isConnectTimeout(new Error('Query read timeout'))).toBe(false);
+    expect(isConnectTimeout(undefined)).toBe(false);
   });
 });
