@@ -37,7 +37,8 @@ export function openFinalApply(
     openMs?: number;
   },
 ): FinalApply {
-  const deadline = new RoundDeadline(opts.openMs ?? FINAL_APPLY_OPEN_MS);
+  const openMs = opts.openMs ?? FINAL_APPLY_OPEN_MS;
+  const deadline = new RoundDeadline(openMs);
   const abort = new AbortController();
   let setCaughtUp!: (v: boolean) => void;
   const caughtUp = new Promise<boolean>((r) => (setCaughtUp = r));
@@ -47,7 +48,7 @@ export function openFinalApply(
   let stop: RoundStop | undefined;
   const done = applyChangesUntil({
     ...opts,
-    maxDurationMs: opts.openMs ?? FINAL_APPLY_OPEN_MS,
+    maxDurationMs: openMs,
     deadline,
     signal: abort.signal,
     onCaughtUp: () => setCaughtUp(true),

@@ -1,5 +1,6 @@
 // Helpers for move tests against the real stack: prepare shards, run a worker, start and watch
 // moves, and read the invariants (directory, fences, replication objects, fingerprints).
+import { expect } from 'vitest';
 import { Client as TemporalClient, Connection, WorkflowHandle } from '@temporalio/client';
 import { Pool } from 'pg';
 import { testConfig, shardPool, directoryPool, uniq, closePools } from './stack';
@@ -94,6 +95,26 @@ export async function dropReplications(act: Activities, refs: MoveRef[]) {
   for (const ref of refs) {
     for (const direction of ['forward', 'reverse'] as const) await act.dropReplication({ ...ref, direction }).catch(() => {});
   }
+}
+
+/**
+ * A new tenant on `source`, seeded with `rows`, driven by the in-process activities up to the
+ * cutover (single deliveries): planned, copied, caught up, validated, reverse replication set up.
+ * The stream's delta starts empty here; `token` is the validation's.
+ */
+export async function validatedMove(act: Activities, o: { source: string; target: string; prefix: string; rows: number }) {
+  const tenant = await newTenant(o.source, o.prefix);
+  await seed(tenant, o.rows, 0);
+  const plan = await act.planMove({ unit: tenant, target: o.target });
+  expect(plan.ok, plan.reasons.join('; ')).toBe(true);
+  const ref = { moveId: plan.moveId, unit: tenant, source: plan.source, target: o.target };
+  await act.setupReplication({ ...ref, direction: 'forward' });
+  for (const t of plan.tables) await act.copyTable({ ...ref, table: t.table, batchRows: 5000, rowsPerSecond: 0 });
+  await act.catchUp({ ...ref, direction: 'forward', maxDurationMs: 20_000, mode: 'now' });
+  const v = await act.validateMove({ ...ref, direction: 'forward' });
+  expect(v, v.mismatches.join('\n')).toMatchObject({ ok: true });
+  await act.setupReplication({ ...ref, direction: 'reverse' });
+  return { tenant, ref, token: v.deltaToken };
 }
 
 export async function newTenant(shard: string, prefix = 't'): Promise<string> {

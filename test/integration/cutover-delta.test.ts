@@ -25,20 +25,7 @@ const SOURCE = 'shard-a';
 const TARGET = 'shard-b';
 
 /** A tenant copied, caught up and validated (single deliveries): the delta starts empty. */
-async function validated(prefix: string) {
-  const tenant = await H.newTenant(SOURCE, prefix);
-  await H.seed(tenant, 60, 0);
-  const plan = await act.planMove({ unit: tenant, target: TARGET });
-  expect(plan.ok, plan.reasons.join('; ')).toBe(true);
-  const ref = { moveId: plan.moveId, unit: tenant, source: plan.source, target: TARGET };
-  await act.setupReplication({ ...ref, direction: 'forward' });
-  for (const t of plan.tables) await act.copyTable({ ...ref, table: t.table, batchRows: 5000, rowsPerSecond: 0 });
-  await act.catchUp({ ...ref, direction: 'forward', maxDurationMs: 20_000, mode: 'now' });
-  const v = await act.validateMove({ ...ref, direction: 'forward' });
-  expect(v, v.mismatches.join('\n')).toMatchObject({ ok: true });
-  await act.setupReplication({ ...ref, direction: 'reverse' });
-  return { tenant, ref, token: v.deltaToken };
-}
+const validated = (prefix: string) => H.validatedMove(act, { source: SOURCE, target: TARGET, prefix, rows: 60 });
 
 const write = (tenant: string, fn: (q: (sql: string, p: unknown[]) => Promise<any>) => Promise<unknown>) =>
   router.withTenant(tenant, { tenants: [tenant] }, 'write', (tx) => fn((sql, p) => tx.query(sql, p)));

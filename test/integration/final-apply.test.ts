@@ -35,23 +35,13 @@ const LATE_WRITES = 5;
 
 /** A tenant copied, caught up and validated, with writes after the last catch-up that only the cutover's final apply will carry. */
 async function readyToSwitch(prefix: string) {
-  const tenant = await H.newTenant(SOURCE, prefix);
-  await H.seed(tenant, 40, 0);
-  const plan = await act.planMove({ unit: tenant, target: TARGET });
-  expect(plan.ok, plan.reasons.join('; ')).toBe(true);
-  const ref = { moveId: plan.moveId, unit: tenant, source: plan.source, target: TARGET };
-  await act.setupReplication({ ...ref, direction: 'forward' });
-  for (const t of plan.tables) await act.copyTable({ ...ref, table: t.table, batchRows: 5000, rowsPerSecond: 0 });
-  await act.catchUp({ ...ref, direction: 'forward', maxDurationMs: 20_000, mode: 'now' });
-  const v = await act.validateMove({ ...ref, direction: 'forward' });
-  expect(v, v.mismatches.join('\n')).toMatchObject({ ok: true });
-  await act.setupReplication({ ...ref, direction: 'reverse' });
+  const { tenant, ref, token } = await H.validatedMove(act, { source: SOURCE, target: TARGET, prefix, rows: 40 });
   for (let i = 0; i < LATE_WRITES; i++) {
     await router.withTenant(tenant, { tenants: [tenant] }, 'write', (tx) =>
       tx.query(`insert into public.events(tenant_id, kind, payload) values ($1, 'late', '{}')`, [tenant]),
     );
   }
-  return { tenant, ref, token: v.deltaToken, slot: replicationNames(plan.moveId, 'forward').slot };
+  return { tenant, ref, token, slot: replicationNames(ref.moveId, 'forward').slot };
 }
 
 const lateOnTarget = async (tenant: string) =>

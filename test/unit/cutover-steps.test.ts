@@ -84,16 +84,16 @@ function scripted(
   };
 }
 
+/** A fresh attempt's calls before the freeze: where the unit stands, the blob pre-sync, the final apply opened. */
+const BEFORE_FREEZE = ['standing', 'preSyncBlobs', 'openFinalApply', 'fault:after-final-apply-opened'];
+
 describe('runCutover', () => {
   it('opens the final apply before the freeze, runs freeze, fence, apply, compare, sequences, reverse start, pins the freeze, then the switch, then finishes the old owner, and closes the final apply last', async () => {
     const s = scripted();
     const r = await runCutover(s.steps, plan, s.hooks);
     expect(r).toMatchObject({ ok: true, newEpoch: 4, fenceLsn: '0/10', alreadyDone: false });
     expect(s.calls).toEqual([
-      'standing',
-      'preSyncBlobs',
-      'openFinalApply',
-      'fault:after-final-apply-opened',
+      ...BEFORE_FREEZE,
       'freeze',
       'raiseFence',
       'fault:after-fence-raised',
@@ -145,20 +145,7 @@ describe('runCutover', () => {
     const s = scripted({ freezeOk: false });
     const r = await runCutover(s.steps, plan, s.hooks);
     expect(r).toMatchObject({ ok: false, reason: 'lost the race' });
-    expect(s.calls).toEqual([
-      'standing',
-      'preSyncBlobs',
-      'openFinalApply',
-      'fault:after-final-apply-opened',
-      'freeze',
-      'standing',
-      'freeze',
-      'standing',
-      'freeze',
-      'standing',
-      'freeze',
-      'closeFinalApply',
-    ]);
+    expect(s.calls).toEqual([...BEFORE_FREEZE, 'freeze', 'standing', 'freeze', 'standing', 'freeze', 'standing', 'freeze', 'closeFinalApply']);
   });
 
   it('an unfreeze that finds the unit switched by another delivery finishes the old owner before answering done', async () => {
