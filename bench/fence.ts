@@ -13,7 +13,7 @@ import type { Config } from '../lib/config';
 import { prepareShard } from '../lib/shard/prepare';
 import { setUnitFence } from '../lib/shard/fence';
 import { ensureDirectory } from '../lib/directory/ensure';
-import { createTenant } from '../lib/tenants';
+import { createTenant, getTenant } from '../lib/tenants';
 import { Router } from '../lib/router';
 import { timed } from './measure';
 import { openTransactionSql } from '../lib/router/open-tx';
@@ -114,8 +114,12 @@ export interface RouterContext {
 export async function setupRouterBench(fence: FenceContext, directory: Pool, transactions: number): Promise<RouterContext> {
   const { config, pool } = fence;
   await ensureDirectory(directory, config);
-  const tenant = `bench-router-${Date.now().toString(36)}`;
-  const placed = await createTenant({ directory, shardPool: () => pool, config }, { tenant, shard: fence.shard, actor: 'bench' });
+  // One fixed unit, created once and reused by every run: the directory has no delete verb (a
+  // unit is never removed by accident), so a fresh name per run would leave one behind each time.
+  const tenant = 'bench-router';
+  const placed =
+    (await getTenant(directory, tenant)) ?? (await createTenant({ directory, shardPool: () => pool, config }, { tenant, shard: fence.shard, actor: 'bench' }));
+  if (placed.shard !== fence.shard) throw new Error(`${tenant} is placed on ${placed.shard}, not on ${fence.shard}: the router bench writes through it on ${fence.shard}`);
   const router = await Router.create(config, { poolMax: 2 });
   const direct = new Client({ connectionString: fence.dsn, application_name: 'bench-direct' });
   await direct.connect();
@@ -159,14 +163,14 @@ export async function directRun(ctx: RouterContext, open: 'begin' | 'as-router' 
   return (seconds * 1000) / ctx.transactions;
 }
 
-export async function teardownFence(fence: FenceContext | undefined, router?: RouterContext, directory?: Pool): Promise<void> {
+export async function teardownFence(fence: FenceContext | undefined, router?: RouterContext): Promise<void> {
   if (router) {
     await router.router.close();
     await router.direct.end();
-    await directory?.query(`delete from shardctl.placements where unit = $1`, [router.tenant]).catch(() => {});
   }
   if (!fence) return;
   await Promise.all(fence.clients.map((c) => c.end().catch(() => {})));
   await fence.pool.query(`drop schema if exists ${FENCE_SCHEMA} cascade`);
-  await fence.pool.query(`delete from shardctl.fence where unit like 'bench-%'`);
+  // The writers' units only: bench-router stays placed, so its first fence stays with it.
+  await fence.pool.query(`delete from shardctl.fence where unit like 'bench-fence-%'`);
 }
