@@ -119,7 +119,8 @@ export async function setupRouterBench(fence: FenceContext, directory: Pool, tra
   const tenant = 'bench-router';
   const placed =
     (await getTenant(directory, tenant)) ?? (await createTenant({ directory, shardPool: () => pool, config }, { tenant, shard: fence.shard, actor: 'bench' }));
-  if (placed.shard !== fence.shard) throw new Error(`${tenant} is placed on ${placed.shard}, not on ${fence.shard}: the router bench writes through it on ${fence.shard}`);
+  if (placed.shard !== fence.shard)
+    throw new Error(`${tenant} is placed on ${placed.shard}, not on ${fence.shard}: the router bench writes through it on ${fence.shard}`);
   const router = await Router.create(config, { poolMax: 2 });
   const direct = new Client({ connectionString: fence.dsn, application_name: 'bench-direct' });
   await direct.connect();

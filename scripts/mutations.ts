@@ -1068,6 +1068,36 @@ export const MUTATIONS: Mutation[] = [
     testName: 'on a slow target a group stays open four times as long as the last commit took',
   },
   {
+    id: 'blob-delta-needs-indexed-unit',
+    guarantee:
+      'the final blob delta is bounded by the changed index rows only for a unit whose objects are all index versions: an object written behind the index after the pre-sync still reaches the next owner (§5.1, nothing acknowledged is lost)',
+    file: 'lib/cutover/live.ts',
+    from: '&& preSynced.sourceObjects > 0 && preSynced.unversioned === 0',
+    to: '',
+    testFile: 'test/integration/blob-index-delta.test.ts',
+    testName: 'an object put behind the index after the pre-sync reaches the target',
+  },
+  {
+    id: 'blob-delta-copies-changed',
+    guarantee:
+      'the bounded final blob delta copies every object a changed index row names that the next owner lacks (an acknowledged blob write is never lost by a move)',
+    file: 'lib/blobs/index-delta.ts',
+    from: '    missing.push(row);',
+    to: '    result.present++;',
+    testFile: 'test/integration/blob-index-delta.test.ts',
+    testName: 'lists nothing and copies only the objects of index rows changed after the pre-sync',
+  },
+  {
+    id: 'retire-ignores-index-versions',
+    guarantee:
+      "retire's check for objects written behind shardctl's back leaves out the blob index's version objects (an acknowledged one has its row, an unreferenced one is garbage), so a version superseded after the last whole-prefix sync does not block retire forever",
+    file: 'activities/move/lifecycle.ts',
+    from: 'listing.filter((e) => !isVersionKey(e.key)),',
+    to: 'listing,',
+    testFile: 'test/integration/blob-index-delta.test.ts',
+    testName: 'lists nothing and copies only the objects of index rows changed after the pre-sync',
+  },
+  {
     id: 'final-apply-opened-before-freeze',
     guarantee:
       "the cutover's final catch-up is opened and caught up before the freeze, so the frozen window holds only the changes since, not the sessions' set-up (3-4 s of it on a 200 ms link)",

@@ -11,6 +11,8 @@ import {
 import { getPlacement } from '../../lib/directory/placements';
 import { replicationNames } from '../../lib/ids';
 import { sameS3Endpoint } from '../../lib/s3';
+import { syncIndexedBlobDelta, type IndexDeltaResult } from '../../lib/blobs/index-delta';
+import type { Pool } from 'pg';
 import { shardByName } from '../../lib/config';
 import { z } from 'zod';
 import { ApplicationFailure, Context } from '@temporalio/activity';
@@ -234,7 +236,7 @@ export async function syncUnitBlobs(
   opts: Pick<CopyBlobPrefixOptions, 'onProgress' | 'hashUnchanged' | 'signal'> & { move?: BlobSyncMove } = {},
 ): Promise<CopyBlobPrefixResult> {
   const { move, ...rest } = opts;
-  if (!hasBlobs(unit)) return { manifest: [], copied: 0, skipped: 0, deleted: 0, bytes: 0, objectsRead: 0, outOfBand: [] };
+  if (!hasBlobs(unit)) return { manifest: [], copied: 0, skipped: 0, deleted: 0, bytes: 0, objectsRead: 0, outOfBand: [], sourceObjects: 0, unversioned: 0 };
   const stillSyncing = await blobSyncFence(deps, from, to, unit, move);
   return copyBlobPrefix({
     src: shardBucket(deps, from),
@@ -245,6 +247,35 @@ export async function syncUnitBlobs(
     ledger: { src: deps.shardPool(from), dst: deps.shardPool(to), unit },
     ...rest,
     signal: rest.signal ?? activitySignal(),
+  });
+}
+
+/**
+ * The cutover's bounded final blob delta (lib/blobs/index-delta.ts): brings the objects named by
+ * these changed blob index rows, fenced like syncUnitBlobs, on the pools the caller gives (the
+ * cutover's frozen-window pools).
+ */
+export async function syncChangedUnitBlobs(
+  deps: Deps,
+  from: string,
+  to: string,
+  unit: string,
+  names: readonly string[],
+  pools: { src: Pool; dst: Pool },
+): Promise<IndexDeltaResult> {
+  if (!hasBlobs(unit)) return { referenced: 0, present: 0, copied: 0, bytes: 0, requests: 0, outOfBand: [] };
+  const stillSyncing = await blobSyncFence(deps, from, to, unit);
+  return syncIndexedBlobDelta({
+    src: shardBucket(deps, from),
+    dst: shardBucket(deps, to),
+    srcPool: pools.src,
+    dstPool: pools.dst,
+    unit,
+    tenantColumn: deps.config.tenant.column,
+    names,
+    sameEndpoint: sameS3Endpoint(deps.config, from, to),
+    stillSyncing,
+    signal: activitySignal(),
   });
 }
 

@@ -5,7 +5,7 @@
 import { shardByName } from '../../lib/config';
 import { z } from 'zod';
 import type { Deps } from '../deps';
-import { moveRef, beat, parse, typed, syncUnitBlobs, rowsOf } from './context';
+import { moveRef, beat, parse, typed, syncUnitBlobs, syncChangedUnitBlobs, rowsOf } from './context';
 import { ends } from './data';
 import { runCutover, FENCE_APPLY_GRACE_MS, type CutoverResult, type CutoverPlan } from '../../lib/cutover/steps';
 import { freezeLease } from '../../lib/cutover/lease';
@@ -80,6 +80,7 @@ export function createCutoverActivities(deps: Deps) {
             unitValue: rows.value,
             tables: () => listTenantTables(pools.shardPool(owner), rows.tables),
             syncBlobs: () => syncUnitBlobs(deps, owner, next, ref.unit, { hashUnchanged: false }),
+            syncChangedBlobs: (names) => syncChangedUnitBlobs(deps, owner, next, ref.unit, names, { src: pools.shardPool(owner), dst: pools.shardPool(next) }),
             unfencedTables: async (side) => (await fenceStatus(pools.shardPool(side === 'owner' ? owner : next), deps.config)).unfenced,
             maxTxBytes: deps.config.limits.applyMaxTxBytes,
             deltaToken: ref.deltaToken,

@@ -16,6 +16,7 @@ import { recordMoveEvent } from '../../lib/directory/moves';
 import { dropPublicationAndSlot } from '../../lib/cdc';
 import { deleteTenantRows } from '../../lib/copy';
 import { deleteBlobPrefix, tenantBlobPrefix, deleteManifest, listBlobs, loadLedger, forgetLedger, outOfBandObjects, assertMayDelete } from '../../lib/blobs';
+import { isVersionKey } from '../../lib/blobs/index-table';
 
 const withEpoch = moveRef.extend({ epoch: z.number().int().positive(), actor: z.string().min(1) });
 const dropInput = moveRef.extend({ direction: z.enum(['forward', 'reverse']) });
@@ -88,7 +89,13 @@ export function createLifecycleActivities(deps: Deps) {
     const b = shardBucket(deps, side);
     const [listing, ledger] = await Promise.all([listBlobs(b.s3, b.bucket, tenantBlobPrefix(ref.unit)), loadLedger(deps.shardPool(side), ref.unit)]);
     if (ledger.size === 0) return undefined; // never synced through the ledger: nothing to compare with
-    const odd = outOfBandObjects(listing, ledger);
+    // Version objects of the blob index are left out: an acknowledged one has its index row, which
+    // moved with the rows and was validated, and an unreferenced one (a put refused by the fence, a
+    // version superseded after the last whole-prefix sync) is garbage, never a write to keep.
+    const odd = outOfBandObjects(
+      listing.filter((e) => !isVersionKey(e.key)),
+      new Map([...ledger].filter(([key]) => !isVersionKey(key))),
+    );
     if (odd.length === 0) return undefined;
     const shown = odd
       .slice(0, 5)

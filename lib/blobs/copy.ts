@@ -26,6 +26,7 @@ import { BlobEntry, isContentEtag, isNotFound, isPreconditionFailed, listBlobs, 
 import type { ManifestEntry } from './manifest';
 import { assertBucketOf } from './marker';
 import { assertTenantBlobPrefix } from './prefix';
+import { isVersionKey } from './index-table';
 import { Ledger, LedgerEntry, ledgerSaysEqual, loadLedger, OutOfBandObject, outOfBandChange, recordLedger, forgetLedger, replaceLedger } from './ledger';
 import { BucketRef, DEFAULT_LIMITS, serverCopyObject, streamCopyObject, TransferLimits } from './transfer';
 
@@ -84,6 +85,9 @@ export interface CopyBlobPrefixResult {
   objectsRead: number;
   /** Destination objects written, changed or deleted behind shardctl's back, left as they are. */
   outOfBand: OutOfBandObject[];
+  /** Source objects listed, and how many of them are not version objects (blob index, ./index-table): 0 of N > 0 is a unit written only through the index. */
+  sourceObjects: number;
+  unversioned: number;
 }
 
 const MAX_ATTEMPTS_PER_KEY = 5;
@@ -303,5 +307,11 @@ export async function copyBlobPrefix(opts: CopyBlobPrefixOptions): Promise<CopyB
     );
   }
 
-  return { manifest: manifest.filter((m): m is ManifestEntry => m !== undefined), ...stats, outOfBand };
+  return {
+    manifest: manifest.filter((m): m is ManifestEntry => m !== undefined),
+    ...stats,
+    outOfBand,
+    sourceObjects: srcList.length,
+    unversioned: srcList.filter((e) => !isVersionKey(e.key)).length,
+  };
 }

@@ -118,6 +118,16 @@ export async function findIndexRow(tx: Pick<PoolClient, 'query'>, tenantColumn: 
   return r.rowCount ? rowToVersion(r.rows[0]) : undefined;
 }
 
+/** The current versions of these names (names without a row are absent from the answer). */
+export async function indexRowsNamed(db: Pick<PoolClient, 'query'>, tenantColumn: string, unit: string, names: readonly string[]): Promise<BlobVersion[]> {
+  if (names.length === 0) return [];
+  const r = await db.query(
+    `select name, object_key, version, size, sha256, content_type from shardctl.blob_index where ${quoteIdent(tenantColumn)} = $1 and name = any($2::text[])`,
+    [unit, names],
+  );
+  return r.rows.map(rowToVersion);
+}
+
 /** Removes the blob's row; its object stays for the collector. True when there was one. */
 export async function deleteIndexRow(tx: Pick<PoolClient, 'query'>, tenantColumn: string, unit: string, name: string): Promise<boolean> {
   const r = await tx.query(`delete from shardctl.blob_index where ${quoteIdent(tenantColumn)} = $1 and name = $2`, [unit, name]);

@@ -72,6 +72,17 @@ export async function loadLedger(pool: Pool, unit: string): Promise<Ledger> {
   return rowsToLedger(r.rows);
 }
 
+/** The unit's rows for these keys only (the cutover's bounded delta must not read a whole ledger). */
+export async function ledgerEntries(pool: Pool, unit: string, keys: readonly string[]): Promise<Ledger> {
+  if (keys.length === 0) return new Map();
+  await ensureLedgerTable(pool);
+  const r = await pool.query('select key, etag, size, sha256, src_etag, src_size from shardctl.blob_ledger where unit = $1 and key = any($2::text[])', [
+    unit,
+    keys,
+  ]);
+  return rowsToLedger(r.rows);
+}
+
 const CHUNK = 5000;
 
 async function upsert(pool: Pool | PoolClient, unit: string, entries: readonly LedgerEntry[]): Promise<void> {

@@ -12,6 +12,9 @@ import { applyChangesUntil, currentWalLsn } from '../cdc';
 import { openFinalApply, type FinalApply } from './final-apply';
 import { fingerprintUnit, fingerprintUnitKeys, fingerprintDiff } from '../validate/fingerprint';
 import { readDelta } from '../cdc/delta';
+import type { CopyBlobPrefixResult } from '../blobs/copy';
+import { blobNamesOfDeltaKeys, type IndexDeltaResult } from '../blobs/index-delta';
+import { BLOB_INDEX_QUALIFIED } from '../blobs/index-table';
 import { replicationNames } from '../ids';
 import { advanceSequencesForUnit } from '../shard/sequences';
 import { unownedWritesSince } from '../shard/write-audit';
@@ -30,7 +33,13 @@ export interface LiveCutoverEnv {
   /** Default: the unit's name (a tenant). */
   unitValue?: string;
   tables(): Promise<TenantTable[]>;
-  syncBlobs(): Promise<unknown>;
+  /** The whole-prefix blob sync (lib/blobs/copy.ts): before the freeze, and the final delta of a unit not written only through the blob index. */
+  syncBlobs(): Promise<Pick<CopyBlobPrefixResult, 'sourceObjects' | 'unversioned'>>;
+  /**
+   * The final delta of a unit written only through the blob index: the objects its changed index
+   * rows name (lib/blobs/index-delta.ts). Absent: the final delta is always the whole-prefix sync.
+   */
+  syncChangedBlobs?(names: readonly string[]): Promise<IndexDeltaResult>;
   /** Tenant tables of a shard without an enabled fence trigger (the same check as `shards list`). */
   unfencedTables(side: 'owner' | 'next'): Promise<string[]>;
   maxTxBytes: number;
@@ -70,6 +79,9 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
   const fenceMarker = `${moveId}/${token}`;
   // The final catch-up opened before the freeze (openFinalApply), until applyToFencePoint uses it.
   let finalApply: FinalApply | undefined;
+  // What this attempt's whole-prefix sync before the freeze saw at the source: when every object
+  // was a version object of the blob index, the final delta is bounded by the changed index rows.
+  let preSynced: Pick<CopyBlobPrefixResult, 'sourceObjects' | 'unversioned'> | undefined;
   const applyNames = { ...replicationNames(moveId, plan.direction), moveId, stream: plan.direction } as const;
   // Inside the frozen window every wait is bounded by the budget, not by the catch-up's own bounds
   // (a 10 s receive deadline, 30 s statements): a next owner that stops answering mid-apply must end
@@ -121,7 +133,7 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
     },
 
     async preSyncBlobs() {
-      await env.syncBlobs();
+      preSynced = await env.syncBlobs();
     },
 
     async openFinalApply() {
@@ -255,7 +267,20 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
         keys && delta.tracked
           ? unownedWritesSince(env.nextPool, unit, { snapshot: delta.sinceSnapshot, epochSeconds: delta.since })
           : Promise.resolve({ count: 0, example: null });
-      const [, a, b, written] = await Promise.all([env.syncBlobs().then(onBlobsSynced), fingerprint(env.ownerPool), fingerprint(env.nextPool), bypass]);
+      const blobIndex = tables.find((t) => `${t.schema}.${t.name}` === BLOB_INDEX_QUALIFIED);
+      // Bounded only when the whole-prefix sync of this attempt, just before the freeze, found the
+      // unit's objects all to be index versions (a unit also written behind the index, or none
+      // yet, gets the whole-prefix sync: an object written there leaves no trace in the delta).
+      const changedBlobs =
+        keys && blobIndex && env.syncChangedBlobs && preSynced && preSynced.sourceObjects > 0 && preSynced.unversioned === 0
+          ? blobNamesOfDeltaKeys(keys.get(BLOB_INDEX_QUALIFIED) ?? [], blobIndex.primaryKey)
+          : null;
+      const syncBlobs = async () => {
+        if (!changedBlobs) return void (await env.syncBlobs());
+        const r = await env.syncChangedBlobs!(changedBlobs);
+        env.beat({ step: 'blob delta', names: changedBlobs.length, referenced: r.referenced, copied: r.copied, requests: r.requests });
+      };
+      const [, a, b, written] = await Promise.all([syncBlobs().then(onBlobsSynced), fingerprint(env.ownerPool), fingerprint(env.nextPool), bypass]);
       env.beat({
         step: 'compared',
         compared: keys ? 'delta' : 'whole unit',

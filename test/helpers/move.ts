@@ -102,9 +102,13 @@ export async function dropReplications(act: Activities, refs: MoveRef[]) {
  * cutover (single deliveries): planned, copied, caught up, validated, reverse replication set up.
  * The stream's delta starts empty here; `token` is the validation's.
  */
-export async function validatedMove(act: Activities, o: { source: string; target: string; prefix: string; rows: number }) {
+export async function validatedMove(
+  act: Activities,
+  o: { source: string; target: string; prefix: string; rows: number; beforePlan?: (tenant: string) => Promise<void> },
+) {
   const tenant = await newTenant(o.source, o.prefix);
   await seed(tenant, o.rows, 0);
+  await o.beforePlan?.(tenant);
   const plan = await act.planMove({ unit: tenant, target: o.target });
   expect(plan.ok, plan.reasons.join('; ')).toBe(true);
   const ref = { moveId: plan.moveId, unit: tenant, source: plan.source, target: o.target };
@@ -229,7 +233,7 @@ export function bareCutoverEnv(owner: string, next: string, faultPoint?: (name: 
     ownerDsn: shardByName(config, owner).dsn,
     tenantColumn: config.tenant.column,
     tables: async () => [],
-    syncBlobs: async () => undefined,
+    syncBlobs: async () => ({ sourceObjects: 0, unversioned: 0 }),
     unfencedTables: async () => [],
     maxTxBytes: config.limits.applyMaxTxBytes,
     beat: () => {},
