@@ -92,7 +92,7 @@ export interface CutoverSteps {
 
 export type CutoverResult =
   | { ok: true; newEpoch: number; pauseMs: number; fenceLsn: string; alreadyDone: boolean; steps?: Record<string, number> }
-  | { ok: false; reason: string; pauseMs: number; mismatches: string[] };
+  | { ok: false; reason: string; pauseMs: number; mismatches: string[]; steps?: Record<string, number> };
 
 export interface CutoverHooks {
   /** Named fault points for the crash suite. */
@@ -162,6 +162,8 @@ async function frozenWindow(s: CutoverSteps, plan: CutoverPlan, hooks: CutoverHo
       reason: u === 'lost' ? `${reason}; and the directory changed under the move (left frozen, fail closed)` : reason,
       pauseMs: elapsed(),
       mismatches,
+      // Where an aborted pause went, too (absent when it never froze).
+      ...(Object.keys(steps).length ? { steps } : {}),
     };
   };
 

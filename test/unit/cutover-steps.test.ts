@@ -216,11 +216,12 @@ describe('runCutover', () => {
     expect(s.calls).not.toContain('switchOwner');
   });
 
-  it('a comparison that outlives the fence budget is abandoned: unfreeze, no switch', async () => {
+  it('a comparison that outlives the fence budget is abandoned: unfreeze, no switch; the result says where the pause went', async () => {
     const s = scripted({ compareNever: true });
     const r = await runCutover(s.steps, { ...plan, fenceBudgetMs: 100 }, s.hooks);
     expect(r.ok).toBe(false);
     if (!r.ok) expect(r.reason).toContain('comparison did not finish within the fence budget');
+    if (!r.ok) expect(Object.keys(r.steps ?? {})).toEqual(['fenced', 'applied', 'compared']);
     expect(s.calls).toContain('unfreeze');
     expect(s.calls).not.toContain('switchOwner');
   });
