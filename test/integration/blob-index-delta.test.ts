@@ -10,6 +10,7 @@ import { PutObjectCommand, type S3Client } from '@aws-sdk/client-s3';
 import { createHash } from 'node:crypto';
 import { shardPool, testConfig } from '../helpers/stack';
 import * as H from '../helpers/move';
+import type * as B from '../helpers/blobs';
 import type { Activities } from '../../activities';
 import type { Router } from '../../lib/router';
 import { hashObject, listBlobs, tenantBlobPrefix } from '../../lib/blobs';
@@ -23,12 +24,14 @@ let act: Activities;
 let router: Router;
 let env: H.InProcess | undefined;
 let at: Record<string, () => Promise<void>> = {};
+/** Every move started here: their slots are dropped at the end even when a test fails midway. */
+const refs: B.MoveRef[] = [];
 /** S3 commands by name, counted while `counting`. */
 let counts: Record<string, number> = {};
 let counting = false;
 
 beforeAll(async () => {
-  env = await H.inProcessActivities({ router: true, faultPoint: async (name) => void (await at[name]?.()) });
+  env = await H.inProcessActivities({ router: true, refs, faultPoint: async (name) => void (await at[name]?.()) });
   ({ act, router } = env);
   const clients = new Set<S3Client>([env.deps.s3For(SOURCE), env.deps.s3For(TARGET)]);
   for (const c of clients) {
@@ -103,6 +106,7 @@ describe('the final blob delta under the fence', () => {
       await router.putBlob(tenant, grantOf(tenant), 'doc/5', 'doc 5 v2');
       await router.putBlob(tenant, grantOf(tenant), 'doc/5', 'doc 5 v3');
     };
+    refs.push(ref);
     const c = await cutoverCounted(ref, token);
     expect(c.ListObjectsV2Command ?? 0, JSON.stringify(c)).toBe(0);
     expect(copies(c), JSON.stringify(c)).toBe(4);
@@ -141,6 +145,7 @@ describe('the final blob delta under the fence', () => {
       await s3.send(new PutObjectCommand({ Bucket: bucket, Key: `${tenantBlobPrefix(tenant)}plain/late.txt`, Body: 'late, behind the index' }));
       await router.putBlob(tenant, grantOf(tenant), 'doc/0', 'doc 0 v2');
     };
+    refs.push(ref);
     const c = await cutoverCounted(ref, token);
     expect(c.ListObjectsV2Command ?? 0, JSON.stringify(c)).toBeGreaterThan(0);
     const t = bucketOf(TARGET);
