@@ -17,12 +17,11 @@
 //    one it left there that was changed or deleted) is never overwritten or deleted: it is
 //    reported in `outOfBand` for the operator, and blocks retire.
 import type { Pool } from 'pg';
-import { HeadObjectCommand } from '@aws-sdk/client-s3';
 import { ShardctlError } from '../errors';
 import { forEachLimit } from './concurrency';
 import { deleteKeys } from './delete';
 import { hashObject, ObjectHash } from './hash';
-import { BlobEntry, isContentEtag, isNotFound, isPreconditionFailed, listBlobs, normalizeEtag } from './list';
+import { BlobEntry, headBlob, isContentEtag, isNotFound, isPreconditionFailed, listBlobs } from './list';
 import type { ManifestEntry } from './manifest';
 import { assertBucketOf } from './marker';
 import { assertTenantBlobPrefix } from './prefix';
@@ -254,10 +253,7 @@ export async function copyBlobPrefix(opts: CopyBlobPrefixOptions): Promise<CopyB
         if (!(isPreconditionFailed(err) || isNotFound(err)) || attempt >= MAX_ATTEMPTS_PER_KEY) throw err;
       }
       // The source object changed or vanished since it was listed: look again.
-      const head = await src.s3.send(new HeadObjectCommand({ Bucket: src.bucket, Key: e.key }), { abortSignal: signal }).catch((err) => {
-        if (isNotFound(err)) return undefined;
-        throw err;
-      });
+      const head = await headBlob(src.s3, src.bucket, e.key, signal);
       if (!head) {
         // Deleted at the source: delete here too, unless the caller's fence, checked after the
         // 404 (so after whatever deleted it), says this direction is no longer ours.
@@ -267,7 +263,7 @@ export async function copyBlobPrefix(opts: CopyBlobPrefixOptions): Promise<CopyB
         report(e.key, 'deleted');
         return;
       }
-      e = { key: e.key, size: Number(head.ContentLength ?? 0), etag: normalizeEtag(head.ETag) };
+      e = head;
     }
   });
 

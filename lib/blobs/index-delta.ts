@@ -13,11 +13,10 @@
 // names that the source lacks, or holds at another size, fails the delta (closed) instead of being
 // skipped; an object at the destination that shardctl did not put there is left and reported.
 import type { Pool } from 'pg';
-import { HeadObjectCommand } from '@aws-sdk/client-s3';
 import { ShardctlError } from '../errors';
 import { forEachLimit } from './concurrency';
 import { indexRowsNamed, type BlobVersion } from './index-table';
-import { isNotFound, normalizeEtag, type BlobEntry } from './list';
+import { headBlob } from './list';
 import { ledgerEntries, outOfBandChange, recordLedger, type LedgerEntry, type OutOfBandObject } from './ledger';
 import { assertBucketOf } from './marker';
 import { DEFAULT_LIMITS, serverCopyObject, streamCopyObject, type BucketRef, type TransferLimits } from './transfer';
@@ -62,16 +61,6 @@ export function blobNamesOfDeltaKeys(keys: readonly string[], primaryKey: readon
   });
 }
 
-async function head(ref: BucketRef, key: string, signal?: AbortSignal): Promise<BlobEntry | undefined> {
-  try {
-    const h = await ref.s3.send(new HeadObjectCommand({ Bucket: ref.bucket, Key: key }), { abortSignal: signal });
-    return { key, size: Number(h.ContentLength ?? 0), etag: normalizeEtag(h.ETag) };
-  } catch (e) {
-    if (isNotFound(e)) return undefined;
-    throw e;
-  }
-}
-
 export async function syncIndexedBlobDelta(opts: IndexDeltaOptions): Promise<IndexDeltaResult> {
   const { src, dst, unit, signal } = opts;
   const limits: TransferLimits = { ...DEFAULT_LIMITS, ...opts.limits };
@@ -97,7 +86,7 @@ export async function syncIndexedBlobDelta(opts: IndexDeltaOptions): Promise<Ind
   await forEachLimit(rows, opts.concurrency ?? 8, async (row) => {
     signal?.throwIfAborted();
     result.requests++;
-    const d = await head(dst, row.key, signal);
+    const d = await headBlob(dst.s3, dst.bucket, row.key, signal);
     const mine = dstLedger.get(row.key);
     if (d && mine && mine.etag !== null && outOfBandChange(d, mine) === undefined && d.size === row.size) {
       result.present++;
@@ -128,7 +117,7 @@ export async function syncIndexedBlobDelta(opts: IndexDeltaOptions): Promise<Ind
   const srcRows: LedgerEntry[] = [];
   await forEachLimit(missing, opts.concurrency ?? 8, async (row) => {
     result.requests++;
-    const e = await head(src, row.key, signal);
+    const e = await headBlob(src.s3, src.bucket, row.key, signal);
     if (!e)
       throw new ShardctlError('PreconditionFailed', `the blob index of ${unit} names ${row.key} (${row.name}), which ${src.shard}'s bucket does not hold`);
     if (e.size !== row.size) {

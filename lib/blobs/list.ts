@@ -1,6 +1,6 @@
-// Listing a bucket prefix with ListObjectsV2 pagination, plus the S3 error predicates the blob
-// modules share. Keys are returned exactly as stored (no EncodingType), in S3's key order.
-import { ListObjectsV2Command, S3Client } from '@aws-sdk/client-s3';
+// Listing a bucket prefix with ListObjectsV2 pagination, one object's entry by HEAD, plus the S3
+// error predicates the blob modules share. Keys are returned exactly as stored (no EncodingType), in S3's key order.
+import { HeadObjectCommand, ListObjectsV2Command, S3Client } from '@aws-sdk/client-s3';
 
 export interface BlobEntry {
   key: string;
@@ -34,6 +34,17 @@ export async function listBlobs(s3: S3Client, bucket: string, prefix: string, op
     if (page.IsTruncated && !token) throw new Error(`ListObjectsV2 on ${bucket}/${prefix} truncated without a continuation token`);
   } while (token);
   return out;
+}
+
+/** One object's entry as a listing would show it, or undefined when there is none (404). */
+export async function headBlob(s3: S3Client, bucket: string, key: string, signal?: AbortSignal): Promise<BlobEntry | undefined> {
+  try {
+    const h = await s3.send(new HeadObjectCommand({ Bucket: bucket, Key: key }), { abortSignal: signal });
+    return { key, size: Number(h.ContentLength ?? 0), etag: normalizeEtag(h.ETag) };
+  } catch (e) {
+    if (isNotFound(e)) return undefined;
+    throw e;
+  }
 }
 
 export function s3Status(e: any): number | undefined {

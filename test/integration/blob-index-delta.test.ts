@@ -83,19 +83,24 @@ async function indexOnTarget(tenant: string): Promise<Map<string, string>> {
   return new Map(rows.rows.map((r) => [r.name, r.sha256]));
 }
 
+/** A tenant of 20 rows and `blobs` blobs `doc/<i>` put through the index (then `more`), copied, caught up and validated. */
+const indexedTenantReady = (prefix: string, blobs: number, more?: (tenant: string) => Promise<void>) =>
+  H.validatedMove(act, {
+    source: SOURCE,
+    target: TARGET,
+    prefix,
+    rows: 20,
+    beforePlan: async (t) => {
+      for (let i = 0; i < blobs; i++) await router.putBlob(t, grantOf(t), `doc/${i}`, `doc ${i} v1`);
+      await more?.(t);
+    },
+  });
+
 const copies = (c: Record<string, number>) => (c.CopyObjectCommand ?? 0) + (c.PutObjectCommand ?? 0) + (c.CreateMultipartUploadCommand ?? 0);
 
 describe('the final blob delta under the fence', () => {
   it('for a tenant written only through the blob index, lists nothing and copies only the objects of index rows changed after the pre-sync; the target then serves every acknowledged version', async () => {
-    const { tenant, ref, token } = await H.validatedMove(act, {
-      source: SOURCE,
-      target: TARGET,
-      prefix: 'bd',
-      rows: 20,
-      beforePlan: async (t) => {
-        for (let i = 0; i < BLOBS; i++) await router.putBlob(t, grantOf(t), `doc/${i}`, `doc ${i} v1`);
-      },
-    });
+    const { tenant, ref, token } = await indexedTenantReady('bd', BLOBS);
     // After the pre-sync (the opened final apply follows it), before the freeze: two overwrites, a delete, a new blob.
     at['after-final-apply-opened'] = async () => {
       await router.putBlob(tenant, grantOf(tenant), 'doc/0', 'doc 0 v2');
@@ -131,15 +136,8 @@ describe('the final blob delta under the fence', () => {
 
   it('for a tenant that also holds an object outside the index, syncs the whole prefix: an object put behind the index after the pre-sync reaches the target', async () => {
     const { s3, bucket } = bucketOf(SOURCE);
-    const { tenant, ref, token } = await H.validatedMove(act, {
-      source: SOURCE,
-      target: TARGET,
-      prefix: 'bw',
-      rows: 20,
-      beforePlan: async (t) => {
-        for (let i = 0; i < 5; i++) await router.putBlob(t, grantOf(t), `doc/${i}`, `doc ${i} v1`);
-        await s3.send(new PutObjectCommand({ Bucket: bucket, Key: `${tenantBlobPrefix(t)}plain/old.txt`, Body: 'written behind the index' }));
-      },
+    const { tenant, ref, token } = await indexedTenantReady('bw', 5, async (t) => {
+      await s3.send(new PutObjectCommand({ Bucket: bucket, Key: `${tenantBlobPrefix(t)}plain/old.txt`, Body: 'written behind the index' }));
     });
     at['after-final-apply-opened'] = async () => {
       await s3.send(new PutObjectCommand({ Bucket: bucket, Key: `${tenantBlobPrefix(tenant)}plain/late.txt`, Body: 'late, behind the index' }));
