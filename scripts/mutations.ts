@@ -1088,6 +1088,16 @@ export const MUTATIONS: Mutation[] = [
     testName: 'lists nothing and copies only the objects of index rows changed after the pre-sync',
   },
   {
+    id: 'fingerprint-keys-lateral-fence',
+    guarantee:
+      "the cutover's delta fingerprint reads only the rows at the changed keys whatever the target's statistics say (a target fresh from the copy must not hold the tenant frozen past the fence budget)",
+    file: 'lib/validate/fingerprint.ts',
+    from: ' and ${match} offset 0) x`',
+    to: ' and ${match}) x`',
+    testFile: 'test/integration/fingerprint-plan.test.ts',
+    testName: 'reads only the rows at the keys',
+  },
+  {
     id: 'retire-ignores-index-versions',
     guarantee:
       "retire's check for objects written behind shardctl's back leaves out the blob index's version objects (an acknowledged one has its row, an unreferenced one is garbage), so a version superseded after the last whole-prefix sync does not block retire forever",

@@ -30,20 +30,26 @@ export function fingerprintSql(t: TenantTable, tenantColumn: string): string {
 
 /**
  * The delta fingerprint query ($1 = unit, $2 = keys as JSON arrays of the key columns' text): the
- * count and md5 of only the rows at those keys (found by the primary key index, each key cast to
- * its column's type, exactly as the applier wrote it). Never a scan of the unit.
+ * count and md5 of only the rows at those keys, each key cast to its column's type exactly as the
+ * applier wrote it. Never a scan of the unit, whatever the planner believes: the keys drive a
+ * nested loop of primary-key lookups (a LATERAL subquery behind OFFSET 0, so it is not flattened
+ * into a join the planner may reorder). The `IN (keys)` form this replaces let a target fresh from
+ * the copy, whose statistics still said the unit had no rows there, scan all of the unit's rows and
+ * re-parse every key for each (6.6 s for 110 keys of 30k rows): the first cutover attempt after a
+ * copy overran its fence budget on every size from 100k rows up.
  */
 export function fingerprintKeysSql(t: TenantTable, tenantColumn: string): string {
   const order = t.primaryKey.map((c) => `x.${quoteIdent(c)}::text collate "C"`).join(', ');
   const columns = t.columns.map((c) => c.name).sort(compareUtf8);
   const row = `row(${columns.map((c) => `x.${quoteIdent(c)}`).join(', ')})::text`;
   const typeOf = (name: string) => t.columns.find((c) => c.name === name)?.type ?? 'text';
-  const keyCols = `(${t.primaryKey.map((c) => `x.${quoteIdent(c)}`).join(', ')})`;
-  const keyVals = t.primaryKey.map((c, i) => `(k.j->>${i})::${typeOf(c)}`).join(', ');
+  const keyVals = t.primaryKey.map((c, i) => `(u::jsonb->>${i})::${typeOf(c)} as k${i}`).join(', ');
+  const match = t.primaryKey.map((c, i) => `x.${quoteIdent(c)} = k.k${i}`).join(' and ');
   const tc = `x.${quoteIdent(tenantColumn)}`;
   return (
-    `select count(*)::bigint as n, coalesce(md5(string_agg(${row}, E'\\n' order by ${order})), '') as h from ${t.qualified} x` +
-    ` where ${tc} = $1 and ${keyCols} in (select ${keyVals} from (select u::jsonb as j from unnest($2::text[]) u) k)`
+    `select count(*)::bigint as n, coalesce(md5(string_agg(${row}, E'\\n' order by ${order})), '') as h` +
+    ` from (select distinct ${keyVals} from unnest($2::text[]) u) k` +
+    ` cross join lateral (select * from ${t.qualified} x where ${tc} = $1 and ${match} offset 0) x`
   );
 }
 
