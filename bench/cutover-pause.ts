@@ -22,8 +22,10 @@ import { Figure, absoluteFigure, quantile } from './figures';
 
 export interface PauseSweepResult {
   rows: number;
-  /** Each move's cutover pause, ms. */
+  /** Each move's cutover pause, ms (the attempt that switched). */
   pauses: number[];
+  /** Pauses of attempts that froze the tenant and then aborted (unfroze and retried), ms: write pauses too. */
+  abortedPauses: number[];
   /** Phases the moves ended in (all 'done' when healthy). */
   phases: string[];
   ackedWrites: number;
@@ -44,6 +46,7 @@ export async function measureCutoverPauses(config: Config, opts: { rows: number;
   const logFile = path.join('tmp', `${tenant}.jsonl`);
   fs.mkdirSync('tmp', { recursive: true });
   const pauses: number[] = [];
+  const abortedPauses: number[] = [];
   const phases: string[] = [];
   try {
     log(`cutover sweep: seeding ${opts.rows} rows for ${tenant}`);
@@ -57,9 +60,11 @@ export async function measureCutoverPauses(config: Config, opts: { rows: number;
         const h = await startMove(client, taskQueue, input);
         const s: M.MoveStatus = await h.result();
         pauses.push(s.cutoverPauseMs ?? NaN);
+        abortedPauses.push(...(s.cutoverAbortedPausesMs ?? []));
         phases.push(s.phase);
         log(
-          `cutover sweep ${opts.rows} rows: move ${i + 1} -> ${target} ${s.phase}, pause ${s.cutoverPauseMs} ms, steps ${JSON.stringify(s.cutoverSteps ?? {})}`,
+          `cutover sweep ${opts.rows} rows: move ${i + 1} -> ${target} ${s.phase}, pause ${s.cutoverPauseMs} ms, steps ${JSON.stringify(s.cutoverSteps ?? {})}` +
+            (s.cutoverAbortedPausesMs?.length ? `, aborted attempts' pauses ${s.cutoverAbortedPausesMs.join(', ')} ms` : ''),
         );
       }
     } finally {
@@ -69,7 +74,7 @@ export async function measureCutoverPauses(config: Config, opts: { rows: number;
     const v = await verifyLog({ logFile, config, directory: deps.directoryPool(), shardPool: deps.shardPool, s3For: deps.s3For });
     const failed = v.missing.length + v.wrongValue.length + v.presentButRefused.length + v.presentButDeleted.length;
     const acked = readLog(logFile).filter((r) => r.status === 'ack').length;
-    return { rows: opts.rows, pauses, phases, ackedWrites: acked, failedAckedWrites: failed };
+    return { rows: opts.rows, pauses, abortedPauses, phases, ackedWrites: acked, failedAckedWrites: failed };
   } finally {
     await router.close();
     await w.shutdown();
@@ -78,12 +83,16 @@ export async function measureCutoverPauses(config: Config, opts: { rows: number;
   }
 }
 
-/** The issue's goals for one tenant size: p99 < 300 ms, max < 1 s, no failed acknowledged write. */
+/**
+ * The issue's goals for one tenant size: p99 < 300 ms, max < 1 s, no failed acknowledged write.
+ * Every pause the tenant felt counts: an aborted attempt froze its writes as long as it held.
+ */
 export function pauseFigures(r: PauseSweepResult): Figure[] {
-  const label = `${r.pauses.length} moves under loadgen`;
+  const all = [...r.pauses, ...r.abortedPauses];
+  const label = `${r.pauses.length} moves under loadgen` + (r.abortedPauses.length ? `, ${r.abortedPauses.length} aborted attempt(s) counted` : '');
   return [
-    absoluteFigure(`cutover pause p99, ${r.rows} rows`, 'ms', quantile(r.pauses, 0.99), { op: '<', value: 300 }, label),
-    absoluteFigure(`cutover pause max, ${r.rows} rows`, 'ms', Math.max(...r.pauses), { op: '<', value: 1000 }, label),
+    absoluteFigure(`cutover pause p99, ${r.rows} rows`, 'ms', quantile(all, 0.99), { op: '<', value: 300 }, label),
+    absoluteFigure(`cutover pause max, ${r.rows} rows`, 'ms', Math.max(...all), { op: '<', value: 1000 }, label),
     absoluteFigure(`failed acked writes, ${r.rows} rows`, 'writes', r.failedAckedWrites, { op: '<=', value: 0 }, `${r.ackedWrites} acked`),
   ];
 }

@@ -51,12 +51,14 @@ export function dryRunCutoverSteps(plan: CutoverPlan, opts: { standing?: Standin
       );
       return { ok: true, fenceLsn: '<fence position>' };
     },
-    async compare(onBlobsSynced) {
+    async compare(mark) {
       const t = opts.tables?.length ? ` (${opts.tables.join(', ')})` : '';
       say(
         `compare: the final blob delta, and per-table fingerprints of ${unit} on ${owner} and ${next}${t}: row counts plus the rows the stream changed since the validation passed (the whole unit when no delta is tracked); any difference unfreezes and retries`,
       );
-      onBlobsSynced();
+      mark('delta read');
+      mark('blobs');
+      mark('rows');
       return [];
     },
     async advanceSequences() {

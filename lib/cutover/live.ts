@@ -246,7 +246,7 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
       return { ok: true, fenceLsn };
     },
 
-    async compare(onBlobsSynced) {
+    async compare(mark) {
       // The final blob delta and the row fingerprints are independent: run them side by side.
       const tables = await env.tables();
       // Only what the stream changed since the last full comparison (lib/cdc/delta.ts says why that
@@ -257,6 +257,7 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
       const delta = expect
         ? await readDelta(env.nextPool, moveId, plan.direction, env.deltaCompareMaxKeys ?? DELTA_COMPARE_MAX_KEYS, expect)
         : ({ tracked: false, why: 'no comparison token given' } as const);
+      mark('delta read');
       const known = new Set(tables.map((t) => `${t.schema}.${t.name}`));
       const keys = delta.tracked && !delta.overflow && [...delta.tables.keys()].every((t) => known.has(t)) ? delta.tables : null;
       const fingerprint = (pool: Pool) =>
@@ -280,7 +281,11 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
         const r = await env.syncChangedBlobs!(changedBlobs);
         env.beat({ step: 'blob delta', names: changedBlobs.length, referenced: r.referenced, copied: r.copied, requests: r.requests });
       };
-      const [, a, b, written] = await Promise.all([syncBlobs().then(onBlobsSynced), fingerprint(env.ownerPool), fingerprint(env.nextPool), bypass]);
+      const rows = Promise.all([fingerprint(env.ownerPool), fingerprint(env.nextPool), bypass]).then((r) => {
+        mark('rows');
+        return r;
+      });
+      const [, [a, b, written]] = await Promise.all([syncBlobs().then(() => mark('blobs')), rows]);
       env.beat({
         step: 'compared',
         compared: keys ? 'delta' : 'whole unit',

@@ -36,6 +36,9 @@ export type Standing =
 /** A step that may decline; `reason` is for the operator. */
 export type StepAnswer = { ok: true } | { ok: false; reason: string };
 
+/** The parts of `compare` that end on their own (the blob sync and the fingerprints run side by side). */
+export type ComparePart = 'delta read' | 'blobs' | 'rows';
+
 export type UnfreezeOutcome = 'unfrozen' | 'switched' | 'lost';
 
 export interface CutoverSteps {
@@ -60,8 +63,11 @@ export interface CutoverSteps {
   raiseFence(lockBudgetMs: number): Promise<StepAnswer>;
   /** Applies the stream up to the owner's WAL position after the fence; returns that position. */
   applyToFencePoint(budgetMs: number): Promise<{ ok: true; fenceLsn: string } | { ok: false; reason: string }>;
-  /** The final blob delta and the per-table fingerprints; returns the differences (empty = equal). */
-  compare(onBlobsSynced: () => void): Promise<string[]>;
+  /**
+   * The final blob delta and the per-table fingerprints; returns the differences (empty = equal).
+   * Calls `mark` as each part ends ('delta read', 'blobs', 'rows'), so a slow window says which part held it.
+   */
+  compare(mark: (part: ComparePart) => void): Promise<string[]>;
   /**
    * The next owner's sequences that feed the moved tables go past every value the unit holds
    * there (never backwards), so its first insert after the switch cannot hit a duplicate key.
@@ -214,7 +220,7 @@ async function frozenWindow(s: CutoverSteps, plan: CutoverPlan, hooks: CutoverHo
     step = 'compare';
     // Bounded by what is left of the budget: a slow comparison must not hold the tenant frozen.
     const diff = await withinMs(
-      s.compare(() => mark('blobs')),
+      s.compare((part) => mark(part)),
       Math.max(1, left()),
     );
     mark('compared');

@@ -52,12 +52,14 @@ function scripted(
     raiseFence: async () => call('raiseFence', o.fenceOk === false ? { ok: false, reason: 'writers held the lock' } : { ok: true }, true),
     applyToFencePoint: async () =>
       call('applyToFencePoint', o.applyOk === false ? { ok: false, reason: 'did not reach' } : { ok: true, fenceLsn: '0/10' }, true),
-    compare: async (onBlobs) => {
+    compare: async (mark) => {
       if (o.compareNever) {
         calls.push('compare');
         return new Promise<string[]>(() => {});
       }
-      onBlobs();
+      mark('delta read');
+      mark('blobs');
+      mark('rows');
       return call('compare', o.diff ?? [], true);
     },
     advanceSequences: async () => call('advanceSequences', o.sequencesOk === false ? { ok: false, reason: 'setval refused' } : { ok: true }, true),
@@ -255,7 +257,18 @@ describe('heartbeats inside the frozen window', () => {
     await runCutover(s.steps, plan, { ...s.hooks, progress: (step) => beats.push(`${step}@${s.calls.length}`) });
     const at = (name: string) => s.calls.indexOf(name) + 1;
     expect(beats[0]).toBe(`frozen@${at('freeze')}`);
-    expect(beats.map((b) => b.split('@')[0])).toEqual(['frozen', 'fenced', 'applied', 'blobs', 'compared', 'sequences', 'pinned', 'switched']);
+    expect(beats.map((b) => b.split('@')[0])).toEqual([
+      'frozen',
+      'fenced',
+      'applied',
+      'delta read',
+      'blobs',
+      'rows',
+      'compared',
+      'sequences',
+      'pinned',
+      'switched',
+    ]);
   });
 
   it('stop when a step hangs: nothing beats while the fence point is never reached', async () => {
