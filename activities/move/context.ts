@@ -94,6 +94,11 @@ export function doing(what: string): void {
   }
 }
 
+/** Aborts when either does (the caller's own stop, and the activity's cancellation). */
+export function eitherSignal(a: AbortSignal | undefined, b: AbortSignal | undefined): AbortSignal | undefined {
+  return a && b ? AbortSignal.any([a, b]) : (a ?? b);
+}
+
 export function activitySignal(): AbortSignal | undefined {
   try {
     return Context.current().cancellationSignal;
@@ -246,7 +251,7 @@ export async function syncUnitBlobs(
     stillSyncing,
     ledger: { src: deps.shardPool(from), dst: deps.shardPool(to), unit },
     ...rest,
-    signal: rest.signal ?? activitySignal(),
+    signal: eitherSignal(rest.signal, activitySignal()),
   });
 }
 

@@ -79,7 +79,7 @@ export function createCutoverActivities(deps: Deps) {
             tenantColumn: rows.column,
             unitValue: rows.value,
             tables: () => listTenantTables(pools.shardPool(owner), rows.tables),
-            syncBlobs: () => syncUnitBlobs(deps, owner, next, ref.unit, { hashUnchanged: false }),
+            syncBlobs: (signal) => syncUnitBlobs(deps, owner, next, ref.unit, { hashUnchanged: false, signal }),
             syncChangedBlobs: (names) => syncChangedUnitBlobs(deps, owner, next, ref.unit, names, { src: pools.shardPool(owner), dst: pools.shardPool(next) }),
             unfencedTables: async (side) => (await fenceStatus(pools.shardPool(side === 'owner' ? owner : next), deps.config)).unfenced,
             maxTxBytes: deps.config.limits.applyMaxTxBytes,

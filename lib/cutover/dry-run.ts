@@ -24,7 +24,7 @@ export function dryRunCutoverSteps(plan: CutoverPlan, opts: { standing?: Standin
       return s;
     },
     async preSyncBlobs() {
-      say(`copy the blob delta of ${unit} from ${owner} to ${next} before the freeze (writes continue)`);
+      say(`copy the blob delta of ${unit} from ${owner} to ${next} right before the freeze, the final catch-up streaming meanwhile (writes continue)`);
     },
     async openFinalApply() {
       say(
@@ -44,6 +44,11 @@ export function dryRunCutoverSteps(plan: CutoverPlan, opts: { standing?: Standin
     async raiseFence(lockBudgetMs) {
       say(`raise the fence on ${owner}: refuse writes of ${unit}, waiting at most ${lockBudgetMs} ms for in-flight writers`);
       return { ok: true };
+    },
+    startFinalBlobSync() {
+      say(
+        `start the final blob sync of ${unit}'s whole prefix beside the final catch-up, unless the copy before the freeze found its objects all blob index versions (then the final delta is the objects its changed index rows name, after the catch-up)`,
+      );
     },
     async applyToFencePoint(budgetMs) {
       say(

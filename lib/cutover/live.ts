@@ -34,7 +34,7 @@ export interface LiveCutoverEnv {
   unitValue?: string;
   tables(): Promise<TenantTable[]>;
   /** The whole-prefix blob sync (lib/blobs/copy.ts): before the freeze, and the final delta of a unit not written only through the blob index. */
-  syncBlobs(): Promise<Pick<CopyBlobPrefixResult, 'sourceObjects' | 'unversioned'>>;
+  syncBlobs(signal?: AbortSignal): Promise<Pick<CopyBlobPrefixResult, 'sourceObjects' | 'unversioned'>>;
   /**
    * The final delta of a unit written only through the blob index: the objects its changed index
    * rows name (lib/blobs/index-delta.ts). Absent: the final delta is always the whole-prefix sync.
@@ -82,6 +82,18 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
   // What this attempt's whole-prefix sync before the freeze saw at the source: when every object
   // was a version object of the blob index, the final delta is bounded by the changed index rows.
   let preSynced: Pick<CopyBlobPrefixResult, 'sourceObjects' | 'unversioned'> | undefined;
+  // The final whole-prefix sync, when startFinalBlobSync started it beside the final catch-up.
+  let earlyBlobs: { done: Promise<void>; stop: AbortController } | undefined;
+  /** Whether the final blob delta can be the bounded one (decided for good once the delta keys are read). */
+  const mayUseIndexedDelta = () => !!env.syncChangedBlobs && !!preSynced && preSynced.sourceObjects > 0 && preSynced.unversioned === 0;
+  /** Stops the early final blob sync if it still runs and waits for it to end (an abandoned attempt must not leave a sync behind). */
+  async function stopEarlyBlobs(): Promise<void> {
+    const e = earlyBlobs;
+    earlyBlobs = undefined;
+    if (!e) return;
+    e.stop.abort(new Error('the cutover attempt ended before its final blob sync did'));
+    await e.done.catch(() => {});
+  }
   const applyNames = { ...replicationNames(moveId, plan.direction), moveId, stream: plan.direction } as const;
   // Inside the frozen window every wait is bounded by the budget, not by the catch-up's own bounds
   // (a 10 s receive deadline, 30 s statements): a next owner that stops answering mid-apply must end
@@ -161,6 +173,18 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
     closeFinalApply() {
       finalApply?.close();
       finalApply = undefined;
+    },
+
+    startFinalBlobSync() {
+      // A unit not written only through the blob index gets the whole-prefix sync whatever the
+      // stream's delta says: it needs nothing from the catch-up, so it runs beside it. Under the
+      // raised fence no write of the unit can still commit, and an object a committed write
+      // references was put before that write committed, so the listing sees it.
+      if (mayUseIndexedDelta() || earlyBlobs) return;
+      const stop = new AbortController();
+      const done = env.syncBlobs(stop.signal).then(() => undefined);
+      done.catch(() => {}); // awaited by compare, or stopped by unfreeze; never an unhandled rejection
+      earlyBlobs = { done, stop };
     },
 
     async freeze(standing) {
@@ -272,11 +296,9 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
       // Bounded only when the whole-prefix sync of this attempt, just before the freeze, found the
       // unit's objects all to be index versions (a unit also written behind the index, or none
       // yet, gets the whole-prefix sync: an object written there leaves no trace in the delta).
-      const changedBlobs =
-        keys && blobIndex && env.syncChangedBlobs && preSynced && preSynced.sourceObjects > 0 && preSynced.unversioned === 0
-          ? blobNamesOfDeltaKeys(keys.get(BLOB_INDEX_QUALIFIED) ?? [], blobIndex.primaryKey)
-          : null;
+      const changedBlobs = keys && blobIndex && mayUseIndexedDelta() ? blobNamesOfDeltaKeys(keys.get(BLOB_INDEX_QUALIFIED) ?? [], blobIndex.primaryKey) : null;
       const syncBlobs = async () => {
+        if (earlyBlobs) return earlyBlobs.done;
         if (!changedBlobs) return void (await env.syncBlobs());
         const r = await env.syncChangedBlobs!(changedBlobs);
         env.beat({ step: 'blob delta', names: changedBlobs.length, referenced: r.referenced, copied: r.copied, requests: r.requests });
@@ -402,7 +424,14 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
       await disown(env.ownerPool, unit, newEpoch);
     },
 
-    unfreeze: unfreezeOwn,
+    async unfreeze(reason) {
+      // The tenant is unfrozen first; then a final blob sync this attempt started is stopped.
+      try {
+        return await unfreezeOwn(reason);
+      } finally {
+        await stopEarlyBlobs();
+      }
+    },
 
     measuredPauseMs() {
       return measuredPauseMs(env.directory, unit, moveId, switchAction);

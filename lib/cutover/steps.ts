@@ -1,5 +1,5 @@
 // The cutover as a sequence of named verbs (Vitess's traffic switcher, Ghostferry's Run()):
-//   openFinalApply → freeze → raiseFence → applyToFencePoint → compare → advanceSequences → pinFreeze → switchOwner → finishOldOwner
+//   openFinalApply → preSyncBlobs → freeze → raiseFence → startFinalBlobSync → applyToFencePoint → compare → advanceSequences → pinFreeze → switchOwner → finishOldOwner
 // `runCutover` is the one sequence; `CutoverSteps` has a live implementation (live.ts) and a
 // dry-run twin (dry-run.ts) that only reports what it would do, so `move plan` and the real
 // move cannot drift apart. `switchOwner` is the point of no return: before it, any failure
@@ -43,7 +43,7 @@ export type UnfreezeOutcome = 'unfrozen' | 'switched' | 'lost';
 
 export interface CutoverSteps {
   standing(): Promise<Standing>;
-  /** Copies blobs before the freeze, so the delta under the fence is only the last moments'. */
+  /** Copies blobs right before the freeze (the final catch-up already open), so the delta under the fence is only the last moments'. */
   preSyncBlobs(): Promise<void>;
   /**
    * Opens the final catch-up before the freeze (its sessions set up, the stream caught up while
@@ -61,6 +61,12 @@ export interface CutoverSteps {
   freeze(standing: Standing): Promise<StepAnswer>;
   /** The owner's fence refuses writes; waits for in-flight writers at most `lockBudgetMs`. */
   raiseFence(lockBudgetMs: number): Promise<StepAnswer>;
+  /**
+   * Right after the fence: starts the final blob delta when it needs nothing from the stream (a
+   * unit not written only through the blob index gets the whole-prefix sync), so it runs beside
+   * the final catch-up; `compare` waits for it and `unfreeze` stops it. Nothing otherwise.
+   */
+  startFinalBlobSync(): void;
   /** Applies the stream up to the owner's WAL position after the fence; returns that position. */
   applyToFencePoint(budgetMs: number): Promise<{ ok: true; fenceLsn: string } | { ok: false; reason: string }>;
   /**
@@ -133,9 +139,11 @@ export async function runCutover(s: CutoverSteps, plan: CutoverPlan, hooks: Cuto
   }
   if (standing.kind === 'foreign') return { ok: false, reason: standing.reason, pauseMs: 0, mismatches: [] };
   const resumed = standing.kind === 'frozen-by-this-move';
-  if (!resumed) await s.preSyncBlobs();
   await s.openFinalApply();
   try {
+    // After the final catch-up is open (it streams on meanwhile) and right before the freeze:
+    // the blob delta left for the frozen window is only what changed during this copy.
+    if (!resumed) await s.preSyncBlobs();
     await hooks.faultPoint(CUTOVER_FAULT_POINTS.finalApplyOpened(plan.direction));
     return await frozenWindow(s, plan, hooks, standing, resumed);
   } finally {
@@ -204,6 +212,7 @@ async function frozenWindow(s: CutoverSteps, plan: CutoverPlan, hooks: CutoverHo
     if (!fence.ok) return await abort(fence.reason);
     mark('fenced');
     await hooks.faultPoint(CUTOVER_FAULT_POINTS.fenceRaised(plan.direction));
+    s.startFinalBlobSync();
 
     step = 'apply to the fence point';
     // The apply bounds its own waits by the budget, but not its set-up and tear-down (a dozen round

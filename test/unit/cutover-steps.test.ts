@@ -48,6 +48,7 @@ function scripted(
     preSyncBlobs: async () => call('preSyncBlobs', undefined),
     openFinalApply: async () => call('openFinalApply', undefined),
     closeFinalApply: () => void calls.push('closeFinalApply'),
+    startFinalBlobSync: () => void calls.push('startFinalBlobSync'),
     freeze: async () => call('freeze', o.freezeOk === false ? { ok: false, reason: 'lost the race' } : { ok: true }, true),
     raiseFence: async () => call('raiseFence', o.fenceOk === false ? { ok: false, reason: 'writers held the lock' } : { ok: true }, true),
     applyToFencePoint: async () =>
@@ -87,7 +88,7 @@ function scripted(
 }
 
 /** A fresh attempt's calls before the freeze: where the unit stands, the blob pre-sync, the final apply opened. */
-const BEFORE_FREEZE = ['standing', 'preSyncBlobs', 'openFinalApply', 'fault:after-final-apply-opened'];
+const BEFORE_FREEZE = ['standing', 'openFinalApply', 'preSyncBlobs', 'fault:after-final-apply-opened'];
 
 describe('runCutover', () => {
   it('opens the final apply before the freeze, runs freeze, fence, apply, compare, sequences, reverse start, pins the freeze, then the switch, then finishes the old owner, and closes the final apply last', async () => {
@@ -99,6 +100,7 @@ describe('runCutover', () => {
       'freeze',
       'raiseFence',
       'fault:after-fence-raised',
+      'startFinalBlobSync',
       'applyToFencePoint',
       'compare',
       'advanceSequences',
@@ -291,10 +293,11 @@ describe('the dry-run twin', () => {
     expect(r.ok).toBe(true);
     const order = [
       'check the directory',
-      'copy the blob delta',
       'open the final catch-up',
+      'copy the blob delta',
       'freeze:',
       'raise the fence',
+      'start the final blob sync',
       'apply slot',
       'compare:',
       'advance sequences',
