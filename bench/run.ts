@@ -5,7 +5,7 @@
 //
 //   npm run bench -- [--rows 300000] [--rounds 2] [--write-seconds 8] [--apply-seconds 30] [--only copy,validate,catchup,fence,router] [--workloads 1-row,mixed,100-row]
 //                    [--paired-rounds N (fence and router: default 15 / 11 / 7 by scenario, 15 for the router)]
-//                    [--cutover [--cutover-sizes 10000,100000,1000000] [--cutover-moves 5]] [--no-save]
+//                    [--cutover [--cutover-sizes 10000,100000,1000000] [--cutover-moves 5] [--cutover-blobs index,direct]] [--no-save]
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -31,7 +31,7 @@ import {
   teardownFence,
   writeRun,
 } from './fence';
-import { measureCutoverPauses, pauseFigures } from './cutover-pause';
+import { measureCutoverPauses, pauseFigures, type BlobWrites } from './cutover-pause';
 
 require('../lib/quiet-warnings.js');
 
@@ -277,10 +277,15 @@ async function main() {
     if (flag('cutover')) {
       const sizes = (arg('cutover-sizes') ?? '10000,100000,1000000').split(',').map(Number);
       const moves = intArg('cutover-moves', 5);
-      for (const size of sizes) {
-        const r = await measureCutoverPauses(config, { rows: size, moves });
-        notes[`cutover ${size}`] = r;
-        figures.push(...pauseFigures(r));
+      // How the tenant's objects are written: through the blob index (the bounded final delta) by default, and/or directly (the whole-prefix sync).
+      const blobModes = (arg('cutover-blobs') ?? 'index').split(',');
+      for (const m of blobModes) if (m !== 'index' && m !== 'direct') throw new Error(`--cutover-blobs takes index and/or direct (got ${m})`);
+      for (const blobWrites of blobModes as BlobWrites[]) {
+        for (const size of sizes) {
+          const r = await measureCutoverPauses(config, { rows: size, moves, blobWrites });
+          notes[`cutover ${size}${blobWrites === 'index' ? '' : ' direct'}`] = r;
+          figures.push(...pauseFigures(r));
+        }
       }
     }
 

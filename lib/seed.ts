@@ -27,6 +27,8 @@ export interface SeedOptions {
   rows: number;
   /** Documents that get a blob object. */
   blobs: number;
+  /** 'direct' (default): each object under the key the document names; 'index': through the blob index (a version object per name, recorded in shardctl.blob_index by the same transaction). */
+  blobWrites?: 'direct' | 'index';
   /** Size of the large document bodies (default 24 000 characters, > 20 KB). */
   bodyBytes?: number;
   batchRows?: number;
@@ -68,6 +70,9 @@ export function seedPlan(rows: number, blobs: number) {
 export async function seedTenant(opts: SeedOptions): Promise<SeedSummary> {
   const tenant = validateTenantId(opts.tenant);
   const plan = seedPlan(opts.rows, opts.blobs);
+  if (opts.blobWrites !== undefined && opts.blobWrites !== 'direct' && opts.blobWrites !== 'index') {
+    throw invalidInput(`blobWrites must be 'direct' or 'index' (got ${String(opts.blobWrites)})`);
+  }
   const clients = ownedClients(opts.config, { s3For: opts.s3For });
   const router = opts.router ?? (await Router.create(opts.config));
   try {
@@ -151,7 +156,9 @@ async function seedWith(opts: SeedOptions, tenant: string, plan: ReturnType<type
       // Retried attempts (stale route) put again, into the bucket of the shard they run on; each
       // put is fenced by this transaction (lib/blobs/fenced.ts).
       await forEachLimit(withBlob, 8, async (d) => {
-        await blobs.put(blobNameOf(tenant, d.blob!.key), d.blob!.content);
+        const name = blobNameOf(tenant, d.blob!.key);
+        if (opts.blobWrites === 'index') await blobs.write(name, d.blob!.content);
+        else await blobs.put(name, d.blob!.content);
       });
       await tx.query(
         `insert into public.documents (tenant_id, id, account_id, title, body, blob_key)

@@ -29,6 +29,7 @@ interface LoadgenCliOptions {
   seed?: string;
   readFraction: string;
   intents?: boolean;
+  blobWrites: string;
   json?: boolean;
   config?: string;
 }
@@ -45,6 +46,11 @@ export function register(program: Command) {
     .option('--seed <n>', 'seed of the op mix')
     .option('--read-fraction <f>', 'share of reads', '0.3')
     .option('--intents', "log a 'pending' record before each write (a killed loadgen leaves its in-flight writes ambiguous, not unlogged)")
+    .option(
+      '--blob-writes <how>',
+      "how blob ops write objects: 'direct' (an object under the key the row names) or 'index' (a version recorded in shardctl.blob_index by the row's transaction)",
+      'direct',
+    )
     .option('--json', 'print the summary (or the verify report) as JSON')
     .action(async (_o: unknown, cmd: Command) => {
       const o = cmd.optsWithGlobals() as LoadgenCliOptions;
@@ -62,6 +68,9 @@ export function register(program: Command) {
         throw invalidInput(`--seed must be a non-negative integer, got ${JSON.stringify(o.seed.slice(0, 40))}`);
       const readFraction = Number(o.readFraction);
       if (!(readFraction >= 0 && readFraction <= 1)) throw invalidInput('--read-fraction must be between 0 and 1');
+      const blobWrites = o.blobWrites;
+      if (blobWrites !== 'direct' && blobWrites !== 'index')
+        throw invalidInput(`--blob-writes must be direct or index, got ${JSON.stringify(String(blobWrites).slice(0, 40))}`);
       const config = loadConfig({ file: o.config });
       const deps = createDeps(config);
       const concurrency = positive(o.concurrency, '--concurrency');
@@ -84,6 +93,7 @@ export function register(program: Command) {
           seed: o.seed !== undefined ? Number(o.seed) : undefined,
           readFraction,
           intents: !!o.intents,
+          blobWrites,
           signal: stop.signal,
         });
         const stats = await h.done;
@@ -104,6 +114,7 @@ export function register(program: Command) {
     lg,
     'loadgen --tenants acme,globex --rate 50 --duration 2m --log load.jsonl',
     'loadgen --tenants acme --rate 20 --duration 30s --log load.jsonl --intents --json',
+    'loadgen --tenants acme --rate 50 --duration 1m --log load.jsonl --blob-writes index',
   );
 
   const verify = lg

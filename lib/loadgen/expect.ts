@@ -30,6 +30,8 @@ export interface BlobExpectation {
   key: string;
   blobKey: string;
   sha256: string;
+  /** Written through the blob index: the owner's index row for the name must hold this sha256, and its version object those bytes. */
+  indexed?: true;
 }
 
 export interface LogExpectations {
@@ -87,6 +89,8 @@ export function foldLog(records: LogRecord[]): LogExpectations {
   const settleUnknown = (k: KeyExpectation, rec: LogRecord) => {
     unknownOutcomes++;
     k.unknown++;
+    // Through the index a delete's unlink commits with its row: an unknown one may have taken the name.
+    if (rec.op === 'blob_delete' && rec.indexed && rec.blobKey) deletedObjects.add(rec.blobKey);
     k.states = dedupe([...k.states, ...k.states.filter((s) => admits(s, rec)).map((s) => applyOp(s, rec))]);
   };
   for (const rec of records) {
@@ -115,7 +119,7 @@ export function foldLog(records: LogRecord[]): LogExpectations {
         const base = before.length ? before : [rec.op === 'insert' ? ABSENT : { present: true }];
         k.states = dedupe(base.map((s) => applyOp(s, rec)));
         if (rec.op === 'blob_put' && rec.blobKey && typeof rec.value === 'string') {
-          blobs.push({ tenant: rec.tenant, key: rec.key, blobKey: rec.blobKey, sha256: rec.value });
+          blobs.push({ tenant: rec.tenant, key: rec.key, blobKey: rec.blobKey, sha256: rec.value, ...(rec.indexed ? { indexed: true as const } : {}) });
         }
         // Deleted, or maybe deleted (unknown outcome): no longer required to be present.
         if (rec.op === 'blob_delete' && rec.blobKey && (rec.objectDeleted === true || rec.objectDeleted === 'unknown')) deletedObjects.add(rec.blobKey);

@@ -32,6 +32,9 @@ export interface LogRecord {
   replaces?: string;
   /** blob_delete, ack: whether the object was deleted from the bucket after the row committed. */
   objectDeleted?: boolean | 'unknown';
+  /** blob_put / blob_delete through the blob index (loadgen `blobWrites: 'index'`): the object is the
+   *  index's current version of the name under blobKey, written (or unlinked) in the row's own transaction. */
+  indexed?: true;
   run?: string;
   slot?: number;
   latencyMs?: number;

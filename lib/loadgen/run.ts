@@ -41,6 +41,14 @@ export interface LoadgenOptions {
   /** Per-op router deadline (defaults to the router's). */
   deadlineMs?: number;
   grant?: TenantGrant;
+  /**
+   * How blob ops write objects. 'direct' (default): a fresh object key per put, PUT fenced by the
+   * transaction before the row names it, deleted in a second transaction after the row cleared it
+   * (the application keeps the key). 'index': through the blob index (lib/blobs/fenced.ts
+   * write/unlink): a new immutable version recorded in shardctl.blob_index by the row's own
+   * transaction, and a delete that unlinks the name in that transaction (the object is the collector's).
+   */
+  blobWrites?: 'direct' | 'index';
 }
 
 export interface LoadgenHandle {
@@ -65,6 +73,9 @@ export function startLoadgen(opts: LoadgenOptions): LoadgenHandle {
   const concurrency = Math.max(1, Math.floor(opts.concurrency ?? 4));
   const seed = opts.seed ?? Math.floor(Math.random() * 2 ** 31);
   const grant = opts.grant ?? { tenants: opts.tenants };
+  if (opts.blobWrites !== undefined && opts.blobWrites !== 'direct' && opts.blobWrites !== 'index')
+    throw invalidInput(`blobWrites must be 'direct' or 'index' (got ${String(opts.blobWrites)})`);
+  const indexed = opts.blobWrites === 'index';
   const log = new LogWriter(opts.logFile);
   const byOp = { insert: zeroOutcomes(), update: zeroOutcomes(), delete: zeroOutcomes(), blob_put: zeroOutcomes(), blob_delete: zeroOutcomes() };
   const stats: LoadgenStats = {
@@ -112,6 +123,7 @@ export function startLoadgen(opts: LoadgenOptions): LoadgenHandle {
       ...(w.table === 'documents' && (w.op === 'insert' || w.op === 'update') ? { bodySha: w.after.bodySha ?? null } : {}),
       ...(w.blob ? { blobKey: w.blob.blobKey, ...(w.blob.replaces ? { replaces: w.blob.replaces } : {}) } : {}),
       ...(w.blobDelete ? { blobKey: w.blobDelete.blobKey } : {}),
+      ...(indexed && (w.blob || w.blobDelete) ? { indexed: true as const } : {}),
       slot,
     };
     if (opts.intents) log.append({ ...base, status: 'pending' });
@@ -130,10 +142,15 @@ export function startLoadgen(opts: LoadgenOptions): LoadgenHandle {
             // The object goes into the bucket of the shard this transaction runs on, fenced by it
             // and before the row naming it can commit there: an acked blob_key never points at a
             // missing object, and a cutover's fence waits for the upload.
-            await blobsOfTransaction(opts.config, tx, route, w.tenant, clients.s3For).put(blobNameOf(w.tenant, w.blob.blobKey), w.blob.content);
+            const blobs = blobsOfTransaction(opts.config, tx, route, w.tenant, clients.s3For);
+            const name = blobNameOf(w.tenant, w.blob.blobKey);
+            if (indexed) await blobs.write(name, w.blob.content);
+            else await blobs.put(name, w.blob.content);
             await setDocumentBlob(tx, w.tenant, w.key, w.blob.blobKey);
           } else if (w.blobDelete) {
             await setDocumentBlob(tx, w.tenant, w.key, null);
+            // Through the index the name goes with the row, atomically.
+            if (indexed) await blobsOfTransaction(opts.config, tx, route, w.tenant, clients.s3For).unlink(blobNameOf(w.tenant, w.blobDelete.blobKey));
           } else {
             await applyWrite(tx, w.tenant, { table: w.table, op: w.op as 'insert' | 'update' | 'delete', key: w.key, version: w.version ?? 0, body: w.body });
           }
@@ -148,8 +165,8 @@ export function startLoadgen(opts: LoadgenOptions): LoadgenHandle {
       // tenant's owner now (the unit may have moved since the row committed).
       // Its outcome: true, false (refused: the object is untouched), or 'unknown' (the call failed
       // after it may have deleted it, e.g. a connection lost around its COMMIT).
-      let objectDeleted: boolean | 'unknown' | undefined;
-      if (w.blobDelete && shard) {
+      let objectDeleted: boolean | 'unknown' | undefined = w.blobDelete && indexed ? true : undefined;
+      if (w.blobDelete && shard && !indexed) {
         const name = blobNameOf(w.tenant, w.blobDelete.blobKey);
         objectDeleted = await router
           .withTenant(w.tenant, grant, 'write', (tx, route) => blobsOfTransaction(opts.config, tx, route, w.tenant, clients.s3For).delete(name), routerOpts)

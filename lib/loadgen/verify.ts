@@ -8,6 +8,8 @@ import { shardByName } from '../config';
 import { hashObject } from '../blobs/hash';
 import { isNotFound } from '../blobs/list';
 import { forEachLimit } from '../blobs/concurrency';
+import { findIndexRow } from '../blobs/index-table';
+import { blobNameOf } from '../blobs/fenced';
 import { foldLog, KeyExpectation, RowState } from './expect';
 import { readLog, LogRecord, LoadTable } from './log';
 import { diffRow, ObservedRow, observedState, readRows } from './model';
@@ -37,7 +39,9 @@ export interface BlobFinding {
   bucket: string;
   expectedSha256: string;
   actualSha256?: string;
-  reason: 'missing' | 'sha256 mismatch';
+  reason: 'missing' | 'sha256 mismatch' | 'not in the blob index' | 'index sha256 mismatch';
+  /** Indexed blobs: the version object the owner's index row names. */
+  objectKey?: string;
 }
 
 export interface VerifyReport {
@@ -135,22 +139,24 @@ export async function verifyRecords(records: LogRecord[], opts: VerifyOptions): 
       const shard = owners.get(b.tenant)!.shard;
       const bucket = shardByName(config, shard).bucket;
       report.blobsChecked++;
+      const finding = { tenant: b.tenant, key: b.key, blobKey: b.blobKey, bucket, expectedSha256: b.sha256 };
+      // Through the index, the object is the version the owner's index row names: the row must
+      // have moved with the unit's rows, with the sha256 recorded at write time, and its object too.
+      let objectKey = b.blobKey;
+      if (b.indexed) {
+        const v = await findIndexRow(own.shardPool(shard), config.tenant.column, b.tenant, blobNameOf(b.tenant, b.blobKey));
+        if (!v) return void report.blobMissing.push({ ...finding, reason: 'not in the blob index' });
+        if (v.sha256 !== b.sha256)
+          return void report.blobMissing.push({ ...finding, objectKey: v.key, actualSha256: v.sha256, reason: 'index sha256 mismatch' });
+        objectKey = v.key;
+      }
+      const extra = b.indexed ? { objectKey } : {};
       try {
-        const h = await hashObject(own.s3For(shard), bucket, b.blobKey);
-        if (h.sha256 !== b.sha256) {
-          report.blobMissing.push({
-            tenant: b.tenant,
-            key: b.key,
-            blobKey: b.blobKey,
-            bucket,
-            expectedSha256: b.sha256,
-            actualSha256: h.sha256,
-            reason: 'sha256 mismatch',
-          });
-        }
+        const h = await hashObject(own.s3For(shard), bucket, objectKey);
+        if (h.sha256 !== b.sha256) report.blobMissing.push({ ...finding, ...extra, actualSha256: h.sha256, reason: 'sha256 mismatch' });
       } catch (e) {
         if (!isNotFound(e)) throw e;
-        report.blobMissing.push({ tenant: b.tenant, key: b.key, blobKey: b.blobKey, bucket, expectedSha256: b.sha256, reason: 'missing' });
+        report.blobMissing.push({ ...finding, ...extra, reason: 'missing' });
       }
     });
     report.blobMissing.sort((a, b) => (a.blobKey < b.blobKey ? -1 : 1));

@@ -181,6 +181,75 @@ describe('loadgen and verify', () => {
     expect(bad.wrongValue.map((f) => [f.key, f.columns])).toEqual([[victim!.key, ['blob_key']]]);
   });
 
+  it("through the blob index: a put records a version in the row's transaction, a delete unlinks the name with the row, and verify checks index and object", async () => {
+    const tenant = await newTenant('lg-index', 'shard-b');
+    const seeded = await seedTenant({ router, s3For: deps.s3For, config, tenant, rows: 200, blobs: 5, blobWrites: 'index' });
+    const db = pool('shard-b');
+    const indexRows = async () =>
+      (await db.query('select name, object_key, sha256 from shardctl.blob_index where tenant_id = $1 order by name', [tenant])).rows as Array<{
+        name: string;
+        object_key: string;
+        sha256: string;
+      }>;
+    // The seed's documents name their blobs; the index holds a version object for each name.
+    expect((await indexRows()).map((r) => `tenants/${tenant}/${r.name}`)).toEqual([...seeded.blobKeys].sort());
+    const logFile = logPath('index');
+    const stats = await runLoadgen({
+      config,
+      router,
+      s3For: deps.s3For,
+      tenants: [tenant],
+      rate: 150,
+      durationMs: 4000,
+      logFile,
+      concurrency: 2,
+      seed: 12,
+      readFraction: 0.1,
+      blobWrites: 'index',
+    });
+    expect(stats.writes).toMatchObject({ refused: 0, unknown: 0 });
+    const records = readLog(logFile);
+    const puts = records.filter((r) => r.op === 'blob_put' && r.status === 'ack');
+    const deletes = records.filter((r) => r.op === 'blob_delete');
+    expect(puts.length).toBeGreaterThan(0);
+    expect(deletes.length).toBeGreaterThan(0);
+    expect([...puts, ...deletes].every((r) => r.indexed === true)).toBe(true);
+    const rows = new Map((await indexRows()).map((r) => [`tenants/${tenant}/${r.name}`, r]));
+    const deleted = new Set(deletes.map((d) => d.blobKey));
+    for (const d of deletes) expect(rows.has(d.blobKey!), d.blobKey).toBe(false);
+    const s3 = deps.s3For('shard-b');
+    for (const p of puts.filter((p) => !deleted.has(p.blobKey))) {
+      const row = rows.get(p.blobKey!);
+      expect(row?.sha256, p.blobKey).toBe(p.value);
+      // A version object, never the bare name: the document's key is the index's name.
+      expect(row!.object_key).toMatch(new RegExp(`^${p.blobKey!.replace(/[.]/g, '\\.')}@`));
+      const head = await s3.send(new HeadObjectCommand({ Bucket: bucketOf('shard-b'), Key: row!.object_key }));
+      expect(head.ContentLength).toBeGreaterThan(0);
+      await expect(s3.send(new HeadObjectCommand({ Bucket: bucketOf('shard-b'), Key: p.blobKey! }))).rejects.toThrow();
+    }
+    const report = await verifyLog({ logFile, config });
+    expect(report).toMatchObject({ ok: true, blobMissing: [] });
+    expect(report.blobsChecked).toBe(puts.length - deletes.length);
+    // An index row lost, one whose sha256 changed, and a version object gone: each named.
+    const live = puts.filter((p) => !deleted.has(p.blobKey)).map((p) => rows.get(p.blobKey!)!);
+    expect(live.length).toBeGreaterThanOrEqual(3);
+    const [lost, changed, gone] = live;
+    await asReplica('shard-b', async (c) => {
+      await c.query('delete from shardctl.blob_index where tenant_id = $1 and name = $2', [tenant, lost.name]);
+      await c.query(`update shardctl.blob_index set sha256 = repeat('0', 64) where tenant_id = $1 and name = $2`, [tenant, changed.name]);
+    });
+    await s3.send(new DeleteObjectCommand({ Bucket: bucketOf('shard-b'), Key: gone.object_key }));
+    const bad = await verifyLog({ logFile, config });
+    expect(bad.ok).toBe(false);
+    expect(bad.blobMissing.map((f) => [f.blobKey, f.reason]).sort()).toEqual(
+      [
+        [`tenants/${tenant}/${lost.name}`, 'not in the blob index'],
+        [`tenants/${tenant}/${changed.name}`, 'index sha256 mismatch'],
+        [`tenants/${tenant}/${gone.name}`, 'missing'],
+      ].sort(),
+    );
+  });
+
   it('checks the whole unit against a baseline: seeded rows and objects, stray rows and objects, writes made outside loadgen', async () => {
     const tenant = await newTenant('lg-unit', 'shard-c');
     await seedTenant({ router, s3For: deps.s3For, config, tenant, rows: 200, blobs: 3 });
@@ -448,5 +517,21 @@ describe('shardctl loadgen (CLI)', () => {
     const report = JSON.parse(bad.stdout);
     expect(report.ok).toBe(false);
     expect(report.missing.map((f: any) => f.key)).toEqual([victim.key]);
+  });
+
+  it('refuses an unknown --blob-writes with exit 2 and writes nothing; --blob-writes index logs indexed blob ops that verify accepts', async () => {
+    const tenant = await newTenant('lg-cli-idx', 'shard-c');
+    const logFile = logPath('cli-idx');
+    const refused = await cli(['loadgen', '--tenants', tenant, '--rate', '50', '--duration', '2s', '--log', logFile, '--blob-writes', 'both']);
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toMatch(/--blob-writes must be direct or index, got "both"/);
+    expect(fs.existsSync(logFile)).toBe(false);
+    const run = await cli(['loadgen', '--tenants', tenant, '--rate', '80', '--duration', '3s', '--log', logFile, '--blob-writes', 'index', '--seed', '7']);
+    expect(run.code).toBe(0);
+    const blobOps = readLog(logFile).filter((r) => r.op === 'blob_put' || r.op === 'blob_delete');
+    expect(blobOps.length).toBeGreaterThan(0);
+    expect(blobOps.every((r) => r.indexed === true)).toBe(true);
+    const ok = await cli(['loadgen', 'verify', '--log', logFile]);
+    expect(ok.code).toBe(0);
   });
 });

@@ -116,6 +116,20 @@ describe('foldLog', () => {
     expect(unknown.blobs.map((b) => b.blobKey)).toEqual(['tenants/t1/docs/1']);
   });
 
+  it('through the blob index: an unknown delete may have unlinked the name with its row, so the blob is no longer required; a refused one keeps it', () => {
+    const d = { table: 'documents' as const, indexed: true as const };
+    const put = [rec({ table: 'documents', op: 'insert', value: 1, bodySha: null }), rec({ ...d, op: 'blob_put', value: 's1', blobKey: 'tenants/t1/docs/1' })];
+    expect(foldLog(put).blobs).toEqual([{ tenant: 't1', key: 'k1', blobKey: 'tenants/t1/docs/1', sha256: 's1', indexed: true }]);
+    const unknown = foldLog([...put, rec({ ...d, op: 'blob_delete', value: null, blobKey: 'tenants/t1/docs/1', status: 'unknown' })]);
+    expect(unknown.blobs).toEqual([]);
+    expect(unknown.keys[0].states).toEqual([present(1, { bodySha: null, blobKey: 'tenants/t1/docs/1' }), present(1, { bodySha: null, blobKey: null })]);
+    // An intent never answered (the writer died) is as unknown.
+    const intent = foldLog([...put, rec({ ...d, op: 'blob_delete', value: null, blobKey: 'tenants/t1/docs/1', status: 'pending' })]);
+    expect(intent.blobs).toEqual([]);
+    const refused = foldLog([...put, rec({ ...d, op: 'blob_delete', value: null, blobKey: 'tenants/t1/docs/1', status: 'refused' })]);
+    expect(refused.blobs.map((b) => b.blobKey)).toEqual(['tenants/t1/docs/1']);
+  });
+
   it('treats an intent followed by its outcome as that outcome', () => {
     const k = only([rec({ op: 'insert', value: 1, status: 'pending' }), rec({ op: 'insert', value: 1, status: 'ack' })]);
     expect(k.states).toEqual([present(1)]);
