@@ -1,3 +1,5 @@
+import { getMaxListeners, setMaxListeners } from 'node:events';
+
 // Bounded parallelism for per-object work. The first failure stops new work from starting and
 // is rethrown once the in-flight items settle, so no request outlives the call.
 export async function forEachLimit<T>(items: readonly T[], limit: number, fn: (item: T, index: number) => Promise<void>): Promise<void> {
@@ -16,4 +18,21 @@ export async function forEachLimit<T>(items: readonly T[], limit: number, fn: (i
   };
   await Promise.all(Array.from({ length: n }, worker));
   if (failed) throw failed.error;
+}
+
+/**
+ * Lets `signal` carry the abort listeners of `concurrent` requests at once (the S3 client adds one
+ * per request in flight and removes it when the request ends), so a sync of `concurrent` parallel
+ * requests does not print Node's listener-leak warning into the worker's log. Only ever raises the limit.
+ */
+export function allowConcurrentRequests(signal: AbortSignal | undefined, concurrent: number): void {
+  if (!signal) return;
+  let limit: number;
+  try {
+    limit = getMaxListeners(signal);
+  } catch {
+    // Node 20 throws for an EventTarget whose limit is 0 (unlimited): nothing to raise.
+    return;
+  }
+  if (limit !== 0 && limit < concurrent) setMaxListeners(concurrent, signal);
 }

@@ -18,7 +18,7 @@
 //    reported in `outOfBand` for the operator, and blocks retire.
 import type { Pool } from 'pg';
 import { ShardctlError } from '../errors';
-import { forEachLimit } from './concurrency';
+import { allowConcurrentRequests, forEachLimit } from './concurrency';
 import { deleteKeys } from './delete';
 import { hashObject, ObjectHash } from './hash';
 import { BlobEntry, headBlob, isContentEtag, isNotFound, isPreconditionFailed, listBlobs } from './list';
@@ -98,6 +98,8 @@ export async function copyBlobPrefix(opts: CopyBlobPrefixOptions): Promise<CopyB
     throw new ShardctlError('InvalidInput', `source and destination are the same bucket ${src.bucket}`);
   }
   const limits: TransferLimits = { ...DEFAULT_LIMITS, ...opts.limits };
+  // Per object in flight a GET and a PUT (or a part upload), beside the listings and the markers.
+  allowConcurrentRequests(signal, 2 * (opts.concurrency ?? 8) + 16);
   const [srcMarker, dstMarker, srcList, dstList, srcLedger, dstLedger] = await Promise.all([
     assertBucketOf(src, `copy ${prefix} from ${src.shard}`, signal),
     assertBucketOf(dst, `copy ${prefix} into ${dst.shard}`, signal),

@@ -86,8 +86,11 @@ export function blobNameOf(unit: string, key: string): string {
  * The unit's blobs in `bucket` (the bucket of the shard `tx` runs on), fenced by `tx`. The caller
  * keeps `tx` open until the object calls return, and commits after them.
  */
-export function tenantBlobs(tx: Pick<PoolClient, 'query'>, unit: string, bucket: ShardBucket, opts: TenantBlobsOptions = {}): TenantBlobs {
+export function tenantBlobs(client: Pick<PoolClient, 'query'>, unit: string, bucket: ShardBucket, opts: TenantBlobsOptions = {}): TenantBlobs {
   const signal = opts.signal;
+  // Blob calls may run concurrently (several uploads of one transaction at once); their
+  // statements on the transaction's one connection go one after another, as pg requires.
+  const tx = serialQueries(client);
   // Once passed, the check holds until the transaction ends: the unit's shared lock it took keeps
   // every fence change out. So it runs once per transaction (also keeping concurrent puts from
   // issuing queries on one client at once).
@@ -185,4 +188,18 @@ export function tenantBlobs(tx: Pick<PoolClient, 'query'>, unit: string, bucket:
       return deleteIndexRow(tx, col, unit, name);
     },
   };
+}
+
+/** `client` with its queries issued one at a time, in call order (a query waits for the previous one to settle). */
+function serialQueries(client: Pick<PoolClient, 'query'>): Pick<PoolClient, 'query'> {
+  let last: Promise<unknown> = Promise.resolve();
+  const query = (...args: unknown[]) => {
+    const run = last.then(
+      () => (client.query as (...a: unknown[]) => Promise<unknown>)(...args),
+      () => (client.query as (...a: unknown[]) => Promise<unknown>)(...args),
+    );
+    last = run.catch(() => undefined);
+    return run;
+  };
+  return { query } as unknown as Pick<PoolClient, 'query'>;
 }

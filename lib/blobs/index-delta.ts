@@ -14,7 +14,7 @@
 // skipped; an object at the destination that shardctl did not put there is left and reported.
 import type { Pool } from 'pg';
 import { ShardctlError } from '../errors';
-import { forEachLimit } from './concurrency';
+import { allowConcurrentRequests, forEachLimit } from './concurrency';
 import { indexRowsNamed, type BlobVersion } from './index-table';
 import { headBlob } from './list';
 import { ledgerEntries, outOfBandChange, recordLedger, type LedgerEntry, type OutOfBandObject } from './ledger';
@@ -63,6 +63,7 @@ export function blobNamesOfDeltaKeys(keys: readonly string[], primaryKey: readon
 
 export async function syncIndexedBlobDelta(opts: IndexDeltaOptions): Promise<IndexDeltaResult> {
   const { src, dst, unit, signal } = opts;
+  allowConcurrentRequests(signal, 2 * (opts.concurrency ?? 8) + 16);
   const limits: TransferLimits = { ...DEFAULT_LIMITS, ...opts.limits };
   const result: IndexDeltaResult = { referenced: 0, present: 0, copied: 0, bytes: 0, requests: 2, outOfBand: [] };
   const [srcMarker, dstMarker, rows] = await Promise.all([

@@ -1,5 +1,6 @@
 import { describe, it, expect } from 'vitest';
-import { forEachLimit } from '../../lib/blobs/concurrency';
+import { getMaxListeners, setMaxListeners } from 'node:events';
+import { allowConcurrentRequests, forEachLimit } from '../../lib/blobs/concurrency';
 
 const tick = () => new Promise((r) => setTimeout(r, 2));
 
@@ -37,5 +38,54 @@ describe('forEachLimit', () => {
     await forEachLimit([], 4, async () => {
       throw new Error('never');
     });
+  });
+});
+
+describe('allowConcurrentRequests', () => {
+  it("raises a signal's listener limit to the requests a sync runs at once, never lowers it, and leaves an unlimited one alone", () => {
+    const s = new AbortController().signal;
+    expect(getMaxListeners(s)).toBe(10);
+    allowConcurrentRequests(s, 32);
+    expect(getMaxListeners(s)).toBe(32);
+    allowConcurrentRequests(s, 12);
+    expect(getMaxListeners(s)).toBe(32);
+    expect(() => allowConcurrentRequests(undefined, 32)).not.toThrow();
+    const unlimited = new AbortController().signal;
+    setMaxListeners(0, unlimited);
+    allowConcurrentRequests(unlimited, 32);
+    // (Node 20's getMaxListeners throws for an EventTarget at 0, so the limit is read by adding listeners.)
+    const warned: Error[] = [];
+    const onWarning = (w: Error) => warned.push(w);
+    process.on('warning', onWarning);
+    for (let i = 0; i < 40; i++) unlimited.addEventListener('abort', () => {});
+    return new Promise<void>((resolve) =>
+      setImmediate(() => {
+        process.off('warning', onWarning);
+        expect(warned.filter((w) => w.name === 'MaxListenersExceededWarning')).toEqual([]);
+        resolve();
+      }),
+    );
+  });
+
+  it('lets 32 requests listen at once without the leak warning', async () => {
+    const warnings: Error[] = [];
+    const onWarning = (w: Error) => warnings.push(w);
+    process.on('warning', onWarning);
+    try {
+      const s = new AbortController().signal;
+      allowConcurrentRequests(s, 32);
+      const fns = Array.from({ length: 32 }, () => () => {});
+      for (const f of fns) s.addEventListener('abort', f);
+      await new Promise((r) => setImmediate(r));
+      for (const f of fns) s.removeEventListener('abort', f);
+      expect(warnings.filter((w) => w.name === 'MaxListenersExceededWarning')).toEqual([]);
+      // Without it, the same listeners warn (the check above can fail).
+      const plain = new AbortController().signal;
+      for (const f of fns) plain.addEventListener('abort', f);
+      await new Promise((r) => setImmediate(r));
+      expect(warnings.filter((w) => w.name === 'MaxListenersExceededWarning')).toHaveLength(1);
+    } finally {
+      process.off('warning', onWarning);
+    }
   });
 });
