@@ -14,13 +14,11 @@ import { ensureDirectory } from '../lib/directory/ensure';
 import { createTenant } from '../lib/tenants';
 import { Router } from '../lib/router';
 import { seedTenant } from '../lib/seed';
-import { readLog, startLoadgen, verifyLog } from '../lib/loadgen';
+import { readLog, startLoadgen, verifyLog, type BlobWrites } from '../lib/loadgen';
 import { moveInputFor, startMove } from '../lib/moves/start';
 import type * as M from '../workflows/messages';
 import { log } from './measure';
 import { Figure, absoluteFigure, quantile } from './figures';
-
-export type BlobWrites = 'direct' | 'index';
 
 export interface PauseSweepResult {
   rows: number;
@@ -77,7 +75,7 @@ export async function measureCutoverPauses(config: Config, opts: { rows: number;
         abortedPauses.push(...(s.cutoverAbortedPausesMs ?? []));
         phases.push(s.phase);
         log(
-          `cutover sweep ${opts.rows} rows: move ${i + 1} -> ${target} ${s.phase}, pause ${s.cutoverPauseMs} ms, steps ${JSON.stringify(s.cutoverSteps ?? {})}` +
+          `cutover sweep ${opts.rows} rows: move ${i + 1} -> ${target} ${s.phase}, pause ${s.cutoverPauseMs} ms, steps ${JSON.stringify(s.cutoverSteps ?? {})}, blob delta ${JSON.stringify(s.cutoverBlobSync ?? null)}` +
             (s.cutoverAbortedPausesMs?.length ? `, aborted attempts' pauses ${s.cutoverAbortedPausesMs.join(', ')} ms` : ''),
         );
       }

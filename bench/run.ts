@@ -31,7 +31,8 @@ import {
   teardownFence,
   writeRun,
 } from './fence';
-import { measureCutoverPauses, pauseFigures, type BlobWrites } from './cutover-pause';
+import { measureCutoverPauses, pauseFigures } from './cutover-pause';
+import type { BlobWrites } from '../lib/loadgen';
 
 require('../lib/quiet-warnings.js');
 

@@ -14,6 +14,7 @@ import { incompressibleText } from './loadgen/model';
 import { S3For, blobsOfTransaction, shardOfTransaction, TenantRouter } from './loadgen/route';
 import { blobNameOf, type TenantBlobs } from './blobs/fenced';
 import { ownedClients } from './loadgen/clients';
+import { blobWritesOf, type BlobWrites } from './loadgen/log';
 import { Router } from './router';
 
 export interface SeedOptions {
@@ -28,7 +29,7 @@ export interface SeedOptions {
   /** Documents that get a blob object. */
   blobs: number;
   /** 'direct' (default): each object under the key the document names; 'index': through the blob index (a version object per name, recorded in shardctl.blob_index by the same transaction). */
-  blobWrites?: 'direct' | 'index';
+  blobWrites?: BlobWrites;
   /** Size of the large document bodies (default 24 000 characters, > 20 KB). */
   bodyBytes?: number;
   batchRows?: number;
@@ -70,9 +71,7 @@ export function seedPlan(rows: number, blobs: number) {
 export async function seedTenant(opts: SeedOptions): Promise<SeedSummary> {
   const tenant = validateTenantId(opts.tenant);
   const plan = seedPlan(opts.rows, opts.blobs);
-  if (opts.blobWrites !== undefined && opts.blobWrites !== 'direct' && opts.blobWrites !== 'index') {
-    throw invalidInput(`blobWrites must be 'direct' or 'index' (got ${String(opts.blobWrites)})`);
-  }
+  blobWritesOf(opts.blobWrites, 'seed blobWrites');
   const clients = ownedClients(opts.config, { s3For: opts.s3For });
   const router = opts.router ?? (await Router.create(opts.config));
   try {

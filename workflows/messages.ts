@@ -34,6 +34,8 @@ export interface MoveStatus {
   cutoverPauseMs: number | null;
   /** ms since the freeze at the end of each cutover step (fenced, applied, blobs, compared, switched). */
   cutoverSteps?: Record<string, number>;
+  /** The switching attempt's final blob delta: via the blob index or the whole prefix, objects looked at and copied. */
+  cutoverBlobSync?: { via: 'index' | 'prefix'; objects: number; copied: number; requests?: number };
   cutoverAttempts: number;
   /**
    * The write pause of each aborted cutover attempt, in order (forward and rollback; the last

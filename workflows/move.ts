@@ -395,6 +395,7 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
           st.cutoverPauseMs = r.pauseMs;
           st.epoch = r.newEpoch;
           st.cutoverSteps = r.steps;
+          if (r.blobSync) st.cutoverBlobSync = r.blobSync;
           return true;
         }
         noteAbortedPause(st, r.pauseMs);

@@ -8,7 +8,7 @@ import { validateTenantId } from '../../lib/ids';
 import { parseDurationMs } from '../../lib/duration';
 import { Router } from '../../lib/router';
 import { createDeps } from '../../activities/deps';
-import { formatStats, startLoadgen, verifyLog, VerifyReport } from '../../lib/loadgen';
+import { blobWritesOf, formatStats, startLoadgen, verifyLog, VerifyReport } from '../../lib/loadgen';
 import { examples } from '../help';
 import { EXIT } from '../exit';
 
@@ -68,9 +68,7 @@ export function register(program: Command) {
         throw invalidInput(`--seed must be a non-negative integer, got ${JSON.stringify(o.seed.slice(0, 40))}`);
       const readFraction = Number(o.readFraction);
       if (!(readFraction >= 0 && readFraction <= 1)) throw invalidInput('--read-fraction must be between 0 and 1');
-      const blobWrites = o.blobWrites;
-      if (blobWrites !== 'direct' && blobWrites !== 'index')
-        throw invalidInput(`--blob-writes must be direct or index, got ${JSON.stringify(String(blobWrites).slice(0, 40))}`);
+      const blobWrites = blobWritesOf(o.blobWrites, '--blob-writes');
       const config = loadConfig({ file: o.config });
       const deps = createDeps(config);
       const concurrency = positive(o.concurrency, '--concurrency');

@@ -170,7 +170,11 @@ function printStatus(s: M.MoveStatus) {
           .map(([k, v]) => `${k} +${v}`)
           .join(', ')} ms`
       : '';
-    lines.push(`  cutover ${formatCutoverPauses(s)}${steps}`);
+    const b = s.cutoverBlobSync;
+    const blobs = b
+      ? `; final blob delta ${b.via === 'index' ? `via the blob index: ${b.objects} changed name(s)` : `by listing the prefix: ${b.objects} object(s)`}, ${b.copied} copied`
+      : '';
+    lines.push(`  cutover ${formatCutoverPauses(s)}${steps}${blobs}`);
   } else if (s.cutoverAttempts) lines.push(`  cutover ${formatCutoverPauses(s)}`);
   if (s.soakEndsAt) lines.push(`  soak ends ${s.soakEndsAt}`);
   if (s.validation.ok === false) lines.push(...s.validation.mismatches.map((m) => `  mismatch: ${m}`));

@@ -7,6 +7,7 @@ import { Router } from '../../lib/router';
 import { createDeps } from '../../activities/deps';
 import { formatSeedSummary, seedTenant } from '../../lib/seed';
 import { examples } from '../help';
+import { blobWritesOf } from '../../lib/loadgen';
 
 function count(v: string, what: string): number {
   if (!/^\d{1,9}$/.test(String(v).trim())) throw invalidInput(`${what} must be a non-negative integer, got ${JSON.stringify(String(v).slice(0, 40))}`);
@@ -20,16 +21,18 @@ export function register(program: Command) {
     .option('--rows <n>', 'approximate total rows: 10% accounts, 30% documents, 45% events, 15% jobs', '1000')
     .option('--blobs <m>', "documents that get a blob in the owning shard's bucket", '0')
     .option('--body-bytes <n>', 'size of the large (TOASTed) document bodies', '24000')
+    .option('--blob-writes <how>', "'direct' (an object under the key the document names) or 'index' (a version recorded in shardctl.blob_index)", 'direct')
     .option('--json', 'print the summary as JSON')
-    .action(async (tenant: string, o: { rows: string; blobs: string; bodyBytes: string; json?: boolean }) => {
+    .action(async (tenant: string, o: { rows: string; blobs: string; bodyBytes: string; blobWrites: string; json?: boolean }) => {
       const rows = count(o.rows, '--rows');
+      const blobWrites = blobWritesOf(o.blobWrites, '--blob-writes');
       const blobs = count(o.blobs, '--blobs');
       const bodyBytes = count(o.bodyBytes, '--body-bytes');
       const config = configOf(program)();
       const deps = createDeps(config);
       const router = await Router.create(config);
       try {
-        const sum = await seedTenant({ router, s3For: deps.s3For, config, tenant, rows, blobs, bodyBytes });
+        const sum = await seedTenant({ router, s3For: deps.s3For, config, tenant, rows, blobs, bodyBytes, blobWrites });
         if (o.json) console.log(JSON.stringify({ ...sum, blobKeys: undefined }));
         else console.log(formatSeedSummary(sum));
       } finally {
@@ -37,5 +40,5 @@ export function register(program: Command) {
         await deps.close();
       }
     });
-  examples(seed, 'seed acme --rows 10000 --blobs 50', 'seed acme --rows 500 --json');
+  examples(seed, 'seed acme --rows 10000 --blobs 50', 'seed acme --rows 10000 --blobs 50 --blob-writes index', 'seed acme --rows 500 --json');
 }

@@ -18,7 +18,7 @@ import { BLOB_INDEX_QUALIFIED } from '../blobs/index-table';
 import { replicationNames } from '../ids';
 import { advanceSequencesForUnit } from '../shard/sequences';
 import { unownedWritesSince } from '../shard/write-audit';
-import { CUTOVER_FAULT_POINTS, type CutoverPlan, type CutoverSteps, type Standing, type UnfreezeOutcome } from './steps';
+import { CUTOVER_FAULT_POINTS, type CutoverPlan, type CutoverSteps, type Standing, type UnfreezeOutcome, type WindowBlobSync } from './steps';
 
 /** The least time a frozen-window apply statement or stream read is given, however little budget is left. */
 const FENCE_APPLY_MIN_WAIT_MS = 500;
@@ -34,7 +34,7 @@ export interface LiveCutoverEnv {
   unitValue?: string;
   tables(): Promise<TenantTable[]>;
   /** The whole-prefix blob sync (lib/blobs/copy.ts): before the freeze, and the final delta of a unit not written only through the blob index. */
-  syncBlobs(signal?: AbortSignal): Promise<Pick<CopyBlobPrefixResult, 'sourceObjects' | 'unversioned'>>;
+  syncBlobs(signal?: AbortSignal): Promise<Pick<CopyBlobPrefixResult, 'sourceObjects' | 'unversioned'> & Partial<Pick<CopyBlobPrefixResult, 'copied'>>>;
   /**
    * The final delta of a unit written only through the blob index: the objects its changed index
    * rows name (lib/blobs/index-delta.ts). Absent: the final delta is always the whole-prefix sync.
@@ -83,7 +83,13 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
   // was a version object of the blob index, the final delta is bounded by the changed index rows.
   let preSynced: Pick<CopyBlobPrefixResult, 'sourceObjects' | 'unversioned'> | undefined;
   // The final whole-prefix sync, when startFinalBlobSync started it beside the final catch-up.
-  let earlyBlobs: { done: Promise<void>; stop: AbortController } | undefined;
+  let earlyBlobs: { done: Promise<WindowBlobSync>; stop: AbortController } | undefined;
+  let windowBlobs: WindowBlobSync | undefined;
+  const prefixSync = (r: { sourceObjects: number; copied?: number }): WindowBlobSync => ({ via: 'prefix', objects: r.sourceObjects, copied: r.copied ?? 0 });
+  // The owner's tenant tables as read inside this attempt's window (the compare's, then the
+  // sequences'): one catalog read per window, not one per step.
+  let windowTables: Promise<TenantTable[]> | undefined;
+  const tablesOfWindow = () => (windowTables ??= env.tables());
   /** Whether the final blob delta can be the bounded one (decided for good once the delta keys are read). */
   const mayUseIndexedDelta = () => !!env.syncChangedBlobs && !!preSynced && preSynced.sourceObjects > 0 && preSynced.unversioned === 0;
   /** Stops the early final blob sync if it still runs and waits for it to end (an abandoned attempt must not leave a sync behind). */
@@ -182,7 +188,7 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
       // references was put before that write committed, so the listing sees it.
       if (mayUseIndexedDelta() || earlyBlobs) return;
       const stop = new AbortController();
-      const done = env.syncBlobs(stop.signal).then(() => undefined);
+      const done = env.syncBlobs(stop.signal).then(prefixSync);
       done.catch(() => {}); // awaited by compare, or stopped by unfreeze; never an unhandled rejection
       earlyBlobs = { done, stop };
     },
@@ -272,15 +278,18 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
 
     async compare(mark) {
       // The final blob delta and the row fingerprints are independent: run them side by side.
-      const tables = await env.tables();
       // Only what the stream changed since the last full comparison (lib/cdc/delta.ts says why that
       // is enough), never a scan of the unit; the whole unit when there is no usable delta.
       // Forward: only the delta of the comparison the workflow saw pass (a superseded validation may
       // have restarted it since). Reverse: started once, at the switch, and never restarted.
+      // The owner's catalog and the next owner's delta are read at once.
       const expect = plan.direction === 'reverse' ? ('any' as const) : env.deltaToken ? { token: env.deltaToken } : null;
-      const delta = expect
-        ? await readDelta(env.nextPool, moveId, plan.direction, env.deltaCompareMaxKeys ?? DELTA_COMPARE_MAX_KEYS, expect)
-        : ({ tracked: false, why: 'no comparison token given' } as const);
+      const [tables, delta] = await Promise.all([
+        tablesOfWindow(),
+        expect
+          ? readDelta(env.nextPool, moveId, plan.direction, env.deltaCompareMaxKeys ?? DELTA_COMPARE_MAX_KEYS, expect)
+          : Promise.resolve({ tracked: false, why: 'no comparison token given' } as const),
+      ]);
       mark('delta read');
       const known = new Set(tables.map((t) => `${t.schema}.${t.name}`));
       const keys = delta.tracked && !delta.overflow && [...delta.tables.keys()].every((t) => known.has(t)) ? delta.tables : null;
@@ -297,17 +306,24 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
       // unit's objects all to be index versions (a unit also written behind the index, or none
       // yet, gets the whole-prefix sync: an object written there leaves no trace in the delta).
       const changedBlobs = keys && blobIndex && mayUseIndexedDelta() ? blobNamesOfDeltaKeys(keys.get(BLOB_INDEX_QUALIFIED) ?? [], blobIndex.primaryKey) : null;
-      const syncBlobs = async () => {
+      const syncBlobs = async (): Promise<WindowBlobSync> => {
         if (earlyBlobs) return earlyBlobs.done;
-        if (!changedBlobs) return void (await env.syncBlobs());
+        if (!changedBlobs) return prefixSync(await env.syncBlobs());
         const r = await env.syncChangedBlobs!(changedBlobs);
         env.beat({ step: 'blob delta', names: changedBlobs.length, referenced: r.referenced, copied: r.copied, requests: r.requests });
+        return { via: 'index', objects: changedBlobs.length, copied: r.copied, requests: r.requests };
       };
       const rows = Promise.all([fingerprint(env.ownerPool), fingerprint(env.nextPool), bypass]).then((r) => {
         mark('rows');
         return r;
       });
-      const [, [a, b, written]] = await Promise.all([syncBlobs().then(() => mark('blobs')), rows]);
+      const [, [a, b, written]] = await Promise.all([
+        syncBlobs().then((w) => {
+          windowBlobs = w;
+          mark(w.via === 'index' ? 'blobs via index' : 'blobs');
+        }),
+        rows,
+      ]);
       env.beat({
         step: 'compared',
         compared: keys ? 'delta' : 'whole unit',
@@ -328,11 +344,13 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
       return diff;
     },
 
+    windowBlobSync: () => windowBlobs,
+
     async advanceSequences() {
       // Under the fence the unit cannot write on either side, and the next owner holds every row
       // it will hold at the switch: its max per sequence-fed column is final.
       try {
-        const advanced = await advanceSequencesForUnit(env.nextPool, await env.tables(), env.tenantColumn, rowsValue);
+        const advanced = await advanceSequencesForUnit(env.nextPool, await tablesOfWindow(), env.tenantColumn, rowsValue);
         env.beat({ step: 'sequences', advanced: advanced.filter((a) => a.nextAfter !== a.nextBefore).length });
         return { ok: true };
       } catch (e: any) {

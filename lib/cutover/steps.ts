@@ -36,10 +36,25 @@ export type Standing =
 /** A step that may decline; `reason` is for the operator. */
 export type StepAnswer = { ok: true } | { ok: false; reason: string };
 
-/** The parts of `compare` that end on their own (the blob sync and the fingerprints run side by side). */
-export type ComparePart = 'delta read' | 'blobs' | 'rows';
+/**
+ * The parts of `compare` that end on their own (the blob sync and the fingerprints run side by
+ * side). The blob part is 'blobs via index' when it was the bounded delta of the blob index rows
+ * the stream changed, 'blobs' when it was the whole-prefix sync.
+ */
+export type ComparePart = 'delta read' | 'blobs' | 'blobs via index' | 'rows';
 
 export type UnfreezeOutcome = 'unfrozen' | 'switched' | 'lost';
+
+/** What the frozen window's final blob delta was: which way, how many objects it looked at and copied. */
+export interface WindowBlobSync {
+  /** 'index': the objects of the blob index rows the stream changed; 'prefix': the whole prefix listed on both sides. */
+  via: 'index' | 'prefix';
+  /** Index names changed since the last comparison ('index'), or source objects listed ('prefix'). */
+  objects: number;
+  copied: number;
+  /** S3 requests made ('index' only: the prefix sync does not count them). */
+  requests?: number;
+}
 
 export interface CutoverSteps {
   standing(): Promise<Standing>;
@@ -71,9 +86,11 @@ export interface CutoverSteps {
   applyToFencePoint(budgetMs: number): Promise<{ ok: true; fenceLsn: string } | { ok: false; reason: string }>;
   /**
    * The final blob delta and the per-table fingerprints; returns the differences (empty = equal).
-   * Calls `mark` as each part ends ('delta read', 'blobs', 'rows'), so a slow window says which part held it.
+   * Calls `mark` as each part ends ('delta read', 'blobs' or 'blobs via index', 'rows'), so a slow window says which part held it.
    */
   compare(mark: (part: ComparePart) => void): Promise<string[]>;
+  /** This attempt's window blob delta, once compare has run it (undefined before, or when it did not end). */
+  windowBlobSync?(): WindowBlobSync | undefined;
   /**
    * The next owner's sequences that feed the moved tables go past every value the unit holds
    * there (never backwards), so its first insert after the switch cannot hit a duplicate key.
@@ -103,8 +120,8 @@ export interface CutoverSteps {
 }
 
 export type CutoverResult =
-  | { ok: true; newEpoch: number; pauseMs: number; fenceLsn: string; alreadyDone: boolean; steps?: Record<string, number> }
-  | { ok: false; reason: string; pauseMs: number; mismatches: string[]; steps?: Record<string, number> };
+  | { ok: true; newEpoch: number; pauseMs: number; fenceLsn: string; alreadyDone: boolean; steps?: Record<string, number>; blobSync?: WindowBlobSync }
+  | { ok: false; reason: string; pauseMs: number; mismatches: string[]; steps?: Record<string, number>; blobSync?: WindowBlobSync };
 
 export interface CutoverHooks {
   /** Named fault points for the crash suite. */
@@ -159,6 +176,10 @@ async function frozenWindow(s: CutoverSteps, plan: CutoverPlan, hooks: CutoverHo
   const left = () => plan.fenceBudgetMs - elapsed();
   // Where the write pause goes: ms since the freeze at the end of each step.
   const steps: Record<string, number> = {};
+  const blobSync = () => {
+    const b = s.windowBlobSync?.();
+    return b ? { blobSync: b } : {};
+  };
   const mark = (name: string) => {
     hooks.progress?.(name);
     return (steps[name] = elapsed());
@@ -178,6 +199,7 @@ async function frozenWindow(s: CutoverSteps, plan: CutoverPlan, hooks: CutoverHo
       mismatches,
       // Where an aborted pause went, too (absent when it never froze).
       ...(Object.keys(steps).length ? { steps } : {}),
+      ...blobSync(),
     };
   };
 
@@ -267,7 +289,7 @@ async function frozenWindow(s: CutoverSteps, plan: CutoverPlan, hooks: CutoverHo
   await s.finishOldOwner();
   // A resumed cutover reports the whole pause since the freeze, not just this attempt's share.
   const total = resumed ? await s.measuredPauseMs() : null;
-  return { ok: true, newEpoch, pauseMs: total ?? pauseMs, fenceLsn, alreadyDone: false, steps };
+  return { ok: true, newEpoch, pauseMs: total ?? pauseMs, fenceLsn, alreadyDone: false, steps, ...blobSync() };
 }
 
 const TIMED_OUT = Symbol('timed out');

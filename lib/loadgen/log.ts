@@ -3,12 +3,22 @@
 // key at a time and logs an outcome only after it is known); `seq` is per run and informational.
 import fs from 'node:fs';
 import { randomBytes } from 'node:crypto';
+import { invalidInput } from '../errors';
 
 export const LOAD_TABLES = ['accounts', 'documents', 'events'] as const;
 export type LoadTable = (typeof LOAD_TABLES)[number];
 export type LogOp = 'insert' | 'update' | 'delete' | 'blob_put' | 'blob_delete';
 /** 'pending' is an intent written before the op when intents are on; its outcome follows. */
 export type LogStatus = 'ack' | 'refused' | 'unknown' | 'pending';
+
+/** How seed and loadgen write objects: 'direct' (the key the row names) or 'index' (through shardctl.blob_index). */
+export type BlobWrites = 'direct' | 'index';
+
+/** `v` as a BlobWrites (undefined: 'direct'), or a clear refusal naming `what` (the option or flag). */
+export function blobWritesOf(v: unknown, what = 'blobWrites'): BlobWrites {
+  if (v === undefined || v === 'direct' || v === 'index') return (v ?? 'direct') as BlobWrites;
+  throw invalidInput(`${what} must be direct or index, got ${JSON.stringify(String(v).slice(0, 40))}`);
+}
 
 export interface LogRecord {
   seq: number;

@@ -8,7 +8,7 @@ import type { Config } from '../config';
 import { validateTenantId } from '../ids';
 import { invalidInput } from '../errors';
 import { classifyFailure, errorMessage, errorTypeOf } from './classify';
-import { LogWriter } from './log';
+import { LogWriter, blobWritesOf, type BlobWrites } from './log';
 import { applyWrite, diffRow, observedState, readRows, setDocumentBlob } from './model';
 import { PlannedRead, PlannedWrite, SlotPlanner } from './plan';
 import { S3For, blobsOfTransaction, shardOfTransaction, TenantGrant, TenantRouter } from './route';
@@ -48,7 +48,7 @@ export interface LoadgenOptions {
    * write/unlink): a new immutable version recorded in shardctl.blob_index by the row's own
    * transaction, and a delete that unlinks the name in that transaction (the object is the collector's).
    */
-  blobWrites?: 'direct' | 'index';
+  blobWrites?: BlobWrites;
 }
 
 export interface LoadgenHandle {
@@ -73,9 +73,7 @@ export function startLoadgen(opts: LoadgenOptions): LoadgenHandle {
   const concurrency = Math.max(1, Math.floor(opts.concurrency ?? 4));
   const seed = opts.seed ?? Math.floor(Math.random() * 2 ** 31);
   const grant = opts.grant ?? { tenants: opts.tenants };
-  if (opts.blobWrites !== undefined && opts.blobWrites !== 'direct' && opts.blobWrites !== 'index')
-    throw invalidInput(`blobWrites must be 'direct' or 'index' (got ${String(opts.blobWrites)})`);
-  const indexed = opts.blobWrites === 'index';
+  const indexed = blobWritesOf(opts.blobWrites) === 'index';
   const log = new LogWriter(opts.logFile);
   const byOp = { insert: zeroOutcomes(), update: zeroOutcomes(), delete: zeroOutcomes(), blob_put: zeroOutcomes(), blob_delete: zeroOutcomes() };
   const stats: LoadgenStats = {

@@ -29,6 +29,9 @@ const refs: B.MoveRef[] = [];
 /** S3 commands by name, counted while `counting`. */
 let counts: Record<string, number> = {};
 let counting = false;
+/** The step names and the window blob delta of the last cutover cutoverCounted ran. */
+let lastSteps: string[] = [];
+let lastBlobSync: unknown;
 
 beforeAll(async () => {
   env = await H.inProcessActivities({ router: true, refs, faultPoint: async (name) => void (await at[name]?.()) });
@@ -60,6 +63,8 @@ async function cutoverCounted(ref: { moveId: string; unit: string; source: strin
   try {
     const r = await act.cutover({ ...ref, direction: 'forward', epoch: 1, fenceBudgetMs: 10_000, actor: 'blob-delta-test', deltaToken: token });
     expect(r, JSON.stringify(r)).toMatchObject({ ok: true, newEpoch: 2 });
+    lastSteps = Object.keys(r.steps ?? {});
+    lastBlobSync = r.blobSync;
   } finally {
     counting = false;
     at = {};
@@ -114,6 +119,11 @@ describe('the final blob delta under the fence', () => {
     refs.push(ref);
     const c = await cutoverCounted(ref, token);
     expect(c.ListObjectsV2Command ?? 0, JSON.stringify(c)).toBe(0);
+    // The cutover's steps say which blob delta the window used.
+    expect(lastSteps).toContain('blobs via index');
+    expect(lastSteps).not.toContain('blobs');
+    // doc/0, doc/1, doc/2 (deleted: no row), new/0, doc/5: five names changed since the validation, four objects copied.
+    expect(lastBlobSync).toMatchObject({ via: 'index', objects: 5, copied: 4 });
     expect(copies(c), JSON.stringify(c)).toBe(4);
     // One HEAD per changed name on the target, one on the source per object copied; no GET of any object's bytes.
     expect(c.HeadObjectCommand ?? 0, JSON.stringify(c)).toBeLessThanOrEqual(4 + 4);
@@ -146,6 +156,10 @@ describe('the final blob delta under the fence', () => {
     refs.push(ref);
     const c = await cutoverCounted(ref, token);
     expect(c.ListObjectsV2Command ?? 0, JSON.stringify(c)).toBeGreaterThan(0);
+    expect(lastSteps).toContain('blobs');
+    expect(lastSteps).not.toContain('blobs via index');
+    expect(lastBlobSync).toMatchObject({ via: 'prefix' });
+    expect((lastBlobSync as { objects: number }).objects).toBeGreaterThanOrEqual(7);
     const t = bucketOf(TARGET);
     const keys = (await listBlobs(t.s3, t.bucket, tenantBlobPrefix(tenant))).map((e) => e.key);
     expect(keys).toContain(`${tenantBlobPrefix(tenant)}plain/late.txt`);

@@ -519,6 +519,25 @@ describe('shardctl loadgen (CLI)', () => {
     expect(report.missing.map((f: any) => f.key)).toEqual([victim.key]);
   });
 
+  it('seed --blob-writes index records each blob in the index; an unknown value is refused with exit 2 before anything is written', async () => {
+    const tenant = await newTenant('seed-cli-idx', 'shard-c');
+    const bad = await cli(['seed', tenant, '--rows', '50', '--blobs', '2', '--blob-writes', 'indexed']);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/--blob-writes must be direct or index, got "indexed"/);
+    const docs = async () => Number((await pool('shard-c').query('select count(*) n from public.documents where tenant_id = $1', [tenant])).rows[0].n);
+    expect(await docs()).toBe(0);
+    const ok = await cli(['seed', tenant, '--rows', '50', '--blobs', '3', '--blob-writes', 'index', '--json']);
+    expect(ok.code).toBe(0);
+    expect(JSON.parse(ok.stdout)).toMatchObject({ tenant, blobs: 3 });
+    const idx = await pool('shard-c').query(
+      `select d.blob_key, i.object_key from public.documents d join shardctl.blob_index i on i.tenant_id = d.tenant_id and 'tenants/' || i.tenant_id || '/' || i.name = d.blob_key
+        where d.tenant_id = $1`,
+      [tenant],
+    );
+    expect(idx.rows).toHaveLength(3);
+    for (const r of idx.rows) expect(r.object_key.startsWith(`${r.blob_key}@`)).toBe(true);
+  });
+
   it('refuses an unknown --blob-writes with exit 2 and writes nothing; --blob-writes index logs indexed blob ops that verify accepts', async () => {
     const tenant = await newTenant('lg-cli-idx', 'shard-c');
     const logFile = logPath('cli-idx');
