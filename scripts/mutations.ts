@@ -1088,6 +1088,16 @@ export const MUTATIONS: Mutation[] = [
     testName: 'lists nothing and copies only the objects of index rows changed after the pre-sync',
   },
   {
+    id: 'blob-delta-heads-only-unseen',
+    guarantee:
+      "the cutover's final blob delta makes S3 requests only for objects changed since the sync right before the freeze, not for every name changed since the validation (the window's pause must not grow with the time since the validation)",
+    file: 'lib/blobs/index-delta.ts',
+    from: '    let d = opts.seenAtDestination?.get(row.key);',
+    to: '    let d: BlobEntry | undefined;',
+    testFile: 'test/integration/blob-index-delta.test.ts',
+    testName: 'lists nothing and copies only the objects of index rows changed after the pre-sync',
+  },
+  {
     id: 'fingerprint-keys-lateral-fence',
     guarantee:
       "the cutover's delta fingerprint reads only the rows at the changed keys whatever the target's statistics say (a target fresh from the copy must not hold the tenant frozen past the fence budget)",

@@ -11,7 +11,7 @@ import {
 import { getPlacement } from '../../lib/directory/placements';
 import { replicationNames } from '../../lib/ids';
 import { sameS3Endpoint } from '../../lib/s3';
-import { syncIndexedBlobDelta, type IndexDeltaResult } from '../../lib/blobs/index-delta';
+import { syncIndexedBlobDelta, type IndexDeltaOptions, type IndexDeltaResult } from '../../lib/blobs/index-delta';
 import type { Pool } from 'pg';
 import { shardByName } from '../../lib/config';
 import { z } from 'zod';
@@ -241,7 +241,19 @@ export async function syncUnitBlobs(
   opts: Pick<CopyBlobPrefixOptions, 'onProgress' | 'hashUnchanged' | 'signal'> & { move?: BlobSyncMove } = {},
 ): Promise<CopyBlobPrefixResult> {
   const { move, ...rest } = opts;
-  if (!hasBlobs(unit)) return { manifest: [], copied: 0, skipped: 0, deleted: 0, bytes: 0, objectsRead: 0, outOfBand: [], sourceObjects: 0, unversioned: 0 };
+  if (!hasBlobs(unit))
+    return {
+      manifest: [],
+      copied: 0,
+      skipped: 0,
+      deleted: 0,
+      bytes: 0,
+      objectsRead: 0,
+      outOfBand: [],
+      sourceObjects: 0,
+      unversioned: 0,
+      atDestination: new Map(),
+    };
   const stillSyncing = await blobSyncFence(deps, from, to, unit, move);
   return copyBlobPrefix({
     src: shardBucket(deps, from),
@@ -267,6 +279,7 @@ export async function syncChangedUnitBlobs(
   unit: string,
   names: readonly string[],
   pools: { src: Pool; dst: Pool },
+  seenAtDestination?: IndexDeltaOptions['seenAtDestination'],
 ): Promise<IndexDeltaResult> {
   if (!hasBlobs(unit)) return { referenced: 0, present: 0, copied: 0, bytes: 0, requests: 0, outOfBand: [] };
   const stillSyncing = await blobSyncFence(deps, from, to, unit);
@@ -281,6 +294,7 @@ export async function syncChangedUnitBlobs(
     sameEndpoint: sameS3Endpoint(deps.config, from, to),
     stillSyncing,
     signal: activitySignal(),
+    seenAtDestination,
   });
 }
 

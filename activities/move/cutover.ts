@@ -80,7 +80,8 @@ export function createCutoverActivities(deps: Deps) {
             unitValue: rows.value,
             tables: () => listTenantTables(pools.shardPool(owner), rows.tables),
             syncBlobs: (signal) => syncUnitBlobs(deps, owner, next, ref.unit, { hashUnchanged: false, signal }),
-            syncChangedBlobs: (names) => syncChangedUnitBlobs(deps, owner, next, ref.unit, names, { src: pools.shardPool(owner), dst: pools.shardPool(next) }),
+            syncChangedBlobs: (names, seen) =>
+              syncChangedUnitBlobs(deps, owner, next, ref.unit, names, { src: pools.shardPool(owner), dst: pools.shardPool(next) }, seen),
             unfencedTables: async (side) => (await fenceStatus(pools.shardPool(side === 'owner' ? owner : next), deps.config)).unfenced,
             maxTxBytes: deps.config.limits.applyMaxTxBytes,
             deltaToken: ref.deltaToken,

@@ -87,6 +87,11 @@ export interface CopyBlobPrefixResult {
   /** Source objects listed, and how many of them are not version objects (blob index, ./index-table): 0 of N > 0 is a unit written only through the index. */
   sourceObjects: number;
   unversioned: number;
+  /**
+   * The source's objects at the destination as this sync left them: listed there equal (key, size,
+   * ETag as listed) or copied (the ETag the write returned). Out-of-band and deleted keys are not in it.
+   */
+  atDestination: Map<string, BlobEntry>;
 }
 
 const MAX_ATTEMPTS_PER_KEY = 5;
@@ -125,6 +130,7 @@ export async function copyBlobPrefix(opts: CopyBlobPrefixOptions): Promise<CopyB
   const deleteOpts = { owner: src, signal, beforeBatch: opts.stillSyncing ? () => opts.stillSyncing!() : undefined };
 
   const outOfBand: OutOfBandObject[] = [];
+  const atDestination = new Map<string, BlobEntry>();
   const stats = { copied: 0, skipped: 0, deleted: 0, bytes: 0, objectsRead: 0 };
   const manifest: (ManifestEntry | undefined)[] = new Array(srcList.length);
   const dstRows: LedgerEntry[] = [];
@@ -142,6 +148,7 @@ export async function copyBlobPrefix(opts: CopyBlobPrefixOptions): Promise<CopyB
     const known = ledgerSaysEqual(e, d, r, srcLedger.get(e.key));
     if (known !== false) {
       stats.skipped++;
+      if (d) atDestination.set(e.key, d);
       if (known) manifest[i] = { key: e.key, size: e.size, sha256: known };
       dstRows.push({ ...r!, sha256: known, srcEtag: e.etag, srcSize: e.size });
       continue;
@@ -219,6 +226,7 @@ export async function copyBlobPrefix(opts: CopyBlobPrefixOptions): Promise<CopyB
     });
     if (same) {
       stats.skipped++;
+      atDestination.set(e.key, d!);
       report(e.key, 'skipped');
       const knownSha = srcHash?.sha256 ?? (srcLedger.get(e.key)?.etag === e.etag ? srcLedger.get(e.key)?.sha256 : null) ?? null;
       if (opts.hashUnchanged === false && !knownSha) return { row: row(d!.etag, null) };
@@ -238,6 +246,7 @@ export async function copyBlobPrefix(opts: CopyBlobPrefixOptions): Promise<CopyB
     }
     stats.copied++;
     stats.bytes += srcHash.size;
+    atDestination.set(e.key, { key: e.key, size: srcHash.size, etag: dstEtag });
     report(e.key, 'copied');
     return { m: { key: e.key, size: srcHash.size, sha256: srcHash.sha256 }, row: row(dstEtag, srcHash.sha256) };
   };
@@ -260,6 +269,7 @@ export async function copyBlobPrefix(opts: CopyBlobPrefixOptions): Promise<CopyB
         // Deleted at the source: delete here too, unless the caller's fence, checked after the
         // 404 (so after whatever deleted it), says this direction is no longer ours.
         await deleteKeys(dst, [e.key], deleteOpts);
+        atDestination.delete(e.key);
         forgotten.push(e.key);
         if (dstByKey.has(e.key)) stats.deleted++;
         report(e.key, 'deleted');
@@ -311,5 +321,6 @@ export async function copyBlobPrefix(opts: CopyBlobPrefixOptions): Promise<CopyB
     outOfBand,
     sourceObjects: srcList.length,
     unversioned: srcList.filter((e) => !isVersionKey(e.key)).length,
+    atDestination,
   };
 }

@@ -4,8 +4,9 @@
 // object the source held then; every object written since is a new version key (objects are
 // immutable), referenced by an index row that commits after its upload, so through the stream and
 // into the delta. An object no longer referenced is the collector's on each side, not the delta's.
-// Each referenced object costs one HEAD on the destination and, when missing, one on the source
-// and the copy: the window's S3 requests grow with what changed, not with the tenant.
+// Each referenced object costs one HEAD on the destination (none when the sync before the freeze
+// already saw it there) and, when missing, one on the source and the copy: the window's S3
+// requests grow with what changed since that sync, not with the tenant.
 //
 // Safety: both identity markers are checked (distinct buckets, each its shard's); the caller's
 // fence runs before every write; objects are verified against the index, never re-read for a hash
@@ -16,7 +17,7 @@ import type { Pool } from 'pg';
 import { ShardctlError } from '../errors';
 import { allowConcurrentRequests, forEachLimit } from './concurrency';
 import { indexRowsNamed, type BlobVersion } from './index-table';
-import { headBlob } from './list';
+import { headBlob, type BlobEntry } from './list';
 import { ledgerEntries, outOfBandChange, recordLedger, type LedgerEntry, type OutOfBandObject } from './ledger';
 import { assertBucketOf } from './marker';
 import { DEFAULT_LIMITS, serverCopyObject, streamCopyObject, type BucketRef, type TransferLimits } from './transfer';
@@ -36,6 +37,15 @@ export interface IndexDeltaOptions {
   signal?: AbortSignal;
   /** The caller's fence, run before anything is written to dst. */
   stillSyncing?: () => Promise<void>;
+  /**
+   * Objects the whole-prefix sync right before the freeze saw or put at the destination
+   * (CopyBlobPrefixResult.atDestination): a row's object found there is judged on that entry
+   * instead of a HEAD. Sound because a version key is written once (create-only) and the
+   * destination is not the owner (its collector refuses to run there): what that sync saw is what
+   * a HEAD would see now, short of a deletion behind shardctl's back, which a HEAD made now could
+   * miss just as well a moment later. Absent: every row's object is HEADed.
+   */
+  seenAtDestination?: ReadonlyMap<string, BlobEntry>;
 }
 
 export interface IndexDeltaResult {
@@ -86,8 +96,11 @@ export async function syncIndexedBlobDelta(opts: IndexDeltaOptions): Promise<Ind
   const missing: BlobVersion[] = [];
   await forEachLimit(rows, opts.concurrency ?? 8, async (row) => {
     signal?.throwIfAborted();
-    result.requests++;
-    const d = await headBlob(dst.s3, dst.bucket, row.key, signal);
+    let d = opts.seenAtDestination?.get(row.key);
+    if (!d) {
+      result.requests++;
+      d = await headBlob(dst.s3, dst.bucket, row.key, signal);
+    }
     const mine = dstLedger.get(row.key);
     if (d && mine && mine.etag !== null && outOfBandChange(d, mine) === undefined && d.size === row.size) {
       result.present++;

@@ -34,12 +34,14 @@ export interface LiveCutoverEnv {
   unitValue?: string;
   tables(): Promise<TenantTable[]>;
   /** The whole-prefix blob sync (lib/blobs/copy.ts): before the freeze, and the final delta of a unit not written only through the blob index. */
-  syncBlobs(signal?: AbortSignal): Promise<Pick<CopyBlobPrefixResult, 'sourceObjects' | 'unversioned'> & Partial<Pick<CopyBlobPrefixResult, 'copied'>>>;
+  syncBlobs(
+    signal?: AbortSignal,
+  ): Promise<Pick<CopyBlobPrefixResult, 'sourceObjects' | 'unversioned'> & Partial<Pick<CopyBlobPrefixResult, 'copied' | 'atDestination'>>>;
   /**
    * The final delta of a unit written only through the blob index: the objects its changed index
    * rows name (lib/blobs/index-delta.ts). Absent: the final delta is always the whole-prefix sync.
    */
-  syncChangedBlobs?(names: readonly string[]): Promise<IndexDeltaResult>;
+  syncChangedBlobs?(names: readonly string[], seenAtDestination?: CopyBlobPrefixResult['atDestination']): Promise<IndexDeltaResult>;
   /** Tenant tables of a shard without an enabled fence trigger (the same check as `shards list`). */
   unfencedTables(side: 'owner' | 'next'): Promise<string[]>;
   maxTxBytes: number;
@@ -81,7 +83,7 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
   let finalApply: FinalApply | undefined;
   // What this attempt's whole-prefix sync before the freeze saw at the source: when every object
   // was a version object of the blob index, the final delta is bounded by the changed index rows.
-  let preSynced: Pick<CopyBlobPrefixResult, 'sourceObjects' | 'unversioned'> | undefined;
+  let preSynced: (Pick<CopyBlobPrefixResult, 'sourceObjects' | 'unversioned'> & Partial<Pick<CopyBlobPrefixResult, 'atDestination'>>) | undefined;
   // The final whole-prefix sync, when startFinalBlobSync started it beside the final catch-up.
   let earlyBlobs: { done: Promise<WindowBlobSync>; stop: AbortController } | undefined;
   let windowBlobs: WindowBlobSync | undefined;
@@ -309,7 +311,8 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
       const syncBlobs = async (): Promise<WindowBlobSync> => {
         if (earlyBlobs) return earlyBlobs.done;
         if (!changedBlobs) return prefixSync(await env.syncBlobs());
-        const r = await env.syncChangedBlobs!(changedBlobs);
+        // What the sync right before the freeze saw at the next owner needs no HEAD now (index-delta.ts says why).
+        const r = await env.syncChangedBlobs!(changedBlobs, preSynced?.atDestination);
         env.beat({ step: 'blob delta', names: changedBlobs.length, referenced: r.referenced, copied: r.copied, requests: r.requests });
         return { via: 'index', objects: changedBlobs.length, copied: r.copied, requests: r.requests };
       };

@@ -106,6 +106,11 @@ const copies = (c: Record<string, number>) => (c.CopyObjectCommand ?? 0) + (c.Pu
 describe('the final blob delta under the fence', () => {
   it('for a tenant written only through the blob index, lists nothing and copies only the objects of index rows changed after the pre-sync; the target then serves every acknowledged version', async () => {
     const { tenant, ref, token } = await indexedTenantReady('bd', BLOBS);
+    // After the validation, before the cutover's pre-sync: in the stream's delta, and copied (and
+    // so seen at the target) by the pre-sync, so the window needs no HEAD for them.
+    await router.putBlob(tenant, grantOf(tenant), 'doc/6', 'doc 6 v2');
+    await router.putBlob(tenant, grantOf(tenant), 'doc/7', 'doc 7 v2');
+    await router.putBlob(tenant, grantOf(tenant), 'pre/0', 'pre 0 v1');
     // After the pre-sync (the opened final apply follows it), before the freeze: two overwrites, a delete, a new blob.
     at['after-final-apply-opened'] = async () => {
       await router.putBlob(tenant, grantOf(tenant), 'doc/0', 'doc 0 v2');
@@ -122,13 +127,17 @@ describe('the final blob delta under the fence', () => {
     // The cutover's steps say which blob delta the window used.
     expect(lastSteps).toContain('blobs via index');
     expect(lastSteps).not.toContain('blobs');
-    // doc/0, doc/1, doc/2 (deleted: no row), new/0, doc/5: five names changed since the validation, four objects copied.
-    expect(lastBlobSync).toMatchObject({ via: 'index', objects: 5, copied: 4 });
+    // doc/6, doc/7, pre/0 (before the pre-sync), doc/0, doc/1, doc/2 (deleted: no row), new/0, doc/5:
+    // eight names changed since the validation; four objects copied in the window.
+    expect(lastBlobSync).toMatchObject({ via: 'index', objects: 8, copied: 4 });
     expect(copies(c), JSON.stringify(c)).toBe(4);
-    // One HEAD per changed name on the target, one on the source per object copied; no GET of any object's bytes.
+    // One HEAD on the target per name changed after the pre-sync (not for the three it saw there), one on
+    // the source per object copied; no GET of any object's bytes.
     expect(c.HeadObjectCommand ?? 0, JSON.stringify(c)).toBeLessThanOrEqual(4 + 4);
     const onTarget = await indexOnTarget(tenant);
-    expect(onTarget.size).toBe(BLOBS); // 40 - doc/2 + new/0
+    expect(onTarget.size).toBe(BLOBS + 1); // 40 - doc/2 + new/0 + pre/0
+    expect(onTarget.get('doc/6')).toBe(sha('doc 6 v2'));
+    expect(onTarget.get('pre/0')).toBe(sha('pre 0 v1'));
     expect(onTarget.get('doc/0')).toBe(sha('doc 0 v2'));
     expect(onTarget.get('doc/1')).toBe(sha('doc 1 v2'));
     expect(onTarget.has('doc/2')).toBe(false);
