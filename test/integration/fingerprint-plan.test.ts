@@ -9,7 +9,7 @@ import type { Pool } from 'pg';
 import { randomBytes } from 'node:crypto';
 import { shardPool, closePools } from '../helpers/stack';
 import { listTenantTables, quoteIdent, type TenantTable } from '../../lib/shard/tables';
-import { fingerprintKeysSql, fingerprintTable } from '../../lib/validate/fingerprint';
+import { fingerprintKeysSql, fingerprintTable, fingerprintUnitKeys } from '../../lib/validate/fingerprint';
 
 const SCHEMA = `fpplan_${randomBytes(4).toString('hex')}`;
 const S = quoteIdent(SCHEMA);
@@ -98,5 +98,18 @@ describe('the delta fingerprint under stale statistics', () => {
       [FRESH, some.map((k) => JSON.parse(k)[1])],
     );
     expect(fp.md5).toBe(ref.rows[0].h);
+  });
+
+  it('answers a table with no changed keys as the query would, without a connection', async () => {
+    // What the query says for no keys...
+    const queried = await fingerprintTable(pool, table, 'tenant_id', FRESH, []);
+    expect(queried).toEqual({ table: `${SCHEMA}.docs`, rows: 0, md5: '' });
+    // ...is what the keyed fingerprint answers without asking: a pool that cannot connect is never used.
+    const unusable = { connect: () => Promise.reject(new Error('no connection may be taken for a table without keys')) } as unknown as Pool;
+    expect(await fingerprintUnitKeys(unusable, [table], 'tenant_id', FRESH, new Map())).toEqual([queried]);
+    expect(await fingerprintUnitKeys(unusable, [table], 'tenant_id', FRESH, new Map([[`${SCHEMA}.docs`, []]]))).toEqual([queried]);
+    await expect(fingerprintUnitKeys(unusable, [table], 'tenant_id', FRESH, new Map([[`${SCHEMA}.docs`, freshKeys.slice(0, 1)]]))).rejects.toThrow(
+      /no connection may be taken/,
+    );
   });
 });
