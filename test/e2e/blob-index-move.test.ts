@@ -92,6 +92,9 @@ describe('the blob index moves with the tenant', () => {
         }
         const done = await H.waitPhase(h, 'done', 120_000);
         expect(done.phase).toBe('done');
+        // Written only through the index: the window's blob delta was the changed index rows, not a listing.
+        expect(done.cutoverBlobSync, JSON.stringify(done.cutoverSteps)).toMatchObject({ via: 'index' });
+        expect(done.cutoverSteps).toHaveProperty('blobs via index');
         expect(await H.placement(tenant)).toMatchObject({ shard: 'shard-b', epoch: 2, state: 'active' });
 
         expect(writes, 'blob writes through the move').toBeGreaterThan(10);

@@ -86,6 +86,8 @@ describe('shardctl move throttle, move watch and audit on a real move', () => {
       expect(await acceptedThrottles(h)).toBe(1);
 
       const done = await H.waitPhase(h, 'done', 200_000);
+      // Its one blob was put directly (not through the index): the window listed the prefix.
+      expect(done.cutoverBlobSync).toMatchObject({ via: 'prefix', objects: 1, copied: 0 });
       // Table copies scheduled after the throttle run unlimited; those before, at the start rate.
       const copies = await scheduledActivityInputs(h, 'copyTable');
       const after = copies.filter((c) => c.updatesBefore.includes('throttle'));
