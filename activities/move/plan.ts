@@ -20,10 +20,10 @@ import { runCutover } from '../../lib/cutover/steps';
 import { freezeLease } from '../../lib/cutover/lease';
 import { dryRunCutoverSteps } from '../../lib/cutover/dry-run';
 import { moveIdFor } from '../../lib/ids';
-import { rowsOf, unitTables, parse, typed, activityRunId, shardBucket } from './context';
+import { rowsOf, unitTables, parse, typed, activityRunId, shardBucket, hasBlobs, activitySignal } from './context';
 import type { UnitRows } from '../../lib/unit-rows';
 import { bucketTableProblems } from '../../lib/shard/datasets';
-import { assertBucketOf, sharedBucketProblems } from '../../lib/blobs';
+import { assertBucketOf, blobCensus, sharedBucketProblems, tenantBlobPrefix, type BlobCensus } from '../../lib/blobs';
 import { shardByName } from '../../lib/config';
 import { ShardctlError } from '../../lib/errors';
 import { reserveHeadroom } from '../../lib/directory/reservations';
@@ -58,6 +58,8 @@ export interface PlanResult {
   cutoverSteps?: string[];
   /** How long the table copies should take, from the throughput earlier moves measured (`move.copied` audit entries). */
   copyEstimate?: CopyEstimate;
+  /** A tenant's objects on the source (a bounded listing), and which final blob delta the cutover's window will use. */
+  blobs?: BlobCensus;
 }
 
 function tableKey(t: TenantTable) {
@@ -219,7 +221,9 @@ export function createPlanActivities(deps: Deps) {
         await runCutover(dry.steps, plan, { faultPoint: async () => {}, now: () => 0 });
         const total = { rows: tables.reduce((n, t) => n + t.rowsEstimated, 0), bytes: tables.reduce((n, t) => n + (t.bytesEstimated ?? 0), 0) };
         const copyEstimate = estimateCopy(total, await measuredCopies(deps.directoryPool()), deps.config.limits.rowsPerSecond);
-        return { ok: true, reasons, ...base, tables, cutoverSteps: dry.log, copyEstimate };
+        const source = shardBucket(deps, p.shard);
+        const blobs = hasBlobs(unit) ? await blobCensus(source.s3, source.bucket, tenantBlobPrefix(unit), { signal: activitySignal() }) : undefined;
+        return { ok: true, reasons, ...base, tables, cutoverSteps: dry.log, copyEstimate, ...(blobs ? { blobs } : {}) };
       });
     },
 

@@ -114,12 +114,22 @@ export function parseRowsPerSecond(v: unknown): number {
   return n;
 }
 
+/** The plan's blob line: what the source holds, and which final blob delta the write pause will carry. */
+export function formatBlobCensus(b: NonNullable<PlanResult['blobs']>): string {
+  const counted = `${b.truncated ? 'at least ' : ''}${b.objects} object(s), ≈ ${formatBytes(b.bytes)}`;
+  if (b.objects === 0) return `blobs: none yet; the cutover's final blob delta lists the (empty) prefix`;
+  if (b.windowDelta === 'index')
+    return `blobs: ${counted}, every one${b.truncated ? ` of the first ${b.objects}` : ''} written through the blob index; the cutover's final blob delta is the index rows changed since the last sync`;
+  return `blobs: ${counted}, ${b.unversioned} not written through the blob index; the cutover's final blob delta lists the whole prefix inside the write pause (its cost grows with the objects; docs/architecture.md, "Migrating to the index")`;
+}
+
 function printPlan(tenant: string, to: string, p: PlanResult) {
   const lines = [`plan: move ${tenant} from ${p.source || '?'} (epoch ${p.epoch}) to ${to} — ${p.ok ? 'ready' : 'REFUSED'}`];
   for (const r of p.reasons) lines.push(`  refused: ${r}`);
   for (const t of p.tables)
     lines.push(`  copy ${t.table.padEnd(28)} ${t.rowsEstimated} rows${t.bytesEstimated !== undefined ? `, ≈ ${formatBytes(t.bytesEstimated)}` : ''}`);
   if (p.copyEstimate) lines.push(`  ${formatCopyEstimate(p.copyEstimate, formatDurationSeconds)}`);
+  if (p.blobs) lines.push(`  ${formatBlobCensus(p.blobs)}`);
   if (p.cutoverSteps?.length) {
     lines.push('  then catch up until the lag is below the threshold, validate every row and blob, and cut over:');
     p.cutoverSteps.forEach((s, i) => lines.push(`    ${i + 1}. ${s}`));
@@ -256,7 +266,7 @@ export function register(program: Command) {
   examples(
     plan,
     'move plan --tenant acme --to shard-c',
-    'move plan --tenant acme --to shard-c --json   # {ok, reasons, source, epoch, moveId, tables: [{table, rowsEstimated, bytesEstimated}], cutoverSteps, copyEstimate}',
+    'move plan --tenant acme --to shard-c --json   # {ok, reasons, source, epoch, moveId, tables: [{table, rowsEstimated, bytesEstimated}], cutoverSteps, copyEstimate, blobs}',
   );
 
   const status = move

@@ -4,6 +4,7 @@ export { tenantBlobPrefix, assertTenantBlobPrefix } from './prefix';
 export { compareBlobManifests, manifestsEqual } from './manifest';
 export type { ManifestEntry, BlobManifestDiff, BlobDifference } from './manifest';
 export { listBlobs } from './list';
+export { blobCensus, CENSUS_MAX_OBJECTS, type BlobCensus } from './census';
 export type { BlobEntry } from './list';
 export { hashObject, manifestOf } from './hash';
 export { copyBlobPrefix } from './copy';

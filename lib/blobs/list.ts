@@ -18,7 +18,13 @@ export function isContentEtag(etag: string): boolean {
   return /^[0-9a-f]{32}$/i.test(etag);
 }
 
-export async function listBlobs(s3: S3Client, bucket: string, prefix: string, opts: { pageSize?: number; signal?: AbortSignal } = {}): Promise<BlobEntry[]> {
+/** Every object under `prefix`; with `maxObjects`, stops once it has at least that many (whole pages: it may return more). */
+export async function listBlobs(
+  s3: S3Client,
+  bucket: string,
+  prefix: string,
+  opts: { pageSize?: number; signal?: AbortSignal; maxObjects?: number } = {},
+): Promise<BlobEntry[]> {
   const out: BlobEntry[] = [];
   let token: string | undefined;
   do {
@@ -32,7 +38,7 @@ export async function listBlobs(s3: S3Client, bucket: string, prefix: string, op
     }
     token = page.IsTruncated ? page.NextContinuationToken : undefined;
     if (page.IsTruncated && !token) throw new Error(`ListObjectsV2 on ${bucket}/${prefix} truncated without a continuation token`);
-  } while (token);
+  } while (token && !(opts.maxObjects !== undefined && out.length >= opts.maxObjects));
   return out;
 }
 

@@ -128,12 +128,12 @@ export async function newTenant(shard: string, prefix = 't'): Promise<string> {
   return tenant;
 }
 
-export async function seed(tenant: string, rows: number, blobs: number) {
+export async function seed(tenant: string, rows: number, blobs: number, blobWrites: 'direct' | 'index' = 'direct') {
   const config = testConfig();
   const router = await Router.create(config);
   const deps = createDeps(config);
   try {
-    return await seedTenant({ router, s3For: (s) => deps.s3For(s), config, tenant, rows, blobs });
+    return await seedTenant({ router, s3For: (s) => deps.s3For(s), config, tenant, rows, blobs, blobWrites });
   } finally {
     await router.close();
     await deps.close();

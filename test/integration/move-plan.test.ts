@@ -6,7 +6,10 @@ import { execFile } from 'node:child_process';
 import path from 'node:path';
 import { WorkflowNotFoundError } from '@temporalio/client';
 import { prepareStack, newTenant, seed, replicationLeftovers, temporal } from '../helpers/move';
-import { shardPool, directoryPool, closePools, uniq } from '../helpers/stack';
+import { shardPool, directoryPool, closePools, uniq, testConfig } from '../helpers/stack';
+import { createDeps } from '../../activities/deps';
+import { shardBucket } from '../../activities/move/context';
+import { blobCensus, tenantBlobPrefix } from '../../lib/blobs';
 import { moveWorkflowId } from '../../lib/ids';
 import { replicationCapacity } from '../../lib/shard/replication-capacity';
 import { getPlacement } from '../../lib/directory/placements';
@@ -50,6 +53,38 @@ describe('shardctl move plan', () => {
     expect(await getUnitFence(src, tenant)).toEqual(before.fence);
     expect(await replicationLeftovers(`${tenant}.`)).toEqual([]);
     expect(await getUnitFence(shardPool('shard-b'), tenant)).toBeUndefined();
+  });
+
+  it('says which final blob delta the cutover will use: the whole prefix for objects put directly, the index rows for a tenant written only through the index', async () => {
+    // The shared tenant's two blobs were put directly (seed's default).
+    const direct = JSON.parse((await cli('move', 'plan', '--tenant', tenant, '--to', 'shard-b', '--json')).stdout);
+    expect(direct.blobs).toMatchObject({ objects: 2, unversioned: 2, truncated: false, windowDelta: 'prefix' });
+    expect(direct.blobs.bytes).toBeGreaterThan(0);
+    const text = await cli('move', 'plan', '--tenant', tenant, '--to', 'shard-b');
+    expect(text.stdout).toMatch(/blobs: 2 object\(s\), ≈ .+, 2 not written through the blob index; the cutover's final blob delta lists the whole prefix/);
+    const indexed = await newTenant('shard-a', 'planix');
+    await seed(indexed, 30, 3, 'index');
+    const viaIndex = await cli('move', 'plan', '--tenant', indexed, '--to', 'shard-b', '--json');
+    expect(JSON.parse(viaIndex.stdout).blobs).toMatchObject({ objects: 3, unversioned: 0, truncated: false, windowDelta: 'index' });
+    const bare = await newTenant('shard-a', 'plan0');
+    const none = JSON.parse((await cli('move', 'plan', '--tenant', bare, '--to', 'shard-b', '--json')).stdout);
+    expect(none.blobs).toMatchObject({ objects: 0, windowDelta: 'prefix' });
+    expect((await cli('move', 'plan', '--tenant', bare, '--to', 'shard-b')).stdout).toContain(
+      "blobs: none yet; the cutover's final blob delta lists the (empty) prefix",
+    );
+  });
+
+  it('counts at most its bound of objects and says so', async () => {
+    const config = testConfig();
+    const deps = createDeps(config);
+    try {
+      const b = shardBucket(deps, 'shard-a');
+      const prefix = tenantBlobPrefix(tenant);
+      expect(await blobCensus(b.s3, b.bucket, prefix, { maxObjects: 1 })).toMatchObject({ objects: 1, unversioned: 1, truncated: true, windowDelta: 'prefix' });
+      expect(await blobCensus(b.s3, b.bucket, prefix, { maxObjects: 2 })).toMatchObject({ objects: 2, truncated: false });
+    } finally {
+      await deps.close();
+    }
   });
 
   it('refuses with exit 4 and the reason when the tenant is already on the target', async () => {
