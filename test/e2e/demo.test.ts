@@ -43,12 +43,14 @@ function startDemo(opts: { durationS: number; ownGroup?: boolean }) {
   };
   const demo = spawnCollecting('bash', ['scripts/demo.sh'], { cwd: ROOT, env, detached: !!opts.ownGroup });
   // Watch what runs under the demo while it runs: proves the scan sees its worker and loadgen.
-  const seen = new Map<number, string>();
+  // Every (pid, command line) ever seen is kept: a process caught as it exits reads an empty
+  // /proc/<pid>/cmdline, and must not overwrite what an earlier scan saw it run.
+  const seen = new Set<string>();
   const timer = setInterval(() => {
-    for (const p of markedProcesses(mark)) seen.set(p.pid, p.cmdline);
+    for (const p of markedProcesses(mark)) if (p.cmdline) seen.add(`${p.pid}\0${p.cmdline}`);
   }, 200);
   void demo.exited.then(() => clearInterval(timer));
-  const seenMatching = (re: RegExp) => [...seen.values()].filter((c) => re.test(c));
+  const seenMatching = (re: RegExp) => [...seen].map((s) => s.slice(s.indexOf('\0') + 1)).filter((c) => re.test(c));
   return { demo, mark, seenMatching };
 }
 
