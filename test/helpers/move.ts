@@ -21,6 +21,8 @@ import { phaseReached, isTerminal, Phase } from '../../workflows/phases';
 import { listTenantTables } from '../../lib/shard/tables';
 import { fingerprintUnit, TableFingerprint } from '../../lib/validate/fingerprint';
 import type { LiveCutoverEnv } from '../../lib/cutover/live';
+import type { CutoverPlan } from '../../lib/cutover/steps';
+import type { FreezeLease } from '../../lib/cutover/lease';
 import { shardByName } from '../../lib/config';
 
 let prepared: Promise<void> | undefined;
@@ -220,6 +222,21 @@ export async function fingerprint(shard: string, tenant: string): Promise<TableF
 export async function rowCount(shard: string, tenant: string): Promise<number> {
   const f = await fingerprint(shard, tenant);
   return f.reduce((n, t) => n + t.rows, 0);
+}
+
+/** A forward cutover plan of `tenant` at epoch 1, owner to next, for driving the live steps by hand. */
+export function forwardCutoverPlan(tenant: string, o: { owner: string; next: string; fenceBudgetMs: number; lease: FreezeLease; actor: string }): CutoverPlan {
+  return {
+    unit: tenant,
+    moveId: `${tenant}.e1`,
+    owner: o.owner,
+    next: o.next,
+    epoch: 1,
+    direction: 'forward',
+    fenceBudgetMs: o.fenceBudgetMs,
+    lease: o.lease,
+    actor: o.actor,
+  };
 }
 
 /** The live cutover's environment on the test stack's pools, without tables or blobs: for driving its steps by hand. */

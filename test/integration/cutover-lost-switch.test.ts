@@ -37,19 +37,8 @@ function gate() {
   return { hook, atGate, release };
 }
 
-function planFor(tenant: string): CutoverPlan {
-  return {
-    unit: tenant,
-    moveId: `${tenant}.e1`,
-    owner: OWNER,
-    next: NEXT,
-    epoch: 1,
-    direction: 'forward',
-    fenceBudgetMs: 5000,
-    lease: freezeLease(5000, 3000),
-    actor: 'lost-switch-test',
-  };
-}
+const planFor = (tenant: string): CutoverPlan =>
+  H.forwardCutoverPlan(tenant, { owner: OWNER, next: NEXT, fenceBudgetMs: 5000, lease: freezeLease(5000, 3000), actor: 'lost-switch-test' });
 
 /** The early attempt freezes, the late one takes the freeze over; both are then free to switch. */
 async function takenOver(tenant: string, early: LiveCutoverEnv, late: LiveCutoverEnv) {

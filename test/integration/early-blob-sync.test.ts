@@ -28,17 +28,8 @@ async function until(ok: () => boolean, boundMs: number): Promise<void> {
   }
 }
 
-const planFor = (tenant: string): CutoverPlan => ({
-  unit: tenant,
-  moveId: `${tenant}.e1`,
-  owner: OWNER,
-  next: NEXT,
-  epoch: 1,
-  direction: 'forward',
-  fenceBudgetMs: 2000,
-  lease: { leaseMs: 5000, switchWithinMs: 4000 },
-  actor: 'early-blob-test',
-});
+const planFor = (tenant: string): CutoverPlan =>
+  H.forwardCutoverPlan(tenant, { owner: OWNER, next: NEXT, fenceBudgetMs: 2000, lease: { leaseMs: 5000, switchWithinMs: 4000 }, actor: 'early-blob-test' });
 
 /** A blob sync that runs until released or aborted, recording its calls. */
 function heldSync() {
@@ -66,16 +57,22 @@ function heldSync() {
   return { calls, syncBlobs, release, ended: () => ended, stoppedAt: () => stoppedAt, setTenant: (t: string) => (tenant = t) };
 }
 
+/** A unit frozen and fenced by the live steps, its final whole-prefix sync (a held one) started. */
+async function fencedWithEarlySync(prefix: string) {
+  const tenant = await H.newTenant(OWNER, prefix);
+  const sync = heldSync();
+  sync.setTenant(tenant);
+  const s = liveCutoverSteps(planFor(tenant), { ...H.bareCutoverEnv(OWNER, NEXT), syncBlobs: sync.syncBlobs });
+  expect(await s.freeze(await s.standing())).toEqual({ ok: true });
+  expect(await s.raiseFence(1000)).toEqual({ ok: true });
+  s.startFinalBlobSync();
+  await until(() => sync.calls.length === 1, 5000);
+  return { tenant, s, sync };
+}
+
 describe('the early final blob sync', () => {
   it('starts right after the fence for a unit with objects outside the index, and compare waits for it', async () => {
-    const tenant = await H.newTenant(OWNER, 'eb');
-    const sync = heldSync();
-    sync.setTenant(tenant);
-    const s = liveCutoverSteps(planFor(tenant), { ...H.bareCutoverEnv(OWNER, NEXT), syncBlobs: sync.syncBlobs });
-    expect(await s.freeze(await s.standing())).toEqual({ ok: true });
-    expect(await s.raiseFence(1000)).toEqual({ ok: true });
-    s.startFinalBlobSync();
-    await until(() => sync.calls.length === 1, 5000);
+    const { s, sync } = await fencedWithEarlySync('eb');
     expect(sync.calls[0].startedWhileFenced).toBe(true);
     const parts: string[] = [];
     const compared = s.compare((p) => parts.push(p));
@@ -90,14 +87,7 @@ describe('the early final blob sync', () => {
   });
 
   it('an attempt that unfreezes stops its running sync and waits for it to end', async () => {
-    const tenant = await H.newTenant(OWNER, 'ea');
-    const sync = heldSync();
-    sync.setTenant(tenant);
-    const s = liveCutoverSteps(planFor(tenant), { ...H.bareCutoverEnv(OWNER, NEXT), syncBlobs: sync.syncBlobs });
-    expect(await s.freeze(await s.standing())).toEqual({ ok: true });
-    expect(await s.raiseFence(1000)).toEqual({ ok: true });
-    s.startFinalBlobSync();
-    await until(() => sync.calls.length === 1, 5000);
+    const { tenant, s, sync } = await fencedWithEarlySync('ea');
     expect(await s.unfreeze('the apply did not reach the fence point')).toBe('unfrozen');
     const returnedAt = Date.now();
     expect(sync.calls[0].signal?.aborted).toBe(true);

@@ -41,9 +41,8 @@ async function untilLeaseRunsOut(shard: string, tenant: string, boundMs: number)
 
 const env = () => H.bareCutoverEnv(OWNER, NEXT);
 
-function planFor(tenant: string, lease: FreezeLease): CutoverPlan {
-  return { unit: tenant, moveId: `${tenant}.e1`, owner: OWNER, next: NEXT, epoch: 1, direction: 'forward', fenceBudgetMs: 1000, lease, actor: 'lease-test' };
-}
+const planFor = (tenant: string, lease: FreezeLease): CutoverPlan =>
+  H.forwardCutoverPlan(tenant, { owner: OWNER, next: NEXT, fenceBudgetMs: 1000, lease, actor: 'lease-test' });
 
 describe('freeze lease on the source shard', () => {
   it("a freeze whose lease has run out lets writes at the owner's epoch pass again, and still refuses a stale epoch", async () => {

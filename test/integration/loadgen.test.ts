@@ -58,6 +58,22 @@ async function newTenant(prefix: string, shard: string): Promise<string> {
 }
 
 const logPath = (name: string) => path.join(tmp, `${uniq(name)}.jsonl`);
+
+/** Four seconds of mostly writes on one tenant: long enough for many blob puts, overwrites and deletes. */
+const blobHeavyLoad = (tenant: string, logFile: string, blobWrites: 'direct' | 'index') =>
+  runLoadgen({
+    config,
+    router,
+    s3For: deps.s3For,
+    tenants: [tenant],
+    rate: 150,
+    durationMs: 4000,
+    logFile,
+    concurrency: 2,
+    seed: 12,
+    readFraction: 0.1,
+    blobWrites,
+  });
 const bucketOf = (shard: string) => config.shards.find((s) => s.name === shard)!.bucket;
 
 /** The data plane's way in: replica role skips the fence trigger, as copy/apply do. */
@@ -136,18 +152,7 @@ describe('loadgen and verify', () => {
     const tenant = await newTenant('lg-blobs', 'shard-b');
     const logFile = logPath('blobs');
     // Documents only take blob ops on keys they hold; a long enough run makes many of each.
-    const stats = await runLoadgen({
-      config,
-      router,
-      s3For: deps.s3For,
-      tenants: [tenant],
-      rate: 150,
-      durationMs: 4000,
-      logFile,
-      concurrency: 2,
-      seed: 12,
-      readFraction: 0.1,
-    });
+    const stats = await blobHeavyLoad(tenant, logFile, 'direct');
     expect(stats.writes).toMatchObject({ refused: 0, unknown: 0 });
     const records = readLog(logFile);
     const overwrites = records.filter((r) => r.op === 'blob_put' && r.replaces);
@@ -194,19 +199,7 @@ describe('loadgen and verify', () => {
     // The seed's documents name their blobs; the index holds a version object for each name.
     expect((await indexRows()).map((r) => `tenants/${tenant}/${r.name}`)).toEqual([...seeded.blobKeys].sort());
     const logFile = logPath('index');
-    const stats = await runLoadgen({
-      config,
-      router,
-      s3For: deps.s3For,
-      tenants: [tenant],
-      rate: 150,
-      durationMs: 4000,
-      logFile,
-      concurrency: 2,
-      seed: 12,
-      readFraction: 0.1,
-      blobWrites: 'index',
-    });
+    const stats = await blobHeavyLoad(tenant, logFile, 'index');
     expect(stats.writes).toMatchObject({ refused: 0, unknown: 0 });
     const records = readLog(logFile);
     const puts = records.filter((r) => r.op === 'blob_put' && r.status === 'ack');
