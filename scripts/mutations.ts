@@ -526,6 +526,15 @@ export const MUTATIONS: Mutation[] = [
     testName: 'with Temporal down calls no slot an orphan',
   },
   {
+    id: 'doctor-disabled-fence-trigger',
+    guarantee: 'a tenant table whose fence trigger is disabled counts as unfenced: doctor reports it, and plan and cutover refuse it (§3, issue 12)',
+    file: 'lib/shard/prepare.ts',
+    from: "and tg.tgtype = wanted.type and tg.tgenabled = 'O' and tg.tgqual is not null",
+    to: 'and tg.tgtype = wanted.type and tg.tgqual is not null',
+    testFile: 'test/integration/doctor.test.ts',
+    testName: 'fence trigger is disabled, fixed by shards prepare',
+  },
+  {
     id: 'config-shared-bucket',
     guarantee: 'a config naming one bucket for two shards (any loopback spelling, case, default port) is refused at start-up (issue 15)',
     file: 'lib/config.ts',

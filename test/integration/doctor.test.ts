@@ -225,27 +225,43 @@ describe('shardctl doctor', () => {
     expect(await H.tryWrite('shard-a', tenant, 1)).toBe('ok');
   });
 
-  it('reports a tenant table without the fence trigger, fixed by shards prepare', async () => {
+  it('reports a tenant table without the fence trigger, fixed by shards prepare', () => unfencedTableFixedByPrepare('missing'));
+  it('reports a tenant table whose fence trigger is disabled, fixed by shards prepare', () => unfencedTableFixedByPrepare('disabled'));
+
+  async function unfencedTableFixedByPrepare(how: 'missing' | 'disabled') {
     // In a schema of its own, named only in this test's config: every suite prepares the shared
     // stack's shards, and a concurrent prepare would fence a table in public before doctor looks.
     const schema = `doc_${uniq('s').replace(/-/g, '_')}`;
     const base = testConfig();
     const cfg = configFile({ ...base, tenant: { ...base.tenant, schemas: [...base.tenant.schemas, schema] } });
-    await shardPool('shard-c').query(
-      `create schema ${schema}; create table ${schema}.t (tenant_id text not null, id int not null, primary key (tenant_id, id))`,
-    );
+    const shard = shardPool('shard-c');
+    const prepare = async () => {
+      const prep = await runCli(['--config', cfg.file, 'shards', 'prepare', '--shard', 'shard-c']);
+      expect(prep.code, prep.stdout + prep.stderr).toBe(0);
+    };
+    // The trigger's state as pg_trigger holds it: 'O' fires for ordinary writers, 'D' never.
+    const fenceTrigger = async () =>
+      (await shard.query(`select tgenabled from pg_trigger where tgrelid = $1::regclass and tgname = 'shardctl_fence'`, [`${schema}.t`])).rows[0]?.tgenabled;
+    await shard.query(`create schema ${schema}; create table ${schema}.t (tenant_id text not null, id int not null, primary key (tenant_id, id))`);
     try {
+      if (how === 'disabled') {
+        await prepare();
+        await shard.query(`alter table ${schema}.t disable trigger shardctl_fence`);
+        expect(await fenceTrigger()).toBe('D');
+      } else {
+        expect(await fenceTrigger()).toBeUndefined();
+      }
       const f = (await doctor('--config', cfg.file)).findings.find((x) => x.id === 'unfenced-tables:shard-c')!;
       expect(f?.message).toContain(`${schema}.t`);
       expect(f.fix).toBe('shardctl shards prepare --shard shard-c');
-      const prep = await runCli(['--config', cfg.file, 'shards', 'prepare', '--shard', 'shard-c']);
-      expect(prep.code, prep.stdout + prep.stderr).toBe(0);
+      await prepare();
+      expect(await fenceTrigger()).toBe('O');
       expect(ids((await doctor('--config', cfg.file)).findings)).not.toContain('unfenced-tables:shard-c');
     } finally {
-      await shardPool('shard-c').query(`drop schema ${schema} cascade`);
+      await shard.query(`drop schema ${schema} cascade`);
       cfg.remove();
     }
-  });
+  }
 
   it('reports an unreachable shard, and with Temporal down calls no slot an orphan', async () => {
     const unit = uniq('orph');
