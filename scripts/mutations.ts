@@ -535,6 +535,15 @@ export const MUTATIONS: Mutation[] = [
     testName: 'fence trigger is disabled, fixed by shards prepare',
   },
   {
+    id: 'move-target-not-open',
+    guarantee: 'move plan and move start refuse a target the directory keeps draining or closed, with its status, and start nothing (issue 12)',
+    file: 'lib/directory/choose.ts',
+    from: "if (s.status !== 'open') reasons.push(`target ${s.name} is ${s.status}, not open`);",
+    to: '// (mutated: the target status is not checked)',
+    testFile: 'test/integration/move-plan-target.test.ts',
+    testName: 'refuses a draining target with exit 4',
+  },
+  {
     id: 'config-shared-bucket',
     guarantee: 'a config naming one bucket for two shards (any loopback spelling, case, default port) is refused at start-up (issue 15)',
     file: 'lib/config.ts',
