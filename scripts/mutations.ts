@@ -544,6 +544,15 @@ export const MUTATIONS: Mutation[] = [
     testName: 'refuses a draining target with exit 4',
   },
   {
+    id: 'plan-target-slot-capacity',
+    guarantee: "move plan refuses a target whose server has no free replication slot for the soak's reverse slot (issue 12)",
+    file: 'activities/move/plan.ts',
+    from: "...replicationCapacityProblems(target, 'target', capTarget));",
+    to: ');',
+    testFile: 'test/integration/move-plan-target.test.ts',
+    testName: 'refuses a target whose server has no free replication slot',
+  },
+  {
     id: 'config-shared-bucket',
     guarantee: 'a config naming one bucket for two shards (any loopback spelling, case, default port) is refused at start-up (issue 15)',
     file: 'lib/config.ts',
