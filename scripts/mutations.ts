@@ -553,6 +553,15 @@ export const MUTATIONS: Mutation[] = [
     testName: 'refuses a target whose server has no free replication slot',
   },
   {
+    id: 'blob-sync-freeze-token',
+    guarantee: "a cutover's blob sync stops once the freeze it started under is over (unfrozen or taken over): it copies and deletes nothing more (issue 15)",
+    file: 'activities/move/context.ts',
+    from: 'if (p0.freezeToken && p.freezeToken !== p0.freezeToken) {',
+    to: 'if (false) {',
+    testFile: 'test/integration/stale-blob-sync.test.ts',
+    testName: 'stops once a later attempt took the freeze over',
+  },
+  {
     id: 'config-shared-bucket',
     guarantee: 'a config naming one bucket for two shards (any loopback spelling, case, default port) is refused at start-up (issue 15)',
     file: 'lib/config.ts',

@@ -181,7 +181,9 @@ export interface BlobSyncMove {
 /**
  * The fence of a blob sync from `from` to `to`: it starts only while the directory shows `from`
  * as the owner, and the check it returns throws once the directory no longer shows `from` at that
- * same epoch, or (given the move) the move's slot for this direction is gone. Run after the
+ * same epoch, or no longer under the same freeze when it started under one (a cutover's own sync:
+ * an attempt that unfroze, or whose freeze a later attempt took over, has no business syncing), or
+ * (given the move) the move's slot for this direction is gone. Run after the
  * observation that justifies a delete, it keeps a sync Temporal gave up on (heartbeat timeout, a
  * partitioned worker) from deleting anything from the bucket that owns the unit again after a
  * rollback: whatever made the object vanish from the source after the switch back (the rollback
@@ -222,6 +224,15 @@ export async function blobSyncFence(deps: Deps, from: string, to: string, unit: 
         'PreconditionFailed',
         `blob sync of ${unit} from ${from} to ${to} stopped: it started while ${from} owned the unit at epoch ${p0.epoch}; now the directory shows ` +
           `${p ? `${p.shard} epoch ${p.epoch} ${p.state}` : 'no placement'}: nothing more is copied or deleted`,
+      );
+    }
+    // Started under a freeze: only that freeze (its token) may go on. A sync started before any
+    // freeze is not stopped by one: the owner and epoch it mirrors are still the directory's.
+    if (p0.freezeToken && p.freezeToken !== p0.freezeToken) {
+      throw new ShardctlError(
+        'PreconditionFailed',
+        `blob sync of ${unit} from ${from} to ${to} stopped: it started under freeze ${p0.freezeToken}; now the directory shows ` +
+          `${p.freezeToken ? `freeze ${p.freezeToken}` : `no freeze (${p.state})`}: nothing more is copied or deleted`,
       );
     }
   };

@@ -3,7 +3,8 @@
 // owned the tenant again, every key it could no longer find on its old source. Here the stale sync
 // is a real copyBlobs activity whose reads of the source bucket are held at the S3 client while a
 // real rollback (reverse cutover, then its clean-up) runs; released, it must delete nothing.
-// And a sync stops at its activity's cancellation signal, copying nothing more.
+// And a sync stops at its activity's cancellation signal, copying nothing more; a cutover's sync
+// started under a freeze stops once that freeze is over (unfrozen, or taken over by a later attempt).
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import type { S3Client } from '@aws-sdk/client-s3';
 import { shardPool } from '../helpers/stack';
@@ -12,6 +13,7 @@ import { createActivities } from '../../activities';
 import { Deps } from '../../activities/deps';
 import { syncUnitBlobs } from '../../activities/move/context';
 import * as B from '../helpers/blobs';
+import { compareAndSetPlacement } from '../../lib/directory/placements';
 
 const SOURCE = 'shard-a';
 const TARGET = 'shard-b';
@@ -108,6 +110,54 @@ describe('a blob sync Temporal gave up on', () => {
     expect(outcome).toBeInstanceOf(Error);
     expect((outcome as Error).message).toMatch(/stopped: move .* dropped its forward slot/);
   });
+
+  it('started under a freeze, stops once that attempt unfroze the unit and copies nothing more', () => stopsAfterItsFreeze('unfrozen'));
+  it('started under a freeze, stops once a later attempt took the freeze over and copies nothing more', () => stopsAfterItsFreeze('taken over'));
+
+  /** A cutover's blob sync (no move: the cutover passes none) held mid-read while its freeze ends. */
+  async function stopsAfterItsFreeze(how: 'unfrozen' | 'taken over') {
+    const tenant = await H.newTenant(SOURCE, 'frz');
+    await B.putDirect(deps.s3For(SOURCE), SOURCE, tenant, 20, 'docs');
+    const dir = deps.directoryPool();
+    const audit = { actor: 'stale-sync-test', action: 'test.freeze' };
+    const moveId = `${tenant}.e1.test`;
+    const frozen = await compareAndSetPlacement(
+      dir,
+      tenant,
+      { shard: SOURCE, epoch: 1, state: 'active' },
+      { shard: SOURCE, state: 'moving', moveId, freezeToken: 'attempt-1' },
+      audit,
+    );
+    expect(frozen.ok).toBe(true);
+    const held = heldReads(SOURCE);
+    const sync = syncUnitBlobs(withClient(SOURCE, held.s3), SOURCE, TARGET, tenant, { hashUnchanged: false }).then(
+      () => 'finished',
+      (e: Error) => e,
+    );
+    await held.reads;
+    const expectFrozen = { shard: SOURCE, epoch: 1, state: 'moving' as const, freezeToken: 'attempt-1' };
+    const next =
+      how === 'unfrozen'
+        ? { shard: SOURCE, state: 'active' as const, moveId: null }
+        : { shard: SOURCE, state: 'moving' as const, moveId, freezeToken: 'attempt-2' };
+    expect((await compareAndSetPlacement(dir, tenant, expectFrozen, next, audit)).ok).toBe(true);
+    held.release();
+    const outcome = await sync;
+    expect(await keysOn(TARGET, tenant)).toEqual([]);
+    expect(outcome).toBeInstanceOf(Error);
+    expect((outcome as Error).message).toMatch(/stopped: it started under freeze attempt-1; now the directory shows /);
+    // The taken-over freeze is left to no attempt: unfrozen, the tenant is the other suites' to ignore.
+    if (how === 'taken over') {
+      const unfreeze = await compareAndSetPlacement(
+        dir,
+        tenant,
+        { ...expectFrozen, freezeToken: 'attempt-2' },
+        { shard: SOURCE, state: 'active', moveId: null },
+        audit,
+      );
+      expect(unfreeze.ok).toBe(true);
+    }
+  }
 
   it("stops at its activity's cancellation signal and copies nothing more", async () => {
     const tenant = await H.newTenant(SOURCE, 'abort');
