@@ -562,6 +562,25 @@ export const MUTATIONS: Mutation[] = [
     testName: 'stops once a later attempt took the freeze over',
   },
   {
+    id: 'doctor-reports-deletes',
+    guarantee: "doctor reports objects deleted behind shardctl's back from a non-owner's bucket (the way back), as retire refuses them (issue 15)",
+    file: 'lib/blobs/ledger.ts',
+    from: "if (rest.every((l) => l.get(key)?.etag === row.etag)) out.push({ key, change: 'deleted' });",
+    to: '// (mutated: deletes are not reported)',
+    testFile: 'test/integration/doctor.test.ts',
+    testName: 'reports objects deleted behind shardctl',
+  },
+  {
+    id: 'blob-delete-marks-pending',
+    guarantee:
+      "a sync marks the keys it deletes in flight in the destination's ledger first, so doctor never takes its own deletes for deletes behind shardctl's back (issue 15)",
+    file: 'lib/blobs/copy.ts',
+    from: 'if (opts.ledger) await recordLedger(opts.ledger.dst, opts.ledger.unit, batch.map(pendingRow));',
+    to: 'void pendingRow;',
+    testFile: 'test/integration/doctor.test.ts',
+    testName: 'takes a sync’s own deletes',
+  },
+  {
     id: 'config-shared-bucket',
     guarantee: 'a config naming one bucket for two shards (any loopback spelling, case, default port) is refused at start-up (issue 15)',
     file: 'lib/config.ts',

@@ -96,6 +96,9 @@ export interface CopyBlobPrefixResult {
 
 const MAX_ATTEMPTS_PER_KEY = 5;
 
+/** A destination ledger row that says "shardctl's own, in flight" (no ETag yet, or none any more). */
+const pendingRow = (key: string): LedgerEntry => ({ key, etag: null, size: null, sha256: null, srcEtag: null, srcSize: null });
+
 export async function copyBlobPrefix(opts: CopyBlobPrefixOptions): Promise<CopyBlobPrefixResult> {
   const { src, dst, prefix, sameEndpoint, signal } = opts;
   assertTenantBlobPrefix(prefix);
@@ -127,7 +130,18 @@ export async function copyBlobPrefix(opts: CopyBlobPrefixOptions): Promise<CopyB
     signal?.throwIfAborted();
     await opts.stillSyncing?.();
   };
-  const deleteOpts = { owner: src, signal, beforeBatch: opts.stillSyncing ? () => opts.stillSyncing!() : undefined };
+  // Before a batch is deleted (and after the fence allows it), its keys are marked in flight in the
+  // destination's ledger, as copies are: until the sync forgets them at its end, a reader of the
+  // ledger (doctor) must not take an object gone with its row still standing for a delete behind
+  // shardctl's back.
+  const deleteOpts = {
+    owner: src,
+    signal,
+    beforeBatch: async (batch: readonly string[]) => {
+      await opts.stillSyncing?.();
+      if (opts.ledger) await recordLedger(opts.ledger.dst, opts.ledger.unit, batch.map(pendingRow));
+    },
+  };
 
   const outOfBand: OutOfBandObject[] = [];
   const atDestination = new Map<string, BlobEntry>();

@@ -15,7 +15,7 @@ export { ensureManifestTable, recordManifest, loadManifest, deleteManifest } fro
 export { BUCKET_MARKER_KEY, readBucketMarker, ensureBucketMarker, assertBucketOf, assertMayDelete } from './marker';
 export type { BucketMarker, ShardBucket } from './marker';
 export { bucketIdentity, sharedBucketProblems, shardBucketIdentity } from './bucket-identity';
-export { readLedger, unaccountedObjects } from './ledger';
+export { readLedger, ledgerUnits, unaccountedObjects } from './ledger';
 export { loadLedger, recordLedger, forgetLedger, replaceLedger, outOfBandObjects, outOfBandChange } from './ledger';
 export type { Ledger, LedgerEntry, OutOfBandObject, OutOfBandChange } from './ledger';
 export { compareBlobPrefixes } from './verify';

@@ -14,7 +14,7 @@ import type { BlobEntry } from './list';
 
 export interface LedgerEntry {
   key: string;
-  /** Null: a copy into this bucket was started and not recorded as finished. */
+  /** Null: a copy into this bucket, or a delete from it, was started and not recorded as finished. */
   etag: string | null;
   size: number | null;
   sha256: string | null;
@@ -58,6 +58,13 @@ export async function readLedger(pool: Pool, unit: string): Promise<Ledger> {
   if (!t.rows[0].ok) return new Map();
   const r = await pool.query('select key, etag, size, sha256, src_etag, src_size from shardctl.blob_ledger where unit = $1', [unit]);
   return rowsToLedger(r.rows);
+}
+
+/** The units the ledger has rows for (read only: no table, no units). */
+export async function ledgerUnits(pool: Pool): Promise<string[]> {
+  const t = await pool.query(`select to_regclass('shardctl.blob_ledger') is not null as ok`);
+  if (!t.rows[0].ok) return [];
+  return (await pool.query('select distinct unit from shardctl.blob_ledger order by 1')).rows.map((r) => r.unit as string);
 }
 
 function rowsToLedger(rows: any[]): Ledger {
@@ -163,15 +170,24 @@ export function outOfBandObjects(listing: readonly BlobEntry[], ledger: Ledger):
 }
 
 /**
- * Objects listed in a bucket that none of the ledger reads accounts for (written, or changed since
- * shardctl left them). Pass the ledger read before the listing and the one read after: a sync that
- * records an object between the two is shardctl's own, not a write behind its back.
+ * Objects of a bucket that none of the ledger reads accounts for: listed but written, or changed
+ * since shardctl left them, and gone although every read records them as shardctl left them (a
+ * sync marks a key pending before it deletes it and forgets it after, so a sync deleting between
+ * the reads never looks like a delete behind its back). Pass the ledger read before the listing and
+ * the one read after: a sync that records an object between the two is shardctl's own. `keep`
+ * says which keys are compared at all (deletes only; e.g. not blob-index version objects).
  */
-export function unaccountedObjects(listing: readonly BlobEntry[], reads: readonly Ledger[]): OutOfBandObject[] {
+export function unaccountedObjects(listing: readonly BlobEntry[], reads: readonly Ledger[], keep: (key: string) => boolean = () => true): OutOfBandObject[] {
   const out: OutOfBandObject[] = [];
   for (const e of listing) {
     const changes = reads.map((l) => outOfBandChange(e, l.get(e.key)));
     if (changes.length && changes.every((c) => c === 'written' || c === 'changed')) out.push({ key: e.key, change: changes[changes.length - 1]! });
+  }
+  const listed = new Set(listing.map((e) => e.key));
+  const [first, ...rest] = reads;
+  for (const [key, row] of first ?? new Map<string, LedgerEntry>()) {
+    if (listed.has(key) || !keep(key) || outOfBandChange(undefined, row) !== 'deleted') continue;
+    if (rest.every((l) => l.get(key)?.etag === row.etag)) out.push({ key, change: 'deleted' });
   }
   return out.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
 }

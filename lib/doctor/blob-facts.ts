@@ -1,10 +1,13 @@
-// doctor's eyes on the buckets: per shard, the units with objects under `tenants/<unit>/` that the
-// directory places on another shard, and of those objects the ones the shard's blob ledger does
-// not account for (written or changed behind shardctl's back). Reads only: the ledger is read
-// without creating its table, once before and once after the listing (see unaccountedObjects).
+// doctor's eyes on the buckets: per shard, the units with objects under `tenants/<unit>/` (or rows
+// in the shard's blob ledger) that the directory places on another shard, and of those objects the
+// ones the shard's blob ledger does not account for (written, changed or deleted behind shardctl's
+// back). Reads only: the ledger is read without creating its table, once before and once after the
+// listing (see unaccountedObjects). Blob-index version objects are never called deleted: retire
+// leaves them out too (an acknowledged one has its index row, moved with the rows and validated).
 import { ListObjectsV2Command, type S3Client } from '@aws-sdk/client-s3';
 import type { Pool } from 'pg';
-import { listBlobs, readLedger, tenantBlobPrefix, unaccountedObjects } from '../blobs';
+import { ledgerUnits, listBlobs, readLedger, tenantBlobPrefix, unaccountedObjects } from '../blobs';
+import { isVersionKey } from '../blobs/index-table';
 import type { ForeignBlobFact } from './findings';
 
 const TENANTS = 'tenants/';
@@ -35,14 +38,16 @@ export async function foreignBlobFacts(
   owners: ReadonlyMap<string, string>,
 ): Promise<ForeignBlobFact[]> {
   const out: ForeignBlobFact[] = [];
-  for (const unit of await unitsInBucket(s3, bucket)) {
+  // A unit whose every object here was deleted lists nothing: its ledger rows still name it.
+  const units = [...new Set([...(await unitsInBucket(s3, bucket)), ...(await ledgerUnits(pool))])].sort();
+  for (const unit of units) {
     const owner = owners.get(unit);
     // Only units the directory knows: a prefix of no unit here is another directory's, or a test's.
     if (!owner || owner === shard) continue;
     const before = await readLedger(pool, unit);
     const listing = await listBlobs(s3, bucket, tenantBlobPrefix(unit));
     const after = await readLedger(pool, unit);
-    const odd = unaccountedObjects(listing, [before, after]);
+    const odd = unaccountedObjects(listing, [before, after], (key) => !isVersionKey(key));
     if (odd.length === 0) continue;
     out.push({ shard, bucket, unit, owner, tracked: before.size > 0 || after.size > 0, total: odd.length, objects: odd.slice(0, FOREIGN_KEYS_SHOWN) });
   }

@@ -667,6 +667,23 @@ function foreignBlobsFinding(b: ForeignBlobFact): Finding {
     .map((o) => `${o.key} ${o.change}`)
     .join('; ');
   const more = b.total > 5 ? `; and ${b.total - 5} more (\`shardctl doctor --json\` lists ${b.objects.length})` : '';
+  const deleted = b.objects.filter((o) => o.change === 'deleted');
+  const written = b.objects.length - deleted.length;
+  const what = deleted.length === 0 ? 'written or changed' : written === 0 ? 'deleted' : 'written, changed or deleted';
+  const harm = [
+    written > 0 ? `nothing copies what was written or changed to the owner, so it is lost when ${b.shard}'s copy is deleted` : '',
+    deleted.length > 0 ? `what was deleted is missing from ${b.shard}'s copy (during a soak, the way back), and syncs report it rather than restore it` : '',
+  ].filter(Boolean);
+  const fixes = [
+    written > 0
+      ? `reconcile with the owner: write what the application still needs to ${b.unit} on ${b.owner} through the router's blob API, then remove exactly these keys from ${b.bucket} ` +
+        `(e.g. \`aws s3 rm s3://${b.bucket}/${b.objects.find((o) => o.change !== 'deleted')?.key ?? ''}\`) — not the unit's whole prefix while a move of it is in soak (that copy is the way back)`
+      : '',
+    deleted.length > 0
+      ? `for the deleted ones: run \`delete from shardctl.blob_ledger where unit = '${b.unit}'\` on ${b.shard}, and the next sync from ${b.owner} ` +
+        `(a soak round) copies back what ${b.owner} holds`
+      : '',
+  ].filter(Boolean);
   return {
     id: `foreign-blobs:${b.shard}:${b.unit}`,
     kind: 'foreign-blobs',
@@ -675,11 +692,9 @@ function foreignBlobsFinding(b: ForeignBlobFact): Finding {
     unit: b.unit,
     object: b.bucket,
     message:
-      `${b.total} object(s) of ${b.unit} in bucket ${b.bucket} of ${b.shard}, which does not own the unit (the directory places it on ${b.owner}), were written or changed behind shardctl's back (${shown}${more}): ` +
-      `nothing copies them to the owner, so they are lost when ${b.shard}'s copy is deleted, and retire or rollback clean-up on ${b.shard} refuses while they exist`,
-    fix:
-      `reconcile with the owner: write what the application still needs to ${b.unit} on ${b.owner} through the router's blob API, then remove exactly these keys from ${b.bucket} ` +
-      `(e.g. \`aws s3 rm s3://${b.bucket}/${b.objects[0]?.key ?? ''}\`) — not the unit's whole prefix while a move of it is in soak (that copy is the way back) — and run \`shardctl doctor\` again`,
+      `${b.total} object(s) of ${b.unit} in bucket ${b.bucket} of ${b.shard}, which does not own the unit (the directory places it on ${b.owner}), were ${what} behind shardctl's back (${shown}${more}): ` +
+      `${harm.join('; ')}; retire or rollback clean-up on ${b.shard} refuses while they differ`,
+    fix: `${fixes.join('; ')}; then run \`shardctl doctor\` again`,
     autoFix: false,
   };
 }

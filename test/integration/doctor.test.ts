@@ -13,7 +13,9 @@ import { freezeSource, installOwner, disown, getUnitFence } from '../../lib/shar
 import { startWorker } from '../../worker';
 import type { Finding } from '../../lib/doctor/findings';
 import { DeleteObjectCommand, type S3Client } from '@aws-sdk/client-s3';
-import { switchedTenant, putDirect, type MoveRef } from '../helpers/blobs';
+import { switchedTenant, putDirect, keysOn, type MoveRef } from '../helpers/blobs';
+import { createActivities } from '../../activities';
+import { s3ClientFor } from '../../lib/s3';
 
 let env: Awaited<ReturnType<typeof H.moveEnv>>;
 
@@ -40,6 +42,8 @@ async function orphanFor(shard: string, unit: string) {
   await p.query(`create publication ${names.publication}`);
   return names.slot;
 }
+
+const listKeys = (s3: S3Client, shard: string, tenant: string) => keysOn(() => s3, shard, tenant);
 
 async function deleteKeysDirect(s3: S3Client, shard: string, keys: string[]) {
   const bucket = testConfig().shards.find((x) => x.name === shard)!.bucket;
@@ -320,6 +324,94 @@ describe('shardctl doctor', () => {
         ).toEqual([`foreign-blobs:shard-a:${tenant}`, `foreign-blobs:shard-c:${tenant}`]);
       } finally {
         for (const w of written) await deleteKeysDirect(p.deps.s3For(w.shard), w.shard, w.keys);
+        await p.close();
+      }
+    },
+  );
+  it(
+    'reports objects deleted behind shardctl’s back from the way back (every one of a moved tenant’s, so none is listed), and nothing once its fix let a soak round copy them back',
+    { timeout: 120_000 },
+    async () => {
+      const refs: MoveRef[] = [];
+      const p = await H.inProcessActivities({ refs });
+      try {
+        const { tenant, ref } = await switchedTenant(p.act, refs, 'docdel', 'shard-a', 'shard-b');
+        const ofTenant = (fs: Finding[]) => fs.filter((f) => f.kind === 'foreign-blobs' && f.unit === tenant);
+        const keys = (await listKeys(p.deps.s3For('shard-a'), 'shard-a', tenant)).sort();
+        expect(keys).toHaveLength(5);
+        expect(ofTenant((await doctor()).findings)).toEqual([]);
+
+        await deleteKeysDirect(p.deps.s3For('shard-a'), 'shard-a', keys);
+        const d = await doctor();
+        expect(d.code).toBe(1);
+        const [f] = ofTenant(d.findings);
+        expect(f, d.stdout).toMatchObject({
+          id: `foreign-blobs:shard-a:${tenant}`,
+          kind: 'foreign-blobs',
+          severity: 'critical',
+          shard: 'shard-a',
+          autoFix: false,
+        });
+        expect(f.message).toContain(`5 object(s) of ${tenant} in bucket shardctl-shard-a of shard-a`);
+        expect(f.message).toContain('were deleted behind shardctl');
+        for (const k of keys) expect(f.message).toContain(`${k} deleted`);
+        expect(f.fix).toContain(`delete from shardctl.blob_ledger where unit = '${tenant}'`);
+        expect(ofTenant(d.findings)).toHaveLength(1);
+
+        // A sync reports them and restores nothing; once the ledger is let go as the fix says, the
+        // soak's next reverse sync copies them back from the owner: the way back is whole again.
+        const round = await p.act.copyBlobs({ ...ref, direction: 'reverse' });
+        expect(round.outOfBand.map((o) => `${o.key} ${o.change}`).sort()).toEqual(keys.map((k) => `${k} deleted`));
+        expect(await listKeys(p.deps.s3For('shard-a'), 'shard-a', tenant)).toEqual([]);
+        await shardPool('shard-a').query('delete from shardctl.blob_ledger where unit = $1', [tenant]);
+        await p.act.copyBlobs({ ...ref, direction: 'reverse' });
+        expect(await listKeys(p.deps.s3For('shard-a'), 'shard-a', tenant)).toEqual(keys);
+        expect(ofTenant((await doctor()).findings)).toEqual([]);
+      } finally {
+        await p.close();
+      }
+    },
+  );
+  it(
+    'takes a sync’s own deletes, between deleting the objects and forgetting them, for shardctl’s: nothing reported while it runs',
+    { timeout: 120_000 },
+    async () => {
+      const refs: MoveRef[] = [];
+      const p = await H.inProcessActivities({ refs });
+      // shard-a's client lets each DeleteObjects through, then holds its answer: the objects are gone
+      // and the sync has not yet recorded it.
+      let release!: () => void;
+      let reach!: () => void;
+      const open = new Promise<void>((r) => (release = r));
+      const reached = new Promise<void>((r) => (reach = r));
+      const held = s3ClientFor(testConfig(), 'shard-a');
+      held.middlewareStack.add(
+        (next, context) => async (args) => {
+          const out = await next(args);
+          if (context.commandName === 'DeleteObjectsCommand') {
+            reach();
+            await open;
+          }
+          return out;
+        },
+        { step: 'initialize', name: 'hold-after-delete' },
+      );
+      try {
+        const { tenant, ref } = await switchedTenant(p.act, refs, 'docown', 'shard-a', 'shard-b');
+        const ofTenant = (fs: Finding[]) => fs.filter((f) => f.kind === 'foreign-blobs' && f.unit === tenant);
+        // Deleted on the owner (the application's business there): the soak's reverse sync deletes them from the way back.
+        const gone = (await listKeys(p.deps.s3For('shard-b'), 'shard-b', tenant)).slice(0, 3);
+        await deleteKeysDirect(p.deps.s3For('shard-b'), 'shard-b', gone);
+        const sync = createActivities({ ...p.deps, s3For: (sh) => (sh === 'shard-a' ? held : p.deps.s3For(sh)) }).copyBlobs({ ...ref, direction: 'reverse' });
+        await reached;
+        expect((await listKeys(p.deps.s3For('shard-a'), 'shard-a', tenant)).filter((k) => gone.includes(k))).toEqual([]);
+        expect(ofTenant((await doctor()).findings)).toEqual([]);
+        release();
+        expect((await sync).deleted).toBe(3);
+        expect(ofTenant((await doctor()).findings)).toEqual([]);
+      } finally {
+        release();
+        held.destroy();
         await p.close();
       }
     },
