@@ -9,7 +9,7 @@ import path from 'node:path';
 import { testConfig, uniq, closePools } from '../helpers/stack';
 import * as H from '../helpers/move';
 import { spawnCollecting, newMark, killMarked, MARK_VAR, type Spawned } from '../helpers/procs';
-import { moveWorkflowId } from '../../lib/ids';
+import { moveWorkflowId, replicationNames } from '../../lib/ids';
 import { dashboardSdkMetrics, seriesOfTypes } from '../helpers/ops-exprs';
 
 const ROOT = path.resolve(__dirname, '../..');
@@ -75,7 +75,8 @@ describe('worker metrics and logs on a real move', () => {
 
     // Throttled so the copy lasts seconds: two scrapes inside it see rows copied rise.
     const h = await H.startMove(t.client, tq, H.moveInput(tenant, 'shard-b', { rowsPerSecond: 300, copyBatchRows: 100, soakSeconds: 2 }));
-    await H.waitFor(h, (s) => s.phase === 'copy' && s.tables.some((x) => !x.done), 60_000);
+    const copying = await H.waitFor(h, (s) => s.phase === 'copy' && s.tables.some((x) => !x.done), 60_000);
+    const slot = replicationNames(copying.moveId, 'forward').slot;
     await new Promise((r) => setTimeout(r, 1500));
     const during1 = await scrape();
     await new Promise((r) => setTimeout(r, 2000));
@@ -84,6 +85,15 @@ describe('worker metrics and logs on a real move', () => {
     const rows2 = sum(samples(during2, 'shardctl_move_table_rows_copied', { unit: tenant }));
     expect(rows1).toBeGreaterThan(0);
     expect(rows2).toBeGreaterThan(rows1);
+    // The move's slot holds WAL from the copy on, before any catch-up round reads it: the page
+    // shows it, read from the shards at most every 5 s (its value against pg_replication_slots:
+    // test/integration/slot-lag-metrics.test.ts).
+    let retained: number[] = [];
+    for (const deadline = Date.now() + 8000; retained.length === 0 && Date.now() < deadline; await new Promise((r) => setTimeout(r, 500))) {
+      retained = samples(await scrape(), 'shardctl_slot_retained_wal_bytes', { shard: 'shard-a', slot });
+    }
+    expect(retained).toEqual([expect.any(Number)]);
+    expect(retained[0]).toBeGreaterThan(0);
     // Moves by phase come from Temporal visibility, counted at most every 5 s.
     let inCopy = 0;
     for (const deadline = Date.now() + 8000; inCopy < 1 && Date.now() < deadline; await new Promise((r) => setTimeout(r, 500))) {
@@ -120,6 +130,7 @@ describe('worker metrics and logs on a real move', () => {
     // The move is over: its per-move series are gone (cardinality stays bounded by live moves).
     expect(samples(after, 'shardctl_move_lag_bytes', { unit: tenant })).toEqual([]);
     expect(samples(after, 'shardctl_move_table_rows_copied', { unit: tenant })).toEqual([]);
+    expect(samples(after, 'shardctl_slot_retained_wal_bytes', { slot })).toEqual([]);
 
     worker.proc.kill('SIGTERM');
     await worker.exited;
