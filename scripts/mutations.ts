@@ -1604,4 +1604,13 @@ export const MUTATIONS: Mutation[] = [
     testFile: 'test/integration/router-metrics.test.ts',
     testName: 'report a snapshot age that grows with the clock while the directory is unreachable',
   },
+  {
+    id: 'cancel-forgets-move-series',
+    guarantee: "a cancelled move's validation mismatches and copy progress leave the worker's page at once, not after 10 minutes (issue 12)",
+    file: 'activities/move/lifecycle.ts',
+    from: '        m?.forgetMove(ref.unit, [m.tableRowsCopied, m.validationMismatches]);',
+    to: '',
+    testFile: 'test/e2e/move-lifecycle.test.ts',
+    testName: 'a corrupted target row blocks validation with a report naming table, key and column',
+  },
 ];

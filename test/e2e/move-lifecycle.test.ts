@@ -120,6 +120,9 @@ describe('move lifecycle', () => {
     await h.executeUpdate(M.cancelUpdate, { args: [op] });
     await H.waitPhase(h, 'cancelled', 120_000);
     await expectCleanlyCancelled(tenant, before, 1);
+    // Cancelled, the move is no longer live: its mismatch and copy-progress series leave the page.
+    expect(await gaugeValue(env.metrics.validationMismatches.gauge, { unit: tenant })).toBeNaN();
+    expect(await gaugeValue(env.metrics.tableRowsCopied.gauge, { unit: tenant })).toBeNaN();
   });
 
   it('rollback during soak switches back without losing writes made after the switch', { timeout: 180_000 }, async () => {
