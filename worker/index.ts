@@ -14,6 +14,7 @@ import { createLogger, logFormatFrom, logLevelFrom, type Logger } from '../lib/o
 import { createMetrics, serveMetrics, type Metrics, type MetricsServer } from '../lib/obs/metrics';
 import { activityInterceptor, temporalLogger } from './instrument';
 import { movesByPhaseRefresher } from './moves-gauge';
+import { slotRetentionRefresher } from './slots-gauge';
 import { learnAddedShards, watchConfigShards } from '../lib/config-reload';
 
 let runtimeInstalled = false;
@@ -129,8 +130,12 @@ export async function startWorker(config: Config, opts: WorkerOptions = {}): Pro
   let metricsServer: MetricsServer | undefined;
   let refresher: ReturnType<typeof movesByPhaseRefresher> | undefined;
   if (addr) {
-    refresher = movesByPhaseRefresher(config, deps.metrics!, { cacheMs: opts.visibilityCacheMs });
-    metricsServer = await serveMetrics(addr, deps.metrics!, refresher.refresh, sdkMetricsText).catch(async (e) => {
+    const moves = (refresher = movesByPhaseRefresher(config, deps.metrics!, { cacheMs: opts.visibilityCacheMs }));
+    const slots = slotRetentionRefresher(config, (s) => deps.shardPool(s), deps.metrics!);
+    const beforeScrape = async () => {
+      await Promise.all([moves.refresh(), slots.refresh()]);
+    };
+    metricsServer = await serveMetrics(addr, deps.metrics!, beforeScrape, sdkMetricsText).catch(async (e) => {
       await connection.close();
       throw e;
     });

@@ -241,7 +241,6 @@ export function createDataActivities(deps: Deps) {
             m.lagBytes.set(series, r.lagBytes);
             // A 'now' round's apply time is the lag in time (see above); a continuous round has none.
             if (ref.mode === 'now') m.lagSeconds.set(series, r.streamingMs / 1000);
-            m.slotRetainedBytes.set({ shard: from, slot: names.slot }, retained);
           }
           if (retentionWarning)
             activityLog().warn({ slot: names.slot, shard: from, retainedBytes: retained, limitBytes: limit }, 'replication slot retains too much WAL');

@@ -143,6 +143,10 @@ export function createLifecycleActivities(deps: Deps) {
         }
         await dropReplicationOf(ref, 'forward');
         await dropReplicationOf(ref, 'reverse');
+        // A cancelled move is no longer live: its copy progress and a blocking validation's
+        // mismatches would otherwise stay on the page (and keep an alert firing) until they expire.
+        const m = deps.metrics;
+        m?.forgetMove(ref.unit, [m.tableRowsCopied, m.validationMismatches]);
         await deps.faultPoint('mid-cancel');
         await deleteCopy(ref, ref.target);
         // The source stays the owner: what the syncs recorded of its bucket is no longer needed.

@@ -4,7 +4,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ClientBase, Pool } from 'pg';
 import { ShardctlError } from '../errors';
-import { validateTenantId } from '../ids';
+import { replicationNamePattern, validateTenantId } from '../ids';
 import { normalizeLsn } from './lsn';
 import { checkReplicaIdentity } from './replica-identity';
 import { createPublicationSql, quoteIdent, TableRef, tableKey, validateReplicationName } from './sql';
@@ -229,6 +229,20 @@ export async function slotLagBytes(source: Queryable, slot: string): Promise<num
   );
   if (r.rows.length === 0) throw new ShardctlError('NotFound', `replication slot ${slot} does not exist`, { slot });
   return Number(r.rows[0].lag ?? 0);
+}
+
+/**
+ * WAL each of shardctl's slots on this server holds back: pg_current_wal_lsn() - restart_lsn,
+ * what the server must keep on disk for the slot (not the apply's lag, which is measured from
+ * confirmed_flush_lsn). A slot that never reserved WAL is left out.
+ */
+export async function shardctlSlotsRetainedBytes(source: Queryable): Promise<{ slot: string; retainedBytes: number }[]> {
+  const r = await source.query<{ slot_name: string; retained: string }>(
+    `select slot_name, pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::text as retained
+       from pg_replication_slots where slot_name like $1 and restart_lsn is not null order by slot_name`,
+    [replicationNamePattern('')],
+  );
+  return r.rows.map((x) => ({ slot: x.slot_name, retainedBytes: Math.max(0, Number(x.retained)) }));
 }
 
 /** Bytes of source WAL written after `lsn` (the apply's lag). */

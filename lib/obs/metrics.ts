@@ -119,7 +119,12 @@ export function createMetrics(opts: MetricsOptions = {}) {
       'unit',
       'move_id',
     ]),
-    slotRetainedBytes: perMove('shardctl_slot_retained_wal_bytes', 'WAL a move’s replication slot holds back on its sending shard', ['shard', 'slot']),
+    /** Read at scrape time from every shard (worker/slots-gauge.ts), not by the activities. */
+    slotRetainedBytes: perMove(
+      'shardctl_slot_retained_wal_bytes',
+      'WAL a shardctl replication slot holds back on its shard (pg_current_wal_lsn() - restart_lsn), read at scrape time (the same on every worker: aggregate with max)',
+      ['shard', 'slot'],
+    ),
     movesByPhase: new Gauge({
       name: 'shardctl_moves',
       help: 'Running move workflows by phase, from Temporal visibility (the same on every worker: aggregate with max)',

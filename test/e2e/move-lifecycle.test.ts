@@ -21,6 +21,18 @@ afterAll(async () => {
   await closePools();
 });
 
+/** One series of a prom-client metric of the worker's registry (NaN when it has none). */
+async function gaugeValue(metric: { get(): Promise<{ values: { labels: object; value: number }[] }> }, labels: Record<string, string>): Promise<number> {
+  const v = (await metric.get()).values.find((x) => Object.entries(labels).every(([k, want]) => (x.labels as Record<string, unknown>)[k] === want));
+  return v?.value ?? NaN;
+}
+
+/** shardctl_cutover_aborts_total of forward cutovers on this worker, by reason. */
+async function abortsByReason(): Promise<Record<string, number>> {
+  const values = (await env.metrics.cutoverAborts.get()).values.filter((x) => x.labels.direction === 'forward');
+  return Object.fromEntries(values.map((x) => [String(x.labels.reason), x.value]));
+}
+
 /** The source is exactly as before, the target holds nothing, and nothing of the move is left. */
 async function expectCleanlyCancelled(tenant: string, before: Awaited<ReturnType<typeof H.fingerprint>>, blobsBefore: number) {
   expect(await H.fingerprint('shard-a', tenant)).toEqual(before);
@@ -87,6 +99,9 @@ describe('move lifecycle', () => {
     const s = await H.waitFor(h, (x) => x.phase === 'validate' && x.validation.ok === false, 150_000);
     expect(s.blockedReason).toContain('public.accounts');
     expect(s.validation.mismatches.join('\n')).toContain(id!);
+    // The worker's gauge (shardctl_move_validation_mismatches) reports that validation's count, on the move's series.
+    expect(s.validation.mismatches.length).toBeGreaterThan(0);
+    expect(await gaugeValue(env.metrics.validationMismatches.gauge, { unit: tenant, move_id: s.moveId })).toBe(s.validation.mismatches.length);
     expect(s.validation.mismatches.join('\n')).toMatch(/column name: source "[^"]+" vs target "CORRUPTED"/);
     // Found by the validation that runs again after the approval, before any freeze (the cutover
     // itself compares only what the stream changed since the last validation).
@@ -105,6 +120,9 @@ describe('move lifecycle', () => {
     await h.executeUpdate(M.cancelUpdate, { args: [op] });
     await H.waitPhase(h, 'cancelled', 120_000);
     await expectCleanlyCancelled(tenant, before, 1);
+    // Cancelled, the move is no longer live: its mismatch and copy-progress series leave the page.
+    expect(await gaugeValue(env.metrics.validationMismatches.gauge, { unit: tenant })).toBeNaN();
+    expect(await gaugeValue(env.metrics.tableRowsCopied.gauge, { unit: tenant })).toBeNaN();
   });
 
   it('rollback during soak switches back without losing writes made after the switch', { timeout: 180_000 }, async () => {
@@ -233,10 +251,18 @@ describe('move lifecycle', () => {
   it('a fence that overruns its budget unfences and returns to catch-up: never an open-ended write pause', { timeout: 180_000 }, async () => {
     const tenant = await H.newTenant('shard-a', 'fb');
     await H.seed(tenant, 100, 1);
+    const abortsBefore = await abortsByReason();
     // A 1 ms budget cannot be met: every cutover attempt must abort and lower the fence.
     const h = await H.startMove(t.client, tq, H.moveInput(tenant, 'shard-b', { fenceBudgetMs: 1 }));
     const s = await H.waitFor(h, (x) => x.cutoverAttempts >= 2 && x.phase !== 'fence', 150_000);
     expect(s.lastError).toMatch(/budget/);
+    // Each aborted attempt counts once under shardctl_cutover_aborts_total{reason="budget"} (one more
+    // may have finished since the status was read) and under no other reason.
+    const aborts = await abortsByReason();
+    const added = Object.fromEntries(Object.entries(aborts).map(([k, v]) => [k, v - (abortsBefore[k] ?? 0)]));
+    expect(added.budget).toBeGreaterThanOrEqual(s.cutoverAttempts);
+    expect(added.budget).toBeLessThanOrEqual(s.cutoverAttempts + 1);
+    expect(Object.entries(added).filter(([k, v]) => k !== 'budget' && v !== 0)).toEqual([]);
     // Every finished attempt froze the tenant and aborted: each one's write pause is on the status,
     // and none of them is reported as the switching attempt's pause.
     expect(s.cutoverAbortedPausesMs).toHaveLength(s.cutoverAttempts);

@@ -9,7 +9,7 @@ import path from 'node:path';
 import { testConfig, uniq, closePools } from '../helpers/stack';
 import * as H from '../helpers/move';
 import { spawnCollecting, newMark, killMarked, MARK_VAR, type Spawned } from '../helpers/procs';
-import { moveWorkflowId } from '../../lib/ids';
+import { moveWorkflowId, replicationNames } from '../../lib/ids';
 import { dashboardSdkMetrics, seriesOfTypes } from '../helpers/ops-exprs';
 
 const ROOT = path.resolve(__dirname, '../..');
@@ -75,7 +75,8 @@ describe('worker metrics and logs on a real move', () => {
 
     // Throttled so the copy lasts seconds: two scrapes inside it see rows copied rise.
     const h = await H.startMove(t.client, tq, H.moveInput(tenant, 'shard-b', { rowsPerSecond: 300, copyBatchRows: 100, soakSeconds: 2 }));
-    await H.waitFor(h, (s) => s.phase === 'copy' && s.tables.some((x) => !x.done), 60_000);
+    const copying = await H.waitFor(h, (s) => s.phase === 'copy' && s.tables.some((x) => !x.done), 60_000);
+    const slot = replicationNames(copying.moveId, 'forward').slot;
     await new Promise((r) => setTimeout(r, 1500));
     const during1 = await scrape();
     await new Promise((r) => setTimeout(r, 2000));
@@ -92,6 +93,15 @@ describe('worker metrics and logs on a real move', () => {
       inCopy = samples(page, 'shardctl_moves', { phase: 'copy' })[0];
     }
     expect(inCopy).toBeGreaterThanOrEqual(1);
+    // The move's slot holds WAL from the copy on: the page shows it, whatever phase the move is in,
+    // read from the shards with moves by phase, at most every 5 s, not by a catch-up round (its
+    // value against pg_replication_slots: test/integration/slot-lag-metrics.test.ts).
+    let retained: number[] = [];
+    for (const deadline = Date.now() + 8000; retained.length === 0 && Date.now() < deadline; await new Promise((r) => setTimeout(r, 500))) {
+      retained = samples(await scrape(), 'shardctl_slot_retained_wal_bytes', { shard: 'shard-a', slot });
+    }
+    expect(retained).toEqual([expect.any(Number)]);
+    expect(retained[0]).toBeGreaterThan(0);
     expect(samples(during1, 'shardctl_worker_process_resident_memory_bytes')[0]).toBeGreaterThan(0);
     // The Temporal SDK's own runtime metrics (its Prometheus exporter) on the same page: the
     // worker's polls and requests to the server.
@@ -120,6 +130,7 @@ describe('worker metrics and logs on a real move', () => {
     // The move is over: its per-move series are gone (cardinality stays bounded by live moves).
     expect(samples(after, 'shardctl_move_lag_bytes', { unit: tenant })).toEqual([]);
     expect(samples(after, 'shardctl_move_table_rows_copied', { unit: tenant })).toEqual([]);
+    expect(samples(after, 'shardctl_slot_retained_wal_bytes', { slot })).toEqual([]);
 
     worker.proc.kill('SIGTERM');
     await worker.exited;

@@ -51,6 +51,8 @@ export async function moveEnv(prefix: string) {
   return {
     tq,
     t,
+    /** The worker's own metrics registry (what its /metrics page serves), read without HTTP. */
+    metrics: worker.metrics,
     async close() {
       await t.close();
       await worker.shutdown();
