@@ -7,6 +7,7 @@ import type { MoveStatus } from '../workflows/messages';
 import type { Phase } from '../workflows/phases';
 import { copyProgress, formatCopyProgress, formatCutoverPauses, tableTotal } from '../lib/move-progress';
 import { formatDurationSeconds } from '../lib/duration';
+import { isTerminalStream } from '../lib/text-table';
 
 /** What the renderer writes to: process.stdout / process.stderr, or a test's fake. */
 export interface OutStream {
@@ -178,5 +179,5 @@ export function ttyRenderer(out: OutStream): ProgressRenderer & { redraw(): void
 
 /** Bars when `out` is a terminal (TERM=dumb asks for plain lines there too), plain lines when piped. */
 export function progressRenderer(out: OutStream, tenant: string): ProgressRenderer {
-  return out.isTTY && process.env.TERM !== 'dumb' ? ttyRenderer(out) : plainRenderer(out, tenant);
+  return isTerminalStream(out) ? ttyRenderer(out) : plainRenderer(out, tenant);
 }

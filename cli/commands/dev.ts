@@ -6,6 +6,7 @@ import { projectRoot } from '../../lib/config';
 import type { RunningWorker } from '../../lib/dev/workers';
 import { exitCodeFor } from '../exit';
 import { examples } from '../help';
+import { tableFor } from '../../lib/text-table';
 
 export function registerDev(program: Command) {
   const dev = program.command('dev').description('the local dev stack: postgres ×4, temporal dev server + UI, S3 (moto)');
@@ -83,6 +84,6 @@ function workerLine(w: RunningWorker): stack.PartStatus & RunningWorker {
 }
 
 function printStatus(parts: stack.PartStatus[]) {
-  const w = Math.max(...parts.map((x) => x.part.length));
-  for (const x of parts) console.log(`${x.part.padEnd(w)}  ${x.part.startsWith('worker ') ? 'running' : x.healthy ? 'healthy' : 'DOWN   '}  ${x.detail}`);
+  const state = (x: stack.PartStatus) => (x.part.startsWith('worker ') ? 'running' : x.healthy ? 'healthy' : 'DOWN');
+  console.log(tableFor(process.stdout)({ rows: parts.map((x) => [x.part, state(x), x.detail]) }).join('\n'));
 }

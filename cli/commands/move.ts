@@ -25,6 +25,7 @@ import { getPlacement } from '../../lib/directory/placements';
 import { unitFromOptions, validateUnitName } from '../../lib/unit-rows';
 import { formatDeletionPreview, previewUnitDeletion } from '../../lib/moves/deletion-preview';
 import { formatDurationSeconds } from '../../lib/duration';
+import { isTerminalStream, tableFor } from '../../lib/text-table';
 
 export const actorDefault = () => process.env.SHARDCTL_ACTOR || process.env.USER || os.userInfo().username || 'cli';
 
@@ -66,7 +67,9 @@ async function followMove(config: Config, tenant: string, renderer: ProgressRend
 
 /** What deleting the unit's copy on `shard` would remove, read with read-only sessions. */
 async function deletionLines(config: Config, shard: string, tenant: string): Promise<string[]> {
-  return formatDeletionPreview(await withConnections(config, { readOnly: true }, (conns) => previewUnitDeletion(config, conns, shard, tenant)));
+  const preview = await withConnections(config, { readOnly: true }, (conns) => previewUnitDeletion(config, conns, shard, tenant));
+  // Printed on stderr (before the question, or with the refusal): boxed only when that is a terminal.
+  return formatDeletionPreview(preview, isTerminalStream(process.stderr));
 }
 
 /** The tenant's current shard (the source a move would delete from), read-only. */
@@ -126,8 +129,12 @@ export function formatBlobCensus(b: NonNullable<PlanResult['blobs']>): string {
 function printPlan(tenant: string, to: string, p: PlanResult) {
   const lines = [`plan: move ${tenant} from ${p.source || '?'} (epoch ${p.epoch}) to ${to} — ${p.ok ? 'ready' : 'REFUSED'}`];
   for (const r of p.reasons) lines.push(`  refused: ${r}`);
-  for (const t of p.tables)
-    lines.push(`  copy ${t.table.padEnd(28)} ${t.rowsEstimated} rows${t.bytesEstimated !== undefined ? `, ≈ ${formatBytes(t.bytesEstimated)}` : ''}`);
+  lines.push(
+    ...tableFor(process.stdout)({
+      rows: p.tables.map((t) => [`copy ${t.table}`, `${t.rowsEstimated} rows${t.bytesEstimated !== undefined ? `, ≈ ${formatBytes(t.bytesEstimated)}` : ''}`]),
+      indent: '  ',
+    }),
+  );
   if (p.copyEstimate) lines.push(`  ${formatCopyEstimate(p.copyEstimate, formatDurationSeconds)}`);
   if (p.blobs) lines.push(`  ${formatBlobCensus(p.blobs)}`);
   if (p.cutoverSteps?.length) {
@@ -171,7 +178,7 @@ function moveListEntry(w: WorkflowExecutionInfo): MoveListEntry {
 function printStatus(s: M.MoveStatus) {
   const lines = [`move ${s.moveId} of ${s.tenant}: ${s.source || '?'} -> ${s.target}, phase ${s.phase}${s.paused ? ' (paused)' : ''}, epoch ${s.epoch}`];
   if (s.blockedReason) lines.push(`  blocked: ${s.blockedReason}`);
-  for (const t of s.tables) lines.push(`  ${t.table.padEnd(28)} ${formatTableProgress(t)}`);
+  lines.push(...tableFor(process.stdout)({ rows: s.tables.map((t) => [t.table, formatTableProgress(t)]), indent: '  ' }));
   lines.push(`  blobs ${s.blobs.copied} copied of ${s.blobs.total} (${s.blobs.bytes} bytes)`);
   lines.push(`  lag ${s.lagBytes} bytes (${s.lagSeconds}s)${s.etaSeconds !== null ? `, copy ETA ${s.etaSeconds}s` : ''}`);
   if (s.cutoverPauseMs !== null) {
