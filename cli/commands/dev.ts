@@ -37,7 +37,7 @@ export function registerDev(program: Command) {
     up,
     'dev up',
     'dev up --shards 5   # shard-d and shard-e too',
-    'SHARDCTL_DEV_PG_PORT=25432 SHARDCTL_DEV_TEMPORAL_PORT=27233 shardctl dev up   # a second stack on other ports',
+    'SHARDCTL_DEV_PG_PORT=25432 SHARDCTL_DEV_TEMPORAL_PORT=27233 dev up   # a second stack on other ports',
   );
   const status = dev
     .command('status')

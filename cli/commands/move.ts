@@ -215,7 +215,7 @@ export function register(program: Command) {
     .option('--unit <unit>', 'or: the routing unit to move (a tenant, or a bucket bucket:<dataset>:<n>)')
     .requiredOption('--to <shard>', 'target shard')
     .option('--soak <duration>', 'how long the source is kept as the way back', '')
-    .option('--approve-cutover <mode>', 'auto | manual (manual waits for `move approve`)', 'auto')
+    .option('--approve-cutover <mode>', `${M.APPROVAL_MODES.join(' | ')} (manual waits for \`move approve\`)`, 'auto')
     .option('--actor <name>', 'operator identity for the audit log')
     .option('--yes', 'confirm a --soak shorter than the default (or than 1h) without being asked')
     .action(async (o) => {

@@ -149,7 +149,7 @@ const startOptions = (c: Command) =>
     .option('--max-concurrent <n>', 'moves at once (default 2)')
     .option('--per-shard <n>', 'moves out of and into one shard at once, each direction (default 1)')
     .option('--soak <duration>', "each move's soak (default: config limits.soakSeconds)")
-    .option('--approve-cutover <mode>', 'auto | manual (each move waits for `move approve` before its cutover)', 'auto')
+    .option('--approve-cutover <mode>', `${M.APPROVAL_MODES.join(' | ')} (manual: each move waits for \`move approve\` before its cutover)`, 'auto')
     .option('--actor <name>', "operator identity for the audit log (each move's starter too)")
     .option('--reason <text>', 'why (recorded in the audit log)')
     .option('--wait', 'wait for the run to end; exit 7 unless every move completed')
