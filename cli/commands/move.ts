@@ -15,7 +15,7 @@ import * as M from '../../workflows/messages';
 import { isPhase, isTerminal, phaseReached, PHASES, sameApproverRefusal } from '../../workflows/phases';
 import { SA } from '../../workflows/search-attributes';
 import { formatBytes, formatCopyEstimate, formatCutoverPauses, formatTableProgress, withCopyProgress } from '../../lib/move-progress';
-import { progressRenderer, type ProgressRenderer } from '../progress';
+import { jsonLinesRenderer, progressRenderer, type ProgressRenderer } from '../progress';
 import { requireCurrentDirectorySchema } from '../../lib/directory/schema';
 import { exitCodeFor } from '../exit';
 import { examples } from '../help';
@@ -320,11 +320,19 @@ export function register(program: Command) {
     .description(
       "follow a move's progress until it ends (done, cancelled, rolled back or failed) or Ctrl-C: per-table bars with rate and ETA, lag, the phase timeline and the cutover pause on a terminal; plain lines when piped. Exit 0 when the move ends, whatever its end (`move wait` is the one with exit codes for scripts)",
     )
-    .action(async (tenant) => {
-      const s = await followMove(cfg(), tenant, progressRenderer(process.stdout, tenant), (x) => isTerminal(x.phase));
-      console.log(`${tenant}: move ${s.moveId} ended ${s.phase}${s.lastError ? `: ${s.lastError}` : ''}`);
+    .option('--json', 'instead: the status (as `move status --json`, on one line) each time it changes, until the move ends; the last line has its end phase')
+    .action(async (tenant, o: { json?: boolean }) => {
+      const renderer = o.json ? jsonLinesRenderer(process.stdout) : progressRenderer(process.stdout, tenant);
+      const s = await followMove(cfg(), tenant, renderer, (x) => isTerminal(x.phase));
+      // With --json every line is a status: the end is the last line's phase, not a sentence.
+      if (!o.json) console.log(`${tenant}: move ${s.moveId} ended ${s.phase}${s.lastError ? `: ${s.lastError}` : ''}`);
     });
-  examples(watch, 'move watch acme', 'move watch acme | tee move-acme.log   # plain lines when piped');
+  examples(
+    watch,
+    'move watch acme',
+    'move watch acme | tee move-acme.log   # plain lines when piped',
+    "move watch acme --json | jq -c '{phase, copy: .copy.percent, lagSeconds}'",
+  );
 
   const list = move
     .command('list')

@@ -42,6 +42,7 @@ const READ_VERBS = [
   'move plan',
   'move status',
   'move wait',
+  'move watch',
   'move list',
   'directory status',
   'dev status',
