@@ -5,8 +5,9 @@
 import { MultiBar, type SingleBar } from 'cli-progress';
 import type { MoveStatus } from '../workflows/messages';
 import type { Phase } from '../workflows/phases';
-import { copyProgress, formatCopyProgress, formatCutoverPauses, tableTotal } from '../lib/move-progress';
+import { copyProgress, formatCopyProgress, formatCutoverPauses, tableTotal, withCopyProgress } from '../lib/move-progress';
 import { formatDurationSeconds } from '../lib/duration';
+import { isTerminalStream } from '../lib/text-table';
 
 /** What the renderer writes to: process.stdout / process.stderr, or a test's fake. */
 export interface OutStream {
@@ -176,7 +177,25 @@ export function ttyRenderer(out: OutStream): ProgressRenderer & { redraw(): void
   };
 }
 
+/**
+ * `move watch --json`: the status, in the shape of `move status --json`, as one JSON line each time
+ * it differs from the last line written, so a script reads a stream of changes (`jq -c`, `while read`)
+ * and never a repeat of what it has already seen.
+ */
+export function jsonLinesRenderer(out: OutStream): ProgressRenderer {
+  let last = '';
+  return {
+    update(s) {
+      const line = JSON.stringify(withCopyProgress(s));
+      if (line === last) return;
+      out.write(`${line}\n`);
+      last = line;
+    },
+    stop() {},
+  };
+}
+
 /** Bars when `out` is a terminal (TERM=dumb asks for plain lines there too), plain lines when piped. */
 export function progressRenderer(out: OutStream, tenant: string): ProgressRenderer {
-  return out.isTTY && process.env.TERM !== 'dumb' ? ttyRenderer(out) : plainRenderer(out, tenant);
+  return isTerminalStream(out) ? ttyRenderer(out) : plainRenderer(out, tenant);
 }

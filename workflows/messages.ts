@@ -62,13 +62,17 @@ export const extendSoakUpdate = defineUpdate<string, [Operator & { seconds: numb
 export const cancelSignal = defineSignal<[Operator]>('cancelMove');
 export const throttleUpdate = defineUpdate<string, [Operator & { rowsPerSecond: number }]>('throttle');
 
+/** How a move's cutover is approved: `auto` goes ahead, `manual` waits for `move approve`. */
+export const APPROVAL_MODES = ['auto', 'manual'] as const;
+export type ApprovalMode = (typeof APPROVAL_MODES)[number];
+
 export interface MoveInput {
   moveId: string;
   unit: string;
   tenant: string;
   target: string;
   soakSeconds: number;
-  approveCutover: 'auto' | 'manual';
+  approveCutover: ApprovalMode;
   requestedBy: string;
   lagThresholdMs: number;
   fenceBudgetMs: number;

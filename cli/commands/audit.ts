@@ -6,6 +6,7 @@ import { readAudit, type AuditEntry } from '../../lib/directory/audit';
 import { parseDurationMs } from '../../lib/duration';
 import { invalidInput } from '../../lib/errors';
 import { validateTenantId } from '../../lib/ids';
+import { isTerminalStream, renderTable } from '../../lib/text-table';
 import { examples } from '../help';
 import { configOf, printResult, withConnections } from '../run';
 
@@ -18,8 +19,8 @@ function parseLimit(v: string): number {
   return n;
 }
 
-/** The human table: one line per entry, aligned columns, detail as compact JSON. */
-export function formatAuditTable(entries: readonly AuditEntry[]): string[] {
+/** The human table: one row per entry, detail as compact JSON; boxed on a terminal, plain columns when piped. */
+export function formatAuditTable(entries: readonly AuditEntry[], tty = false): string[] {
   const rows = entries.map((e) => [
     e.at.replace('T', ' ').replace(/\.\d+Z$/, 'Z'),
     e.actor,
@@ -28,15 +29,7 @@ export function formatAuditTable(entries: readonly AuditEntry[]): string[] {
     e.reason ?? '',
     Object.keys(e.detail).length ? JSON.stringify(e.detail) : '',
   ]);
-  const head = ['AT (UTC)', 'ACTOR', 'ACTION', 'TENANT', 'REASON', 'DETAIL'];
-  const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
-  // The last column is not padded: no trailing blanks.
-  const line = (r: string[]) =>
-    r
-      .map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i])))
-      .join('  ')
-      .trimEnd();
-  return [line(head), ...rows.map(line)];
+  return renderTable({ head: ['AT (UTC)', 'ACTOR', 'ACTION', 'TENANT', 'REASON', 'DETAIL'], rows }, tty);
 }
 
 export function register(program: Command) {
@@ -57,7 +50,7 @@ export function register(program: Command) {
       );
       printResult(o.json, { since: o.since, tenant: unit ?? null, entries: page.entries, truncated: page.truncated }, (v) => {
         if (!v.entries.length) console.log(`no audit entries${unit ? ` for ${unit}` : ''} in the last ${o.since}`);
-        else console.log(formatAuditTable(v.entries).join('\n'));
+        else console.log(formatAuditTable(v.entries, isTerminalStream(process.stdout)).join('\n'));
         if (v.truncated) process.stderr.write(`audit: only the newest ${limit} entries shown; narrow --since or --tenant, or raise --limit\n`);
       });
     });

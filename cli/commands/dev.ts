@@ -6,6 +6,7 @@ import { projectRoot } from '../../lib/config';
 import type { RunningWorker } from '../../lib/dev/workers';
 import { exitCodeFor } from '../exit';
 import { examples } from '../help';
+import { tableFor } from '../../lib/text-table';
 
 export function registerDev(program: Command) {
   const dev = program.command('dev').description('the local dev stack: postgres ×4, temporal dev server + UI, S3 (moto)');
@@ -36,7 +37,7 @@ export function registerDev(program: Command) {
     up,
     'dev up',
     'dev up --shards 5   # shard-d and shard-e too',
-    'SHARDCTL_DEV_PG_PORT=25432 SHARDCTL_DEV_TEMPORAL_PORT=27233 shardctl dev up   # a second stack on other ports',
+    'SHARDCTL_DEV_PG_PORT=25432 SHARDCTL_DEV_TEMPORAL_PORT=27233 dev up   # a second stack on other ports',
   );
   const status = dev
     .command('status')
@@ -83,6 +84,6 @@ function workerLine(w: RunningWorker): stack.PartStatus & RunningWorker {
 }
 
 function printStatus(parts: stack.PartStatus[]) {
-  const w = Math.max(...parts.map((x) => x.part.length));
-  for (const x of parts) console.log(`${x.part.padEnd(w)}  ${x.part.startsWith('worker ') ? 'running' : x.healthy ? 'healthy' : 'DOWN   '}  ${x.detail}`);
+  const state = (x: stack.PartStatus) => (x.part.startsWith('worker ') ? 'running' : x.healthy ? 'healthy' : 'DOWN');
+  console.log(tableFor(process.stdout)({ rows: parts.map((x) => [x.part, state(x), x.detail]) }).join('\n'));
 }

@@ -11,6 +11,7 @@ import { createDeps } from '../../activities/deps';
 import { blobWritesOf, formatStats, startLoadgen, verifyLog, VerifyReport } from '../../lib/loadgen';
 import { examples } from '../help';
 import { EXIT } from '../exit';
+import { isTerminalStream } from '../../lib/text-table';
 
 function positive(v: string, what: string, integer = true): number {
   const n = Number(v);
@@ -96,7 +97,7 @@ export function register(program: Command) {
         });
         const stats = await h.done;
         if (o.json) console.log(JSON.stringify(stats));
-        else console.log(formatStats(stats, h.histograms()));
+        else console.log(formatStats(stats, h.histograms(), isTerminalStream(process.stdout)));
         // A read that missed an acknowledged write, or a write that found its row gone, is a
         // consistency violation seen live (verify will name the keys).
         if (stats.readMismatches > 0 || (stats.errorsByType.RowMissing ?? 0) > 0) process.exitCode = EXIT.failure;

@@ -15,7 +15,7 @@ import * as M from '../../workflows/messages';
 import { isPhase, isTerminal, phaseReached, PHASES, sameApproverRefusal } from '../../workflows/phases';
 import { SA } from '../../workflows/search-attributes';
 import { formatBytes, formatCopyEstimate, formatCutoverPauses, formatTableProgress, withCopyProgress } from '../../lib/move-progress';
-import { progressRenderer, type ProgressRenderer } from '../progress';
+import { jsonLinesRenderer, progressRenderer, type ProgressRenderer } from '../progress';
 import { requireCurrentDirectorySchema } from '../../lib/directory/schema';
 import { exitCodeFor } from '../exit';
 import { examples } from '../help';
@@ -25,6 +25,7 @@ import { getPlacement } from '../../lib/directory/placements';
 import { unitFromOptions, validateUnitName } from '../../lib/unit-rows';
 import { formatDeletionPreview, previewUnitDeletion } from '../../lib/moves/deletion-preview';
 import { formatDurationSeconds } from '../../lib/duration';
+import { isTerminalStream, tableFor } from '../../lib/text-table';
 
 export const actorDefault = () => process.env.SHARDCTL_ACTOR || process.env.USER || os.userInfo().username || 'cli';
 
@@ -66,7 +67,9 @@ async function followMove(config: Config, tenant: string, renderer: ProgressRend
 
 /** What deleting the unit's copy on `shard` would remove, read with read-only sessions. */
 async function deletionLines(config: Config, shard: string, tenant: string): Promise<string[]> {
-  return formatDeletionPreview(await withConnections(config, { readOnly: true }, (conns) => previewUnitDeletion(config, conns, shard, tenant)));
+  const preview = await withConnections(config, { readOnly: true }, (conns) => previewUnitDeletion(config, conns, shard, tenant));
+  // Printed on stderr (before the question, or with the refusal): boxed only when that is a terminal.
+  return formatDeletionPreview(preview, isTerminalStream(process.stderr));
 }
 
 /** The tenant's current shard (the source a move would delete from), read-only. */
@@ -126,8 +129,12 @@ export function formatBlobCensus(b: NonNullable<PlanResult['blobs']>): string {
 function printPlan(tenant: string, to: string, p: PlanResult) {
   const lines = [`plan: move ${tenant} from ${p.source || '?'} (epoch ${p.epoch}) to ${to} — ${p.ok ? 'ready' : 'REFUSED'}`];
   for (const r of p.reasons) lines.push(`  refused: ${r}`);
-  for (const t of p.tables)
-    lines.push(`  copy ${t.table.padEnd(28)} ${t.rowsEstimated} rows${t.bytesEstimated !== undefined ? `, ≈ ${formatBytes(t.bytesEstimated)}` : ''}`);
+  lines.push(
+    ...tableFor(process.stdout)({
+      rows: p.tables.map((t) => [`copy ${t.table}`, `${t.rowsEstimated} rows${t.bytesEstimated !== undefined ? `, ≈ ${formatBytes(t.bytesEstimated)}` : ''}`]),
+      indent: '  ',
+    }),
+  );
   if (p.copyEstimate) lines.push(`  ${formatCopyEstimate(p.copyEstimate, formatDurationSeconds)}`);
   if (p.blobs) lines.push(`  ${formatBlobCensus(p.blobs)}`);
   if (p.cutoverSteps?.length) {
@@ -171,7 +178,7 @@ function moveListEntry(w: WorkflowExecutionInfo): MoveListEntry {
 function printStatus(s: M.MoveStatus) {
   const lines = [`move ${s.moveId} of ${s.tenant}: ${s.source || '?'} -> ${s.target}, phase ${s.phase}${s.paused ? ' (paused)' : ''}, epoch ${s.epoch}`];
   if (s.blockedReason) lines.push(`  blocked: ${s.blockedReason}`);
-  for (const t of s.tables) lines.push(`  ${t.table.padEnd(28)} ${formatTableProgress(t)}`);
+  lines.push(...tableFor(process.stdout)({ rows: s.tables.map((t) => [t.table, formatTableProgress(t)]), indent: '  ' }));
   lines.push(`  blobs ${s.blobs.copied} copied of ${s.blobs.total} (${s.blobs.bytes} bytes)`);
   lines.push(`  lag ${s.lagBytes} bytes (${s.lagSeconds}s)${s.etaSeconds !== null ? `, copy ETA ${s.etaSeconds}s` : ''}`);
   if (s.cutoverPauseMs !== null) {
@@ -208,7 +215,7 @@ export function register(program: Command) {
     .option('--unit <unit>', 'or: the routing unit to move (a tenant, or a bucket bucket:<dataset>:<n>)')
     .requiredOption('--to <shard>', 'target shard')
     .option('--soak <duration>', 'how long the source is kept as the way back', '')
-    .option('--approve-cutover <mode>', 'auto | manual (manual waits for `move approve`)', 'auto')
+    .option('--approve-cutover <mode>', `${M.APPROVAL_MODES.join(' | ')} (manual waits for \`move approve\`)`, 'auto')
     .option('--actor <name>', 'operator identity for the audit log')
     .option('--yes', 'confirm a --soak shorter than the default (or than 1h) without being asked')
     .action(async (o) => {
@@ -313,11 +320,19 @@ export function register(program: Command) {
     .description(
       "follow a move's progress until it ends (done, cancelled, rolled back or failed) or Ctrl-C: per-table bars with rate and ETA, lag, the phase timeline and the cutover pause on a terminal; plain lines when piped. Exit 0 when the move ends, whatever its end (`move wait` is the one with exit codes for scripts)",
     )
-    .action(async (tenant) => {
-      const s = await followMove(cfg(), tenant, progressRenderer(process.stdout, tenant), (x) => isTerminal(x.phase));
-      console.log(`${tenant}: move ${s.moveId} ended ${s.phase}${s.lastError ? `: ${s.lastError}` : ''}`);
+    .option('--json', 'instead: the status (as `move status --json`, on one line) each time it changes, until the move ends; the last line has its end phase')
+    .action(async (tenant, o: { json?: boolean }) => {
+      const renderer = o.json ? jsonLinesRenderer(process.stdout) : progressRenderer(process.stdout, tenant);
+      const s = await followMove(cfg(), tenant, renderer, (x) => isTerminal(x.phase));
+      // With --json every line is a status: the end is the last line's phase, not a sentence.
+      if (!o.json) console.log(`${tenant}: move ${s.moveId} ended ${s.phase}${s.lastError ? `: ${s.lastError}` : ''}`);
     });
-  examples(watch, 'move watch acme', 'move watch acme | tee move-acme.log   # plain lines when piped');
+  examples(
+    watch,
+    'move watch acme',
+    'move watch acme | tee move-acme.log   # plain lines when piped',
+    "move watch acme --json | jq -c '{phase, copy: .copy.percent, lagSeconds}'",
+  );
 
   const list = move
     .command('list')

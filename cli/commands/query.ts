@@ -9,6 +9,7 @@ import { parseDurationMs } from '../../lib/duration';
 import { IncompleteResult, MissingShard, ShardctlError, invalidInput } from '../../lib/errors';
 import { Router } from '../../lib/router';
 import type { ScatterOptions, ScatterResult } from '../../lib/router';
+import { tableFor } from '../../lib/text-table';
 
 /** Exit codes of `shardctl query` (the numbering issue 12 gives every verb). */
 /** The codes of cli/exit.ts this verb uses (one table for the whole CLI). */
@@ -92,10 +93,9 @@ function cell(v: unknown): string {
 }
 
 function printTable(r: ScatterResult) {
-  const header = ['shard', ...r.fields];
-  const lines = r.rows.map((x) => [x.shard, ...r.fields.map((f) => cell(x.row[f]))]);
-  const widths = header.map((h, i) => Math.max(h.length, ...lines.map((l) => l[i].length)));
-  for (const l of [header, ...lines]) console.log(l.map((c, i) => (i === l.length - 1 ? c : c.padEnd(widths[i]))).join('  '));
+  const rows = r.rows.map((x) => [x.shard, ...r.fields.map((f) => cell(x.row[f]))]);
+  const lines = tableFor(process.stdout)({ head: ['shard', ...r.fields], rows });
+  if (lines.length) console.log(lines.join('\n'));
 }
 
 function summary(r: ScatterResult): string {

@@ -20,6 +20,7 @@ import { confirmIrreversible, soakNeedsConfirmation } from '../confirm';
 import { formatDurationSeconds } from '../../lib/duration';
 import { actorDefault } from './move';
 import { configOf, printResult, withConnections, withTemporal } from '../run';
+import { tableFor } from '../../lib/text-table';
 
 function dryRun(config: Config, scope: PlanScope, opts: { tolerance?: number; units?: string[]; maxMoves?: number } = {}): Promise<RebalancePlan> {
   return withConnections(config, { readOnly: true, requireCurrentSchema: true }, (c) => planFromDirectory(c.directoryPool(), config, scope, opts));
@@ -43,12 +44,24 @@ function printPlan(p: RebalancePlan) {
   ];
   for (const m of p.moves) lines.push(`  move ${m.unit} ${m.from} -> ${m.to} (load ${m.load}): ${m.reason}`);
   if (p.dedicate) lines.push(`  then ${p.dedicate.shard} is dedicated to ${p.dedicate.tenant}`);
-  const w = Math.max(5, ...p.shards.map((s) => s.name.length));
-  lines.push(`  ${'shard'.padEnd(w)}  status    capacity  load before -> after  units before -> after`);
-  for (const s of p.shards)
-    lines.push(
-      `  ${s.name.padEnd(w)}  ${s.status.padEnd(8)}  ${String(s.capacity).padStart(8)}  ${String(s.loadBefore).padStart(11)} -> ${String(s.loadAfter).padEnd(5)}  ${String(s.unitsBefore).padStart(12)} -> ${s.unitsAfter}${s.dedicatedTo ? `  dedicated to ${s.dedicatedTo}` : ''}`,
-    );
+  const dedicated = p.shards.some((s) => s.dedicatedTo);
+  lines.push(
+    ...tableFor(process.stdout)({
+      head: ['shard', 'status', 'capacity', 'load before', 'load after', 'units before', 'units after', ...(dedicated ? ['dedicated to'] : [])],
+      rows: p.shards.map((s) => [
+        s.name,
+        s.status,
+        s.capacity,
+        s.loadBefore,
+        s.loadAfter,
+        s.unitsBefore,
+        s.unitsAfter,
+        ...(dedicated ? [s.dedicatedTo ?? ''] : []),
+      ]),
+      align: ['left', 'left', 'right', 'right', 'right', 'right', 'right'],
+      indent: '  ',
+    }),
+  );
   for (const x of p.problems) lines.push(`  problem: ${x}`);
   console.log(lines.join('\n'));
 }
@@ -95,10 +108,16 @@ function printStatus(s: Awaited<ReturnType<typeof rebalanceStatus>>) {
   const lines = [
     `rebalance (${scopeText(s.scope)}): ${s.phase}${s.paused ? ' (paused)' : ''} — ${count('done')} done, ${count('running')} running, ${count('pending')} pending, ${count('failed')} failed; plans ${s.plans}; at most ${s.maxConcurrent} at once, ${s.perShardLimit} per shard and direction${s.continuedAsNew ? `; continued as new ${s.continuedAsNew} time(s)` : ''}`,
   ];
-  for (const m of s.moves)
-    lines.push(
-      `  ${m.state.padEnd(9)} ${m.unit} ${m.from} -> ${m.to}${m.state === 'running' ? ` (phase ${s.runningPhases[m.unit]}${s.awaitingApproval.includes(m.unit) ? `, waiting for \`shardctl move approve ${m.unit}\`` : ''})` : ''}${m.result && m.result !== 'done' ? `: ${m.result}` : ''}`,
-    );
+  const note = (m: (typeof s.moves)[number]) =>
+    [
+      m.state === 'running'
+        ? `phase ${s.runningPhases[m.unit]}${s.awaitingApproval.includes(m.unit) ? `, waiting for \`shardctl move approve ${m.unit}\`` : ''}`
+        : '',
+      m.result && m.result !== 'done' ? m.result : '',
+    ]
+      .filter(Boolean)
+      .join('; ');
+  lines.push(...tableFor(process.stdout)({ rows: s.moves.map((m) => [m.state, m.unit, `${m.from} -> ${m.to}`, note(m)]), indent: '  ' }));
   if (s.drain) lines.push(`  ${s.drain.shard}: ${s.drain.closed ? 'closed' : `not closed: ${s.drain.reasons.join('; ')}`}`);
   if (s.isolate?.undone) lines.push(`  ${s.isolate.shard}: dedication to ${s.isolate.tenant} undone: ${s.isolate.why}`);
   else if (s.isolate) {
@@ -130,7 +149,7 @@ const startOptions = (c: Command) =>
     .option('--max-concurrent <n>', 'moves at once (default 2)')
     .option('--per-shard <n>', 'moves out of and into one shard at once, each direction (default 1)')
     .option('--soak <duration>', "each move's soak (default: config limits.soakSeconds)")
-    .option('--approve-cutover <mode>', 'auto | manual (each move waits for `move approve` before its cutover)', 'auto')
+    .option('--approve-cutover <mode>', `${M.APPROVAL_MODES.join(' | ')} (manual: each move waits for \`move approve\` before its cutover)`, 'auto')
     .option('--actor <name>', "operator identity for the audit log (each move's starter too)")
     .option('--reason <text>', 'why (recorded in the audit log)')
     .option('--wait', 'wait for the run to end; exit 7 unless every move completed')

@@ -30,6 +30,7 @@ import { EXIT, exitCodeFor } from '../exit';
 import { examples } from '../help';
 import { configOf, printResult, withConnections } from '../run';
 import { parseDurationMs } from '../../lib/duration';
+import { isTerminalStream, renderTable } from '../../lib/text-table';
 import { adoptShard, validateAdoptInput, type AdoptResult } from '../../lib/adopt';
 import { ensureDirectory } from '../../lib/directory/ensure';
 
@@ -81,27 +82,7 @@ export function register(program: Command) {
         const window = o.rateWindow === undefined ? 1000 : parseDurationMs(o.rateWindow, '--rate-window');
         return Promise.all(config.shards.map((s) => describeShard(config, s.name, pools.shardPool(s.name), inventory, window)));
       });
-      printResult(
-        o.json,
-        rows,
-        () => {
-          const w = Math.max(...rows.map((r) => r.name.length));
-          for (const r of rows) {
-            const state = !r.reachable
-              ? `UNREACHABLE  ${r.error}`
-              : !r.schemaInstalled
-                ? 'reachable    not prepared (run `shardctl shards prepare`)'
-                : `reachable    ${r.fencedTables}/${r.tenantTables} tenant tables fenced, ${volumeText(r)}` +
-                  (r.unfenced.length ? `; NOT fenced: ${r.unfenced.join(', ')}` : '') +
-                  (r.error ? `; ${r.error}` : '');
-            const kind = r.class === 'dedicated' ? '  dedicated' : '';
-            const region = r.region ? `  ${r.region}` : '';
-            const where = r.status ? `${r.status.padEnd(8)}  ${String(r.units).padStart(5)} unit(s)${kind}${region}` : `status unknown (${r.directoryError})`;
-            console.log(`${r.name.padEnd(w)}  ${where}  ${state}`);
-          }
-        },
-        { pretty: true },
-      );
+      printResult(o.json, rows, () => console.log(formatShardList(rows, isTerminalStream(process.stdout)).join('\n')), { pretty: true });
       if (rows.some((r) => !r.reachable)) process.exitCode = exitCodeFor('Unavailable');
     });
   examples(list, 'shards list', "shards list --json | jq -r '.[] | select(.unfenced | length > 0) | .name'");
@@ -287,6 +268,28 @@ function bytesText(n: number): string {
   return `${i ? n.toFixed(1) : n} ${units[i]}`;
 }
 
+/** One row per shard, no head (each row starts with the shard's name): placement, then reachability and fencing. */
+export function formatShardList(rows: readonly ShardRow[], tty: boolean): string[] {
+  return renderTable(
+    {
+      rows: rows.map((r) => {
+        const detail = !r.reachable
+          ? (r.error ?? '')
+          : !r.schemaInstalled
+            ? 'not prepared (run `shardctl shards prepare`)'
+            : `${r.fencedTables}/${r.tenantTables} tenant tables fenced, ${volumeText(r)}` +
+              (r.unfenced.length ? `; NOT fenced: ${r.unfenced.join(', ')}` : '') +
+              (r.error ? `; ${r.error}` : '');
+        const kind = [r.class === 'dedicated' ? 'dedicated' : '', r.region ?? ''].filter(Boolean).join(' ');
+        const placement = r.status ? [r.status, `${r.units} unit(s)`, kind] : [`status unknown (${r.directoryError})`, '', ''];
+        return [r.name, ...placement, r.reachable ? 'reachable' : 'UNREACHABLE', detail];
+      }),
+      align: ['left', 'left', 'right'],
+    },
+    tty,
+  );
+}
+
 function volumeText(r: ShardRow): string {
   const rate = r.writesPerSecond === null ? '' : `, ${r.writesPerSecond} writes/s`;
   return `${bytesText(r.tenantBytes ?? 0)} in ~${r.tenantRows ?? 0} rows${rate}, slots retain ${bytesText(r.slotRetainedBytes ?? 0)}`;
@@ -310,7 +313,7 @@ const wholeNumber = (flag: string) => (v: string) => {
   return Number(v);
 };
 
-interface ShardRow {
+export interface ShardRow {
   name: string;
   /** From the directory: open, draining or closed; null when the directory could not be read. */
   status: ShardInfo['status'] | null;

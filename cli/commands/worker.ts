@@ -109,5 +109,5 @@ export function register(program: Command) {
       await w.shutdown();
       log.flush();
     });
-  examples(worker, 'worker', 'worker --task-queue shardctl-moves-canary', 'worker --metrics-addr :9464', 'SHARDCTL_LOG_LEVEL=debug shardctl worker | jq .');
+  examples(worker, 'worker', 'worker --task-queue shardctl-moves-canary', 'worker --metrics-addr :9464', 'SHARDCTL_LOG_LEVEL=debug worker | jq .');
 }

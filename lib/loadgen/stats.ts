@@ -1,4 +1,5 @@
 // Latency and outcome statistics of a loadgen run, and their text report. Pure.
+import { renderTable } from '../text-table';
 
 export interface LatencySummary {
   count: number;
@@ -91,22 +92,39 @@ export interface LoadgenStats {
   stopped: 'duration' | 'aborted';
 }
 
-export function formatStats(s: LoadgenStats, hist?: { read: Array<[number, number]>; write: Array<[number, number]> }): string {
+/** The run's report for a person: counts, a table per operation, a latency table (boxed when `tty`), histograms. */
+export function formatStats(s: LoadgenStats, hist?: { read: Array<[number, number]>; write: Array<[number, number]> }, tty = false): string {
   const lines: string[] = [];
   const rate = s.elapsedMs > 0 ? ((s.ops * 1000) / s.elapsedMs).toFixed(1) : '0';
   lines.push(
     `loadgen run ${s.run}: ${s.ops} ops in ${(s.elapsedMs / 1000).toFixed(1)}s (${rate}/s, target ${s.rate}/s) on ${s.tenants.join(', ')}${s.stopped === 'aborted' ? ' — stopped early' : ''}`,
   );
   lines.push(`  writes: ${s.writes.ack} ack, ${s.writes.refused} refused, ${s.writes.unknown} unknown`);
-  for (const [op, c] of Object.entries(s.byOp)) {
-    if (c.ack + c.refused + c.unknown) lines.push(`    ${op.padEnd(8)} ${c.ack} ack, ${c.refused} refused, ${c.unknown} unknown`);
-  }
+  const ops = Object.entries(s.byOp).filter(([, c]) => c.ack + c.refused + c.unknown);
+  if (ops.length)
+    lines.push(
+      ...renderTable(
+        {
+          head: ['op', 'ack', 'refused', 'unknown'],
+          rows: ops.map(([op, c]) => [op, c.ack, c.refused, c.unknown]),
+          align: ['left', 'right', 'right', 'right'],
+          indent: '    ',
+        },
+        tty,
+      ),
+    );
   lines.push(`  reads: ${s.reads.ok} ok, ${s.reads.failed} failed, ${s.readMismatches} mismatched`);
-  lines.push('  latency ms        count     p50     p90     p99     max');
-  for (const kind of ['read', 'write'] as const) {
-    const l = s.latency[kind];
-    lines.push(`    ${kind.padEnd(14)}${String(l.count).padStart(7)}${[l.p50, l.p90, l.p99, l.max].map((x) => String(x).padStart(8)).join('')}`);
-  }
+  lines.push(
+    ...renderTable(
+      {
+        head: ['latency ms', 'count', 'p50', 'p90', 'p99', 'max'],
+        rows: (['read', 'write'] as const).map((kind) => [kind, ...(['count', 'p50', 'p90', 'p99', 'max'] as const).map((k) => s.latency[kind][k])]),
+        align: ['left', 'right', 'right', 'right', 'right', 'right'],
+        indent: '  ',
+      },
+      tty,
+    ),
+  );
   if (hist) {
     for (const kind of ['read', 'write'] as const) {
       const h = hist[kind];

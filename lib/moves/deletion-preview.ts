@@ -7,6 +7,7 @@ import type { Connections } from '../connections';
 import { countUnitRows, listTenantTables } from '../shard/tables';
 import { listBlobs, tenantBlobPrefix } from '../blobs';
 import { unitRows } from '../unit-rows';
+import { renderTable } from '../text-table';
 
 export interface DeletionPreview {
   unit: string;
@@ -31,13 +32,12 @@ export async function previewUnitDeletion(config: Config, conns: Connections, sh
   return { unit, shard, bucket, blobPrefix, blobs: blobs.length, blobBytes: blobs.reduce((n, b) => n + b.size, 0), tables: counted };
 }
 
-/** The preview as lines for a terminal: the shard, each table with its row count, the blob prefix. */
-export function formatDeletionPreview(p: DeletionPreview): string[] {
+/** The preview as lines: the shard, each table with its row count (a table, boxed when `tty`), the blob prefix. */
+export function formatDeletionPreview(p: DeletionPreview, tty = false): string[] {
   const rows = p.tables.reduce((n, t) => n + t.rows, 0);
-  const w = Math.max(0, ...p.tables.map((t) => t.table.length));
   return [
     `  on shard ${p.shard}: ${rows} row(s) of ${p.unit} in ${p.tables.length} table(s)`,
-    ...p.tables.map((t) => `    ${t.table.padEnd(w)}  ${t.rows} row(s)`),
+    ...renderTable({ rows: p.tables.map((t) => [t.table, `${t.rows} row(s)`]), indent: '    ' }, tty),
     `  blobs: ${p.blobs} object(s), ${p.blobBytes} bytes under s3://${p.bucket}/${p.blobPrefix}`,
   ];
 }

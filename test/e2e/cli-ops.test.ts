@@ -1,7 +1,7 @@
 // Operator verbs of issue 12 through the real `shardctl` against a real worker and move:
 // `move throttle` (validated before anything is sent, applied to the running move, audited with
 // its operator), `move watch` piped (plain lines to the end of the move) and on a pseudo-terminal
-// (bars), and `audit` reading the move's entries back.
+// (bars) and with --json (a status line per change), and `audit` reading the move's entries back.
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { spawn } from 'node:child_process';
 import path from 'node:path';
@@ -142,6 +142,32 @@ describe('shardctl move throttle, move watch and audit on a real move', () => {
       expect(tty.stdout).toMatch(/timeline copy \d\d:\d\d:\d\d · catchup \+[\d.]+s/);
       expect(tty.stdout).toMatch(/cutover write pause \d+ ms \(attempt \d+[;)]/);
       expect(tty.stdout).toContain(`${tenant}: move ${done.moveId} ended done`);
+    },
+  );
+
+  it(
+    'move watch --json prints the status as one JSON line per change, in the shape of move status --json, until the move ends',
+    { timeout: 240_000 },
+    async () => {
+      const tenant = await H.newTenant('shard-a', 'opsjs');
+      await H.seed(tenant, 60, 0);
+      // Paced so the copy spans several polls: its progress shows up as lines of its own.
+      const h = await H.startMove(env.t.client, env.tq, H.moveInput(tenant, 'shard-b', { rowsPerSecond: 20, copyBatchRows: 5, soakSeconds: 1 }));
+      const watched = await cli('move', 'watch', tenant, '--json');
+      expect(watched.code, watched.stderr).toBe(0);
+      const lines = watched.stdout.trimEnd().split('\n');
+      const statuses = lines.map((l) => JSON.parse(l));
+      lines.slice(1).forEach((l, i) => expect(l, `line ${i + 2} repeats line ${i + 1}`).not.toBe(lines[i]));
+      const copied = statuses.filter((s) => s.phase === 'copy').map((s) => s.copy.rowsCopied);
+      expect(new Set(copied).size, 'lines during the copy').toBeGreaterThan(1);
+      const order = ['plan', 'copy', 'catchup', 'validate', 'fence', 'switch', 'soak', 'retire', 'done'];
+      const seen = statuses.map((s) => order.indexOf(s.phase));
+      expect(seen).toEqual([...seen].sort((a, b) => a - b));
+      // The last line is the ended move, exactly as `move status --json` shows it.
+      const final = await cli('move', 'status', tenant, '--json');
+      expect(statuses[statuses.length - 1]).toEqual(JSON.parse(final.stdout));
+      expect(statuses[statuses.length - 1].phase).toBe('done');
+      expect((await h.describe()).status.name).toBe('COMPLETED');
     },
   );
 

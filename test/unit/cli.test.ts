@@ -6,6 +6,10 @@ import { buildProgram } from '../../cli/main';
 import { describeFailure, EXIT, exitCodeFor, isHelpOrVersion } from '../../cli/exit';
 import { ShardctlError, type ErrorType } from '../../lib/errors';
 import { ConfigError } from '../../lib/config';
+import { SHARD_STATUSES } from '../../lib/directory/shards';
+import { PHASES } from '../../workflows/phases';
+import { APPROVAL_MODES } from '../../workflows/messages';
+import { exampleCommand } from '../../cli/help';
 
 /** Every command that runs something (has an action), by its full path: "move wait". */
 function verbs(program: Command): Map<string, Command> {
@@ -28,6 +32,9 @@ function helpOf(program: Command, cmd: Command): string {
   return out;
 }
 
+/** The help on one line: commander wraps long descriptions wherever the terminal width falls. */
+const flatHelpOf = (program: Command, cmd: Command) => helpOf(program, cmd).replace(/\s+/g, ' ');
+
 const READ_VERBS = [
   'tenant show',
   'tenant list',
@@ -35,6 +42,7 @@ const READ_VERBS = [
   'move plan',
   'move status',
   'move wait',
+  'move watch',
   'move list',
   'directory status',
   'dev status',
@@ -62,6 +70,40 @@ describe('shardctl --help', () => {
       expect(help, name).toContain(`  $ shardctl ${name}`);
       expect(help, name).toMatch(/Exit codes:\n {2}0 {2}ok\n[\s\S]* {2}7 {2}the move ended failed or cancelled/);
     }
+  });
+
+  it('writes every example as one command: environment assignments first, then `shardctl` once, then a verb', () => {
+    const verbsAndOptions = new Set(program.commands.map((c) => c.name()));
+    for (const [name, cmd] of all)
+      for (const line of helpOf(program, cmd)
+        .split('\n')
+        .filter((l) => l.startsWith('  $ '))) {
+        const m = /^ {2}\$ (?:[A-Z_][A-Z0-9_]*=\S+ )*shardctl (\S+)/.exec(line);
+        expect(m, `${name}: ${line}`).not.toBeNull();
+        expect(verbsAndOptions.has(m![1]) || m![1].startsWith('--'), `${name}: ${line}`).toBe(true);
+        expect(line.match(/\bshardctl /g), `${name}: ${line}`).toHaveLength(1);
+      }
+  });
+
+  it("puts an example's leading environment assignments before `shardctl`", () => {
+    expect(exampleCommand('SHARDCTL_LOG_LEVEL=debug worker | jq .')).toBe('SHARDCTL_LOG_LEVEL=debug shardctl worker | jq .');
+    expect(exampleCommand('A=1 B_2=x dev up')).toBe('A=1 B_2=x shardctl dev up');
+    expect(exampleCommand('move list --phase copy')).toBe('shardctl move list --phase copy');
+  });
+
+  it('lists every phase with --phase of move wait and move list', () => {
+    for (const name of ['move wait', 'move list'])
+      expect(flatHelpOf(program, all.get(name)!), name).toMatch(new RegExp(`--phase <phase> [\\w ]+: ${PHASES.join(' \\| ')}`));
+  });
+
+  it('lists the approval modes with --approve-cutover of every verb that starts moves', () => {
+    const starters = [...all].filter(([, c]) => c.options.some((o) => o.long === '--approve-cutover')).map(([n]) => n);
+    expect(starters).toEqual(expect.arrayContaining(['move start', 'rebalance start', 'shards drain', 'tenant isolate']));
+    for (const name of starters) expect(flatHelpOf(program, all.get(name)!), name).toContain(`--approve-cutover <mode> ${APPROVAL_MODES.join(' | ')}`);
+  });
+
+  it('lists the shard statuses for the status argument of shards set-status', () => {
+    expect(flatHelpOf(program, all.get('shards set-status')!)).toContain(`status ${SHARD_STATUSES.join(' | ')}`);
   });
 
   it('offers --json on every read verb', () => {

@@ -2,7 +2,8 @@
 // plain lines for a pipe, and cli-progress bars on a terminal (a fake TTY stream that records what
 // is written). A real move's piped and pseudo-terminal output is tested in test/e2e/cli-ops.test.ts.
 import { describe, it, expect } from 'vitest';
-import { plainRenderer, ttyRenderer, RateTracker, etaSeconds, phaseTimeline, type OutStream } from '../../cli/progress';
+import { jsonLinesRenderer, plainRenderer, ttyRenderer, RateTracker, etaSeconds, phaseTimeline, type OutStream } from '../../cli/progress';
+import { withCopyProgress } from '../../lib/move-progress';
 import type { MoveInput, MoveStatus } from '../../workflows/messages';
 import { initialStatus } from '../../workflows/move-state';
 
@@ -139,5 +140,35 @@ describe('bars (terminal)', () => {
     expect(ended).toContain('timeline plan 10:00:00 · copy +0.5s · switch +19.5s · soak +0.1s');
     expect(ended).toMatch(/accounts \[█{30}\] +100% 300\/300 rows - rows\/s ETA 0s ✓/);
     expect(out.text().lastIndexOf('\x1b[?25h')).toBeGreaterThan(out.text().lastIndexOf('\x1b[?25l')); // cursor shown again
+  });
+});
+
+describe('JSON lines (move watch --json)', () => {
+  it('writes each sample as one line holding what move status --json prints for it', () => {
+    const out = sink(false);
+    const s = status({ tables: tables(100, 0) });
+    jsonLinesRenderer(out).update(s);
+    expect(out.text().endsWith('\n')).toBe(true);
+    expect(out.text().trimEnd().split('\n')).toHaveLength(1);
+    expect(JSON.parse(out.text())).toEqual(JSON.parse(JSON.stringify(withCopyProgress(s))));
+  });
+
+  it('writes nothing for a sample equal to the last one written, a line for each change', () => {
+    const out = sink(false);
+    const r = jsonLinesRenderer(out);
+    r.update(status({ tables: tables(100, 0) }), T0);
+    r.update(status({ tables: tables(100, 0) }), T0 + 500);
+    r.update(status({ tables: tables(150, 0) }), T0 + 1000);
+    r.update(status({ phase: 'catchup', tables: tables(300, 200, true) }), T0 + 1500);
+    const lines = out
+      .text()
+      .trimEnd()
+      .split('\n')
+      .map((l) => JSON.parse(l));
+    expect(lines.map((l) => [l.phase, l.copy.rowsCopied])).toEqual([
+      ['copy', 100],
+      ['copy', 150],
+      ['catchup', 500],
+    ]);
   });
 });
