@@ -8,7 +8,7 @@ import { ensureDirectory } from '../../lib/directory/ensure';
 import { initDataset, validateInitDatasetInput } from '../../lib/datasets';
 import { examples } from '../help';
 import { configOf, printResult, withConnections } from '../run';
-import { actorDefault } from './move';
+import { actorDefault } from '../actor';
 
 export function register(program: Command) {
   const dataset = program.command('dataset').description('bucketed datasets: place their buckets in the directory');

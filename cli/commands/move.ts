@@ -2,7 +2,6 @@
 // Bad input is refused with a one-line reason before anything is sent. Failures are typed
 // (lib/errors.ts) and cli/exit.ts turns each into its exit code.
 import { Command } from 'commander';
-import os from 'node:os';
 import { WorkflowNotFoundError, WorkflowUpdateFailedError, type WorkflowExecutionInfo } from '@temporalio/client';
 import { moveInputFor, startMove, MOVE_WORKFLOW_TYPE } from '../../lib/moves/start';
 import { createDeps } from '../../activities/deps';
@@ -20,13 +19,12 @@ import { requireCurrentDirectorySchema } from '../../lib/directory/schema';
 import { exitCodeFor } from '../exit';
 import { examples } from '../help';
 import { configOf, printResult, withConnections, withTemporal } from '../run';
+import { actorDefault } from '../actor';
 import { confirmIrreversible, soakNeedsConfirmation } from '../confirm';
 import { getPlacement } from '../../lib/directory/placements';
 import { unitFromOptions, validateUnitName } from '../../lib/unit-rows';
 import { formatDeletionPreview, previewUnitDeletion } from '../../lib/moves/deletion-preview';
 import { formatDurationSeconds } from '../../lib/duration';
-
-export const actorDefault = () => process.env.SHARDCTL_ACTOR || process.env.USER || os.userInfo().username || 'cli';
 
 export async function moveStatus(config: Config, tenant: string): Promise<M.MoveStatus> {
   validateUnitName(tenant);

@@ -25,7 +25,7 @@ import {
   type ShardStatus,
 } from '../../lib/directory/shards';
 import { ShardctlError, invalidInput } from '../../lib/errors';
-import { actorDefault } from './move';
+import { actorDefault } from '../actor';
 import { EXIT, exitCodeFor } from '../exit';
 import { examples } from '../help';
 import { configOf, printResult, withConnections } from '../run';

@@ -11,7 +11,7 @@ import { configOf, printResult, withConnections } from '../run';
 import { createTenant, getTenant, listTenants, tenantView, validateCreateInput } from '../../lib/tenants';
 import { getResidency, setResidency } from '../../lib/directory/policy';
 import { parseRegions } from '../../lib/directory/residency';
-import { actorDefault } from './move';
+import { actorDefault } from '../actor';
 
 export { ensureDirectory };
 
