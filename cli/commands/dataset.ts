@@ -34,7 +34,7 @@ export function register(program: Command) {
       };
       validateInitDatasetInput(input, cfg); // before any connection
       const r = await withConnections(cfg, {}, async (pools) => {
-        await ensureDirectory(pools.directoryPool(), cfg);
+        await ensureDirectory(pools.directoryPool(), cfg, { actor: o.actor, reason: o.reason });
         return initDataset({ directory: pools.directoryPool(), shardPool: pools.shardPool, config: cfg }, input);
       });
       printResult(o.json, r, (v) => {
