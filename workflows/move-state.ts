@@ -19,6 +19,8 @@ export interface Carried {
   soakEndsAtMs: number | null;
   /** Cutover attempts aborted since the last success or operator approval (absent in older runs). */
   cutoverAbortsInRow?: number;
+  /** The operators' reasons for the verbs audited when they end, not when asked (absent in older runs). */
+  reasons?: { cancel?: string; rollback?: string; retire?: string };
 }
 
 /** The status a move starts with (also the base of the tests' status fixtures). */

@@ -92,9 +92,17 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
     },
     { validator: guard('resume') },
   );
+  // Cancel, rollback and retire are audited when they end (with their outcome), so the reason
+  // given when they were asked is kept until then, across continue-as-new.
+  const keepReason = (verb: 'cancel' | 'rollback' | 'retire', op: M.Operator) => {
+    carried.reasons = { ...carried.reasons, [verb]: op.reason };
+  };
+  /** The reason to record for `verb`; patched: an end recorded before reasons were kept replays without one. */
+  const reasonOf = (verb: 'cancel' | 'rollback' | 'retire') => (patched('operator-reasons-audited') ? carried.reasons?.[verb] : undefined);
   const requestCancel = (op: M.Operator) => {
     carried.cancelRequested = true;
     st.operators.cancelledBy = op.actor;
+    keepReason('cancel', op);
     // During the fence the cutover finishes (or aborts) first; it is never interrupted mid-way.
     if (st.phase !== 'fence') preSwitch?.cancel();
     return 'cancelling';
@@ -127,6 +135,7 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
     (op) => {
       carried.rollbackRequested = true;
       st.operators.rolledBackBy = op.actor;
+      keepReason('rollback', op);
       soakScope?.cancel();
       return 'rolling back';
     },
@@ -137,6 +146,7 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
     (op) => {
       carried.retireNowRequested = true;
       st.operators.retiredBy = op.actor;
+      keepReason('retire', op);
       soakScope?.cancel();
       return 'retiring';
     },
@@ -464,7 +474,7 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
         block(`failed: ${failure}`.slice(0, 200));
         return st;
       }
-      await record('cancelled', actor);
+      await record('cancelled', actor, reasonOf('cancel'));
       enter('cancelled');
       block('');
       return st;
@@ -575,7 +585,7 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
           { ...ref(), epoch: st.epoch, actor: st.operators.rolledBackBy ?? input.requestedBy },
         ]),
       );
-      await record('rolled-back', st.operators.rolledBackBy ?? input.requestedBy, undefined, { epoch: st.epoch });
+      await record('rolled-back', st.operators.rolledBackBy ?? input.requestedBy, reasonOf('rollback'), { epoch: st.epoch });
       enter('rolled-back');
       return st;
     }
@@ -597,7 +607,7 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
       block('');
       continue;
     }
-    await record('retired', actor, carried.retireNowRequested ? 'retire now (operator)' : 'soak ended', { epoch: st.epoch });
+    await record('retired', actor, carried.retireNowRequested ? (reasonOf('retire') ?? 'retire now (operator)') : 'soak ended', { epoch: st.epoch });
     enter('done');
   }
   return st;

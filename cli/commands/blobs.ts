@@ -1,7 +1,8 @@
 // `shardctl blobs gc [--tenant T] [--grace 1h] [--dry-run] [--json]`: deletes, on each tenant's
 // owner, the version objects no committed blob-index row names (lib/blobs/gc.ts says what it
 // checks first). Without --tenant, every tenant the directory places; a tenant that may not be
-// collected now (a move in flight) is listed as skipped with its reason.
+// collected now (a move in flight) is listed as skipped with its reason. Each tenant collected
+// (not in a dry run) is a `blobs.gc` audit entry under the operator (--actor, --reason).
 import { Command } from 'commander';
 import { collectTenantBlobs, type GcDeps, type GcReport } from '../../lib/blobs/gc';
 import { listPlacements } from '../../lib/directory/placements';
@@ -10,6 +11,7 @@ import { parseDurationMs } from '../../lib/duration';
 import { ShardctlError } from '../../lib/errors';
 import { validateShardName, validateTenantId } from '../../lib/ids';
 import { examples } from '../help';
+import { operatorOf } from '../actor';
 import { configOf, printResult, withConnections } from '../run';
 
 export function register(program: Command) {
@@ -17,17 +19,22 @@ export function register(program: Command) {
   const blobs = program.command('blobs').description("tenants' blobs: the blob index's garbage collector");
   const gc = blobs
     .command('gc')
-    .description("delete, on each tenant's owner, the version objects no committed blob-index row names and older than the grace period")
+    .description(
+      "delete, on each tenant's owner, the version objects no committed blob-index row names and older than the grace period (audited: one blobs.gc entry per tenant collected)",
+    )
     .option('--tenant <id>', 'only this tenant (default: every tenant the directory places)')
     .option('--shard <name>', "refuse unless this shard is the tenant's owner")
     .option('--grace <duration>', "keep unreferenced objects younger than this (longer than the routers' deadline)", '1h')
-    .option('--dry-run', 'list what would be deleted; delete nothing')
+    .option('--dry-run', 'list what would be deleted; delete nothing (and record nothing)')
+    .option('--reason <text>', 'why, for the audit log')
+    .option('--actor <name>', 'operator identity for the audit log')
     .option(
       '--json',
       'as JSON: {dryRun, graceMs, tenants: [{tenant, shard, epoch, bucket, scanned, referenced, young, notVersions, collected}], skipped: [{tenant, reason}]}',
     )
-    .action(async (o: { tenant?: string; shard?: string; grace: string; dryRun?: boolean; json?: boolean }) => {
+    .action(async (o: { tenant?: string; shard?: string; grace: string; dryRun?: boolean; json?: boolean; reason?: string; actor?: string }) => {
       const config = cfg();
+      const operator = operatorOf(o);
       const graceMs = parseDurationMs(o.grace, '--grace');
       const tenant = o.tenant === undefined ? undefined : validateTenantId(o.tenant);
       const shard = o.shard === undefined ? undefined : validateShardName(o.shard);
@@ -38,7 +45,7 @@ export function register(program: Command) {
           shardPool: (s) => conns.shardPool(s),
           bucketOf: (s) => ({ shard: s, s3: conns.s3For(s), bucket: shardByName(config, s).bucket }),
         };
-        const run = (t: string) => collectTenantBlobs(deps, { tenant: t, graceMs, dryRun: o.dryRun, shard });
+        const run = (t: string) => collectTenantBlobs(deps, { tenant: t, graceMs, dryRun: o.dryRun, shard, operator });
         if (tenant) return { tenants: [await run(tenant)], skipped: [] };
         const tenants: GcReport[] = [];
         const skipped: { tenant: string; reason: string }[] = [];
@@ -65,5 +72,11 @@ export function register(program: Command) {
         if (!v.tenants.length && !v.skipped.length) console.log('no tenant to collect');
       });
     });
-  examples(gc, 'blobs gc --tenant acme --dry-run', 'blobs gc --tenant acme', 'blobs gc --grace 6h --json');
+  examples(
+    gc,
+    'blobs gc --tenant acme --dry-run',
+    'blobs gc --tenant acme --actor alice --reason "OPS-9 bucket over quota"',
+    'blobs gc --grace 6h --json',
+    'audit --tenant acme --json | jq \'.entries[] | select(.action == "blobs.gc") | .detail.deleted\'',
+  );
 }

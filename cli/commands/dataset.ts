@@ -8,7 +8,7 @@ import { ensureDirectory } from '../../lib/directory/ensure';
 import { initDataset, validateInitDatasetInput } from '../../lib/datasets';
 import { examples } from '../help';
 import { configOf, printResult, withConnections } from '../run';
-import { actorDefault } from './move';
+import { actorDefault } from '../actor';
 
 export function register(program: Command) {
   const dataset = program.command('dataset').description('bucketed datasets: place their buckets in the directory');
@@ -34,7 +34,7 @@ export function register(program: Command) {
       };
       validateInitDatasetInput(input, cfg); // before any connection
       const r = await withConnections(cfg, {}, async (pools) => {
-        await ensureDirectory(pools.directoryPool(), cfg);
+        await ensureDirectory(pools.directoryPool(), cfg, { actor: o.actor, reason: o.reason });
         return initDataset({ directory: pools.directoryPool(), shardPool: pools.shardPool, config: cfg }, input);
       });
       printResult(o.json, r, (v) => {

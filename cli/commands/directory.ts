@@ -1,10 +1,12 @@
 // `shardctl directory migrate|status`: the placement directory's schema. `migrate` is the verb
-// that changes it (read verbs refuse an outdated schema and name this one); `status` only reads.
+// that changes it (read verbs refuse an outdated schema and name this one), audited under its
+// operator (`directory.migrate`, `shard.register`); `status` only reads.
 import { Command } from 'commander';
 import { onDirectory, poolDsn } from '../../lib/directory/db';
 import { ensureDirectory } from '../../lib/directory/ensure';
 import { directorySchemaStatus, MIGRATE_COMMAND } from '../../lib/directory/schema';
 import { examples } from '../help';
+import { operatorOf } from '../actor';
 import { configOf, printResult, withConnections } from '../run';
 
 export function register(program: Command) {
@@ -13,11 +15,16 @@ export function register(program: Command) {
 
   const migrate = directory
     .command('migrate')
-    .description("apply the directory's pending migrations and register the config's shards missing from it (idempotent)")
+    .description(
+      "apply the directory's pending migrations and register the config's shards missing from it (idempotent; what it changed is audited under the operator)",
+    )
+    .option('--reason <text>', 'why, for the audit log')
+    .option('--actor <name>', 'operator identity for the audit log (directory.migrate, shard.register)')
     .option('--json', 'as JSON: {migrated, shardsAdded}')
-    .action(async (o: { json?: boolean }) => {
+    .action(async (o: { json?: boolean; reason?: string; actor?: string }) => {
       const config = cfg();
-      const r = await withConnections(config, { readOnly: false }, (conns) => ensureDirectory(conns.directoryPool(), config));
+      const operator = operatorOf(o);
+      const r = await withConnections(config, { readOnly: false }, (conns) => ensureDirectory(conns.directoryPool(), config, operator));
       printResult(o.json, r, () =>
         console.log(
           `directory: ${r.migrated.length ? `applied migration(s) ${r.migrated.join(', ')}` : 'schema already current'}` +
@@ -25,7 +32,7 @@ export function register(program: Command) {
         ),
       );
     });
-  examples(migrate, 'directory migrate', 'directory migrate --json   # {"migrated":[4,5],"shardsAdded":[]}');
+  examples(migrate, 'directory migrate --reason "release 42"', 'directory migrate --actor alice --json   # {"migrated":[4,5],"shardsAdded":[]}');
 
   const status = directory
     .command('status')

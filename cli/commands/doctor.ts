@@ -4,7 +4,6 @@
 // back into a non-owner's bucket — each with the command that fixes it. It changes nothing
 // unless told `--fix <finding>` for one of the safe ones (lib/doctor/fix.ts). Exit 0 when clean,
 // 1 when something needs attention; with --fix, 0 when every named fix was applied.
-import os from 'node:os';
 import { Command } from 'commander';
 import { configOf } from '../run';
 import { createConnections } from '../../lib/connections';
@@ -17,8 +16,7 @@ import { FENCE_LOCK_CLASS } from '../../lib/shard/schema';
 import { ShardctlError, invalidInput } from '../../lib/errors';
 import { EXIT } from '../exit';
 import { examples } from '../help';
-
-const actorDefault = () => process.env.SHARDCTL_ACTOR || process.env.USER || os.userInfo().username || 'cli';
+import { actorDefault } from '../actor';
 
 /** "512MiB", "1GiB", "1000000" (bytes). */
 export function parseBytes(text: string): number {

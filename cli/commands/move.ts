@@ -2,7 +2,6 @@
 // Bad input is refused with a one-line reason before anything is sent. Failures are typed
 // (lib/errors.ts) and cli/exit.ts turns each into its exit code.
 import { Command } from 'commander';
-import os from 'node:os';
 import { WorkflowNotFoundError, WorkflowUpdateFailedError, type WorkflowExecutionInfo } from '@temporalio/client';
 import { moveInputFor, startMove, MOVE_WORKFLOW_TYPE } from '../../lib/moves/start';
 import { createDeps } from '../../activities/deps';
@@ -20,14 +19,13 @@ import { requireCurrentDirectorySchema } from '../../lib/directory/schema';
 import { exitCodeFor } from '../exit';
 import { examples } from '../help';
 import { configOf, printResult, withConnections, withTemporal } from '../run';
+import { actorDefault } from '../actor';
 import { confirmIrreversible, soakNeedsConfirmation } from '../confirm';
 import { getPlacement } from '../../lib/directory/placements';
 import { unitFromOptions, validateUnitName } from '../../lib/unit-rows';
 import { formatDeletionPreview, previewUnitDeletion } from '../../lib/moves/deletion-preview';
 import { formatDurationSeconds } from '../../lib/duration';
 import { isTerminalStream, tableFor } from '../../lib/text-table';
-
-export const actorDefault = () => process.env.SHARDCTL_ACTOR || process.env.USER || os.userInfo().username || 'cli';
 
 export async function moveStatus(config: Config, tenant: string): Promise<M.MoveStatus> {
   validateUnitName(tenant);
@@ -366,7 +364,11 @@ export function register(program: Command) {
     example?: string;
   }
   const verb = (name: string, update: any, desc: string, spec: VerbSpec = {}) => {
-    let c = move.command(`${name} <tenant>`).description(desc).option('--actor <name>', 'operator identity').option('--reason <text>', 'why');
+    let c = move
+      .command(`${name} <tenant>`)
+      .description(desc)
+      .option('--actor <name>', 'operator identity for the audit log (default: $SHARDCTL_ACTOR, else $USER)')
+      .option('--reason <text>', 'why, for the audit log');
     if (spec.options) c = spec.options(c);
     examples(c, `move ${name} acme${spec.example ?? ''} --actor alice --reason "ticket OPS-123"`);
     c.action(async (tenant, o) => {
@@ -388,7 +390,7 @@ export function register(program: Command) {
       });
     });
   };
-  verb('cancel', M.cancelUpdate, 'undo a move before its switch');
+  verb('cancel', M.cancelUpdate, 'undo a move before its switch; audited when done (move.cancelled, with the operator and reason)');
   verb('approve', M.approveUpdate, 'approve a manual cutover (with approvals.requireDistinctApprover, not by the operator who started the move)', {
     // The workflow refuses it for moves started under the setting; this holds it for the others too.
     async confirm(tenant, o, config) {
@@ -398,7 +400,7 @@ export function register(program: Command) {
       if (why) throw new ShardctlError('Forbidden', `approve refused: ${why}`);
     },
   });
-  verb('rollback', M.rollbackUpdate, 'switch back to the source during soak (loses no write)');
+  verb('rollback', M.rollbackUpdate, 'switch back to the source during soak (loses no write); audited when done (move.rolled-back)');
   verb(
     'retire',
     M.retireNowUpdate,
@@ -419,8 +421,8 @@ export function register(program: Command) {
       },
     },
   );
-  verb('pause', M.pauseUpdate, 'pause copy / catch-up');
-  verb('resume', M.resumeUpdate, 'resume (or re-validate after a mismatch)');
+  verb('pause', M.pauseUpdate, 'pause copy / catch-up; audited (move.pause)');
+  verb('resume', M.resumeUpdate, 'resume (or re-validate after a mismatch); audited (move.resume)');
   verb('throttle', M.throttleUpdate, "limit the rows per second of a running move's copy and catch-up (0 = unlimited); audited", {
     options: (c) => c.requiredOption('--rows-per-second <n>', 'a non-negative integer; 0 removes the limit'),
     payload: (o) => ({ rowsPerSecond: parseRowsPerSecond(o.rowsPerSecond) }),

@@ -18,7 +18,7 @@ import { EXIT } from '../exit';
 import { examples } from '../help';
 import { confirmIrreversible, soakNeedsConfirmation } from '../confirm';
 import { formatDurationSeconds } from '../../lib/duration';
-import { actorDefault } from './move';
+import { actorDefault } from '../actor';
 import { configOf, printResult, withConnections, withTemporal } from '../run';
 import { tableFor } from '../../lib/text-table';
 

@@ -25,7 +25,8 @@ import {
   type ShardStatus,
 } from '../../lib/directory/shards';
 import { ShardctlError, invalidInput } from '../../lib/errors';
-import { actorDefault } from './move';
+import { actorDefault, operatorOf } from '../actor';
+import { recordPrepare } from '../../lib/shard/prepare-audit';
 import { EXIT, exitCodeFor } from '../exit';
 import { examples } from '../help';
 import { configOf, printResult, withConnections } from '../run';
@@ -40,14 +41,22 @@ export function register(program: Command) {
 
   const prepare = shards
     .command('prepare')
-    .description('install schema shardctl and the fence trigger on every tenant table (idempotent)')
+    .description('install schema shardctl and the fence trigger on every tenant table (idempotent; audited: one shard.prepare entry per shard)')
     .option('--shard <name>', 'only this shard (default: every configured shard)')
     .option('--demo-schema', "also create the demo application's tables (before fencing them)")
-    .action(async (o: { shard?: string; demoSchema?: boolean }) => {
+    .option('--reason <text>', 'why, for the audit log')
+    .option('--actor <name>', 'operator identity for the audit log')
+    .action(async (o: { shard?: string; demoSchema?: boolean; reason?: string; actor?: string }) => {
       const config = cfg();
       if (o.shard) knownShard(config, o.shard); // unknown shard: one line, before any connection
+      const operator = operatorOf(o);
       await withConnections(config, {}, async (pools) => {
-        const results = await prepareAllShards(config, pools.shardPool, { shard: o.shard, demoSchema: !!o.demoSchema, s3For: pools.s3For });
+        // The directory first, brought up to date as every verb that writes it does: a prepare it
+        // could not record changes no shard.
+        await ensureDirectory(pools.directoryPool(), config, operator);
+        const demoSchema = !!o.demoSchema;
+        const results = await prepareAllShards(config, pools.shardPool, { shard: o.shard, demoSchema, s3For: pools.s3For });
+        await recordPrepare(pools.directoryPool(), operator, results, { demoSchema });
         for (const r of results) {
           if (r.error) {
             console.log(`${r.shard}: FAILED: ${r.error}`);
@@ -61,7 +70,12 @@ export function register(program: Command) {
         }
       });
     });
-  examples(prepare, 'shards prepare', 'shards prepare --shard shard-c --demo-schema');
+  examples(
+    prepare,
+    'shards prepare --reason "new tables in release 42"',
+    'shards prepare --shard shard-c --demo-schema --actor alice',
+    'audit --since 1h --json | jq \'.entries[] | select(.action == "shard.prepare") | .detail.changed\'',
+  );
 
   const list = shards
     .command('list')
@@ -223,7 +237,7 @@ export function register(program: Command) {
       validateAdoptInput(input, config); // unknown shard, bad input: one line, before any connection
       const r = await withConnections(config, {}, async (pools) => {
         // A dry run reads only; a real one first brings the directory up to date and registers the config's shards.
-        if (!o.dryRun) await ensureDirectory(pools.directoryPool(), config);
+        if (!o.dryRun) await ensureDirectory(pools.directoryPool(), config, { actor: input.actor, reason: input.reason });
         return adoptShard({ directory: pools.directoryPool(), shardPool: pools.shardPool, s3For: pools.s3For, config }, input, { dryRun: !!o.dryRun });
       });
       printResult(o.json, r, printAdoption, { pretty: true });

@@ -11,7 +11,7 @@ import { configOf, printResult, withConnections } from '../run';
 import { createTenant, getTenant, listTenants, tenantView, validateCreateInput } from '../../lib/tenants';
 import { getResidency, setResidency } from '../../lib/directory/policy';
 import { parseRegions } from '../../lib/directory/residency';
-import { actorDefault } from './move';
+import { actorDefault } from '../actor';
 
 export { ensureDirectory };
 
@@ -44,7 +44,7 @@ export function register(program: Command) {
       const input = { tenant: id, shard: o.shard, expectedLoad: parseLoad(o.expectedLoad), regions, actor: o.actor, reason: o.reason };
       validateCreateInput(input, cfg); // before any connection: bad input touches nothing
       const p = await withConnections(cfg, {}, async (pools) => {
-        await ensureDirectory(pools.directoryPool(), cfg);
+        await ensureDirectory(pools.directoryPool(), cfg, { actor: o.actor, reason: o.reason });
         return createTenant({ directory: pools.directoryPool(), shardPool: pools.shardPool, config: cfg }, input);
       });
       printResult(o.json, tenantView(p), (v) => console.log(tenantLine(v)));

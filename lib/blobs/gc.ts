@@ -8,10 +8,13 @@
 // index lock held exclusively (a put holds it shared from before its upload until its row
 // commits), and the deletes run while that lock is held. Objects younger than the grace period are
 // kept as well, and objects that are not version objects (a key the application manages itself)
-// are never touched.
+// are never touched. A run that deletes (not a dry run, which changes nothing and records
+// nothing, as every dry run) appends one `blobs.gc` audit entry per tenant: who, why, and the
+// objects deleted, once they are gone.
 import type { Pool } from 'pg';
 import { ListObjectsV2Command, type S3Client } from '@aws-sdk/client-s3';
 import { ShardctlError, invalidInput } from '../errors';
+import { appendAudit } from '../directory/audit';
 import { validateTenantId } from '../ids';
 import { getPlacement } from '../directory/placements';
 import { listOpenReservations } from '../directory/reservations';
@@ -37,7 +40,13 @@ export interface GcOptions {
   shard?: string;
   /** Statement timeout of the deleting transaction (default 60 s). */
   statementTimeoutMs?: number;
+  /** Who collects, and why: recorded in the audit log by a run that is not a dry run. */
+  operator: { actor: string; reason?: string };
 }
+
+export const GC_AUDIT_ACTION = 'blobs.gc';
+/** How many deleted keys an audit entry names (the count is always exact). */
+export const GC_AUDIT_KEYS = 100;
 
 export interface GcReport {
   tenant: string;
@@ -162,6 +171,8 @@ export async function collectTenantBlobs(deps: GcDeps, opts: GcOptions): Promise
     }
     if (!opts.dryRun && report.collected.length > 0) await deleteKeys(bucket, report.collected);
     await c.query('commit');
+    // After the commit: the index lock is not held while the directory is written.
+    if (!opts.dryRun) await recordCollection(deps, opts, report);
     return report;
   } catch (e) {
     await c.query('rollback').catch((err: Error) => {
@@ -171,4 +182,24 @@ export async function collectTenantBlobs(deps: GcDeps, opts: GcOptions): Promise
   } finally {
     c.release(broken);
   }
+}
+
+/** The `blobs.gc` entry of one tenant's collection: what it deleted, and what it kept and why. */
+async function recordCollection(deps: GcDeps, opts: GcOptions, r: GcReport): Promise<void> {
+  await appendAudit(deps.directoryPool(), {
+    ...opts.operator,
+    action: GC_AUDIT_ACTION,
+    unit: r.tenant,
+    detail: {
+      shard: r.shard,
+      epoch: r.epoch,
+      bucket: r.bucket,
+      dryRun: false,
+      graceMs: opts.graceMs,
+      deleted: r.collected.length,
+      keys: r.collected.slice(0, GC_AUDIT_KEYS),
+      ...(r.collected.length > GC_AUDIT_KEYS ? { keysOmitted: r.collected.length - GC_AUDIT_KEYS } : {}),
+      kept: { referenced: r.referenced, young: r.young, notVersions: r.notVersions },
+    },
+  });
 }

@@ -1,7 +1,9 @@
-// Reading the directory's append-only audit log (shardctl.audit) for `shardctl audit`. Only
-// selects: callers pass a read-only session, so reading the evidence can never change it. The
-// window is measured on the directory's own clock, the one that stamped the entries.
+// The directory's append-only audit log (shardctl.audit): `readAudit` for `shardctl audit` only
+// selects (callers pass a read-only session, so reading the evidence can never change it; the
+// window is measured on the directory's own clock, the one that stamped the entries);
+// `appendAudit` is how a verb with no directory change of its own records what it did.
 import { onDirectory, poolDsn, type Queryable } from './db';
+import { invalidInput } from '../errors';
 
 /** One audit entry as `shardctl audit --json` prints it (a stable shape: fields are only ever added). */
 export interface AuditEntry {
@@ -57,4 +59,29 @@ export async function readAudit(db: Queryable, q: AuditQuery): Promise<AuditPage
       detail: x.detail ?? {},
     })),
   };
+}
+
+/** What a verb records: who, what, about which tenant (null: fleet-wide), why, and the facts. */
+export interface AuditRecord {
+  actor: string;
+  action: string;
+  unit?: string | null;
+  reason?: string;
+  detail?: Record<string, unknown>;
+}
+
+/** Appends one entry (an insert, nothing else: the log is append-only). The actor is required. */
+export async function appendAudit(db: Queryable, e: AuditRecord): Promise<void> {
+  if (typeof e.actor !== 'string' || !e.actor.trim()) throw invalidInput('audit actor is required');
+  await onDirectory(
+    () =>
+      db.query('insert into shardctl.audit(actor, action, unit, detail, reason) values ($1, $2, $3, $4, $5)', [
+        e.actor,
+        e.action,
+        e.unit ?? null,
+        JSON.stringify(e.detail ?? {}),
+        e.reason ?? null,
+      ]),
+    poolDsn(db),
+  );
 }

@@ -36,8 +36,18 @@ export interface ShardInfo {
 
 export const DEFAULT_SHARD_CAPACITY = 1000;
 
-/** Inserts the config's shards missing from the directory (open, default capacity); returns their names. */
-export async function syncShardsFromConfig(pool: Pool, config: Config, actor = 'config-sync'): Promise<string[]> {
+/** Who brings the directory up to date: a verb's operator, or `config-sync` when no operator ran one (a worker start). */
+export interface DirectoryOperator {
+  actor: string;
+  reason?: string;
+}
+export const CONFIG_SYNC: DirectoryOperator = { actor: 'config-sync' };
+
+/**
+ * Inserts the config's shards missing from the directory (open, default capacity); returns their
+ * names. The `shard.register` entry names the operator whose verb synced (a worker start: `config-sync`).
+ */
+export async function syncShardsFromConfig(pool: Pool, config: Config, operator: DirectoryOperator = CONFIG_SYNC): Promise<string[]> {
   const names = config.shards.map((s) => s.name);
   return inDirectoryTransaction(pool, async (c) => {
     const r = await c.query(
@@ -49,9 +59,10 @@ export async function syncShardsFromConfig(pool: Pool, config: Config, actor = '
     );
     const added = r.rows.map((x) => x.name as string).sort();
     if (added.length) {
-      await c.query(`insert into shardctl.audit(actor, action, unit, detail) values ($1, 'shard.register', null, $2)`, [
-        actor,
-        JSON.stringify({ shards: added, capacity: DEFAULT_SHARD_CAPACITY }),
+      await c.query(`insert into shardctl.audit(actor, action, unit, detail, reason) values ($1, 'shard.register', null, $2, $3)`, [
+        operator.actor,
+        JSON.stringify({ shards: added, capacity: DEFAULT_SHARD_CAPACITY, via: 'config-sync' }),
+        operator.reason ?? null,
       ]);
     }
     return added;

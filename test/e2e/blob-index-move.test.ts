@@ -81,7 +81,7 @@ describe('the blob index moves with the tenant', () => {
         try {
           await H.waitPhase(h, 'soak', 200_000);
           // While the move can still roll back, the collector leaves the tenant alone (its reservation is open).
-          await expect(collectTenantBlobs(gcDeps, { tenant, graceMs: 0 })).rejects.toMatchObject({
+          await expect(collectTenantBlobs(gcDeps, { tenant, graceMs: 0, operator: { actor: 'test' } })).rejects.toMatchObject({
             type: 'PreconditionFailed',
             message: expect.stringMatching(/is in flight; run gc after it ends/),
           });
@@ -114,8 +114,10 @@ describe('the blob index moves with the tenant', () => {
         expect(await listBlobs(deps.s3For('shard-a'), shardByName(config, 'shard-a').bucket, tenantBlobPrefix(tenant))).toEqual([]);
 
         // The collector runs on the new owner only, and keeps every referenced object.
-        await expect(collectTenantBlobs(gcDeps, { tenant, graceMs: 0, shard: 'shard-a' })).rejects.toMatchObject({ type: 'PreconditionFailed' });
-        const r = await collectTenantBlobs(gcDeps, { tenant, graceMs: 0 });
+        await expect(collectTenantBlobs(gcDeps, { tenant, graceMs: 0, shard: 'shard-a', operator: { actor: 'test' } })).rejects.toMatchObject({
+          type: 'PreconditionFailed',
+        });
+        const r = await collectTenantBlobs(gcDeps, { tenant, graceMs: 0, operator: { actor: 'test' } });
         expect(r).toMatchObject({ shard: 'shard-b', referenced: live.length });
         expect(r.collected.length).toBeGreaterThan(0); // the superseded and deleted versions
         const left = (await listBlobs(deps.s3For('shard-b'), bucket, tenantBlobPrefix(tenant))).map((e) => e.key).sort();

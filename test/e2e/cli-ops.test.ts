@@ -171,7 +171,7 @@ describe('shardctl move throttle, move watch and audit on a real move', () => {
     },
   );
 
-  it('move approve and move extend-soak are audited with their operators and reasons', { timeout: 240_000 }, async () => {
+  it('move approve, move extend-soak and move retire are audited with their operators and reasons', { timeout: 240_000 }, async () => {
     const tenant = await H.newTenant('shard-a', 'opsap');
     await H.seed(tenant, 30, 0);
     const h = await H.startMove(env.t.client, env.tq, H.moveInput(tenant, 'shard-b', { approveCutover: 'manual', soakSeconds: 3600 }));
@@ -181,7 +181,7 @@ describe('shardctl move throttle, move watch and audit on a real move', () => {
     await H.waitPhase(h, 'soak', 120_000);
     const extended = await cli('move', 'extend-soak', tenant, '--by', '2h', '--actor', 'sre-soak', '--reason', 'watching p99');
     expect(extended.code, extended.stderr).toBe(0);
-    const retired = await cli('move', 'retire', tenant, '--yes', '--actor', 'sre-retire');
+    const retired = await cli('move', 'retire', tenant, '--yes', '--actor', 'sre-retire', '--reason', 'CHG-43 soak clean');
     expect(retired.code, retired.stderr).toBe(0);
     const done = await H.waitPhase(h, 'done', 120_000);
     const audit = await cli('audit', '--tenant', tenant, '--json');
@@ -192,6 +192,10 @@ describe('shardctl move throttle, move watch and audit on a real move', () => {
     ]);
     expect(entries.filter((e) => e.action === 'move.extend-soak')).toEqual([
       expect.objectContaining({ actor: 'sre-soak', reason: 'watching p99', detail: expect.objectContaining({ seconds: 7200, moveId: done.moveId }) }),
+    ]);
+    // Retire is recorded when it is done, with the reason given when it was asked.
+    expect(entries.filter((e) => e.action === 'move.retired')).toEqual([
+      expect.objectContaining({ actor: 'sre-retire', reason: 'CHG-43 soak clean', detail: expect.objectContaining({ moveId: done.moveId }) }),
     ]);
     const actions = entries.map((e) => e.action);
     expect(actions.indexOf('move.approve')).toBeLessThan(actions.indexOf('move.switched'));

@@ -18,6 +18,8 @@ import { isVersionKey, newVersionId, versionKeyOf } from '../../lib/blobs/index-
 import { projectRoot, shardByName } from '../../lib/config';
 import { execFile } from 'node:child_process';
 import path from 'node:path';
+import { runCli } from '../helpers/cli';
+import { readAudit } from '../../lib/directory/audit';
 
 const SOURCE = 'shard-a';
 const TARGET = 'shard-b';
@@ -43,7 +45,7 @@ afterAll(async () => {
 const keysOn = (shard: string, tenant: string) => B.keysOn(deps.s3For, shard, tenant);
 const sha = (s: string) => createHash('sha256').update(s).digest('hex');
 const gc = (tenant: string, o: { graceMs?: number; shard?: string; dryRun?: boolean } = {}) =>
-  collectTenantBlobs(gcDeps, { tenant, graceMs: o.graceMs ?? 0, shard: o.shard, dryRun: o.dryRun });
+  collectTenantBlobs(gcDeps, { tenant, graceMs: o.graceMs ?? 0, shard: o.shard, dryRun: o.dryRun, operator: { actor: 'test' } });
 
 async function indexRows(shard: string, tenant: string) {
   const r = await shardPool(shard).query(
@@ -238,4 +240,46 @@ describe('the blob index is the authority', () => {
     expect(run.stdout).toContain(`  ${orphan}`);
     expect(await keysOn(SOURCE, tenant)).toEqual([kept.key]);
   });
+
+  it('shardctl blobs gc records who deleted what: one blobs.gc entry per tenant collected, with the operator, the reason and the keys deleted', async () => {
+    const tenant = await H.newTenant(SOURCE, 'bi-aud');
+    await router.putBlob(tenant, { tenants: [tenant] }, 'docs/kept', 'committed');
+    const orphan = await orphanedPut(tenant, 'docs/orphan');
+    const run = await runCli(['blobs', 'gc', '--tenant', tenant, '--grace', '0s', '--actor', 'sre-gc', '--reason', 'OPS-9 over quota']);
+    expect(run.code, run.stderr).toBe(0);
+    // Without --actor: $SHARDCTL_ACTOR, as every verb; a run that deletes nothing is recorded too.
+    const again = await runCli(['blobs', 'gc', '--tenant', tenant, '--grace', '0s'], { env: { SHARDCTL_ACTOR: 'env-operator' } });
+    expect(again.code, again.stderr).toBe(0);
+    expect((await gcEntries(tenant)).map((e) => ({ actor: e.actor, reason: e.reason, detail: e.detail }))).toEqual([
+      {
+        actor: 'sre-gc',
+        reason: 'OPS-9 over quota',
+        detail: {
+          shard: SOURCE,
+          epoch: 1,
+          bucket: shardByName(testConfig(), SOURCE).bucket,
+          dryRun: false,
+          graceMs: 0,
+          deleted: 1,
+          keys: [orphan],
+          kept: { referenced: 1, young: 0, notVersions: 0 },
+        },
+      },
+      { actor: 'env-operator', reason: null, detail: expect.objectContaining({ deleted: 0, keys: [] }) },
+    ]);
+  });
+
+  it('shardctl blobs gc --dry-run records nothing in the audit log (as every dry run)', async () => {
+    const tenant = await H.newTenant(SOURCE, 'bi-dry');
+    const orphan = await orphanedPut(tenant, 'docs/orphan');
+    const dry = await runCli(['blobs', 'gc', '--tenant', tenant, '--grace', '0s', '--dry-run', '--actor', 'sre-gc', '--json']);
+    expect(dry.code, dry.stderr).toBe(0);
+    expect(JSON.parse(dry.stdout).tenants[0].collected).toEqual([orphan]);
+    expect(await gcEntries(tenant)).toEqual([]);
+  });
 });
+
+/** The tenant's `blobs.gc` audit entries, oldest first. */
+async function gcEntries(tenant: string) {
+  return (await readAudit(directoryPool(), { unit: tenant, sinceMs: 3_600_000, limit: 100 })).entries.filter((e) => e.action === 'blobs.gc');
+}
