@@ -581,6 +581,15 @@ export const MUTATIONS: Mutation[] = [
     testName: 'takes a sync’s own deletes',
   },
   {
+    id: 'copy-hash-from-index',
+    guarantee: 'a copy of an object written through the blob index takes its sha256 from the index and reads none of it again (issue 15: nothing is re-hashed)',
+    file: 'lib/blobs/copy.ts',
+    from: 'srcHash ??= knownHash(e) ?? (await hashSrc(e));',
+    to: 'srcHash ??= await hashSrc(e);',
+    testFile: 'test/integration/blob-index-delta.test.ts',
+    testName: 'the copy takes the sha256 of each object written through the index from the index',
+  },
+  {
     id: 'config-shared-bucket',
     guarantee: 'a config naming one bucket for two shards (any loopback spelling, case, default port) is refused at start-up (issue 15)',
     file: 'lib/config.ts',

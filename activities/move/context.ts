@@ -12,6 +12,7 @@ import { getPlacement } from '../../lib/directory/placements';
 import { replicationNames } from '../../lib/ids';
 import { sameS3Endpoint } from '../../lib/s3';
 import { syncIndexedBlobDelta, type IndexDeltaOptions, type IndexDeltaResult } from '../../lib/blobs/index-delta';
+import { indexedObjectHashes } from '../../lib/blobs/index-table';
 import type { Pool } from 'pg';
 import { shardByName } from '../../lib/config';
 import { z } from 'zod';
@@ -249,9 +250,9 @@ export async function syncUnitBlobs(
   from: string,
   to: string,
   unit: string,
-  opts: Pick<CopyBlobPrefixOptions, 'onProgress' | 'hashUnchanged' | 'signal'> & { move?: BlobSyncMove } = {},
+  opts: Pick<CopyBlobPrefixOptions, 'onProgress' | 'hashUnchanged' | 'signal'> & { move?: BlobSyncMove; indexHashes?: boolean } = {},
 ): Promise<CopyBlobPrefixResult> {
-  const { move, ...rest } = opts;
+  const { move, indexHashes, ...rest } = opts;
   if (!hasBlobs(unit))
     return {
       manifest: [],
@@ -266,7 +267,11 @@ export async function syncUnitBlobs(
       atDestination: new Map(),
     };
   const stillSyncing = await blobSyncFence(deps, from, to, unit, move);
+  // The source's index, read after the fence passed: the hashes its puts recorded (one query, not
+  // one read per object). Not inside a freeze: the cutover's syncs pass no `indexHashes`.
+  const knownHashes = indexHashes ? await indexedObjectHashes(deps.shardPool(from), deps.config.tenant.column, unit) : undefined;
   return copyBlobPrefix({
+    knownHashes,
     src: shardBucket(deps, from),
     dst: shardBucket(deps, to),
     prefix: tenantBlobPrefix(unit),

@@ -165,7 +165,7 @@ export function createDataActivities(deps: Deps) {
       return typed(
         async () => {
           const { from, to } = ends(ref, ref.direction);
-          const r = await syncUnitBlobs(deps, from, to, ref.unit, { onProgress: (p: unknown) => beat(p), move: ref });
+          const r = await syncUnitBlobs(deps, from, to, ref.unit, { onProgress: (p: unknown) => beat(p), move: ref, indexHashes: true });
           await ensureManifestTable(deps.shardPool(to));
           await recordManifest(deps.shardPool(to), ref.moveId, r.manifest);
           if (ref.direction === 'forward') await deps.faultPoint('after-copy');
@@ -312,7 +312,7 @@ export function createDataActivities(deps: Deps) {
           // like rows, only a difference that persists across rounds is reported.
           // Unchanged objects are not read: the ledgers prove them equal (lib/blobs/verify.ts).
           const blobDiff = async () => {
-            await syncUnitBlobs(deps, from, to, ref.unit, { move: ref });
+            await syncUnitBlobs(deps, from, to, ref.unit, { move: ref, indexHashes: true });
             const d = await compareUnitBlobs(deps, from, to, ref.unit);
             return new Map<string, string>([
               ...d.missing.map((k): [string, string] => [`m|${k}`, `blob ${k}: missing on ${to}`]),

@@ -60,6 +60,12 @@ export interface CopyBlobPrefixOptions {
    * manifest then lists only what it copied or what the ledger knows.
    */
   hashUnchanged?: boolean;
+  /**
+   * sha256 and size recorded at write time by the blob index, by object key: a server-side copy of
+   * such an object (same size as listed) takes its hash from here instead of reading the source
+   * (issue 15: nothing is re-hashed). Version objects are written once, never overwritten.
+   */
+  knownHashes?: ReadonlyMap<string, { sha256: string; size: number }>;
   /** Stops the sync (the activity's cancellation). */
   signal?: AbortSignal;
   /**
@@ -208,6 +214,11 @@ export async function copyBlobPrefix(opts: CopyBlobPrefixOptions): Promise<CopyB
     stats.objectsRead++;
     return hashObject(src.s3, src.bucket, e.key, e.etag, signal);
   };
+  /** The hash the blob index recorded for this object, when it names it at the listed size. */
+  const knownHash = (e: BlobEntry): ObjectHash | undefined => {
+    const k = opts.knownHashes?.get(e.key);
+    return k && k.size === e.size ? { sha256: k.sha256, size: k.size } : undefined;
+  };
 
   /** Brings one key in line with the source and returns its manifest entry and ledger row. */
   const syncOnce = async (e: BlobEntry): Promise<{ m?: ManifestEntry; row: LedgerEntry }> => {
@@ -244,12 +255,12 @@ export async function copyBlobPrefix(opts: CopyBlobPrefixOptions): Promise<CopyB
       report(e.key, 'skipped');
       const knownSha = srcHash?.sha256 ?? (srcLedger.get(e.key)?.etag === e.etag ? srcLedger.get(e.key)?.sha256 : null) ?? null;
       if (opts.hashUnchanged === false && !knownSha) return { row: row(d!.etag, null) };
-      srcHash ??= knownSha ? { sha256: knownSha, size: e.size } : await hashSrc(e);
+      srcHash ??= knownSha ? { sha256: knownSha, size: e.size } : (knownHash(e) ?? (await hashSrc(e)));
       return { m: { key: e.key, size: srcHash.size, sha256: srcHash.sha256 }, row: row(d!.etag, srcHash.sha256) };
     }
     let dstEtag: string;
     if (sameEndpoint) {
-      srcHash ??= await hashSrc(e);
+      srcHash ??= knownHash(e) ?? (await hashSrc(e));
       await fenceBeforeWrite();
       dstEtag = (await serverCopyObject(src, dst, e, limits, signal)).dstEtag;
     } else {

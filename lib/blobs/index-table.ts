@@ -140,6 +140,21 @@ export async function referencedKeys(tx: Pick<PoolClient, 'query'>, tenantColumn
   return new Set(r.rows.map((x) => x.object_key));
 }
 
+/**
+ * What the index recorded at write time of each version object it names for the unit (object key
+ * -> sha256 and size): a copy of one of these need not read the source to learn its hash. Empty
+ * on a shard without the index.
+ */
+export async function indexedObjectHashes(
+  db: Pick<PoolClient, 'query'>,
+  tenantColumn: string,
+  unit: string,
+): Promise<Map<string, { sha256: string; size: number }>> {
+  if (!(await hasBlobIndex(db))) return new Map();
+  const r = await db.query(`select object_key, sha256, size from shardctl.blob_index where ${quoteIdent(tenantColumn)} = $1`, [unit]);
+  return new Map(r.rows.map((x) => [x.object_key as string, { sha256: x.sha256 as string, size: Number(x.size) }]));
+}
+
 /** Whether the shard has the index (prepared by this shardctl). */
 export async function hasBlobIndex(db: Pick<PoolClient, 'query'>): Promise<boolean> {
   const r = await db.query(`select to_regclass('shardctl.blob_index') is not null as ok`);
