@@ -37,30 +37,41 @@ afterAll(async () => {
 });
 
 describe('move plan onto a shard that is not open', () => {
-  it('refuses a target whose server has no free replication slot, naming the slots used; planned once one is free', { timeout: 180_000 }, async () => {
-    const server = await scratchShard('shard-x');
-    try {
-      const tenant = await fleet.tenant('shard-a', { rows: 5 });
-      const plan = async () => {
-        const r = await runCli(['--config', server.configFile, 'move', 'plan', '--tenant', tenant, '--to', 'shard-x', '--json']);
-        return { code: r.code, body: JSON.parse(r.stdout || '{}'), stderr: r.stderr };
-      };
-      const max = Number((await server.db.query('show max_replication_slots')).rows[0].max_replication_slots);
-      // Physical slots reserve no WAL until used; each counts against max_replication_slots all the same.
-      for (let i = 0; i < max; i++) await server.db.query(`select pg_create_physical_replication_slot('probe_${i}')`);
-      const full = await plan();
-      expect(full.code, full.stderr).toBe(4);
-      expect(full.body.reasons).toEqual([
-        `target shard-x has no free replication slot (${max} of max_replication_slots=${max} used): the reverse slot (the way back during soak) needs one; raise max_replication_slots or drop orphaned slots (\`shardctl doctor\`)`,
-      ]);
-      await server.db.query(`select pg_drop_replication_slot('probe_0')`);
-      const free = await plan();
-      expect(free.code, JSON.stringify(free.body) + free.stderr).toBe(0);
-      expect(free.body.ok).toBe(true);
-    } finally {
-      await server.stop();
-    }
-  });
+  it(
+    'refuses a target whose server has no free replication slot, naming the slots used, and so does move start; planned once one is free',
+    { timeout: 180_000 },
+    async () => {
+      const server = await scratchShard('shard-x');
+      try {
+        const tenant = await fleet.tenant('shard-a', { rows: 5 });
+        const plan = async () => {
+          const r = await runCli(['--config', server.configFile, 'move', 'plan', '--tenant', tenant, '--to', 'shard-x', '--json']);
+          return { code: r.code, body: JSON.parse(r.stdout || '{}'), stderr: r.stderr };
+        };
+        const max = Number((await server.db.query('show max_replication_slots')).rows[0].max_replication_slots);
+        // Physical slots reserve no WAL until used; each counts against max_replication_slots all the same.
+        for (let i = 0; i < max; i++) await server.db.query(`select pg_create_physical_replication_slot('probe_${i}')`);
+        const full = await plan();
+        expect(full.code, full.stderr).toBe(4);
+        expect(full.body.reasons).toEqual([
+          `target shard-x has no free replication slot (${max} of max_replication_slots=${max} used): the reverse slot (the way back during soak) needs one; raise max_replication_slots or drop orphaned slots (\`shardctl doctor\`)`,
+        ]);
+        // move start runs the same checks: refused with the same words, nothing started.
+        const started = await runCli(['--config', server.configFile, 'move', 'start', '--tenant', tenant, '--to', 'shard-x', '--yes'], {
+          env: { SHARDCTL_TASK_QUEUE: uniq('idle') },
+        });
+        expect(started.code, started.stderr).toBe(4);
+        expect(started.stderr.trim()).toBe(`shardctl: move start refused, nothing started: ${full.body.reasons.join('; ')}`);
+        await expect(fleet.t.client.workflow.getHandle(moveWorkflowId(tenant)).describe()).rejects.toBeInstanceOf(WorkflowNotFoundError);
+        await server.db.query(`select pg_drop_replication_slot('probe_0')`);
+        const free = await plan();
+        expect(free.code, JSON.stringify(free.body) + free.stderr).toBe(0);
+        expect(free.body.ok).toBe(true);
+      } finally {
+        await server.stop();
+      }
+    },
+  );
 
   it('refuses a draining target with exit 4 and its status; move start refuses with the same words and starts nothing', { timeout: 120_000 }, () =>
     refusedWhile('draining'),
