@@ -345,12 +345,15 @@ export function register(program: Command) {
       if (o.blocked) q.push(`ShardctlBlockedReason IS NOT NULL`);
       await withTemporal(cfg(), async (client) => {
         const moves: MoveListEntry[] = [];
-        for await (const w of client.workflow.list({ query: q.join(' AND ') })) {
-          const m = moveListEntry(w);
-          if (o.json) moves.push(m);
-          else console.log(`${m.workflowId}\t${m.status}\t${m.phase ?? ''}\t${m.source ?? ''}->${m.target ?? ''}\t${m.blockedReason ?? ''}`);
-        }
+        for await (const w of client.workflow.list({ query: q.join(' AND ') })) moves.push(moveListEntry(w));
         if (o.json) console.log(JSON.stringify({ moves }, null, 2));
+        else if (moves.length === 0) console.log('no moves');
+        else
+          for (const line of tableFor(process.stdout)({
+            head: ['workflow', 'status', 'phase', 'from → to', 'blocked'],
+            rows: moves.map((m) => [m.workflowId, m.status, m.phase ?? '', `${m.source ?? '?'} → ${m.target ?? '?'}`, m.blockedReason ?? '']),
+          }))
+            console.log(line);
       });
     });
   examples(list, 'move list', 'move list --phase validate --blocked', 'move list --json | jq -r \'.moves[] | select(.status == "RUNNING") | .tenant\'');

@@ -2,6 +2,7 @@
 // row), read placements, and show or set the regions it may live in (lib/directory/policy.ts). Input is validated before anything is touched; bad input changes nothing.
 // `show` and `list` never write: read-only sessions, and an outdated directory schema is refused
 // (naming the command that migrates it), never migrated.
+import { tableFor } from '../../lib/text-table';
 import { Command } from 'commander';
 import { invalidInput, ShardctlError } from '../../lib/errors';
 import { validateTenantId } from '../../lib/ids';
@@ -125,7 +126,14 @@ export function register(program: Command) {
       const views = tenants.filter((t) => !o.shard || t.shard === o.shard).map(tenantView);
       printResult(o.json, { generation, tenants: views }, () => {
         console.log(`generation ${generation}, ${views.length} tenant(s)`);
-        for (const v of views) console.log(tenantLine(v));
+        const rows = views.map((v) => [v.tenant, v.shard, v.epoch, `${v.state}${v.moveId ? ` (move ${v.moveId})` : ''}`, v.expectedLoad, v.updatedAt]);
+        if (rows.length)
+          for (const line of tableFor(process.stdout)({
+            head: ['tenant', 'shard', 'epoch', 'state', 'load', 'updated'],
+            rows,
+            align: ['left', 'left', 'right', 'left', 'right', 'left'],
+          }))
+            console.log(line);
       });
     });
   examples(list, 'tenant list', 'tenant list --shard shard-a --json   # {"generation", "tenants": [<tenant show --json>...]}');
