@@ -2,7 +2,8 @@
 // (read at scrape time, worker/slots-gauge.ts) equals what pg_replication_slots says the move's
 // slot holds back while nothing consumes it, and leaves the page once the slot is dropped;
 // shardctl_move_lag_seconds after a catch-up round with a backlog is the round's positive apply
-// time, within the wall-clock time the round took. Activities are built in-process with a worker's
+// time, within the wall-clock time the round took, shardctl_rows_applied_total took the rows it
+// applied, and shardctl_move_lag_bytes is its answer. Activities are built in-process with a worker's
 // metrics registry (as in copy-bytes-metric.test.ts).
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { testConfig, shardPool, closePools } from '../helpers/stack';
@@ -87,6 +88,7 @@ describe('slot and lag metrics', () => {
 
   it('the lag seconds of a catch-up round with a backlog are its positive apply time, within the round', { timeout: 60_000 }, async () => {
     await writeOnSource(2000);
+    const appliedBefore = (await series(metrics.rowsApplied, { direction: 'forward' }))[0]?.value ?? 0;
     const t0 = Date.now();
     const r = await act.catchUp({ ...ref, direction: 'forward', maxDurationMs: 20_000, mode: 'now' });
     const wallMs = Date.now() - t0;
@@ -95,6 +97,13 @@ describe('slot and lag metrics', () => {
     expect(s.value).toBe(r.lagMs / 1000);
     expect(s.value).toBeGreaterThan(0);
     expect(s.value).toBeLessThanOrEqual(wallMs / 1000);
+    // The apply rate's counter took the rows the round applied, the 2000 written above among them.
+    const [applied] = await series(metrics.rowsApplied, { direction: 'forward' });
+    expect(applied.value - appliedBefore).toBeGreaterThanOrEqual(2000);
+    // The lag in bytes is the round's own answer: what the source wrote that the target has not applied.
+    const [bytes] = await series(metrics.lagBytes.gauge, { unit: ref.unit, move_id: ref.moveId, direction: 'forward' });
+    expect(bytes.value).toBe(r.lagBytes);
+    expect(bytes.value).toBeGreaterThanOrEqual(0);
   });
 
   it("a dropped slot's retained series leaves the page at the next reading", { timeout: 60_000 }, async () => {
