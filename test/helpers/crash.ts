@@ -258,8 +258,9 @@ export async function expectLogVerified(opts: VerifyOptions): Promise<VerifyRepo
     refused: report.presentButRefused,
     deleted: report.presentButDeleted,
     blobs: report.blobMissing,
+    deletedBlobs: report.blobPresentButDeleted,
     unit: report.unit,
-  }).toEqual({ missing: [], wrong: [], refused: [], deleted: [], blobs: [], unit: [] });
+  }).toEqual({ missing: [], wrong: [], refused: [], deleted: [], blobs: [], deletedBlobs: [], unit: [] });
   expect(report.ok).toBe(true);
   return report;
 }
