@@ -11,7 +11,8 @@
 // after-fence-raised, where three writes start. Those cannot be acknowledged inside the freeze
 // (the old owner refuses them as frozen and the router waits): what the test shows is that they
 // started while the directory said moving, were refused as frozen, and were acknowledged after the
-// switch on the new owner.
+// switch on the new owner. A second case runs loadgen through the index over a whole move and
+// checks its log and the whole unit (crash suite's assertInvariants) on the new owner.
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { testConfig, closePools, shardPool, directoryPool, uniq } from '../helpers/stack';
@@ -24,6 +25,8 @@ import { hashObject, listBlobs, tenantBlobPrefix } from '../../lib/blobs';
 import { collectTenantBlobs } from '../../lib/blobs/gc';
 import { shardByName } from '../../lib/config';
 import { BlobLedger, BLOB_OPS, sha256, type BlobOp } from '../helpers/phased-blobs';
+import * as C from '../helpers/crash';
+import { readLog } from '../../lib/loadgen';
 
 let worker: StartedWorker;
 let tq: string;
@@ -191,6 +194,43 @@ describe('the blob index moves with the tenant', () => {
         await router.close();
         await frozenRouter.close();
         await deps.close();
+      }
+    },
+  );
+
+  it(
+    'loadgen through the blob index (puts, overwrites, deletes) during a whole move verifies clean on the new owner, the whole unit against its baseline',
+    { timeout: 300_000 },
+    async () => {
+      const tenant = await H.newTenant('shard-a', 'bil');
+      const bystander = await H.newTenant('shard-a', 'bilb');
+      await H.seed(tenant, 300, 4, 'index');
+      await H.seed(bystander, 40, 1, 'index');
+      const baselines = [await C.baselineOf(tenant), await C.baselineOf(bystander)];
+      const traffic = await C.startTraffic(`blob-index-${tenant}`, [tenant, bystander], 80, {}, testConfig(), { blobWrites: 'index' });
+      try {
+        const h = await H.startMove(t.client, tq, H.moveInput(tenant, 'shard-b', { soakSeconds: 5, copyBatchRows: 40 }));
+        const status = await H.waitPhase(h, 'done', 200_000);
+        await traffic.stop();
+        const counts = await C.assertInvariants({
+          tenant,
+          bystanders: [bystander],
+          source: 'shard-a',
+          target: 'shard-b',
+          status,
+          expectOwner: 'shard-b',
+          expectEpoch: 2,
+          traffic,
+          baselines,
+        });
+        expect(counts.acked).toBeGreaterThan(20);
+        // The log's blob ops on the moving tenant went through the index, and all three kinds were acknowledged.
+        const blobOps = readLog(traffic.logFile).filter((r) => r.tenant === tenant && r.status === 'ack' && (r.op === 'blob_put' || r.op === 'blob_delete'));
+        expect(blobOps.every((r) => r.indexed)).toBe(true);
+        const kinds = new Set(blobOps.map((r) => (r.op === 'blob_delete' ? 'delete' : r.overwrites ? 'overwrite' : 'put')));
+        expect([...kinds].sort()).toEqual(['delete', 'overwrite', 'put']);
+      } finally {
+        await traffic.stop().catch(() => {});
       }
     },
   );
