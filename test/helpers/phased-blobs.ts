@@ -38,15 +38,15 @@ export class BlobLedger {
     return [...this.expected].filter(([n, v]) => n.startsWith(prefix) && v !== undefined).map(([n]) => n);
   }
 
-  /** A new name under `prefix` (put), a new version of a live one (overwrite), or a live one removed (delete). */
-  async write(op: BlobOp, prefix: string, name?: string): Promise<AckedBlobWrite> {
+  /** A new name under `prefix` (put), a new version of a live one (overwrite), or a live one removed (delete); through `via` when given. */
+  async write(op: BlobOp, prefix: string, name?: string, via: Router = this.router): Promise<AckedBlobWrite> {
     const live = this.live(prefix);
     const target = name ?? (op === 'put' ? `${prefix}${this.n}` : op === 'overwrite' ? live[live.length - 1] : live[0]);
     if (target === undefined) throw new Error(`no live name under ${prefix} to ${op}`);
     const body = `${target} #${this.n++}`;
     const opts = { deadlineMs: 30_000 };
-    if (op === 'delete') await this.router.deleteBlob(this.tenant, this.grant, target, opts);
-    else await this.router.putBlob(this.tenant, this.grant, target, body, opts);
+    if (op === 'delete') await via.deleteBlob(this.tenant, this.grant, target, opts);
+    else await via.putBlob(this.tenant, this.grant, target, body, opts);
     this.expected.set(target, op === 'delete' ? undefined : body);
     return { op, name: target };
   }
