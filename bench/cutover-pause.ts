@@ -84,7 +84,8 @@ export async function measureCutoverPauses(config: Config, opts: { rows: number;
       await lg.done;
     }
     const v = await verifyLog({ logFile, config, directory: deps.directoryPool(), shardPool: deps.shardPool, s3For: deps.s3For });
-    const failed = v.missing.length + v.wrongValue.length + v.presentButRefused.length + v.presentButDeleted.length + v.blobMissing.length;
+    const failed =
+      v.missing.length + v.wrongValue.length + v.presentButRefused.length + v.presentButDeleted.length + v.blobMissing.length + v.blobPresentButDeleted.length;
     const acked = readLog(logFile).filter((r) => r.status === 'ack').length;
     if (v.blobMissing.length) log(`cutover sweep ${opts.rows} rows: blobs missing or wrong after the moves: ${JSON.stringify(v.blobMissing.slice(0, 5))}`);
     return { rows: opts.rows, blobWrites: opts.blobWrites, pauses, abortedPauses, phases, ackedWrites: acked, failedAckedWrites: failed };

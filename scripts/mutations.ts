@@ -445,6 +445,24 @@ export const MUTATIONS: Mutation[] = [
     testName: 'reports a lost acked row, a changed value',
   },
   {
+    id: 'verify-index-deleted-name',
+    guarantee: 'verify names a blob name that its last acknowledged delete unlinked and that the owner index still holds (issue 15)',
+    file: 'lib/loadgen/verify.ts',
+    from: 'if (f) report.blobPresentButDeleted.push(f);',
+    to: 'void f;',
+    testFile: 'test/integration/loadgen.test.ts',
+    testName: 'through the blob index: a put records a version',
+  },
+  {
+    id: 'verify-index-last-version',
+    guarantee: "verify requires an overwritten name's index row to hold its last acknowledged version (issue 15)",
+    file: 'lib/loadgen/verify.ts',
+    from: 'if (v.sha256 !== b.sha256 && !b.alsoAccepts?.includes(v.sha256))',
+    to: 'if (v.sha256 === "never")',
+    testFile: 'test/integration/loadgen.test.ts',
+    testName: 'through the blob index: a put records a version',
+  },
+  {
     id: 'verify-unit-rows',
     guarantee: 'verify checks the whole unit: a lost seeded row or a stray row (§5.2, §5.7 evidence)',
     file: 'lib/loadgen/baseline.ts',
@@ -1593,8 +1611,7 @@ export const MUTATIONS: Mutation[] = [
     from: '  if (moving.length > 0) {',
     to: '  if (moving.length < 0) {',
     testFile: 'test/e2e/blob-index-move.test.ts',
-    testName:
-      'a tenant written through putBlob and deleteBlob before and during its move ends with its acknowledged index rows and their objects on the target',
+    testName: 'a PUT, an overwrite and a DELETE through the router in copy, catch-up, the freeze and soak each end as acknowledged on the final owner',
   },
   {
     id: 'worker-log-pretty-on-tty',

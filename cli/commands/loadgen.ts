@@ -137,7 +137,7 @@ export function register(program: Command) {
 
 export function formatVerifyReport(r: VerifyReport): string {
   const lines = [
-    `${r.ok ? 'OK' : 'FAILED'}: ${r.checked} keys checked from ${r.records} records of ${r.logFile}; ${r.blobsChecked} blobs checked`,
+    `${r.ok ? 'OK' : 'FAILED'}: ${r.checked} keys checked from ${r.records} records of ${r.logFile}; ${r.blobsChecked} blobs checked, ${r.unlinkedChecked} deleted blob names checked absent`,
     `  owners: ${
       Object.entries(r.owners)
         .map(([t, p]) => `${t}@${p.shard} (epoch ${p.epoch}, ${p.state})`)
@@ -156,5 +156,6 @@ export function formatVerifyReport(r: VerifyReport): string {
   show('refused writes that appeared', r.presentButRefused);
   show('deleted rows that exist', r.presentButDeleted);
   show('blobs missing or different', r.blobMissing);
+  show('deleted blobs still in the index', r.blobPresentButDeleted);
   return lines.join('\n');
 }

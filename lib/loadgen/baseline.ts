@@ -5,6 +5,8 @@
 // damaged or stray row shows as a count or hash difference), every baseline object must be on
 // the owner with its content, and no object may be there that neither the baseline nor the
 // log explains. Writes made outside loadgen can be declared with `addAcked` and must all exist.
+// Blobs written through the index: the index rows of loadgen's names are judged by verify.ts, and
+// every version object of those names is explained (superseded ones stay until the collector).
 import type { Pool } from 'pg';
 import type { S3Client } from '@aws-sdk/client-s3';
 import type { Config } from '../config';
@@ -16,6 +18,8 @@ import { listBlobs } from '../blobs/list';
 import { LOAD_TABLES, LogRecord } from './log';
 import { currentPlacements } from './route';
 import { STABLE_TEXT_SETTINGS_SQL } from '../copy/sql';
+import { BLOB_INDEX_SCHEMA, BLOB_INDEX_TABLE, isVersionKey } from '../blobs/index-table';
+import { blobNameOf } from '../blobs/fenced';
 
 export interface TableBaseline {
   table: string;
@@ -42,10 +46,25 @@ export interface UnitFinding {
 const isLoadTable = (t: TenantTable) => t.schema === 'public' && (LOAD_TABLES as readonly string[]).includes(t.name);
 const qualified = (t: TenantTable) => `${t.schema}.${t.name}`;
 
-/** Count and md5 of the unit's rows in `t` whose id is not in `exclude` (whole row text, key order). */
-async function fingerprintExcept(pool: Pool, t: TenantTable, tenantColumn: string, tenant: string, exclude: string[]): Promise<{ rows: number; md5: string }> {
+/** Loadgen's keys in `t` and the column holding them: the demo tables' ids, the blob index's names. */
+function loggedKeys(t: TenantTable, tenant: string, mine: LogRecord[]): { column: string; keys: string[] } {
+  if (isLoadTable(t)) return { column: 'id', keys: [...new Set(mine.filter((r) => `public.${r.table}` === qualified(t)).map((r) => r.key))] };
+  if (t.schema === BLOB_INDEX_SCHEMA && t.name === BLOB_INDEX_TABLE)
+    return { column: 'name', keys: [...new Set(mine.filter((r) => r.indexed && r.blobKey).map((r) => blobNameOf(tenant, r.blobKey!)))] };
+  return { column: 'id', keys: [] };
+}
+
+/** Count and md5 of the unit's rows in `t` whose `keyColumn` is not in `exclude` (whole row text, key order). */
+async function fingerprintExcept(
+  pool: Pool,
+  t: TenantTable,
+  tenantColumn: string,
+  tenant: string,
+  exclude: string[],
+  keyColumn = 'id',
+): Promise<{ rows: number; md5: string }> {
   const order = t.primaryKey.map((c) => `x.${quoteIdent(c)}::text collate "C"`).join(', ');
-  const skip = exclude.length ? ` and not (x.id::text = any($2::text[]))` : '';
+  const skip = exclude.length ? ` and not (x.${quoteIdent(keyColumn)}::text = any($2::text[]))` : '';
   // Row text depends on the session (DateStyle, TimeZone, extra_float_digits, ...): the baseline
   // and the check may read two shards whose servers differ, so both pin the copy's settings.
   const c = await pool.connect();
@@ -119,9 +138,9 @@ export async function checkUnit(o: {
       continue;
     }
     const acked = b.acked[name] ?? [];
-    const logged = isLoadTable(t) ? [...new Set(mine.filter((r) => `public.${r.table}` === name).map((r) => r.key))] : [];
-    if (logged.length && !t.columns.some((c) => c.name === 'id')) throw new Error(`${name} has loadgen keys but no id column`);
-    const rest = await fingerprintExcept(o.pool, t, col, tenant, [...logged, ...acked]);
+    const logged = loggedKeys(t, tenant, mine);
+    if (logged.keys.length && !t.columns.some((c) => c.name === logged.column)) throw new Error(`${name} has loadgen keys but no ${logged.column} column`);
+    const rest = await fingerprintExcept(o.pool, t, col, tenant, [...logged.keys, ...acked], logged.column);
     if (rest.rows !== want.rows) note(`${name}: ${rest.rows} rows outside loadgen's keys on ${shard}, the baseline had ${want.rows}`);
     else if (rest.md5 !== want.md5) note(`${name}: the ${want.rows} baseline rows differ in content on ${shard}`);
     if (acked.length) {
@@ -146,7 +165,9 @@ export async function checkUnit(o: {
   // Any object must be explained: the baseline's, or one loadgen tried to put (a refused or
   // unknown put may leave its object behind, unreferenced; that is garbage, not a wrong write).
   const explained = new Set([...b.blobs.map((x) => x.key), ...mine.filter((r) => r.blobKey).map((r) => r.blobKey!)]);
-  const stray = present.filter((e) => !explained.has(e.key)).map((e) => e.key);
+  const indexedNames = new Set(mine.filter((r) => r.indexed && r.blobKey).map((r) => r.blobKey!));
+  const isExplained = (key: string) => explained.has(key) || (isVersionKey(key) && indexedNames.has(key.slice(0, key.lastIndexOf('@'))));
+  const stray = present.filter((e) => !isExplained(e.key)).map((e) => e.key);
   if (stray.length) note(`${stray.length} objects in ${bucket} neither seeded nor written by loadgen, e.g. ${stray[0]}`);
   // Objects loadgen deleted (acknowledged, object delete confirmed) must stay deleted.
   const deleted = mine.filter((r) => r.op === 'blob_delete' && r.status === 'ack' && r.objectDeleted === true && r.blobKey).map((r) => r.blobKey!);

@@ -4,7 +4,7 @@
 export { startLoadgen, runLoadgen } from './run';
 export type { LoadgenOptions, LoadgenHandle } from './run';
 export { verifyLog, verifyRecords } from './verify';
-export type { VerifyReport, VerifyOptions, RowFinding, BlobFinding } from './verify';
+export type { VerifyReport, VerifyOptions, RowFinding, BlobFinding, UnlinkedBlobFinding } from './verify';
 export { readLog, parseLog, LOAD_TABLES, blobWritesOf } from './log';
 export { snapshotUnit, addAcked, checkUnit, unitLeftovers } from './baseline';
 export type { UnitBaseline, UnitFinding } from './baseline';

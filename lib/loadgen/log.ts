@@ -40,6 +40,8 @@ export interface LogRecord {
   blobKey?: string;
   /** blob_put over a document that had an object: the object it replaces (which stays, immutable). */
   replaces?: string;
+  /** blob_put through the index over a document that had a name: a new version of that same name (blobKey). */
+  overwrites?: true;
   /** blob_delete, ack: whether the object was deleted from the bucket after the row committed. */
   objectDeleted?: boolean | 'unknown';
   /** blob_put / blob_delete through the blob index (loadgen `blobWrites: 'index'`): the object is the

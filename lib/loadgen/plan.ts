@@ -39,7 +39,8 @@ export interface PlannedWrite {
   version?: number;
   /** documents insert/update: new body; undefined = unchanged. */
   body?: string | null;
-  blob?: { blobKey: string; content: Buffer; sha256: string; replaces?: string };
+  /** `overwrites`: a new version of the name the document holds (through the index), not a new name. */
+  blob?: { blobKey: string; content: Buffer; sha256: string; replaces?: string; overwrites?: true };
   /** blob_delete: the object the document names now; cleared in the row, then deleted. */
   blobDelete?: { blobKey: string };
   /** The key's state if the write commits. */
@@ -53,6 +54,11 @@ export interface PlanOptions {
   bodyBytes: number;
   /** Live keys per (tenant, table) above which the slot deletes more than it inserts. */
   maxLiveKeys: number;
+  /**
+   * Through the blob index a name has versions: a put over a document that holds a name writes a
+   * new version of that name (an overwrite), where direct writes give it a new key.
+   */
+  overwriteInPlace?: boolean;
 }
 
 export class SlotPlanner {
@@ -144,8 +150,12 @@ export class SlotPlanner {
 
   private blobPut(tenant: string, key: string, state: RowState): PlannedWrite {
     const content = randomBytes(512 + Math.floor(this.rnd() * 48 * 1024));
-    const blobKey = `${tenantBlobPrefix(tenant)}docs/${randomUUID()}`;
     const sha256 = sha256Hex(content);
+    if (this.opts.overwriteInPlace && state.blobKey) {
+      const blob = { blobKey: state.blobKey, content, sha256, overwrites: true as const };
+      return { kind: 'write', tenant, table: 'documents', key, op: 'blob_put', blob, after: state };
+    }
+    const blobKey = `${tenantBlobPrefix(tenant)}docs/${randomUUID()}`;
     const replaces = state.blobKey ?? undefined;
     return { kind: 'write', tenant, table: 'documents', key, op: 'blob_put', blob: { blobKey, content, sha256, replaces }, after: { ...state, blobKey } };
   }

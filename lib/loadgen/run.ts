@@ -47,6 +47,7 @@ export interface LoadgenOptions {
    * (the application keeps the key). 'index': through the blob index (lib/blobs/fenced.ts
    * write/unlink): a new immutable version recorded in shardctl.blob_index by the row's own
    * transaction, and a delete that unlinks the name in that transaction (the object is the collector's).
+   * An overwrite is then a new version of the document's name, not a new name.
    */
   blobWrites?: BlobWrites;
 }
@@ -119,7 +120,9 @@ export function startLoadgen(opts: LoadgenOptions): LoadgenHandle {
       op: w.op,
       value: w.op === 'delete' || w.op === 'blob_delete' ? null : w.op === 'blob_put' ? w.blob!.sha256 : w.version!,
       ...(w.table === 'documents' && (w.op === 'insert' || w.op === 'update') ? { bodySha: w.after.bodySha ?? null } : {}),
-      ...(w.blob ? { blobKey: w.blob.blobKey, ...(w.blob.replaces ? { replaces: w.blob.replaces } : {}) } : {}),
+      ...(w.blob
+        ? { blobKey: w.blob.blobKey, ...(w.blob.replaces ? { replaces: w.blob.replaces } : {}), ...(w.blob.overwrites ? { overwrites: true as const } : {}) }
+        : {}),
       ...(w.blobDelete ? { blobKey: w.blobDelete.blobKey } : {}),
       ...(indexed && (w.blob || w.blobDelete) ? { indexed: true as const } : {}),
       slot,
@@ -225,6 +228,7 @@ export function startLoadgen(opts: LoadgenOptions): LoadgenHandle {
       readFraction: opts.readFraction ?? 0.3,
       bodyBytes: opts.bodyBytes ?? 24_000,
       maxLiveKeys: 40,
+      overwriteInPlace: indexed,
     });
     for (;;) {
       const due = started + ticket++ * intervalMs;

@@ -1,7 +1,9 @@
 // `loadgen verify`: checks a loadgen log against the data of each tenant's CURRENT owner (from
 // the directory), read directly with read-only connections. Exact, per key: the last ack fixes
 // the state, refusals must never show, unknown outcomes allow before or after; every acked
-// blob must exist in the owner's bucket with its sha256. Run it after the load has stopped.
+// blob must exist in the owner's bucket with its sha256; through the index, a name's row must hold
+// its last acknowledged version, and a name whose last acknowledged write unlinked it must have no
+// row (the lookup getBlob resolves through). Run it after the load has stopped.
 import type { Pool } from 'pg';
 import type { Config } from '../config';
 import { shardByName } from '../config';
@@ -10,7 +12,7 @@ import { isNotFound } from '../blobs/list';
 import { forEachLimit } from '../blobs/concurrency';
 import { findIndexRow } from '../blobs/index-table';
 import { blobNameOf } from '../blobs/fenced';
-import { foldLog, KeyExpectation, RowState } from './expect';
+import { foldLog, KeyExpectation, RowState, type UnlinkedBlob } from './expect';
 import { readLog, LogRecord, LoadTable } from './log';
 import { diffRow, ObservedRow, observedState, readRows } from './model';
 import { currentPlacements, Placement, S3For } from './route';
@@ -42,6 +44,21 @@ export interface BlobFinding {
   reason: 'missing' | 'sha256 mismatch' | 'not in the blob index' | 'index sha256 mismatch';
   /** Indexed blobs: the version object the owner's index row names. */
   objectKey?: string;
+  /** Indexed blobs after unknown outcomes: the other sha256s the row could have held. */
+  alsoAccepts?: string[];
+}
+
+/** A name unlinked by its last acknowledged delete that the owner's index still resolves. */
+export interface UnlinkedBlobFinding {
+  tenant: string;
+  key: string;
+  blobKey: string;
+  shard: string;
+  /** What the row resolves to: the version object and the sha256 recorded for it. */
+  objectKey: string;
+  actualSha256: string;
+  reason: 'deleted but in the blob index';
+  lastAckSeq?: number;
 }
 
 export interface VerifyReport {
@@ -61,8 +78,12 @@ export interface VerifyReport {
   ambiguousKeys: number;
   blobsChecked: number;
   blobMissing: BlobFinding[];
-  /** Objects deleted by acknowledged blob deletes (no longer expected). */
+  /** Objects deleted by acknowledged blob deletes (no longer expected), and names unlinked through the index. */
   blobsDeleted: number;
+  /** Names unlinked through the index whose absence on the owner was checked. */
+  unlinkedChecked: number;
+  /** Unlinked names the owner's index still names (a delete lost, or a name resurrected). */
+  blobPresentButDeleted: UnlinkedBlobFinding[];
   /** With baselines: what of the whole unit (beyond loadgen's keys) is wrong on its owner. */
   unit: UnitFinding[];
   /** With baselines: each tenant's row count per table on its owner. */
@@ -109,6 +130,8 @@ export async function verifyRecords(records: LogRecord[], opts: VerifyOptions): 
       blobsChecked: 0,
       blobMissing: [],
       blobsDeleted: exp.blobsDeleted,
+      unlinkedChecked: 0,
+      blobPresentButDeleted: [],
       unit: [],
       ownerRows: {},
     };
@@ -143,23 +166,38 @@ export async function verifyRecords(records: LogRecord[], opts: VerifyOptions): 
       // Through the index, the object is the version the owner's index row names: the row must
       // have moved with the unit's rows, with the sha256 recorded at write time, and its object too.
       let objectKey = b.blobKey;
+      let want = b.sha256;
       if (b.indexed) {
+        const accepts = b.alsoAccepts ? { alsoAccepts: b.alsoAccepts } : {};
         const v = await findIndexRow(own.shardPool(shard), config.tenant.column, b.tenant, blobNameOf(b.tenant, b.blobKey));
-        if (!v) return void report.blobMissing.push({ ...finding, reason: 'not in the blob index' });
-        if (v.sha256 !== b.sha256)
-          return void report.blobMissing.push({ ...finding, objectKey: v.key, actualSha256: v.sha256, reason: 'index sha256 mismatch' });
+        if (!v) {
+          // An unknown delete may have unlinked it: no row is then one of the outcomes allowed.
+          if (!b.mayBeUnlinked) report.blobMissing.push({ ...finding, ...accepts, reason: 'not in the blob index' });
+          return;
+        }
+        // An overwrite is a new version of the same name: the row must hold the last acknowledged one.
+        if (v.sha256 !== b.sha256 && !b.alsoAccepts?.includes(v.sha256))
+          return void report.blobMissing.push({ ...finding, ...accepts, objectKey: v.key, actualSha256: v.sha256, reason: 'index sha256 mismatch' });
         objectKey = v.key;
+        want = v.sha256;
       }
       const extra = b.indexed ? { objectKey } : {};
       try {
         const h = await hashObject(own.s3For(shard), bucket, objectKey);
-        if (h.sha256 !== b.sha256) report.blobMissing.push({ ...finding, ...extra, actualSha256: h.sha256, reason: 'sha256 mismatch' });
+        if (h.sha256 !== want) report.blobMissing.push({ ...finding, ...extra, actualSha256: h.sha256, reason: 'sha256 mismatch' });
       } catch (e) {
         if (!isNotFound(e)) throw e;
         report.blobMissing.push({ ...finding, ...extra, reason: 'missing' });
       }
     });
     report.blobMissing.sort((a, b) => (a.blobKey < b.blobKey ? -1 : 1));
+    await forEachLimit(exp.blobsUnlinked, opts.concurrency ?? 8, async (u) => {
+      const shard = owners.get(u.tenant)!.shard;
+      report.unlinkedChecked++;
+      const f = await unlinkedFinding(own.shardPool(shard), config.tenant.column, shard, u);
+      if (f) report.blobPresentButDeleted.push(f);
+    });
+    report.blobPresentButDeleted.sort((a, b) => (a.blobKey < b.blobKey ? -1 : 1));
     for (const b of baselines) {
       const shard = owners.get(b.tenant)!.shard;
       const r = await checkUnit({ config, baseline: b, records, shard, pool: own.shardPool(shard), s3: own.s3For(shard) });
@@ -172,11 +210,19 @@ export async function verifyRecords(records: LogRecord[], opts: VerifyOptions): 
       !report.presentButRefused.length &&
       !report.presentButDeleted.length &&
       !report.blobMissing.length &&
+      !report.blobPresentButDeleted.length &&
       !report.unit.length;
     return report;
   } finally {
     await own.close();
   }
+}
+
+/** The owner's index row of a name that must have none (getBlob resolves a name through this row). */
+async function unlinkedFinding(pool: Pool, tenantColumn: string, shard: string, u: UnlinkedBlob): Promise<UnlinkedBlobFinding | undefined> {
+  const v = await findIndexRow(pool, tenantColumn, u.tenant, blobNameOf(u.tenant, u.blobKey));
+  if (!v) return undefined;
+  return { ...u, shard, objectKey: v.key, actualSha256: v.sha256, reason: 'deleted but in the blob index' };
 }
 
 function judgeKey(report: VerifyReport, k: KeyExpectation, shard: string, row: ObservedRow | undefined): void {

@@ -12,7 +12,7 @@ import * as H from './move';
 import { Router, type RouterOptions } from '../../lib/router';
 import { createDeps } from '../../activities/deps';
 import { startLoadgen, verifyLog, readLog, LoadgenHandle, snapshotUnit, unitLeftovers, UnitBaseline } from '../../lib/loadgen';
-import type { VerifyOptions, VerifyReport } from '../../lib/loadgen';
+import type { BlobWrites, VerifyOptions, VerifyReport } from '../../lib/loadgen';
 import { shardByName } from '../../lib/config';
 import type { MoveStatus } from '../../workflows/messages';
 
@@ -107,13 +107,30 @@ export interface Traffic {
 
 /** `routerOptions`: e.g. the router's own path to the directory (the network-fault suite). */
 /** `config`: the router's and loadgen's (e.g. one reaching the shards through toxiproxy links). */
-export async function startTraffic(name: string, tenants: string[], rate = 40, routerOptions: RouterOptions = {}, config = testConfig()): Promise<Traffic> {
+export async function startTraffic(
+  name: string,
+  tenants: string[],
+  rate = 40,
+  routerOptions: RouterOptions = {},
+  config = testConfig(),
+  o: { blobWrites?: BlobWrites } = {},
+): Promise<Traffic> {
   const router = await Router.create(config, routerOptions);
   const deps = createDeps(config);
   const logFile = path.join(ARTIFACTS, 'crash', `${name}.jsonl`);
   fs.mkdirSync(path.dirname(logFile), { recursive: true });
   fs.rmSync(logFile, { force: true });
-  const lg = startLoadgen({ config, router, s3For: (s) => deps.s3For(s), tenants, rate, durationMs: 600_000, logFile, concurrency: 4 });
+  const lg = startLoadgen({
+    config,
+    router,
+    s3For: (s) => deps.s3For(s),
+    tenants,
+    rate,
+    durationMs: 600_000,
+    logFile,
+    concurrency: 4,
+    blobWrites: o.blobWrites,
+  });
   let stopping: Promise<void> | undefined;
   const traffic: Traffic = {
     lg,
@@ -258,8 +275,9 @@ export async function expectLogVerified(opts: VerifyOptions): Promise<VerifyRepo
     refused: report.presentButRefused,
     deleted: report.presentButDeleted,
     blobs: report.blobMissing,
+    deletedBlobs: report.blobPresentButDeleted,
     unit: report.unit,
-  }).toEqual({ missing: [], wrong: [], refused: [], deleted: [], blobs: [], unit: [] });
+  }).toEqual({ missing: [], wrong: [], refused: [], deleted: [], blobs: [], deletedBlobs: [], unit: [] });
   expect(report.ok).toBe(true);
   return report;
 }

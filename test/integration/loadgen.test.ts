@@ -186,7 +186,7 @@ describe('loadgen and verify', () => {
     expect(bad.wrongValue.map((f) => [f.key, f.columns])).toEqual([[victim!.key, ['blob_key']]]);
   });
 
-  it("through the blob index: a put records a version in the row's transaction, a delete unlinks the name with the row, and verify checks index and object", async () => {
+  it("through the blob index: a put records a version in the row's transaction, an overwrite a new version of the same name, a delete unlinks the name with the row; verify checks index and object", async () => {
     const tenant = await newTenant('lg-index', 'shard-b');
     const seeded = await seedTenant({ router, s3For: deps.s3For, config, tenant, rows: 200, blobs: 5, blobWrites: 'index' });
     const db = pool('shard-b');
@@ -202,17 +202,26 @@ describe('loadgen and verify', () => {
     const stats = await blobHeavyLoad(tenant, logFile, 'index');
     expect(stats.writes).toMatchObject({ refused: 0, unknown: 0 });
     const records = readLog(logFile);
-    const puts = records.filter((r) => r.op === 'blob_put' && r.status === 'ack');
-    const deletes = records.filter((r) => r.op === 'blob_delete');
-    expect(puts.length).toBeGreaterThan(0);
-    expect(deletes.length).toBeGreaterThan(0);
-    expect([...puts, ...deletes].every((r) => r.indexed === true)).toBe(true);
+    const blobOps = records.filter((r) => r.op === 'blob_put' || r.op === 'blob_delete');
+    expect(blobOps.every((r) => r.indexed === true && r.status === 'ack')).toBe(true);
+    // Each name's last acknowledged op: a put (new name or overwrite) leaves a version, a delete none.
+    const last = new Map(blobOps.map((r) => [r.blobKey!, r]));
+    const live = [...last.values()].filter((r) => r.op === 'blob_put');
+    const gone = [...last.values()].filter((r) => r.op === 'blob_delete');
+    expect(live.filter((r) => r.overwrites).length, 'names whose last write was an overwrite').toBeGreaterThan(0);
+    expect(live.filter((r) => !r.overwrites).length, 'names written once').toBeGreaterThan(0);
+    expect(gone.length, 'names deleted').toBeGreaterThan(0);
     const rows = new Map((await indexRows()).map((r) => [`tenants/${tenant}/${r.name}`, r]));
-    const deleted = new Set(deletes.map((d) => d.blobKey));
-    for (const d of deletes) expect(rows.has(d.blobKey!), d.blobKey).toBe(false);
+    const grant = { tenants: [tenant] };
+    const nameOf = (key: string) => key.slice(`tenants/${tenant}/`.length);
+    for (const d of gone) {
+      expect(rows.has(d.blobKey!), d.blobKey).toBe(false);
+      expect(await router.getBlob(tenant, grant, nameOf(d.blobKey!)), d.blobKey).toBeUndefined();
+    }
     const s3 = deps.s3For('shard-b');
-    for (const p of puts.filter((p) => !deleted.has(p.blobKey))) {
+    for (const p of live) {
       const row = rows.get(p.blobKey!);
+      // An overwritten name names its last acknowledged version, not an earlier one.
       expect(row?.sha256, p.blobKey).toBe(p.value);
       // A version object, never the bare name: the document's key is the index's name.
       expect(row!.object_key).toMatch(new RegExp(`^${p.blobKey!.replace(/[.]/g, '\\.')}@`));
@@ -221,26 +230,49 @@ describe('loadgen and verify', () => {
       await expect(s3.send(new HeadObjectCommand({ Bucket: bucketOf('shard-b'), Key: p.blobKey! }))).rejects.toThrow();
     }
     const report = await verifyLog({ logFile, config });
-    expect(report).toMatchObject({ ok: true, blobMissing: [] });
-    expect(report.blobsChecked).toBe(puts.length - deletes.length);
-    // An index row lost, one whose sha256 changed, and a version object gone: each named.
-    const live = puts.filter((p) => !deleted.has(p.blobKey)).map((p) => rows.get(p.blobKey!)!);
-    expect(live.length).toBeGreaterThanOrEqual(3);
-    const [lost, changed, gone] = live;
+    expect(report).toMatchObject({ ok: true, blobMissing: [], blobPresentButDeleted: [], blobsChecked: live.length, unlinkedChecked: gone.length });
+
+    // An index row lost, an overwritten name put back to the version it replaced, a version object
+    // gone, and a deleted name back in the index: each named.
+    const overwritten = live.find((p) => p.overwrites)!;
+    const replaced = blobOps.filter((r) => r.blobKey === overwritten.blobKey && r.op === 'blob_put' && r.seq < overwritten.seq).pop()!;
+    const [lost, gonePut] = live.filter((p) => p !== overwritten).map((p) => rows.get(p.blobKey!)!);
+    expect(gonePut, 'three live names').toBeDefined();
+    const resurrected = gone[0];
     await asReplica('shard-b', async (c) => {
       await c.query('delete from shardctl.blob_index where tenant_id = $1 and name = $2', [tenant, lost.name]);
-      await c.query(`update shardctl.blob_index set sha256 = repeat('0', 64) where tenant_id = $1 and name = $2`, [tenant, changed.name]);
+      await c.query('update shardctl.blob_index set sha256 = $3 where tenant_id = $1 and name = $2', [tenant, nameOf(overwritten.blobKey!), replaced.value]);
+      await c.query(`insert into shardctl.blob_index (tenant_id, name, object_key, version, size, sha256) values ($1, $2, $3, 'v0', 1, $4)`, [
+        tenant,
+        nameOf(resurrected.blobKey!),
+        `${resurrected.blobKey}@v0`,
+        'a'.repeat(64),
+      ]);
     });
-    await s3.send(new DeleteObjectCommand({ Bucket: bucketOf('shard-b'), Key: gone.object_key }));
+    await s3.send(new DeleteObjectCommand({ Bucket: bucketOf('shard-b'), Key: gonePut.object_key }));
     const bad = await verifyLog({ logFile, config });
     expect(bad.ok).toBe(false);
-    expect(bad.blobMissing.map((f) => [f.blobKey, f.reason]).sort()).toEqual(
+    expect(bad.blobMissing.map((f) => [f.blobKey, f.reason, f.actualSha256]).sort()).toEqual(
       [
-        [`tenants/${tenant}/${lost.name}`, 'not in the blob index'],
-        [`tenants/${tenant}/${changed.name}`, 'index sha256 mismatch'],
-        [`tenants/${tenant}/${gone.name}`, 'missing'],
+        [`tenants/${tenant}/${lost.name}`, 'not in the blob index', undefined],
+        [overwritten.blobKey, 'index sha256 mismatch', replaced.value],
+        [`tenants/${tenant}/${gonePut.name}`, 'missing', undefined],
       ].sort(),
     );
+    expect(bad.blobPresentButDeleted).toEqual([
+      {
+        tenant,
+        key: resurrected.key,
+        blobKey: resurrected.blobKey,
+        shard: 'shard-b',
+        objectKey: `${resurrected.blobKey}@v0`,
+        actualSha256: 'a'.repeat(64),
+        reason: 'deleted but in the blob index',
+        lastAckSeq: resurrected.seq,
+      },
+    ]);
+    // And getBlob, which resolves names through the same rows, finds the resurrected name again.
+    expect(await router.getBlob(tenant, grant, nameOf(resurrected.blobKey!)).catch((e) => e.type)).toBe('Conflict');
   });
 
   it('checks the whole unit against a baseline: seeded rows and objects, stray rows and objects, writes made outside loadgen', async () => {

@@ -116,18 +116,60 @@ describe('foldLog', () => {
     expect(unknown.blobs.map((b) => b.blobKey)).toEqual(['tenants/t1/docs/1']);
   });
 
-  it('through the blob index: an unknown delete may have unlinked the name with its row, so the blob is no longer required; a refused one keeps it', () => {
+  describe('through the blob index', () => {
     const d = { table: 'documents' as const, indexed: true as const };
-    const put = [rec({ table: 'documents', op: 'insert', value: 1, bodySha: null }), rec({ ...d, op: 'blob_put', value: 's1', blobKey: 'tenants/t1/docs/1' })];
-    expect(foldLog(put).blobs).toEqual([{ tenant: 't1', key: 'k1', blobKey: 'tenants/t1/docs/1', sha256: 's1', indexed: true }]);
-    const unknown = foldLog([...put, rec({ ...d, op: 'blob_delete', value: null, blobKey: 'tenants/t1/docs/1', status: 'unknown' })]);
-    expect(unknown.blobs).toEqual([]);
-    expect(unknown.keys[0].states).toEqual([present(1, { bodySha: null, blobKey: 'tenants/t1/docs/1' }), present(1, { bodySha: null, blobKey: null })]);
-    // An intent never answered (the writer died) is as unknown.
-    const intent = foldLog([...put, rec({ ...d, op: 'blob_delete', value: null, blobKey: 'tenants/t1/docs/1', status: 'pending' })]);
-    expect(intent.blobs).toEqual([]);
-    const refused = foldLog([...put, rec({ ...d, op: 'blob_delete', value: null, blobKey: 'tenants/t1/docs/1', status: 'refused' })]);
-    expect(refused.blobs.map((b) => b.blobKey)).toEqual(['tenants/t1/docs/1']);
+    const name = 'tenants/t1/docs/1';
+    const put = [rec({ table: 'documents', op: 'insert', value: 1, bodySha: null }), rec({ ...d, op: 'blob_put', value: 's1', blobKey: name })];
+
+    it('expects an acked put to leave its name in the index with its sha256', () => {
+      expect(foldLog(put).blobs).toEqual([{ tenant: 't1', key: 'k1', blobKey: name, sha256: 's1', indexed: true }]);
+    });
+
+    it('expects an overwritten name to hold the last acknowledged version, not a refused later one', () => {
+      const e = foldLog([
+        ...put,
+        rec({ ...d, op: 'blob_put', value: 's2', blobKey: name, overwrites: true }),
+        rec({ ...d, op: 'blob_put', value: 's3', blobKey: name, overwrites: true, status: 'refused' }),
+      ]);
+      expect(e.blobs).toEqual([{ tenant: 't1', key: 'k1', blobKey: name, sha256: 's2', indexed: true }]);
+    });
+
+    it('accepts the version before or after an unknown overwrite', () => {
+      const e = foldLog([...put, rec({ ...d, op: 'blob_put', value: 's2', blobKey: name, overwrites: true, status: 'unknown' })]);
+      expect(e.blobs).toEqual([{ tenant: 't1', key: 'k1', blobKey: name, sha256: 's2', alsoAccepts: ['s1'], indexed: true }]);
+    });
+
+    it('expects a name whose last acknowledged write deleted it to have no index row', () => {
+      const e = foldLog([...put, rec({ ...d, op: 'blob_delete', value: null, blobKey: name, objectDeleted: true })]);
+      expect(e.blobs).toEqual([]);
+      expect(e.blobsUnlinked).toEqual([{ tenant: 't1', key: 'k1', blobKey: name, lastAckSeq: seq }]);
+      expect(e.blobsDeleted).toBe(1);
+    });
+
+    it('expects a name put again after its delete to hold the new version', () => {
+      const e = foldLog([...put, rec({ ...d, op: 'blob_delete', value: null, blobKey: name }), rec({ ...d, op: 'blob_put', value: 's2', blobKey: name })]);
+      expect(e.blobsUnlinked).toEqual([]);
+      expect(e.blobs).toEqual([{ tenant: 't1', key: 'k1', blobKey: name, sha256: 's2', indexed: true }]);
+    });
+
+    it('after an unknown delete (or an intent never answered) accepts the name with its version or without a row; a refused delete keeps it', () => {
+      const unknown = foldLog([...put, rec({ ...d, op: 'blob_delete', value: null, blobKey: name, status: 'unknown' })]);
+      expect(unknown.blobs).toEqual([{ tenant: 't1', key: 'k1', blobKey: name, sha256: 's1', indexed: true, mayBeUnlinked: true }]);
+      expect(unknown.blobsUnlinked).toEqual([]);
+      expect(unknown.keys[0].states).toEqual([present(1, { bodySha: null, blobKey: name }), present(1, { bodySha: null, blobKey: null })]);
+      const intent = foldLog([...put, rec({ ...d, op: 'blob_delete', value: null, blobKey: name, status: 'pending' })]);
+      expect(intent.blobs).toEqual(unknown.blobs);
+      const refused = foldLog([...put, rec({ ...d, op: 'blob_delete', value: null, blobKey: name, status: 'refused' })]);
+      expect(refused.blobs).toEqual(foldLog(put).blobs);
+    });
+
+    it('expects nothing of a name only ever refused', () => {
+      const e = foldLog([
+        rec({ table: 'documents', op: 'insert', value: 1, bodySha: null }),
+        rec({ ...d, op: 'blob_put', value: 's1', blobKey: name, status: 'refused' }),
+      ]);
+      expect([e.blobs, e.blobsUnlinked]).toEqual([[], []]);
+    });
   });
 
   it('treats an intent followed by its outcome as that outcome', () => {

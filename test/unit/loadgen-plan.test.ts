@@ -87,6 +87,27 @@ describe('SlotPlanner', () => {
     expect(overwrites).toBeGreaterThan(0);
     expect(deletes).toBeGreaterThan(0);
   });
+
+  it("through the index, overwrites a document's name with a new version of that same name, and puts a new name only on a document without one", () => {
+    const named = new Map<string, string | null>();
+    const ws = writes(new SlotPlanner(4, ['acme'], 11, { ...opts, overwriteInPlace: true }), 1500, () => 'ack');
+    const counts = { put: 0, overwrite: 0 };
+    for (const w of ws) {
+      if (w.table !== 'documents') continue;
+      if (w.op === 'insert') named.set(w.key, null);
+      if (w.op === 'blob_put') {
+        const held = named.get(w.key) ?? null;
+        expect(w.blob!.replaces).toBeUndefined();
+        if (held) expect([w.blob!.blobKey, w.blob!.overwrites]).toEqual([held, true]);
+        else expect([named.has(w.key), w.blob!.overwrites, [...named.values()].includes(w.blob!.blobKey)]).toEqual([true, undefined, false]);
+        counts[held ? 'overwrite' : 'put']++;
+        named.set(w.key, w.blob!.blobKey);
+      }
+      if (w.op === 'blob_delete') named.set(w.key, null);
+    }
+    expect(counts.put).toBeGreaterThan(0);
+    expect(counts.overwrite).toBeGreaterThan(0);
+  });
 });
 
 describe('seedPlan', () => {
