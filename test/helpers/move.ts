@@ -29,9 +29,17 @@ let prepared: Promise<void> | undefined;
 export function prepareStack(): Promise<void> {
   return (prepared ??= (async () => {
     const config = testConfig();
-    const res = await prepareAllShards(config, shardPool, { demoSchema: true });
-    const bad = res.filter((r) => r.error);
-    if (bad.length) throw new Error(`prepare failed: ${bad.map((b) => `${b.shard}: ${b.error}`).join('; ')}`);
+    // Tried again (at most 3 times) when a shard's prepare gives up on a table lock, as its message
+    // tells an operator to: many test files prepare the shared shards at once, beside tests that
+    // hold a tenant table's lock on purpose (seen in CI: activities-twice, "gave up waiting").
+    for (let attempt = 1; ; attempt++) {
+      const res = await prepareAllShards(config, shardPool, { demoSchema: true });
+      const bad = res.filter((r) => r.error);
+      if (!bad.length) break;
+      const lockOnly = bad.every((b) => /gave up waiting for a table lock/.test(String(b.error)));
+      if (!lockOnly || attempt >= 3) throw new Error(`prepare failed: ${bad.map((b) => `${b.shard}: ${b.error}`).join('; ')}`);
+      await new Promise((r) => setTimeout(r, 1000 * attempt));
+    }
     await ensureDirectory(directoryPool(), config);
   })());
 }
