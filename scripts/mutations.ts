@@ -1730,4 +1730,22 @@ export const MUTATIONS: Mutation[] = [
     testFile: 'test/e2e/move-verbs-audit.test.ts',
     testName: 'pause, resume and cancel each append their entry',
   },
+  {
+    id: 'shards-list-write-rate-one-sample',
+    guarantee: "`shards list` writesPerSecond is the tenant tables' write counters over the sampling window (issue 13)",
+    file: 'cli/commands/shards.ts',
+    from: '    const second = rateWindowMs > 0 ? await shardVolume(pool, st.tenantTables) : first;',
+    to: '    const second = first;',
+    testFile: 'test/integration/shards-list-metrics.test.ts',
+    testName: 'reports writesPerSecond above zero on the shard a tenant is being written on through the router',
+  },
+  {
+    id: 'shards-list-slot-retained',
+    guarantee: '`shards list` slotRetainedBytes is the WAL the replication slots hold back (issue 13)',
+    file: 'cli/commands/shards.ts',
+    from: '    row.slotRetainedBytes = second.retained;',
+    to: '    row.slotRetainedBytes = 0;',
+    testFile: 'test/integration/shards-list-metrics.test.ts',
+    testName: 'reports slotRetainedBytes at least the WAL a logical slot of its own holds back',
+  },
 ];
