@@ -1748,4 +1748,13 @@ export const MUTATIONS: Mutation[] = [
     testFile: 'test/integration/shards-list-metrics.test.ts',
     testName: 'reports slotRetainedBytes at least the WAL a logical slot of its own holds back',
   },
+  {
+    id: 'shards-list-dedicated-to',
+    guarantee: '`shards list` shows the tenant a shard is dedicated to (tenant isolate) (issue 13)',
+    file: 'cli/commands/shards.ts',
+    from: '    dedicatedTo: known?.dedicatedTo ?? null,',
+    to: '    dedicatedTo: null,',
+    testFile: 'test/e2e/isolate-complete.test.ts',
+    testName: 'moves its tenant onto the empty shard under writes, leaves the shard dedicated to it',
+  },
 ];

@@ -82,7 +82,7 @@ export function register(program: Command) {
     .description('configured shards: reachability and fenced tenant tables')
     .option(
       '--json',
-      'as JSON: [{name, status, units, class, region, capacity, capacityBytes, reachable, schemaInstalled, tenantTables, fencedTables, unfenced, tenantBytes, tenantRows, writesPerSecond, slotRetainedBytes, error?, directoryError?}]',
+      'as JSON: [{name, status, units, class, dedicatedTo, region, capacity, capacityBytes, reachable, schemaInstalled, tenantTables, fencedTables, unfenced, tenantBytes, tenantRows, writesPerSecond, slotRetainedBytes, error?, directoryError?}]',
     )
     .option('--rate-window <duration>', "how long to sample the tenant tables' write counters for writesPerSecond (0: skip)", '1s')
     .action(async (o: { json?: boolean; rateWindow?: string }) => {
@@ -294,7 +294,7 @@ export function formatShardList(rows: readonly ShardRow[], tty: boolean): string
             : `${r.fencedTables}/${r.tenantTables} tenant tables fenced, ${volumeText(r)}` +
               (r.unfenced.length ? `; NOT fenced: ${r.unfenced.join(', ')}` : '') +
               (r.error ? `; ${r.error}` : '');
-        const kind = [r.class === 'dedicated' ? 'dedicated' : '', r.region ?? ''].filter(Boolean).join(' ');
+        const kind = [r.dedicatedTo ? `dedicated to ${r.dedicatedTo}` : r.class === 'dedicated' ? 'dedicated' : '', r.region ?? ''].filter(Boolean).join(' ');
         const placement = r.status ? [r.status, `${r.units} unit(s)`, kind] : [`status unknown (${r.directoryError})`, '', ''];
         return [r.name, ...placement, r.reachable ? 'reachable' : 'UNREACHABLE', detail];
       }),
@@ -333,6 +333,8 @@ export interface ShardRow {
   status: ShardInfo['status'] | null;
   units: number | null;
   class: ShardInfo['class'] | null;
+  /** The tenant this shard is dedicated to (`tenant isolate`): nothing else is placed there; null when shared or unknown. */
+  dedicatedTo: string | null;
   region: string | null;
   capacity: number | null;
   capacityBytes: number | null;
@@ -377,6 +379,7 @@ async function describeShard(config: Config, name: string, pool: Pool, inventory
     status: known?.status ?? null,
     units: known?.units ?? null,
     class: known?.class ?? null,
+    dedicatedTo: known?.dedicatedTo ?? null,
     region: known?.region ?? null,
     capacity: known?.capacity ?? null,
     capacityBytes: known?.capacityBytes ?? null,
