@@ -93,6 +93,9 @@ export function register(program: Command) {
           (l) => new Map(l.map((x) => [x.name, x])),
           (e: any) => e as Error,
         );
+        // The inventory is an allowlist: a shard the directory has but the config does not is never
+        // connected to (the config holds the only way to reach it), so it is named, not listed.
+        if (!(inventory instanceof Error)) for (const x of outsideConfig(config, inventory)) process.stderr.write(`shards list: ${x}\n`);
         const window = o.rateWindow === undefined ? 1000 : parseDurationMs(o.rateWindow, '--rate-window');
         return Promise.all(config.shards.map((s) => describeShard(config, s.name, pools.shardPool(s.name), inventory, window)));
       });
@@ -353,6 +356,16 @@ export interface ShardRow {
   slotRetainedBytes: number | null;
   error?: string;
   directoryError?: string;
+}
+
+/** Directory shards the config does not name, each as a line an operator can act on. */
+function outsideConfig(config: Config, inventory: Map<string, ShardInfo>): string[] {
+  const known = new Set(config.shards.map((s) => s.name));
+  return [...inventory.values()]
+    .filter((s) => !known.has(s.name))
+    .map(
+      (s) => `${s.name} is in the directory (${s.units} unit(s)) but not in the config: not listed, never connected to (add it with \`shardctl shards add\`)`,
+    );
 }
 
 /** Tenant tables' bytes, rows and write counter, and the WAL every slot retains, in one statement. */
