@@ -28,6 +28,15 @@ import { shardByName } from '../../lib/config';
 import { ShardctlError } from '../../lib/errors';
 import { reserveHeadroom } from '../../lib/directory/reservations';
 
+/** Whether the config file (re-read: a `shards add` since this worker started) now names `shard`; a file that does not load names none. */
+function learnsShard(deps: Deps, shard: string): boolean {
+  try {
+    return !!deps.learnShards?.().includes(shard);
+  } catch {
+    return false;
+  }
+}
+
 const planInput = z.object({
   unit: z.string().min(1),
   target: z.string().min(1),
@@ -146,6 +155,12 @@ export function createPlanActivities(deps: Deps) {
           }
           if (!learned) reasons.push(e.message);
         }
+        // The inventory is an allowlist: a unit placed on a shard the config does not name stays
+        // where it is, since nothing may connect to that shard to copy it.
+        if (!deps.config.shards.some((x) => x.name === p.shard) && !learnsShard(deps, p.shard))
+          reasons.push(
+            `unit ${unit} is on ${p.shard}, which the config does not name: nothing connects to a shard outside the config (add it with \`shardctl shards add\` to move the unit)`,
+          );
         if (reasons.length) return { ok: false, reasons, ...base, tables: [] };
         // Moves in flight count on the target too (their reservations), but not this unit's own.
         const s = await shardLoad(deps.directoryPool(), target, { exceptUnit: unit });

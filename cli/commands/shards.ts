@@ -82,7 +82,7 @@ export function register(program: Command) {
     .description('configured shards: reachability and fenced tenant tables')
     .option(
       '--json',
-      'as JSON: [{name, status, units, class, region, capacity, capacityBytes, reachable, schemaInstalled, tenantTables, fencedTables, unfenced, tenantBytes, tenantRows, writesPerSecond, slotRetainedBytes, error?, directoryError?}]',
+      'as JSON: [{name, status, units, class, dedicatedTo, region, capacity, capacityBytes, reachable, schemaInstalled, tenantTables, fencedTables, unfenced, tenantBytes, tenantRows, writesPerSecond, slotRetainedBytes, error?, directoryError?}]',
     )
     .option('--rate-window <duration>', "how long to sample the tenant tables' write counters for writesPerSecond (0: skip)", '1s')
     .action(async (o: { json?: boolean; rateWindow?: string }) => {
@@ -93,6 +93,9 @@ export function register(program: Command) {
           (l) => new Map(l.map((x) => [x.name, x])),
           (e: any) => e as Error,
         );
+        // The inventory is an allowlist: a shard the directory has but the config does not is never
+        // connected to (the config holds the only way to reach it), so it is named, not listed.
+        if (!(inventory instanceof Error)) for (const x of outsideConfig(config, inventory)) process.stderr.write(`shards list: ${x}\n`);
         const window = o.rateWindow === undefined ? 1000 : parseDurationMs(o.rateWindow, '--rate-window');
         return Promise.all(config.shards.map((s) => describeShard(config, s.name, pools.shardPool(s.name), inventory, window)));
       });
@@ -294,7 +297,7 @@ export function formatShardList(rows: readonly ShardRow[], tty: boolean): string
             : `${r.fencedTables}/${r.tenantTables} tenant tables fenced, ${volumeText(r)}` +
               (r.unfenced.length ? `; NOT fenced: ${r.unfenced.join(', ')}` : '') +
               (r.error ? `; ${r.error}` : '');
-        const kind = [r.class === 'dedicated' ? 'dedicated' : '', r.region ?? ''].filter(Boolean).join(' ');
+        const kind = [r.dedicatedTo ? `dedicated to ${r.dedicatedTo}` : r.class === 'dedicated' ? 'dedicated' : '', r.region ?? ''].filter(Boolean).join(' ');
         const placement = r.status ? [r.status, `${r.units} unit(s)`, kind] : [`status unknown (${r.directoryError})`, '', ''];
         return [r.name, ...placement, r.reachable ? 'reachable' : 'UNREACHABLE', detail];
       }),
@@ -333,6 +336,8 @@ export interface ShardRow {
   status: ShardInfo['status'] | null;
   units: number | null;
   class: ShardInfo['class'] | null;
+  /** The tenant this shard is dedicated to (`tenant isolate`): nothing else is placed there; null when shared or unknown. */
+  dedicatedTo: string | null;
   region: string | null;
   capacity: number | null;
   capacityBytes: number | null;
@@ -351,6 +356,16 @@ export interface ShardRow {
   slotRetainedBytes: number | null;
   error?: string;
   directoryError?: string;
+}
+
+/** Directory shards the config does not name, each as a line an operator can act on. */
+function outsideConfig(config: Config, inventory: Map<string, ShardInfo>): string[] {
+  const known = new Set(config.shards.map((s) => s.name));
+  return [...inventory.values()]
+    .filter((s) => !known.has(s.name))
+    .map(
+      (s) => `${s.name} is in the directory (${s.units} unit(s)) but not in the config: not listed, never connected to (add it with \`shardctl shards add\`)`,
+    );
 }
 
 /** Tenant tables' bytes, rows and write counter, and the WAL every slot retains, in one statement. */
@@ -377,6 +392,7 @@ async function describeShard(config: Config, name: string, pool: Pool, inventory
     status: known?.status ?? null,
     units: known?.units ?? null,
     class: known?.class ?? null,
+    dedicatedTo: known?.dedicatedTo ?? null,
     region: known?.region ?? null,
     capacity: known?.capacity ?? null,
     capacityBytes: known?.capacityBytes ?? null,

@@ -1,7 +1,8 @@
 // Plans from the directory as it is now: the shards of the config's allowlist (status, capacity,
 // dedication from the shards table) and every unit's placement and expected load: tenants and the
 // buckets of bucket-routed datasets (a bucket moves like a tenant; one of a dataset the config does
-// not name counts for load but is never planned, since no move could select its rows).
+// not name counts for load but is never planned, since no move could select its rows). A unit on a
+// shard outside the allowlist is never planned either: nothing may connect to that shard.
 // Node-only (reads the directory); the arithmetic is lib/rebalance/plan.ts.
 import type { Queryable } from '../directory/db';
 import type { Config } from '../config';
@@ -36,9 +37,15 @@ export async function planFromDirectory(directory: Queryable, config: Config, sc
       load: p.expectedLoad,
       state: inFlight.has(p.unit) ? 'moving' : p.state,
       regions: residency.get(p.unit) ?? null,
-      ...(p.kind === 'bucket' && !datasets.has(bucketDataset(p.unit))
-        ? { unmovable: `is a bucket of dataset ${bucketDataset(p.unit)}, which the config does not name` }
-        : {}),
+      // Nothing connects to a shard outside the config's allowlist: a unit there counts for
+      // nothing it could be moved by, so it is never planned (a drain names it as left behind).
+      ...(!known.has(p.shard)
+        ? {
+            unmovable: `is on ${p.shard}, which the config does not name: nothing connects to a shard outside the config (add it with \`shardctl shards add\` to move it)`,
+          }
+        : p.kind === 'bucket' && !datasets.has(bucketDataset(p.unit))
+          ? { unmovable: `is a bucket of dataset ${bucketDataset(p.unit)}, which the config does not name` }
+          : {}),
     })),
     scope,
     { headroomFraction: config.limits.headroomFraction, ...opts },

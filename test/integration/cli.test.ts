@@ -179,6 +179,7 @@ describe('--json shapes of the read verbs', () => {
         'capacity',
         'capacityBytes',
         'class',
+        'dedicatedTo',
         'fencedTables',
         'name',
         'reachable',
