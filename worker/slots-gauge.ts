@@ -1,4 +1,5 @@
-// Slot WAL retained, read at scrape time from every configured shard (pg_replication_slots):
+// Slot WAL retained, read at scrape time from every configured shard (pg_replication_slots), and
+// the shard's max_slot_wal_keep_size beside it (what the retention alert compares against):
 // a move's slot holds WAL from before its copy starts, through copy and validate when no
 // catch-up round runs, so a reading taken only by catch-up would miss the growth the alert is
 // for. Like moves by phase, it is the fleet's answer (every worker reports the same: aggregate
@@ -8,6 +9,7 @@ import type { Pool } from 'pg';
 import type { Config } from '../lib/config';
 import type { Metrics } from '../lib/obs/metrics';
 import { shardctlSlotsRetainedBytes } from '../lib/cdc/publication';
+import { walKeepLimitBytes } from '../lib/shard/replication-capacity';
 
 export function slotRetentionRefresher(
   config: Pick<Config, 'shards'>,
@@ -25,10 +27,12 @@ export function slotRetentionRefresher(
       timer = setTimeout(() => reject(new Error(`no answer from ${shard} within ${timeoutMs} ms`)), timeoutMs);
     });
     try {
-      const slots = await Promise.race([shardctlSlotsRetainedBytes(shardPool(shard)), timeout]);
+      const [slots, limit] = await Promise.race([Promise.all([shardctlSlotsRetainedBytes(shardPool(shard)), walKeepLimitBytes(shardPool(shard))]), timeout]);
       // Replaced as a whole: a slot dropped since the last reading leaves the page with it.
       metrics.slotRetainedBytes.remove({ shard });
       for (const s of slots) metrics.slotRetainedBytes.set({ shard, slot: s.slot }, s.retainedBytes);
+      if (limit === null) metrics.slotWalKeepLimitBytes.remove({ shard });
+      else metrics.slotWalKeepLimitBytes.set({ shard }, limit);
     } catch {
       // Unreachable or slow: its last readings stay until they expire.
     } finally {

@@ -125,6 +125,12 @@ export function createMetrics(opts: MetricsOptions = {}) {
       'WAL a shardctl replication slot holds back on its shard (pg_current_wal_lsn() - restart_lsn), read at scrape time (the same on every worker: aggregate with max)',
       ['shard', 'slot'],
     ),
+    /** Read with slotRetainedBytes: the limit its alert compares against (absent for a shard without one). */
+    slotWalKeepLimitBytes: perMove(
+      'shardctl_slot_wal_keep_limit_bytes',
+      "A shard's max_slot_wal_keep_size in bytes: past it a slot is invalidated and its move must start over (absent: the shard sets no limit)",
+      ['shard'],
+    ),
     movesByPhase: new Gauge({
       name: 'shardctl_moves',
       help: 'Running move workflows by phase, from Temporal visibility (the same on every worker: aggregate with max)',

@@ -31,3 +31,12 @@ export function replicationCapacityProblems(shard: string, side: 'source' | 'tar
     );
   return out;
 }
+
+/** The server's max_slot_wal_keep_size in bytes, or null when it sets none (-1). */
+export async function walKeepLimitBytes(db: Pool | PoolClient): Promise<number | null> {
+  const r = await db.query(
+    `select case when current_setting('max_slot_wal_keep_size') = '-1' then null
+                 else pg_size_bytes(current_setting('max_slot_wal_keep_size'))::text end as limit`,
+  );
+  return r.rows[0].limit === null ? null : Number(r.rows[0].limit);
+}

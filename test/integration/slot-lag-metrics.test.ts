@@ -84,6 +84,11 @@ describe('slot and lag metrics', () => {
     expect(before).toBeGreaterThan(100_000); // 3000 rows of WAL since the copy began
     expect(s.value).toBeGreaterThanOrEqual(before);
     expect(s.value).toBeLessThanOrEqual(after);
+    // Beside it, the limit the retention alert compares against: the shard's own max_slot_wal_keep_size.
+    const limit = await shardPool(SOURCE).query(`select pg_size_bytes(current_setting('max_slot_wal_keep_size'))::text as b`);
+    const [l] = await series(metrics.slotWalKeepLimitBytes.gauge, { shard: SOURCE });
+    expect(l.value).toBe(Number(limit.rows[0].b));
+    expect(l.value).toBeGreaterThan(0);
   });
 
   it('the lag seconds of a catch-up round with a backlog are its positive apply time, within the round', { timeout: 60_000 }, async () => {
