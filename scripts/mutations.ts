@@ -1730,4 +1730,32 @@ export const MUTATIONS: Mutation[] = [
     testFile: 'test/e2e/move-verbs-audit.test.ts',
     testName: 'pause, resume and cancel each append their entry',
   },
+  {
+    id: 'cancel-waits-for-blob-copy',
+    guarantee:
+      'a cancel does not wait for a stuck forward blob copy: the copy is cancelled without waiting (TRY_CANCEL) and its fence keeps it from writing (issue 15)',
+    file: 'workflows/move.ts',
+    from: 'long.copyBlobs.executeWithOptions({ summary: `copy blobs ${st.source} → ${st.target}` }',
+    to: 'copying.copyBlobs.executeWithOptions({ summary: `copy blobs ${st.source} → ${st.target}` }',
+    testFile: 'test/e2e/sync-stops.test.ts',
+    testName: 'a cancel during the forward blob copy ends the move cancelled, undone, while the copy is still held',
+  },
+  {
+    id: 'rollback-waits-for-soak-blob-sync',
+    guarantee: "a rollback (and retire-now) does not wait for the soak's stuck reverse blob sync (issue 15)",
+    file: 'workflows/move.ts',
+    from: '() => long.copyBlobs.executeWithOptions({ summary: `sync blobs ${st.target} → ${st.source} (soak)` }',
+    to: '() => copying.copyBlobs.executeWithOptions({ summary: `sync blobs ${st.target} → ${st.source} (soak)` }',
+    testFile: 'test/e2e/sync-stops.test.ts',
+    testName: "a rollback during soak completes while the soak's reverse blob sync is held",
+  },
+  {
+    id: 'blob-sync-activity-signal',
+    guarantee: "a blob sync's requests stop at the activity's cancellation, delivered by Temporal (issue 15)",
+    file: 'activities/move/context.ts',
+    from: '    signal: eitherSignal(rest.signal, activitySignal()),',
+    to: '    signal: rest.signal,',
+    testFile: 'test/e2e/sync-stops.test.ts',
+    testName: 'released, it writes nothing into the retired source',
+  },
 ];
