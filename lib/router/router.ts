@@ -227,6 +227,7 @@ export class Router {
     let retries = 0;
     let frozenRounds = 0;
     let unchangedStaleRounds = 0;
+    let lastKind: ReturnType<typeof classifyError> | undefined;
     for (;;) {
       let err: unknown;
       try {
@@ -244,6 +245,17 @@ export class Router {
         );
       // The deadline ran out inside a retry of a frozen unit (its statement timeout): the reason is the freeze.
       if (frozenRounds > 0 && err instanceof ShardctlError && err.type === 'TimedOut') throw frozenAtDeadline();
+      // Or inside a retry after a shard refused the route (the directory could not tell the new one in
+      // time): the reason is that refusal, as when the retries run out.
+      if (retries > 0 && lastKind === 'stale' && err instanceof ShardctlError && err.type === 'TimedOut') {
+        throw new ShardctlError(
+          'StaleRoute',
+          `tenant ${unit}: shard ${placement.shard} refused epoch ${placement.epoch} and the deadline ran out before a newer route was known (${retries} retries, ${Date.now() - started} ms)`,
+          { tenant: unit, shard: placement.shard, epoch: placement.epoch, retries, directoryReachable: this.m.directoryReachable },
+          true,
+        );
+      }
+      lastKind = kind;
       if (kind === 'other') throw err;
       if (kind === 'frozen') {
         // Frozen is checked after ownership, so the route is right: wait, do not refresh.

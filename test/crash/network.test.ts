@@ -6,7 +6,7 @@
 import { describe, it, expect, beforeAll } from 'vitest';
 import fs from 'node:fs';
 import path from 'node:path';
-import { uniq } from '../helpers/stack';
+import { directoryPool, uniq } from '../helpers/stack';
 import * as H from '../helpers/move';
 import * as C from '../helpers/crash';
 import { NetLab, Link, ProxiedServer } from '../helpers/proxy';
@@ -364,6 +364,12 @@ describe('network faults under live traffic', () => {
           // Never accepted by the old owner after the switch.
           expect(mine.filter((r) => r.status === 'ack' && r.shard === c.source && Date.parse(r.ts) > switchSeenAt)).toEqual([]);
           expect(refusedInCut.length, 'writes of the moved tenant refused while the router could not learn of the switch').toBeGreaterThan(0);
+          // Refused by the old owner's fence (SC421 stale route, or SC423 while frozen), which the
+          // router passes on once its retries find no newer route: never a guess of the router's own.
+          expect(
+            refusedInCut.filter((r) => r.errorType !== 'StaleRoute' && r.errorType !== 'Frozen').map((r) => r.errorType),
+            'refusals that did not come from a shard',
+          ).toEqual([]);
           expect(others.length, 'bystander writes acked from the snapshot during the cut').toBeGreaterThan(0);
         },
       });
@@ -521,7 +527,24 @@ describe('network faults under live traffic', () => {
         // The zombie goes on with its cutover, unable to heartbeat or report; Temporal hands the
         // attempt to the second worker once the heartbeat timeout passes.
         drive: cutAtFaultPoint('after-fence-raised', (c) => c.w1Links.temporal),
-        after: expectFrozenWithinBound,
+        after: async (c) => {
+          await expectFrozenWithinBound(c);
+          const retried = (await retriedActivities(c.h)).filter((a) => a.name === 'cutover');
+          const who = (identity: string) => (identity.startsWith(`${c.w1.proc.pid}@`) ? 'the cut-off worker' : 'another worker');
+          const audit = await directoryPool().query(`select action from shardctl.audit where unit = $1 order by id`, [c.tenant]);
+          c.notes.push(
+            `cutover retried: ${retried.map((a) => `attempt ${a.attempt} on ${who(a.identity)} after "${a.lastFailure.slice(0, 40)}"`).join(', ') || 'no'}; ` +
+              `audit: ${audit.rows.map((r) => r.action).join(' ')}`,
+          );
+          // Temporal gave the zombie's attempt up (its heartbeats stopped arriving), and whichever
+          // attempt switched, the unit switched once.
+          expect(
+            retried.some((a) => /heartbeat/i.test(a.lastFailure)),
+            JSON.stringify(retried),
+          ).toBe(true);
+          const switches = await directoryPool().query(`select 1 from shardctl.audit where unit = $1 and action = 'switch'`, [c.tenant]);
+          expect(switches.rowCount, 'switches recorded for the unit').toBe(1);
+        },
       });
     },
   );
