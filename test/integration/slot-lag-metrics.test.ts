@@ -13,6 +13,7 @@ import { createActivities, type Activities } from '../../activities';
 import { createMetrics, type Metrics } from '../../lib/obs/metrics';
 import { replicationNames } from '../../lib/ids';
 import { slotRetentionRefresher } from '../../worker/slots-gauge';
+import { inTransaction } from '../../lib/pg';
 
 const SOURCE = 'shard-a';
 const TARGET = 'shard-b';
@@ -45,18 +46,10 @@ afterAll(async () => {
 
 /** Writes `rows` events of the tenant on the source, through its fence (epoch 1), in one transaction. */
 async function writeOnSource(rows: number): Promise<void> {
-  const c = await shardPool(SOURCE).connect();
-  try {
-    await c.query('begin');
+  await inTransaction(shardPool(SOURCE), async (c) => {
     await c.query(`select set_config('shardctl.unit', $1, true), set_config('shardctl.epoch', '1', true)`, [ref.unit]);
     await c.query(`insert into public.events(tenant_id, kind) select $1, 'wal-' || g from generate_series(1, $2::int) g`, [ref.unit, rows]);
-    await c.query('commit');
-  } catch (e) {
-    await c.query('rollback').catch(() => {});
-    throw e;
-  } finally {
-    c.release();
-  }
+  });
 }
 
 /** What pg_replication_slots says the slot holds back on the source now. */
