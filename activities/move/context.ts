@@ -250,9 +250,17 @@ export async function syncUnitBlobs(
   from: string,
   to: string,
   unit: string,
-  opts: Pick<CopyBlobPrefixOptions, 'onProgress' | 'hashUnchanged' | 'signal'> & { move?: BlobSyncMove; indexHashes?: boolean } = {},
+  opts: Pick<CopyBlobPrefixOptions, 'onProgress' | 'hashUnchanged' | 'signal'> & {
+    move?: BlobSyncMove;
+    /**
+     * Sync from the source's blob index (read here after the fence passed, or the snapshot given):
+     * version objects only when a row names them, their sha256 from the row (lib/blobs/copy.ts
+     * `referenced`). Not inside a freeze: the cutover's syncs pass none.
+     */
+    index?: true | UnitIndex;
+  } = {},
 ): Promise<CopyBlobPrefixResult> {
-  const { move, indexHashes, ...rest } = opts;
+  const { move, index, ...rest } = opts;
   if (!hasBlobs(unit))
     return {
       manifest: [],
@@ -264,14 +272,15 @@ export async function syncUnitBlobs(
       outOfBand: [],
       sourceObjects: 0,
       unversioned: 0,
+      unreferenced: 0,
       atDestination: new Map(),
     };
   const stillSyncing = await blobSyncFence(deps, from, to, unit, move);
-  // The source's index, read after the fence passed: the hashes its puts recorded (one query, not
-  // one read per object). Not inside a freeze: the cutover's syncs pass no `indexHashes`.
-  const knownHashes = indexHashes ? await indexedObjectHashes(deps.shardPool(from), deps.config.tenant.column, unit) : undefined;
+  // The source's index, read after the fence passed: the objects its rows name and the hashes its
+  // puts recorded (one query, not one read per object). Undefined on a shard without the index.
+  const referenced = index === true ? await unitIndex(deps, from, unit) : index;
   return copyBlobPrefix({
-    knownHashes,
+    referenced,
     src: shardBucket(deps, from),
     dst: shardBucket(deps, to),
     prefix: tenantBlobPrefix(unit),
@@ -314,10 +323,24 @@ export async function syncChangedUnitBlobs(
   });
 }
 
-/** Compares the unit's blobs on two shards by key, size and sha256, reading only what the ledgers cannot vouch for. */
-export async function compareUnitBlobs(deps: Deps, from: string, to: string, unit: string): ReturnType<typeof compareBlobPrefixes> {
+/** What the source's blob index names for the unit (object key -> sha256, size); undefined when the shard has no index. */
+export type UnitIndex = ReadonlyMap<string, { sha256: string; size: number }>;
+
+/** The unit's blob index on `shard` (one query), or undefined when the shard has none or the unit has no blobs. */
+export async function unitIndex(deps: Deps, shard: string, unit: string): Promise<UnitIndex | undefined> {
+  if (!hasBlobs(unit)) return undefined;
+  return indexedObjectHashes(deps.shardPool(shard), deps.config.tenant.column, unit);
+}
+
+/**
+ * Compares the unit's blobs on two shards by key, size and sha256, reading only what the ledgers
+ * cannot vouch for. Given the source's index: each object a row names must be on `to` with the
+ * size and sha256 the row recorded, and version objects no row names are left out (see syncUnitBlobs).
+ */
+export async function compareUnitBlobs(deps: Deps, from: string, to: string, unit: string, referenced?: UnitIndex): ReturnType<typeof compareBlobPrefixes> {
   if (!hasBlobs(unit)) return { missing: [], extra: [], different: [], objectsRead: 0 };
   return compareBlobPrefixes({
+    referenced,
     src: shardBucket(deps, from),
     dst: shardBucket(deps, to),
     prefix: tenantBlobPrefix(unit),

@@ -79,7 +79,10 @@ export function createCutoverActivities(deps: Deps) {
             tenantColumn: rows.column,
             unitValue: rows.value,
             tables: () => listTenantTables(pools.shardPool(owner), rows.tables),
-            syncBlobs: (signal) => syncUnitBlobs(deps, owner, next, ref.unit, { hashUnchanged: false, signal }),
+            // The pre-sync works from the source's index; the window's prefix sync (a unit not
+            // written only through the index) does not read it inside the pause.
+            syncBlobs: (signal, o) =>
+              syncUnitBlobs(deps, owner, next, ref.unit, { hashUnchanged: false, signal, ...(o?.fromIndex ? { index: true as const } : {}) }),
             syncChangedBlobs: (names, seen) =>
               syncChangedUnitBlobs(deps, owner, next, ref.unit, names, { src: pools.shardPool(owner), dst: pools.shardPool(next) }, seen),
             unfencedTables: async (side) => (await fenceStatus(pools.shardPool(side === 'owner' ? owner : next), deps.config)).unfenced,
