@@ -646,6 +646,25 @@ export const MUTATIONS: Mutation[] = [
     testName: 'validation checks each referenced object on the target against its index row',
   },
   {
+    id: 'blob-landed-after-cancel',
+    guarantee:
+      'a blob copy past its fence check and in flight when its move is cancelled, landing after the clean-up, is removed by the sync itself (issue 15)',
+    file: 'activities/move/context.ts',
+    from: '...(move ? { landedAfterFence: removeLandedAfterFence(deps, from, to, unit, move) } : {}),',
+    to: '...{},',
+    testFile: 'test/integration/stale-blob-sync.test.ts',
+    testName: 'lands after the clean-up and is removed: nothing stays in the undone target',
+  },
+  {
+    id: 'blob-landed-after-retire',
+    guarantee: "a soak's blob copy in flight when the source is retired, landing after the retire, is removed by the sync itself (issue 15)",
+    file: 'lib/blobs/copy.ts',
+    from: '      await opts.landedAfterFence(key);',
+    to: '      void key;',
+    testFile: 'test/integration/stale-blob-sync.test.ts',
+    testName: 'lands after the retire and is removed: nothing stays in the retired bucket',
+  },
+  {
     id: 'config-shared-bucket',
     guarantee: 'a config naming one bucket for two shards (any loopback spelling, case, default port) is refused at start-up (issue 15)',
     file: 'lib/config.ts',

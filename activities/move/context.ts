@@ -9,6 +9,10 @@ import {
   type ShardBucket,
 } from '../../lib/blobs';
 import { getPlacement } from '../../lib/directory/placements';
+import { listOpenReservations } from '../../lib/directory/reservations';
+import { deleteKeys } from '../../lib/blobs/delete';
+import { forgetLedger } from '../../lib/blobs/ledger';
+import { activityLog } from '../../lib/obs/log';
 import { replicationNames } from '../../lib/ids';
 import { sameS3Endpoint } from '../../lib/s3';
 import { syncIndexedBlobDelta, type IndexDeltaOptions, type IndexDeltaResult } from '../../lib/blobs/index-delta';
@@ -240,6 +244,32 @@ export async function blobSyncFence(deps: Deps, from: string, to: string, unit: 
 }
 
 /**
+ * What a blob sync of `move` does with an object whose write was in flight when the fence moved
+ * (lib/blobs/copy.ts `landedAfterFence`): it deletes the key from `to` (and forgets its ledger
+ * row) when nobody needs it there — `to` is not the unit's owner, the move's slot for this
+ * direction is gone (that direction of the move is over for good: cancelled, rolled back or
+ * retired, so no sync of it can write there again), and no other move of the unit is open (one
+ * could be copying the same key into `to`). Otherwise it leaves it: in the owner's bucket it is the
+ * owner's (a reverse sync's copy landing after a rollback: the object the owner's own index names),
+ * and with another move open, doctor reports it.
+ */
+function removeLandedAfterFence(deps: Deps, from: string, to: string, unit: string, move: BlobSyncMove) {
+  const slot = replicationNames(move.moveId, move.direction).slot;
+  return async (key: string): Promise<void> => {
+    const dir = deps.directoryPool();
+    const [p, slotRows, open] = await Promise.all([
+      getPlacement(dir, unit),
+      deps.shardPool(from).query('select 1 from pg_replication_slots where slot_name = $1', [slot]),
+      listOpenReservations(dir),
+    ]);
+    if (!p || p.shard === to || (slotRows.rowCount ?? 0) > 0 || open.some((r) => r.unit === unit && r.moveId !== move.moveId)) return;
+    await deleteKeys(shardBucket(deps, to), [key], { owner: shardBucket(deps, p.shard) });
+    await forgetLedger(deps.shardPool(to), unit, [key]);
+    activityLog().warn({ unit, key, bucket: to, moveId: move.moveId }, 'blob sync: removed an object whose copy landed after its move stopped syncing');
+  };
+}
+
+/**
  * Delta-syncs a unit's blob prefix from one shard's bucket to another's (see lib/blobs/copy.ts),
  * fenced by blobSyncFence, stopped by the activity's cancellation, and through both shards' blob
  * ledgers (unchanged objects are not read; objects written behind shardctl's back are left alone).
@@ -287,6 +317,7 @@ export async function syncUnitBlobs(
     sameEndpoint: sameS3Endpoint(deps.config, from, to),
     stillSyncing,
     ledger: { src: deps.shardPool(from), dst: deps.shardPool(to), unit },
+    ...(move ? { landedAfterFence: removeLandedAfterFence(deps, from, to, unit, move) } : {}),
     ...rest,
     signal: eitherSignal(rest.signal, activitySignal()),
   });

@@ -85,6 +85,12 @@ export interface CopyBlobPrefixOptions {
   stillSyncing?: () => Promise<void>;
   /** Both shards' blob ledgers for the unit (see ./ledger). */
   ledger?: { src: Pool; dst: Pool; unit: string };
+  /**
+   * Called with the key of an object written (or whose write was attempted) while the fence moved:
+   * the write passed `stillSyncing` and was in flight when the sync's move ended, so it can land
+   * after the move's clean-up emptied dst. The caller removes it when dst is nobody's way back.
+   */
+  landedAfterFence?: (key: string) => Promise<void>;
 }
 
 export interface CopyBlobPrefixResult {
@@ -236,6 +242,29 @@ export async function copyBlobPrefix(opts: CopyBlobPrefixOptions): Promise<CopyB
     return k && k.size === e.size ? { sha256: k.sha256, size: k.size } : undefined;
   };
 
+  /**
+   * A write, and the fence asked again once it is over (landed, failed or aborted): a write that
+   * passed the fence before the move ended can land after its clean-up. When the fence moved
+   * meanwhile, the caller's `landedAfterFence` removes what may have landed, and the sync stops.
+   */
+  const fencedAfterWrite = async <T>(key: string, write: () => Promise<T>): Promise<T> => {
+    if (!opts.landedAfterFence || !opts.stillSyncing) return write();
+    let result: T;
+    try {
+      result = await write();
+    } catch (err) {
+      await opts.stillSyncing().catch(() => opts.landedAfterFence!(key));
+      throw err;
+    }
+    try {
+      await opts.stillSyncing();
+    } catch (fenced) {
+      await opts.landedAfterFence(key);
+      throw fenced;
+    }
+    return result;
+  };
+
   /** Brings one key in line with the source and returns its manifest entry and ledger row. */
   const syncOnce = async (e: BlobEntry): Promise<{ m?: ManifestEntry; row: LedgerEntry }> => {
     const d = dstByKey.get(e.key);
@@ -278,10 +307,10 @@ export async function copyBlobPrefix(opts: CopyBlobPrefixOptions): Promise<CopyB
     if (sameEndpoint) {
       srcHash ??= knownHash(e) ?? (await hashSrc(e));
       await fenceBeforeWrite();
-      dstEtag = (await serverCopyObject(src, dst, e, limits, signal)).dstEtag;
+      dstEtag = (await fencedAfterWrite(e.key, () => serverCopyObject(src, dst, e, limits, signal))).dstEtag;
     } else {
       stats.objectsRead++;
-      const copied = await streamCopyObject(src, dst, e, limits, signal, fenceBeforeWrite);
+      const copied = await fencedAfterWrite(e.key, () => streamCopyObject(src, dst, e, limits, signal, fenceBeforeWrite));
       srcHash = copied;
       dstEtag = copied.dstEtag;
     }
