@@ -692,6 +692,16 @@ export const MUTATIONS: Mutation[] = [
     testName: 'a worker collects by itself',
   },
   {
+    id: 'presync-fenced-by-slot',
+    guarantee:
+      "the cutover's blob pre-sync is fenced by its move's slot like copy and soak: a cancel stops it, and its copies that land after the clean-up are removed (issue 15)",
+    file: 'activities/move/cutover.ts',
+    from: '...(o?.fromIndex ? { index: true as const, move: { moveId: ref.moveId, direction: ref.direction } } : {}),',
+    to: '...(o?.fromIndex ? { index: true as const } : {}),',
+    testFile: 'test/integration/stale-blob-sync.test.ts',
+    testName: "a cutover's blob pre-sync held mid-copy when the move is cancelled stops",
+  },
+  {
     id: 'config-shared-bucket',
     guarantee: 'a config naming one bucket for two shards (any loopback spelling, case, default port) is refused at start-up (issue 15)',
     file: 'lib/config.ts',

@@ -138,6 +138,36 @@ describe('a blob sync Temporal gave up on', () => {
     expect(ledger.rows[0].n).toBe(0);
   });
 
+  it("a cutover's blob pre-sync held mid-copy when the move is cancelled stops, and its copies that land after the clean-up are removed", async () => {
+    const tenant = await H.newTenant(SOURCE, 'stale-pre');
+    await H.seed(tenant, 20, 0);
+    const ref = await B.plannedMove(act, refs, tenant, SOURCE, TARGET);
+    await act.catchUp({ ...ref, direction: 'forward', maxDurationMs: 20_000, mode: 'now' });
+    const v = await act.validateMove({ ...ref, direction: 'forward' });
+    expect(v, v.mismatches.join('\n')).toMatchObject({ ok: true });
+    await act.setupReplication({ ...ref, direction: 'reverse' });
+    // Written after the validation: the cutover's pre-sync has them to copy, and is held on them.
+    await B.putDirect(deps.s3For(SOURCE), SOURCE, tenant, 5, 'late');
+    const held = B.heldClient(TARGET, 'CopyObjectCommand');
+    clients.push(held.s3);
+    const stale = createActivities(withClient(TARGET, held.s3))
+      .cutover({ ...ref, direction: 'forward', epoch: 1, fenceBudgetMs: 10_000, actor: 'stale-sync-test', deltaToken: v.deltaToken })
+      .then(
+        (r) => r,
+        (e: Error) => e,
+      );
+    await held.reached;
+    await act.cancelMove({ ...ref, epoch: 1, actor: 'stale-sync-test' });
+    expect(await keysOn(TARGET, tenant)).toEqual([]);
+    held.release();
+    const outcome = await stale;
+    expect(held.held()).toBeGreaterThanOrEqual(1);
+    // The cutover never froze the unit: its pre-sync stopped at the cancel's dropped slot.
+    expect(JSON.stringify(outcome instanceof Error ? outcome.message : outcome)).toMatch(/dropped its forward slot/);
+    expect(await H.placement(tenant)).toMatchObject({ shard: SOURCE, epoch: 1, state: 'active' });
+    expect(await keysOn(TARGET, tenant)).toEqual([]);
+  });
+
   it('a soak copy past its fence check and in flight when the source is retired lands after the retire and is removed: nothing stays in the retired bucket', async () => {
     const { tenant, ref } = await B.switchedTenant(act, refs, 'stale-ret', SOURCE, TARGET);
     await B.putDirect(deps.s3For(TARGET), TARGET, tenant, 5, 'soak');
