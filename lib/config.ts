@@ -161,6 +161,17 @@ export const configSchema = z
         routerRetryBudget: z.number().int().positive().default(5),
         routerDeadlineMs: z.number().int().positive().default(5000),
         routerSnapshotTtlMs: z.number().int().positive().default(2000),
+        /**
+         * Every worker runs the blob collector (lib/blobs/gc-loop.ts) this often, one pass at a time
+         * across the fleet; 0 turns it off (then only `shardctl blobs gc` collects).
+         */
+        blobGcIntervalMs: z
+          .number()
+          .int()
+          .nonnegative()
+          .default(15 * 60_000),
+        /** The worker's collector keeps unreferenced objects younger than this (keep it above routerDeadlineMs and any upload's duration). */
+        blobGcGraceMs: z.number().int().nonnegative().default(3_600_000),
       })
       .strict()
       .default({}),

@@ -6,7 +6,8 @@ import { NativeConnection, Worker, Runtime } from '@temporalio/worker';
 import type { LogLevel as TemporalLevel } from '@temporalio/common';
 import fs from 'node:fs';
 import net from 'node:net';
-import { Config } from '../lib/config';
+import { Config, shardByName } from '../lib/config';
+import { startBlobCollector } from '../lib/blobs/gc-loop';
 import { createActivities } from '../activities';
 import { createDeps, Deps } from '../activities/deps';
 import { temporalConnectionOptions } from '../lib/temporal-client';
@@ -143,6 +144,19 @@ export async function startWorker(config: Config, opts: WorkerOptions = {}): Pro
   }
   const shardWatch = opts.configFile ? watchConfigShards(config, opts.configFile, log, { env: opts.configEnv }) : undefined;
   if (opts.configFile) deps.learnShards = () => learnAddedShards(config, opts.configFile!, opts.configEnv).added;
+  // The blob collector (issue 15): superseded and unreferenced versions go without an operator.
+  const collector =
+    config.limits.blobGcIntervalMs > 0
+      ? startBlobCollector(
+          {
+            tenantColumn: config.tenant.column,
+            directoryPool: () => deps.directoryPool(),
+            shardPool: (s) => deps.shardPool(s),
+            bucketOf: (s) => ({ shard: s, s3: deps.s3For(s), bucket: shardByName(config, s).bucket }),
+          },
+          { intervalMs: config.limits.blobGcIntervalMs, graceMs: config.limits.blobGcGraceMs, log },
+        )
+      : undefined;
   const run = worker.run();
   // Idempotent: a signal handler and the end of `run` may both ask for it.
   let stopping: Promise<void> | undefined;
@@ -151,6 +165,7 @@ export async function startWorker(config: Config, opts: WorkerOptions = {}): Pro
       if (worker.getState() === 'RUNNING') worker.shutdown();
       await run.catch(() => {});
       shardWatch?.stop();
+      await collector?.stop();
       await metricsServer?.close();
       await refresher?.close();
       await deps.close();

@@ -9,6 +9,10 @@ import {
   type ShardBucket,
 } from '../../lib/blobs';
 import { getPlacement } from '../../lib/directory/placements';
+import { listOpenReservations } from '../../lib/directory/reservations';
+import { deleteKeys } from '../../lib/blobs/delete';
+import { forgetLedger } from '../../lib/blobs/ledger';
+import { activityLog } from '../../lib/obs/log';
 import { replicationNames } from '../../lib/ids';
 import { sameS3Endpoint } from '../../lib/s3';
 import { syncIndexedBlobDelta, type IndexDeltaOptions, type IndexDeltaResult } from '../../lib/blobs/index-delta';
@@ -240,6 +244,32 @@ export async function blobSyncFence(deps: Deps, from: string, to: string, unit: 
 }
 
 /**
+ * What a blob sync of `move` does with an object whose write was in flight when the fence moved
+ * (lib/blobs/copy.ts `landedAfterFence`): it deletes the key from `to` (and forgets its ledger
+ * row) when nobody needs it there — `to` is not the unit's owner, the move's slot for this
+ * direction is gone (that direction of the move is over for good: cancelled, rolled back or
+ * retired, so no sync of it can write there again), and no other move of the unit is open (one
+ * could be copying the same key into `to`). Otherwise it leaves it: in the owner's bucket it is the
+ * owner's (a reverse sync's copy landing after a rollback: the object the owner's own index names),
+ * and with another move open, doctor reports it.
+ */
+function removeLandedAfterFence(deps: Deps, from: string, to: string, unit: string, move: BlobSyncMove) {
+  const slot = replicationNames(move.moveId, move.direction).slot;
+  return async (key: string): Promise<void> => {
+    const dir = deps.directoryPool();
+    const [p, slotRows, open] = await Promise.all([
+      getPlacement(dir, unit),
+      deps.shardPool(from).query('select 1 from pg_replication_slots where slot_name = $1', [slot]),
+      listOpenReservations(dir),
+    ]);
+    if (!p || p.shard === to || (slotRows.rowCount ?? 0) > 0 || open.some((r) => r.unit === unit && r.moveId !== move.moveId)) return;
+    await deleteKeys(shardBucket(deps, to), [key], { owner: shardBucket(deps, p.shard) });
+    await forgetLedger(deps.shardPool(to), unit, [key]);
+    activityLog().warn({ unit, key, bucket: to, moveId: move.moveId }, 'blob sync: removed an object whose copy landed after its move stopped syncing');
+  };
+}
+
+/**
  * Delta-syncs a unit's blob prefix from one shard's bucket to another's (see lib/blobs/copy.ts),
  * fenced by blobSyncFence, stopped by the activity's cancellation, and through both shards' blob
  * ledgers (unchanged objects are not read; objects written behind shardctl's back are left alone).
@@ -250,9 +280,17 @@ export async function syncUnitBlobs(
   from: string,
   to: string,
   unit: string,
-  opts: Pick<CopyBlobPrefixOptions, 'onProgress' | 'hashUnchanged' | 'signal'> & { move?: BlobSyncMove; indexHashes?: boolean } = {},
+  opts: Pick<CopyBlobPrefixOptions, 'onProgress' | 'hashUnchanged' | 'signal'> & {
+    move?: BlobSyncMove;
+    /**
+     * Sync from the source's blob index (read here after the fence passed, or the snapshot given):
+     * version objects only when a row names them, their sha256 from the row (lib/blobs/copy.ts
+     * `referenced`). Not inside a freeze: the cutover's syncs pass none.
+     */
+    index?: true | UnitIndex;
+  } = {},
 ): Promise<CopyBlobPrefixResult> {
-  const { move, indexHashes, ...rest } = opts;
+  const { move, index, ...rest } = opts;
   if (!hasBlobs(unit))
     return {
       manifest: [],
@@ -264,20 +302,22 @@ export async function syncUnitBlobs(
       outOfBand: [],
       sourceObjects: 0,
       unversioned: 0,
+      unreferenced: 0,
       atDestination: new Map(),
     };
   const stillSyncing = await blobSyncFence(deps, from, to, unit, move);
-  // The source's index, read after the fence passed: the hashes its puts recorded (one query, not
-  // one read per object). Not inside a freeze: the cutover's syncs pass no `indexHashes`.
-  const knownHashes = indexHashes ? await indexedObjectHashes(deps.shardPool(from), deps.config.tenant.column, unit) : undefined;
+  // The source's index, read after the fence passed: the objects its rows name and the hashes its
+  // puts recorded (one query, not one read per object). Undefined on a shard without the index.
+  const referenced = index === true ? await unitIndex(deps, from, unit) : index;
   return copyBlobPrefix({
-    knownHashes,
+    referenced,
     src: shardBucket(deps, from),
     dst: shardBucket(deps, to),
     prefix: tenantBlobPrefix(unit),
     sameEndpoint: sameS3Endpoint(deps.config, from, to),
     stillSyncing,
     ledger: { src: deps.shardPool(from), dst: deps.shardPool(to), unit },
+    ...(move ? { landedAfterFence: removeLandedAfterFence(deps, from, to, unit, move) } : {}),
     ...rest,
     signal: eitherSignal(rest.signal, activitySignal()),
   });
@@ -314,10 +354,24 @@ export async function syncChangedUnitBlobs(
   });
 }
 
-/** Compares the unit's blobs on two shards by key, size and sha256, reading only what the ledgers cannot vouch for. */
-export async function compareUnitBlobs(deps: Deps, from: string, to: string, unit: string): ReturnType<typeof compareBlobPrefixes> {
+/** What the source's blob index names for the unit (object key -> sha256, size); undefined when the shard has no index. */
+export type UnitIndex = ReadonlyMap<string, { sha256: string; size: number }>;
+
+/** The unit's blob index on `shard` (one query), or undefined when the shard has none or the unit has no blobs. */
+export async function unitIndex(deps: Deps, shard: string, unit: string): Promise<UnitIndex | undefined> {
+  if (!hasBlobs(unit)) return undefined;
+  return indexedObjectHashes(deps.shardPool(shard), deps.config.tenant.column, unit);
+}
+
+/**
+ * Compares the unit's blobs on two shards by key, size and sha256, reading only what the ledgers
+ * cannot vouch for. Given the source's index: each object a row names must be on `to` with the
+ * size and sha256 the row recorded, and version objects no row names are left out (see syncUnitBlobs).
+ */
+export async function compareUnitBlobs(deps: Deps, from: string, to: string, unit: string, referenced?: UnitIndex): ReturnType<typeof compareBlobPrefixes> {
   if (!hasBlobs(unit)) return { missing: [], extra: [], different: [], objectsRead: 0 };
   return compareBlobPrefixes({
+    referenced,
     src: shardBucket(deps, from),
     dst: shardBucket(deps, to),
     prefix: tenantBlobPrefix(unit),

@@ -79,7 +79,16 @@ export function createCutoverActivities(deps: Deps) {
             tenantColumn: rows.column,
             unitValue: rows.value,
             tables: () => listTenantTables(pools.shardPool(owner), rows.tables),
-            syncBlobs: (signal) => syncUnitBlobs(deps, owner, next, ref.unit, { hashUnchanged: false, signal }),
+            // The pre-sync (outside the pause) works from the source's index and is fenced by the
+            // move's slot like copy and soak (a cancel ends it, and removes a copy of it that lands
+            // after the clean-up); the window's prefix sync (a unit not written only through the
+            // index) reads neither inside the pause.
+            syncBlobs: (signal, o) =>
+              syncUnitBlobs(deps, owner, next, ref.unit, {
+                hashUnchanged: false,
+                signal,
+                ...(o?.fromIndex ? { index: true as const, move: { moveId: ref.moveId, direction: ref.direction } } : {}),
+              }),
             syncChangedBlobs: (names, seen) =>
               syncChangedUnitBlobs(deps, owner, next, ref.unit, names, { src: pools.shardPool(owner), dst: pools.shardPool(next) }, seen),
             unfencedTables: async (side) => (await fenceStatus(pools.shardPool(side === 'owner' ? owner : next), deps.config)).unfenced,

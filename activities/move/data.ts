@@ -5,7 +5,7 @@ import { randomUUID } from 'node:crypto';
 import { shardByName } from '../../lib/config';
 import { z } from 'zod';
 import type { Deps } from '../deps';
-import { moveRef, rowsOf, unitTables, beat, activitySignal, parse, typed, typedByProgress, syncUnitBlobs, compareUnitBlobs } from './context';
+import { moveRef, rowsOf, unitTables, beat, activitySignal, parse, typed, typedByProgress, syncUnitBlobs, compareUnitBlobs, unitIndex } from './context';
 import { replicationNames } from '../../lib/ids';
 import { ensurePublicationAndSlot, applyChangesUntil, currentWalLsn, slotLagBytes } from '../../lib/cdc';
 import { copyTenantTable, copyProgress } from '../../lib/copy';
@@ -165,7 +165,7 @@ export function createDataActivities(deps: Deps) {
       return typed(
         async () => {
           const { from, to } = ends(ref, ref.direction);
-          const r = await syncUnitBlobs(deps, from, to, ref.unit, { onProgress: (p: unknown) => beat(p), move: ref, indexHashes: true });
+          const r = await syncUnitBlobs(deps, from, to, ref.unit, { onProgress: (p: unknown) => beat(p), move: ref, index: true });
           await ensureManifestTable(deps.shardPool(to));
           await recordManifest(deps.shardPool(to), ref.moveId, r.manifest);
           if (ref.direction === 'forward') await deps.faultPoint('after-copy');
@@ -312,8 +312,11 @@ export function createDataActivities(deps: Deps) {
           // like rows, only a difference that persists across rounds is reported.
           // Unchanged objects are not read: the ledgers prove them equal (lib/blobs/verify.ts).
           const blobDiff = async () => {
-            await syncUnitBlobs(deps, from, to, ref.unit, { move: ref, indexHashes: true });
-            const d = await compareUnitBlobs(deps, from, to, ref.unit);
+            // One read of the source's index for both: the sync brings exactly what it names, the
+            // comparison checks exactly that (a row committed in between waits for the next round).
+            const index = await unitIndex(deps, from, ref.unit);
+            await syncUnitBlobs(deps, from, to, ref.unit, { move: ref, index });
+            const d = await compareUnitBlobs(deps, from, to, ref.unit, index);
             return new Map<string, string>([
               ...d.missing.map((k): [string, string] => [`m|${k}`, `blob ${k}: missing on ${to}`]),
               ...d.extra.map((k): [string, string] => [`x|${k}`, `blob ${k}: extra on ${to}`]),

@@ -66,6 +66,15 @@ export interface CopyBlobPrefixOptions {
    * (issue 15: nothing is re-hashed). Version objects are written once, never overwritten.
    */
   knownHashes?: ReadonlyMap<string, { sha256: string; size: number }>;
+  /**
+   * The source's blob index for the unit (object key -> sha256 and size as recorded at write
+   * time), given when the source shard has the index: a version object (./index-table's key shape)
+   * is synced only when a row names it, so a superseded or deleted version, or the upload of a put
+   * the fence refused, is neither copied nor kept at the destination (it is the collector's on the
+   * source). Objects of any other shape (written beside the index) are synced as the prefix says.
+   * Implies `knownHashes`.
+   */
+  referenced?: ReadonlyMap<string, { sha256: string; size: number }>;
   /** Stops the sync (the activity's cancellation). */
   signal?: AbortSignal;
   /**
@@ -76,6 +85,12 @@ export interface CopyBlobPrefixOptions {
   stillSyncing?: () => Promise<void>;
   /** Both shards' blob ledgers for the unit (see ./ledger). */
   ledger?: { src: Pool; dst: Pool; unit: string };
+  /**
+   * Called with the key of an object written (or whose write was attempted) while the fence moved:
+   * the write passed `stillSyncing` and was in flight when the sync's move ended, so it can land
+   * after the move's clean-up emptied dst. The caller removes it when dst is nobody's way back.
+   */
+  landedAfterFence?: (key: string) => Promise<void>;
 }
 
 export interface CopyBlobPrefixResult {
@@ -93,6 +108,8 @@ export interface CopyBlobPrefixResult {
   /** Source objects listed, and how many of them are not version objects (blob index, ./index-table): 0 of N > 0 is a unit written only through the index. */
   sourceObjects: number;
   unversioned: number;
+  /** Version objects of the source that no index row names, left out of the sync (with `referenced` only; else 0). */
+  unreferenced: number;
   /**
    * The source's objects at the destination as this sync left them: listed there equal (key, size,
    * ETag as listed) or copied (the ETag the write returned). Out-of-band and deleted keys are not in it.
@@ -114,7 +131,7 @@ export async function copyBlobPrefix(opts: CopyBlobPrefixOptions): Promise<CopyB
   const limits: TransferLimits = { ...DEFAULT_LIMITS, ...opts.limits };
   // Per object in flight a GET and a PUT (or a part upload), beside the listings and the markers.
   allowConcurrentRequests(signal, 2 * (opts.concurrency ?? 8) + 16);
-  const [srcMarker, dstMarker, srcList, dstList, srcLedger, dstLedger] = await Promise.all([
+  const [srcMarker, dstMarker, srcListed, dstList, srcLedger, dstLedger] = await Promise.all([
     assertBucketOf(src, `copy ${prefix} from ${src.shard}`, signal),
     assertBucketOf(dst, `copy ${prefix} into ${dst.shard}`, signal),
     listBlobs(src.s3, src.bucket, prefix, { signal }),
@@ -125,6 +142,11 @@ export async function copyBlobPrefix(opts: CopyBlobPrefixOptions): Promise<CopyB
   if (srcMarker.id === dstMarker.id) {
     throw new ShardctlError('PreconditionFailed', `refusing to copy ${prefix}: ${src.shard} and ${dst.shard} are one bucket (marker id ${srcMarker.id})`);
   }
+  // With the index: what the sync brings over (the source as the index sees it). The source's ledger
+  // still records all it holds.
+  const referenced = opts.referenced;
+  const srcList = referenced ? srcListed.filter((e) => !isVersionKey(e.key) || referenced.has(e.key)) : srcListed;
+  const knownHashes = opts.knownHashes ?? referenced;
   // A destination with ledger rows for the unit is tracked: only shardctl's own objects there are touched.
   const tracked = opts.ledger !== undefined && dstLedger.size > 0;
   const dstByKey = new Map(dstList.map((e) => [e.key, e]));
@@ -216,8 +238,31 @@ export async function copyBlobPrefix(opts: CopyBlobPrefixOptions): Promise<CopyB
   };
   /** The hash the blob index recorded for this object, when it names it at the listed size. */
   const knownHash = (e: BlobEntry): ObjectHash | undefined => {
-    const k = opts.knownHashes?.get(e.key);
+    const k = knownHashes?.get(e.key);
     return k && k.size === e.size ? { sha256: k.sha256, size: k.size } : undefined;
+  };
+
+  /**
+   * A write, and the fence asked again once it is over (landed, failed or aborted): a write that
+   * passed the fence before the move ended can land after its clean-up. When the fence moved
+   * meanwhile, the caller's `landedAfterFence` removes what may have landed, and the sync stops.
+   */
+  const fencedAfterWrite = async <T>(key: string, write: () => Promise<T>): Promise<T> => {
+    if (!opts.landedAfterFence || !opts.stillSyncing) return write();
+    let result: T;
+    try {
+      result = await write();
+    } catch (err) {
+      await opts.stillSyncing().catch(() => opts.landedAfterFence!(key));
+      throw err;
+    }
+    try {
+      await opts.stillSyncing();
+    } catch (fenced) {
+      await opts.landedAfterFence(key);
+      throw fenced;
+    }
+    return result;
   };
 
   /** Brings one key in line with the source and returns its manifest entry and ledger row. */
@@ -262,10 +307,10 @@ export async function copyBlobPrefix(opts: CopyBlobPrefixOptions): Promise<CopyB
     if (sameEndpoint) {
       srcHash ??= knownHash(e) ?? (await hashSrc(e));
       await fenceBeforeWrite();
-      dstEtag = (await serverCopyObject(src, dst, e, limits, signal)).dstEtag;
+      dstEtag = (await fencedAfterWrite(e.key, () => serverCopyObject(src, dst, e, limits, signal))).dstEtag;
     } else {
       stats.objectsRead++;
-      const copied = await streamCopyObject(src, dst, e, limits, signal, fenceBeforeWrite);
+      const copied = await fencedAfterWrite(e.key, () => streamCopyObject(src, dst, e, limits, signal, fenceBeforeWrite));
       srcHash = copied;
       dstEtag = copied.dstEtag;
     }
@@ -325,7 +370,7 @@ export async function copyBlobPrefix(opts: CopyBlobPrefixOptions): Promise<CopyB
     await replaceLedger(
       opts.ledger.src,
       unit,
-      srcList.map((e) => {
+      srcListed.map((e) => {
         const rs = srcLedger.get(e.key);
         const same = rs && rs.etag === e.etag && rs.size === e.size;
         return {
@@ -344,8 +389,9 @@ export async function copyBlobPrefix(opts: CopyBlobPrefixOptions): Promise<CopyB
     manifest: manifest.filter((m): m is ManifestEntry => m !== undefined),
     ...stats,
     outOfBand,
-    sourceObjects: srcList.length,
-    unversioned: srcList.filter((e) => !isVersionKey(e.key)).length,
+    sourceObjects: srcListed.length,
+    unversioned: srcListed.filter((e) => !isVersionKey(e.key)).length,
+    unreferenced: srcListed.length - srcList.length,
     atDestination,
   };
 }

@@ -42,6 +42,8 @@ export interface GcOptions {
   statementTimeoutMs?: number;
   /** Who collects, and why: recorded in the audit log by a run that is not a dry run. */
   operator: { actor: string; reason?: string };
+  /** Record the audit entry only when something was deleted (the worker's periodic collector). */
+  auditOnlyDeletes?: boolean;
 }
 
 export const GC_AUDIT_ACTION = 'blobs.gc';
@@ -172,7 +174,7 @@ export async function collectTenantBlobs(deps: GcDeps, opts: GcOptions): Promise
     if (!opts.dryRun && report.collected.length > 0) await deleteKeys(bucket, report.collected);
     await c.query('commit');
     // After the commit: the index lock is not held while the directory is written.
-    if (!opts.dryRun) await recordCollection(deps, opts, report);
+    if (!opts.dryRun && (report.collected.length > 0 || !opts.auditOnlyDeletes)) await recordCollection(deps, opts, report);
     return report;
   } catch (e) {
     await c.query('rollback').catch((err: Error) => {

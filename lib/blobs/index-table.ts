@@ -142,15 +142,16 @@ export async function referencedKeys(tx: Pick<PoolClient, 'query'>, tenantColumn
 
 /**
  * What the index recorded at write time of each version object it names for the unit (object key
- * -> sha256 and size): a copy of one of these need not read the source to learn its hash. Empty
- * on a shard without the index.
+ * -> sha256 and size): a copy of one of these need not read the source to learn its hash, and a
+ * version object it does not name is no blob's. Undefined on a shard without the index (nothing
+ * can be told of its objects).
  */
 export async function indexedObjectHashes(
   db: Pick<PoolClient, 'query'>,
   tenantColumn: string,
   unit: string,
-): Promise<Map<string, { sha256: string; size: number }>> {
-  if (!(await hasBlobIndex(db))) return new Map();
+): Promise<Map<string, { sha256: string; size: number }> | undefined> {
+  if (!(await hasBlobIndex(db))) return undefined;
   const r = await db.query(`select object_key, sha256, size from shardctl.blob_index where ${quoteIdent(tenantColumn)} = $1`, [unit]);
   return new Map(r.rows.map((x) => [x.object_key as string, { sha256: x.sha256 as string, size: Number(x.size) }]));
 }

@@ -33,9 +33,14 @@ export interface LiveCutoverEnv {
   /** Default: the unit's name (a tenant). */
   unitValue?: string;
   tables(): Promise<TenantTable[]>;
-  /** The whole-prefix blob sync (lib/blobs/copy.ts): before the freeze, and the final delta of a unit not written only through the blob index. */
+  /**
+   * The whole-prefix blob sync (lib/blobs/copy.ts): before the freeze, and the final delta of a unit
+   * not written only through the blob index. `fromIndex` (the pre-sync, outside the pause): version
+   * objects only when the source's index names them (one read of the unit's index).
+   */
   syncBlobs(
     signal?: AbortSignal,
+    opts?: { fromIndex?: boolean },
   ): Promise<Pick<CopyBlobPrefixResult, 'sourceObjects' | 'unversioned'> & Partial<Pick<CopyBlobPrefixResult, 'copied' | 'atDestination'>>>;
   /**
    * The final delta of a unit written only through the blob index: the objects its changed index
@@ -153,7 +158,7 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
     },
 
     async preSyncBlobs() {
-      preSynced = await env.syncBlobs();
+      preSynced = await env.syncBlobs(undefined, { fromIndex: true });
     },
 
     async openFinalApply() {

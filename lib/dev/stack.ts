@@ -303,6 +303,8 @@ export function stackConfig(s: Stack): Config {
       routerRetryBudget: 5,
       routerDeadlineMs: 5000,
       routerSnapshotTtlMs: 2000,
+      blobGcIntervalMs: 15 * 60_000,
+      blobGcGraceMs: 3_600_000,
     },
     approvals: { requireDistinctApprover: false },
     observability: {},

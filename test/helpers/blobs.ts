@@ -33,7 +33,7 @@ export async function putDirect(s3: S3Client, shard: string, tenant: string, n: 
  * An S3 client of `shard` that holds each `command` on a tenant key until `release()`; `reached`
  * resolves when the first one is held. The client is the caller's to destroy.
  */
-export function heldClient(shard: string, command: 'GetObjectCommand' | 'PutObjectCommand' | 'DeleteObjectCommand') {
+export function heldClient(shard: string, command: 'GetObjectCommand' | 'PutObjectCommand' | 'DeleteObjectCommand' | 'CopyObjectCommand') {
   let release!: () => void;
   let reach!: () => void;
   const open = new Promise<void>((r) => (release = r));

@@ -111,6 +111,114 @@ describe('a blob sync Temporal gave up on', () => {
     expect((outcome as Error).message).toMatch(/stopped: move .* dropped its forward slot/);
   });
 
+  it('a copy past its fence check and in flight when the move is cancelled lands after the clean-up and is removed: nothing stays in the undone target', async () => {
+    const tenant = await H.newTenant(SOURCE, 'stale-land');
+    await B.putDirect(deps.s3For(SOURCE), SOURCE, tenant, 5, 'docs');
+    const ref = await B.plannedMove(act, refs, tenant, SOURCE, TARGET, false);
+    // The target's CopyObject requests are held after the sync's fence passed for them.
+    const held = B.heldClient(TARGET, 'CopyObjectCommand');
+    clients.push(held.s3);
+    const stale = createActivities(withClient(TARGET, held.s3))
+      .copyBlobs({ ...ref, direction: 'forward' })
+      .then(
+        () => 'finished',
+        (e: Error) => e,
+      );
+    await held.reached;
+    await act.cancelMove({ ...ref, epoch: 1, actor: 'stale-sync-test' });
+    expect(await keysOn(TARGET, tenant)).toEqual([]);
+    held.release();
+    const outcome = await stale;
+    // The held copies (those past their fence check before the cancel) landed after the clean-up: the sync removed them.
+    expect(held.held()).toBeGreaterThanOrEqual(1);
+    expect(outcome).toBeInstanceOf(Error);
+    expect((outcome as Error).message).toMatch(/stopped: move .* dropped its forward slot/);
+    expect(await keysOn(TARGET, tenant)).toEqual([]);
+    const ledger = await shardPool(TARGET).query('select count(*)::int as n from shardctl.blob_ledger where unit = $1', [tenant]);
+    expect(ledger.rows[0].n).toBe(0);
+  });
+
+  it("a cutover's blob pre-sync held mid-copy when the move is cancelled stops, and its copies that land after the clean-up are removed", async () => {
+    const tenant = await H.newTenant(SOURCE, 'stale-pre');
+    await H.seed(tenant, 20, 0);
+    const ref = await B.plannedMove(act, refs, tenant, SOURCE, TARGET);
+    await act.catchUp({ ...ref, direction: 'forward', maxDurationMs: 20_000, mode: 'now' });
+    const v = await act.validateMove({ ...ref, direction: 'forward' });
+    expect(v, v.mismatches.join('\n')).toMatchObject({ ok: true });
+    await act.setupReplication({ ...ref, direction: 'reverse' });
+    // Written after the validation: the cutover's pre-sync has them to copy, and is held on them.
+    await B.putDirect(deps.s3For(SOURCE), SOURCE, tenant, 5, 'late');
+    const held = B.heldClient(TARGET, 'CopyObjectCommand');
+    clients.push(held.s3);
+    const stale = createActivities(withClient(TARGET, held.s3))
+      .cutover({ ...ref, direction: 'forward', epoch: 1, fenceBudgetMs: 10_000, actor: 'stale-sync-test', deltaToken: v.deltaToken })
+      .then(
+        (r) => r,
+        (e: Error) => e,
+      );
+    await held.reached;
+    await act.cancelMove({ ...ref, epoch: 1, actor: 'stale-sync-test' });
+    expect(await keysOn(TARGET, tenant)).toEqual([]);
+    held.release();
+    const outcome = await stale;
+    expect(held.held()).toBeGreaterThanOrEqual(1);
+    // The cutover never froze the unit: its pre-sync stopped at the cancel's dropped slot.
+    expect(JSON.stringify(outcome instanceof Error ? outcome.message : outcome)).toMatch(/dropped its forward slot/);
+    expect(await H.placement(tenant)).toMatchObject({ shard: SOURCE, epoch: 1, state: 'active' });
+    expect(await keysOn(TARGET, tenant)).toEqual([]);
+  });
+
+  it('a soak copy past its fence check and in flight when the source is retired lands after the retire and is removed: nothing stays in the retired bucket', async () => {
+    const { tenant, ref } = await B.switchedTenant(act, refs, 'stale-ret', SOURCE, TARGET);
+    await B.putDirect(deps.s3For(TARGET), TARGET, tenant, 5, 'soak');
+    // The soak's reverse sync copies into the old owner's bucket; its CopyObject requests are held.
+    const held = B.heldClient(SOURCE, 'CopyObjectCommand');
+    clients.push(held.s3);
+    const stale = createActivities(withClient(SOURCE, held.s3))
+      .copyBlobs({ ...ref, direction: 'reverse' })
+      .then(
+        () => 'finished',
+        (e: Error) => e,
+      );
+    await held.reached;
+    await act.retireSource({ ...ref, epoch: 2, actor: 'stale-sync-test' });
+    expect(await keysOn(SOURCE, tenant)).toEqual([]);
+    held.release();
+    const outcome = await stale;
+    expect(held.held()).toBeGreaterThanOrEqual(1);
+    expect(outcome).toBeInstanceOf(Error);
+    expect((outcome as Error).message).toMatch(/stopped: move .* dropped its reverse slot/);
+    expect(await keysOn(SOURCE, tenant)).toEqual([]);
+    // The owner keeps everything.
+    expect(await keysOn(TARGET, tenant)).toHaveLength(10);
+  });
+
+  it('a soak copy in flight through a rollback lands in the bucket that owns the tenant again and is kept there', async () => {
+    const { tenant, ref } = await B.switchedTenant(act, refs, 'stale-rb', SOURCE, TARGET);
+    await B.putDirect(deps.s3For(TARGET), TARGET, tenant, 5, 'soak');
+    const everything = await keysOn(TARGET, tenant);
+    const held = B.heldClient(SOURCE, 'CopyObjectCommand');
+    clients.push(held.s3);
+    const stale = createActivities(withClient(SOURCE, held.s3))
+      .copyBlobs({ ...ref, direction: 'reverse' })
+      .then(
+        () => 'finished',
+        (e: Error) => e,
+      );
+    await held.reached;
+    await act.catchUp({ ...ref, direction: 'reverse', maxDurationMs: 20_000, mode: 'now' });
+    const back = await act.cutover({ ...ref, direction: 'reverse', epoch: 2, fenceBudgetMs: 10_000, actor: 'stale-sync-test' });
+    expect(back, JSON.stringify(back)).toMatchObject({ ok: true, newEpoch: 3 });
+    await act.cleanupAfterRollback({ ...ref, epoch: 3, actor: 'stale-sync-test' });
+    expect(await keysOn(SOURCE, tenant)).toEqual(everything);
+    held.release();
+    const outcome = await stale;
+    expect(held.held()).toBeGreaterThanOrEqual(1);
+    expect(outcome).toBeInstanceOf(Error);
+    // The owner's objects are all still there: a copy landing in the owner's bucket is the owner's.
+    expect(await keysOn(SOURCE, tenant)).toEqual(everything);
+  });
+
   it('started under a freeze, stops once that attempt unfroze the unit and copies nothing more', () => stopsAfterItsFreeze('unfrozen'));
   it('started under a freeze, stops once a later attempt took the freeze over and copies nothing more', () => stopsAfterItsFreeze('taken over'));
 
