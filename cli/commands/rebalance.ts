@@ -317,7 +317,7 @@ export function register(program: Command) {
   apply.action((o: StartOpts & { plan: string; concurrency?: string }) => applyPlanFile(cfg(), o.plan, o));
   examples(
     apply,
-    'rebalance apply --plan plan.json --concurrency 2   # plan.json from `shardctl rebalance plan --json > plan.json`',
+    'rebalance apply --plan plan.json --concurrency 2   # plan.json saved by rebalance plan --json',
     'rebalance apply --plan plan.json --concurrency 2 --wait --json',
   );
 
