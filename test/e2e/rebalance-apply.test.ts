@@ -4,18 +4,21 @@
 // exactly its moves: the one made to fail (its target already holds a stray row of its tenant, a
 // per-unit precondition the planner does not see) is reported and never replaced, the others
 // complete, and no move outside the file starts. A failed move blocks only itself: in a drain
-// (planned by the run itself) the moves after it start while the move beside it is still copying.
+// (planned by the run itself) the moves after it start while the move beside it is still copying,
+// and a move that waits for its approval holds only its own slot while the others start and end.
 import { describe, it, expect, beforeEach, afterEach, afterAll } from 'vitest';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { ownFleet, moveExists, strayRow, type Fleet } from '../helpers/fleet';
+import { ownFleet, moveExists, strayRow, waitForRebalance, type Fleet } from '../helpers/fleet';
 import { closePools } from '../helpers/stack';
 import { configFile, jsonError, runCli } from '../helpers/cli';
 import { getPlacement } from '../../lib/directory/placements';
 import { moveWorkflowId } from '../../lib/ids';
 import { rebalanceInputFor, startRebalance } from '../../lib/rebalance/start';
 import type { RebalanceStatus } from '../../workflows/rebalance-messages';
+import * as M from '../../workflows/messages';
+import * as H from '../helpers/move';
 
 let fleet: Fleet;
 
@@ -173,4 +176,40 @@ describe('a failed move blocks only itself', () => {
       for (const t of [slow, next1, next2]) expect((await getPlacement(fleet.directory, t))!.shard, t).not.toBe('shard-c');
     },
   );
+
+  it('a move that blocks (waiting for its approval) holds only its own slot: the next move starts and completes beside it', { timeout: 400_000 }, async () => {
+    // Drain order is largest load first: the blocked one and the first other start together.
+    const blocked = await fleet.tenant('shard-c', { rows: 5, load: 3, prefix: 'bwait' });
+    const other1 = await fleet.tenant('shard-c', { rows: 5, load: 2, prefix: 'bother' });
+    const other2 = await fleet.tenant('shard-c', { rows: 5, load: 1, prefix: 'bother' });
+    const input = rebalanceInputFor(fleet.config, {
+      scope: { kind: 'drain', shard: 'shard-c' },
+      requestedBy: 'test',
+      maxConcurrent: 2,
+      perShardLimit: 2,
+      soakSeconds: 1,
+      approveCutover: 'manual',
+    });
+    const h = await startRebalance(fleet.t.client, fleet.tq, input, fleet.config.temporal.rebalanceWorkflowId);
+    const approve = async (unit: string) => {
+      const mh = fleet.t.client.workflow.getHandle(moveWorkflowId(unit));
+      await H.waitFor(mh, (s) => !!s.awaitingApproval, 180_000);
+      await mh.executeUpdate(M.approveUpdate, { args: [{ actor: 'approver' }] });
+    };
+    await waitForRebalance(h, (s) => s.moves.filter((m) => m.state === 'running').length === 2);
+    // The others are approved as they come; the blocked one is not.
+    await approve(other1);
+    await approve(other2);
+    const both = await waitForRebalance(h, (s) => s.moves.filter((m) => m.state === 'done').length === 2, 240_000);
+    expect(Object.fromEntries(both.moves.map((m) => [m.unit, m.state]))).toEqual({ [blocked]: 'running', [other1]: 'done', [other2]: 'done' });
+    const waiting = await fleet.t.client.workflow.getHandle(moveWorkflowId(blocked)).query(M.statusQuery);
+    expect(waiting.awaitingApproval, 'the blocked move still waits').toBe(true);
+    const [b, n2] = await Promise.all([blocked, other2].map(spanOf));
+    expect(n2.start).toBeGreaterThan(b.start);
+
+    await approve(blocked);
+    const st: RebalanceStatus = await h.result();
+    expect(st.phase).toBe('done');
+    expect(st.drain).toEqual({ shard: 'shard-c', closed: true, reasons: [] });
+  });
 });
