@@ -1094,6 +1094,15 @@ export const MUTATIONS: Mutation[] = [
     testName: 'runs exactly its moves: the failing one is reported',
   },
   {
+    id: 'apply-plan-checked-in-run',
+    guarantee: 'a run given a plan checks it against the directory before any move: a stale plan starts nothing, whoever started the run (issue 13)',
+    file: 'workflows/rebalance.ts',
+    from: '        if (problems.length) {',
+    to: '        if (false) {',
+    testFile: 'test/e2e/rebalance-apply.test.ts',
+    testName: 'a run started with a plan the directory no longer allows (not through the CLI) starts nothing',
+  },
+  {
     id: 'apply-plan-stale-source',
     guarantee: '`rebalance apply --plan` refuses a plan whose unit is no longer on its source (issue 13)',
     file: 'lib/rebalance/apply.ts',

@@ -5,7 +5,8 @@
 // for approval say, holds only its own slot). Once nothing of the plan is left to start and the
 // running moves have ended, the rest (the failed units excluded) is planned again from the
 // directory as it is then. A run given its plan (`rebalance apply --plan`, input.planned) runs
-// exactly those moves: it never plans, and a failure never adds a move.
+// exactly those moves, once checkPlannedMoves finds the directory still allows each (else it
+// starts none): it never plans, and a failure never adds a move.
 // Pause stops starting moves; cancel also cancels the running ones (before their switch; a move
 // past it finishes). A drain ends by closing its shard, once the directory shows nothing left on
 // it (closeDrainedShard); otherwise the summary says why it stays draining. A cancelled or failed
@@ -250,8 +251,20 @@ export async function rebalanceWorkflow(input: R.RebalanceInput): Promise<R.Reba
   if (!carried) {
     try {
       await record('start', { actor: input.requestedBy, reason: input.reason });
-      if (input.planned) adoptGiven(input.planned);
-      else await plan();
+      if (input.planned) {
+        // Checked again here, in the run (the CLI checked before starting it): a plan the
+        // directory no longer allows starts nothing, and the run ends failed saying why.
+        workThisRun++;
+        const problems = await quick.checkPlannedMoves({ moves: input.planned.moves });
+        adoptGiven(input.planned);
+        if (problems.length) {
+          for (const m of st.moves) m.state = 'dropped';
+          st.problems = [`the plan no longer holds, nothing started: ${problems.length} problem(s)`, ...problems];
+          st.phase = 'failed';
+          await condition(settled);
+          return st;
+        }
+      } else await plan();
     } catch (err) {
       const cause: any = err instanceof ActivityFailure ? err.cause : err;
       st.lastError = `plan: ${cause?.message ?? String(err)}`.slice(0, 500);

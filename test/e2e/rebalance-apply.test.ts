@@ -129,6 +129,37 @@ describe('rebalance apply --plan', () => {
   );
 });
 
+describe('a given plan checked again by the run', () => {
+  it(
+    'a run started with a plan the directory no longer allows (not through the CLI) starts nothing and ends failed naming the bad move',
+    { timeout: 120_000 },
+    async () => {
+      const stale = await fleet.tenant('shard-a', { rows: 5, prefix: 'gstale' });
+      const fine = await fleet.tenant('shard-a', { rows: 5, prefix: 'gfine' });
+      const base = rebalanceInputFor(fleet.config, { scope: { kind: 'rebalance' }, requestedBy: 'test', soakSeconds: 1 });
+      const planned = [
+        { unit: fine, from: 'shard-a', to: 'shard-b' },
+        { unit: stale, from: 'shard-c', to: 'shard-b' },
+      ];
+      const h = await startRebalance(fleet.t.client, fleet.tq, { ...base, planned: { moves: planned } }, fleet.config.temporal.rebalanceWorkflowId);
+      const st: RebalanceStatus = await h.result();
+      expect(st.phase).toBe('failed');
+      expect(st.problems).toEqual([
+        'the plan no longer holds, nothing started: 1 problem(s)',
+        `move ${stale} shard-c -> shard-b: ${stale} is on shard-a now, not shard-c: the plan is stale, plan again`,
+      ]);
+      expect(st.moves.map((m) => [m.unit, m.state])).toEqual([
+        [fine, 'dropped'],
+        [stale, 'dropped'],
+      ]);
+      for (const t of [stale, fine]) {
+        expect(await moveExists(fleet.t.client, t), `${t} has a move`).toBe(false);
+        expect(await getPlacement(fleet.directory, t)).toMatchObject({ shard: 'shard-a', epoch: 1, state: 'active' });
+      }
+    },
+  );
+});
+
 describe('a failed move blocks only itself', () => {
   it(
     'in a drain with 2 at once, the moves after a failed one start while the move beside it still copies; the failure is reported and the rest completes',
