@@ -157,7 +157,7 @@ export async function rebalanceWorkflow(input: R.RebalanceInput): Promise<R.Reba
     if (plan.dedicate) st.dedicate = plan.dedicate;
     for (const m of plan.moves) st.moves.push({ ...m, workflowId: moveWorkflowId(m.unit), state: 'pending', plan: st.plans });
   };
-  /** A plan given by the operator (`rebalance apply --plan`), checked against the directory before the run started. */
+  /** A plan given by the operator (`rebalance apply --plan`), checked by the CLI and again by checkPlannedMoves. */
   const adoptGiven = (given: NonNullable<R.RebalanceInput['planned']>) => {
     st.fromPlanFile = true;
     adopt({
