@@ -19,6 +19,15 @@ export interface RebalanceMoveEntry extends PlannedMove {
   result?: string;
 }
 
+/** A move of a given plan: what `rebalance plan --json` prints of it (load and reason optional). */
+export interface PlannedInputMove {
+  unit: string;
+  from: string;
+  to: string;
+  load?: number;
+  reason?: string;
+}
+
 export interface RebalanceInput {
   scope: PlanScope;
   requestedBy: string;
@@ -38,6 +47,12 @@ export interface RebalanceInput {
    * after its running moves finish; default DEFAULT_HISTORY_EVENT_BOUND. Tests set it low.
    */
   historyEventBound?: number;
+  /**
+   * The moves to run, exactly (`rebalance apply --plan FILE`, checked against the directory before
+   * the start): the run never plans, and a failed move is reported, never replaced. Unit and shard
+   * names only.
+   */
+  planned?: { moves: PlannedInputMove[] };
   /** Set by the run itself when it continues as new: its state so far. */
   carried?: { status: RebalanceStatus; failedSincePlan: boolean };
   /** Every child move's input but its unit, target and id. */
@@ -70,6 +85,8 @@ export interface RebalanceStatus {
   /** A drain's end: whether its shard was closed, and if not why (units or unfinished moves left). */
   drain?: { shard: string; closed: boolean; reasons: string[] };
   operators: { startedBy: string; pausedBy?: string; cancelledBy?: string };
+  /** The run was given its plan (`rebalance apply --plan`): it never plans or re-plans. */
+  fromPlanFile?: boolean;
   /** How many times the run has continued as new (its history restarted, its state carried). */
   continuedAsNew: number;
 }

@@ -1,7 +1,12 @@
 // The rebalancer: plans from the directory (an activity), then runs the plan's moves as child
 // move workflows (id `move-<unit>`: never two moves of one unit), at most maxConcurrent at once
-// and perShardLimit out of and into each shard. A failed move is never retried: it is excluded,
-// the running moves finish, and the rest is planned again from the directory as it is then.
+// and perShardLimit out of and into each shard. A failed move is never retried, and it blocks only
+// itself: the plan's other moves go on starting within the limits (a move that blocks, waiting
+// for approval say, holds only its own slot). Once nothing of the plan is left to start and the
+// running moves have ended, the rest (the failed units excluded) is planned again from the
+// directory as it is then. A run given its plan (`rebalance apply --plan`, input.planned) runs
+// exactly those moves, once checkPlannedMoves finds the directory still allows each (else it
+// starts none): it never plans, and a failure never adds a move.
 // Pause stops starting moves; cancel also cancels the running ones (before their switch; a move
 // past it finishes). A drain ends by closing its shard, once the directory shows nothing left on
 // it (closeDrainedShard); otherwise the summary says why it stays draining. A cancelled or failed
@@ -67,6 +72,11 @@ export async function rebalanceWorkflow(input: R.RebalanceInput): Promise<R.Reba
   };
   let cancelRequested = false;
   let failedSincePlan = carried?.failedSincePlan ?? false;
+  // patched: a run recorded while one failure held back every new start (until the running moves
+  // ended and a re-plan dropped what was pending) replays that way.
+  const failureBlocksOnlyItself = !!input.planned || patched('rebalance-failure-blocks-only-itself');
+  /** Whether a failure holds back the plan's other moves (only in runs recorded before the patch). */
+  const failureStalls = () => failedSincePlan && !failureBlocksOnlyItself;
   // patched: a run recorded before continue-as-new existed replays without it.
   const mayContinue = patched('rebalance-continue-as-new');
   const bound = input.historyEventBound ?? R.DEFAULT_HISTORY_EVENT_BOUND;
@@ -147,6 +157,17 @@ export async function rebalanceWorkflow(input: R.RebalanceInput): Promise<R.Reba
     if (plan.dedicate) st.dedicate = plan.dedicate;
     for (const m of plan.moves) st.moves.push({ ...m, workflowId: moveWorkflowId(m.unit), state: 'pending', plan: st.plans });
   };
+  /** A plan given by the operator (`rebalance apply --plan`), checked by the CLI and again by checkPlannedMoves. */
+  const adoptGiven = (given: NonNullable<R.RebalanceInput['planned']>) => {
+    st.fromPlanFile = true;
+    adopt({
+      scope: input.scope,
+      moves: given.moves.map((m) => ({ unit: m.unit, from: m.from, to: m.to, load: m.load ?? 0, reason: m.reason ?? 'in the given plan' })),
+      shards: [],
+      balanced: false,
+      problems: [],
+    });
+  };
   const plan = async () => {
     // Units this run moved or failed to move are never planned again in it.
     const exclude = st.moves.filter((m) => m.state !== 'dropped' && m.state !== 'pending').map((m) => m.unit);
@@ -203,7 +224,8 @@ export async function rebalanceWorkflow(input: R.RebalanceInput): Promise<R.Reba
     }
     if (m.state === 'failed') {
       st.lastError = `${m.unit}: ${m.result}`;
-      failedSincePlan = true;
+      // A given plan is never re-planned: its failed move is reported, nothing replaces it.
+      if (!input.planned) failedSincePlan = true;
     }
   };
   const cancelChild = (m: R.RebalanceMoveEntry) =>
@@ -229,7 +251,20 @@ export async function rebalanceWorkflow(input: R.RebalanceInput): Promise<R.Reba
   if (!carried) {
     try {
       await record('start', { actor: input.requestedBy, reason: input.reason });
-      await plan();
+      if (input.planned) {
+        // Checked again here, in the run (the CLI checked before starting it): a plan the
+        // directory no longer allows starts nothing, and the run ends failed saying why.
+        workThisRun++;
+        const problems = await quick.checkPlannedMoves({ moves: input.planned.moves });
+        adoptGiven(input.planned);
+        if (problems.length) {
+          for (const m of st.moves) m.state = 'dropped';
+          st.problems = [`the plan no longer holds, nothing started: ${problems.length} problem(s)`, ...problems];
+          st.phase = 'failed';
+          await condition(settled);
+          return st;
+        }
+      } else await plan();
     } catch (err) {
       const cause: any = err instanceof ActivityFailure ? err.cause : err;
       st.lastError = `plan: ${cause?.message ?? String(err)}`.slice(0, 500);
@@ -244,8 +279,8 @@ export async function rebalanceWorkflow(input: R.RebalanceInput): Promise<R.Reba
     await condition(
       () =>
         cancelRequested ||
-        (running().length === 0 && (failedSincePlan || historyFull() || !st.moves.some((m) => m.state === 'pending'))) ||
-        (!st.paused && !failedSincePlan && !historyFull() && !!nextStartable()),
+        (running().length === 0 && (failureStalls() || historyFull() || !st.moves.some((m) => m.state === 'pending'))) ||
+        (!st.paused && !failureStalls() && !historyFull() && !!nextStartable()),
     );
     if (cancelRequested) break;
     if (running().length === 0 && historyFull() && (failedSincePlan || st.moves.some((m) => m.state === 'pending'))) {
@@ -258,8 +293,9 @@ export async function rebalanceWorkflow(input: R.RebalanceInput): Promise<R.Reba
       }
       continue;
     }
-    if (running().length === 0 && failedSincePlan) {
-      // A failure: drop what the old plan still had pending and plan again from the directory now.
+    if (running().length === 0 && failedSincePlan && (failureStalls() || !st.moves.some((m) => m.state === 'pending'))) {
+      // A failure, and nothing of the plan left to start (before the patch: at once, dropping what
+      // the old plan still had pending): plan again from the directory now.
       for (const m of st.moves) if (m.state === 'pending') m.state = 'dropped';
       failedSincePlan = false;
       if (st.plans > maxReplans) {
@@ -272,7 +308,7 @@ export async function rebalanceWorkflow(input: R.RebalanceInput): Promise<R.Reba
       continue;
     }
     if (running().length === 0 && !st.moves.some((m) => m.state === 'pending')) break;
-    for (let m = nextStartable(); m && !st.paused && !failedSincePlan && !historyFull(); m = nextStartable()) children.push(runMove(m));
+    for (let m = nextStartable(); m && !st.paused && !failureStalls() && !historyFull(); m = nextStartable()) children.push(runMove(m));
   }
   if (cancelRequested) {
     st.phase = 'cancelling';

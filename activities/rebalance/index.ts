@@ -10,6 +10,7 @@ import { setShardDedication, setShardStatus, getShard, closeDrainedShard, undoIs
 import type { RebalancePlan } from '../../lib/rebalance/plan';
 import { parse, typed, activityKey } from '../move/context';
 import { recordRebalanceEvent } from '../../lib/directory/rebalance-events';
+import { directoryNow, planMoveProblems } from '../../lib/rebalance/apply';
 
 export const planScope = z.discriminatedUnion('kind', [
   z.object({ kind: z.literal('rebalance') }),
@@ -23,6 +24,12 @@ const planInput = z.object({
   maxMoves: z.number().int().positive().optional(),
   exclude: z.array(z.string()).default([]),
   units: z.array(z.string()).optional(),
+});
+
+const plannedInput = z.object({
+  moves: z.array(
+    z.object({ unit: z.string().min(1), from: z.string().min(1), to: z.string().min(1), load: z.number().optional(), reason: z.string().optional() }),
+  ),
 });
 
 const closeInput = z.object({ shard: z.string().min(1), actor: z.string().min(1) });
@@ -56,6 +63,12 @@ export function createRebalanceActivities(deps: Deps) {
     async recordRebalanceEvent(input: z.input<typeof eventInput>): Promise<void> {
       const e = parse(eventInput, input);
       return typed(() => recordRebalanceEvent(deps.directoryPool(), e, activityKey()));
+    },
+
+    /** A given plan (`rebalance apply --plan`) against the directory now: why each bad move may not start (empty: all may). */
+    async checkPlannedMoves(input: z.input<typeof plannedInput>): Promise<string[]> {
+      const { moves } = parse(plannedInput, input);
+      return typed(async () => planMoveProblems(moves, await directoryNow(deps.directoryPool(), deps.config)));
     },
 
     async planRebalance(input: z.input<typeof planInput>): Promise<RebalancePlan> {

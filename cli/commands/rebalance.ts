@@ -21,6 +21,8 @@ import { formatDurationSeconds } from '../../lib/duration';
 import { actorDefault } from '../actor';
 import { configOf, printResult, withConnections, withTemporal } from '../run';
 import { tableFor } from '../../lib/text-table';
+import { directoryNow, parsePlanFile, planMoveProblems } from '../../lib/rebalance/apply';
+import fs from 'node:fs';
 
 function dryRun(config: Config, scope: PlanScope, opts: { tolerance?: number; units?: string[]; maxMoves?: number } = {}): Promise<RebalancePlan> {
   return withConnections(config, { readOnly: true, requireCurrentSchema: true }, (c) => planFromDirectory(c.directoryPool(), config, scope, opts));
@@ -106,7 +108,7 @@ export async function rebalanceStatus(config: Config): Promise<R.RebalanceStatus
 function printStatus(s: Awaited<ReturnType<typeof rebalanceStatus>>) {
   const count = (k: R.PlannedMoveState) => s.moves.filter((m) => m.state === k).length;
   const lines = [
-    `rebalance (${scopeText(s.scope)}): ${s.phase}${s.paused ? ' (paused)' : ''} — ${count('done')} done, ${count('running')} running, ${count('pending')} pending, ${count('failed')} failed; plans ${s.plans}; at most ${s.maxConcurrent} at once, ${s.perShardLimit} per shard and direction${s.continuedAsNew ? `; continued as new ${s.continuedAsNew} time(s)` : ''}`,
+    `rebalance (${s.fromPlanFile ? 'apply a plan file' : scopeText(s.scope)}): ${s.phase}${s.paused ? ' (paused)' : ''} — ${count('done')} done, ${count('running')} running, ${count('pending')} pending, ${count('failed')} failed; plans ${s.plans}; at most ${s.maxConcurrent} at once, ${s.perShardLimit} per shard and direction${s.continuedAsNew ? `; continued as new ${s.continuedAsNew} time(s)` : ''}`,
   ];
   const note = (m: (typeof s.moves)[number]) =>
     [
@@ -125,6 +127,9 @@ function printStatus(s: Awaited<ReturnType<typeof rebalanceStatus>>) {
     lines.push(`  to make ${s.isolate.shard} shared again: ${s.isolate.undoCommand}`);
   }
   for (const x of s.problems) lines.push(`  problem: ${x}`);
+  const failed = s.moves.filter((m) => m.state === 'failed').map((m) => m.unit);
+  if (failed.length)
+    lines.push(`  failed: ${failed.join(', ')} (each blocked only itself${s.fromPlanFile ? '; a plan file is never re-planned: plan again for these' : ''})`);
   if (s.lastError) lines.push(`  last error: ${s.lastError}`);
   console.log(lines.join('\n'));
 }
@@ -201,6 +206,73 @@ async function planAndStart(config: Config, scope: PlanScope, o: StartOpts) {
   });
 }
 
+/**
+ * `rebalance apply --plan FILE`: exactly the moves of a saved plan, checked against the directory
+ * now; a stale or invalid plan is refused (exit 4), one reason per bad move, and nothing starts.
+ */
+async function applyPlanFile(config: Config, file: string, o: StartOpts & { concurrency?: string }) {
+  let text: string;
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch (e: any) {
+    throw invalidInput(`cannot read the plan file ${file}: ${e?.code ?? e?.message ?? e}`);
+  }
+  const moves = parsePlanFile(text, file);
+  const concurrency = intOpt(o.concurrency, '--concurrency');
+  const maxConcurrent = intOpt(o.maxConcurrent, '--max-concurrent');
+  if (concurrency !== undefined && maxConcurrent !== undefined && concurrency !== maxConcurrent)
+    throw invalidInput(`--concurrency ${concurrency} and --max-concurrent ${maxConcurrent} disagree: give one`);
+  const soakSeconds = o.soak ? Math.round(parseDurationMs(o.soak, '--soak') / 1000) : undefined;
+  const input = {
+    ...rebalanceInputFor(config, {
+      scope: { kind: 'rebalance' },
+      requestedBy: o.actor || actorDefault(),
+      reason: o.reason,
+      maxConcurrent: concurrency ?? maxConcurrent,
+      perShardLimit: intOpt(o.perShard, '--per-shard'),
+      soakSeconds,
+      approveCutover: o.approveCutover as 'auto' | 'manual' | undefined,
+    }),
+    planned: { moves },
+  };
+  const problems = await withConnections(config, { readOnly: true, requireCurrentSchema: true }, async (c) =>
+    planMoveProblems(moves, await directoryNow(c.directoryPool(), config)),
+  );
+  if (problems.length)
+    throw new ShardctlError(
+      'PreconditionFailed',
+      [`refused, nothing started: ${problems.length} problem(s) with ${file}`, ...problems.map((p) => `  ${p}`)].join('\n'),
+    );
+  if (!o.json) {
+    console.log(`plan ${file}: ${moves.length} move(s), checked against the directory now`);
+    for (const m of moves) console.log(`  move ${m.unit} ${m.from} -> ${m.to}`);
+  }
+  if (!moves.length) {
+    if (!o.json) console.log('nothing to move: no run started');
+    else printResult(true, { moves, started: false }, () => undefined);
+    return;
+  }
+  if (soakSeconds !== undefined && !o.yes && soakNeedsConfirmation(soakSeconds, config.limits.soakSeconds)) {
+    await confirmIrreversible({
+      action: `apply ${file} with a ${formatDurationSeconds(soakSeconds)} soak per move (default ${formatDurationSeconds(config.limits.soakSeconds)})`,
+      details: moves.map((m) => `  ${m.unit}: its copy on ${m.from} is deleted ${formatDurationSeconds(soakSeconds)} after its switch to ${m.to}`),
+      typeBack: 'rebalance',
+    });
+  }
+  await withTemporal(config, async (client) => {
+    const h = await startRebalance(client, config.temporal.taskQueue, input, config.temporal.rebalanceWorkflowId);
+    if (!o.json)
+      console.log(`started applying ${file}: workflow ${h.workflowId}, at most ${input.maxConcurrent} at once; follow with \`shardctl rebalance status\``);
+    if (!o.wait) {
+      if (o.json) printResult(true, { moves, started: true, workflowId: h.workflowId }, () => undefined);
+      return;
+    }
+    const st: R.RebalanceStatus = await h.result();
+    printResult(o.json, { status: st }, () => printStatus({ ...st, runningPhases: {}, awaitingApproval: [] }));
+    if (st.phase !== 'done') process.exitCode = EXIT.moveFailed;
+  });
+}
+
 async function sendUpdate(config: Config, update: typeof R.rebalancePauseUpdate, actor: string, reason?: string) {
   await withTemporal(config, async (client) => {
     try {
@@ -235,6 +307,20 @@ export function register(program: Command) {
     .option('--units <list>', 'only these units may move (comma-separated tenants or buckets, bucket:DS:N); the others count for load')
     .option('--max-moves <k>', 'at most K moves in the whole run, re-plans after a failure included');
   start.action((o: StartOpts) => planAndStart(cfg(), { kind: 'rebalance' }, o));
+  const apply = startOptions(
+    rebalance
+      .command('apply')
+      .description('run exactly the moves of a plan saved by `rebalance plan --json` (checked against the directory first; never re-planned)'),
+  )
+    .requiredOption('--plan <file>', "the plan: `rebalance plan --json > FILE` (only each move's unit, from and to are read)")
+    .option('--concurrency <n>', 'moves at once (the same as --max-concurrent; default 2)');
+  apply.action((o: StartOpts & { plan: string; concurrency?: string }) => applyPlanFile(cfg(), o.plan, o));
+  examples(
+    apply,
+    'rebalance apply --plan plan.json --concurrency 2   # plan.json saved by rebalance plan --json',
+    'rebalance apply --plan plan.json --concurrency 2 --wait --json',
+  );
+
   examples(start, 'rebalance start', 'rebalance start --max-concurrent 4 --per-shard 2 --soak 1h --wait', 'rebalance start --max-moves 10');
 
   const status = rebalance
