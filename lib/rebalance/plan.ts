@@ -276,6 +276,7 @@ function evacuate(w: Work, problems: string[], mustLeave: (u: PlanUnit, s: PlanS
     .map((u) => ({ u, why: mustLeave(u, w.shards.get(w.at.get(u.unit)!)) }))
     .filter((x): x is { u: PlanUnit; why: string } => !!x.why)
     .sort((a, b) => b.u.load - a.u.load || bytesOf(b.u) - bytesOf(a.u) || (a.u.unit < b.u.unit ? -1 : 1));
+  let heap: TargetHeap | undefined;
   for (const { u, why } of leaving) {
     if (!movable(w, u)) {
       const stays = u.unmovable ?? (u.state === 'moving' ? 'is moving already' : 'is excluded from this run');
@@ -286,14 +287,25 @@ function evacuate(w: Work, problems: string[], mustLeave: (u: PlanUnit, s: PlanS
       problems.push(`${u.unit} must leave ${w.at.get(u.unit)} (${why}) but the plan is at its limit of ${maxMoves} moves`);
       continue;
     }
-    const to = bestTarget(w, u, w.shards.values());
+    // A unit with a size takes the least utilised shard it fits (a heap); a unit of none the fewest units (a scan).
+    const sized = u.load > 0 || bytesOf(u) > 0;
+    heap ??= sized
+      ? new TargetHeap(
+          w,
+          [...w.shards.values()].filter((s) => s.status === 'open'),
+        )
+      : undefined;
+    const to = sized ? heap!.take(u) : bestTarget(w, u, w.shards.values());
     if (!to) {
       problems.push(
         `no open shard has room for ${u.unit} (load ${u.load}${u.bytes ? `, ${u.bytes} bytes` : ''}), which must leave ${w.at.get(u.unit)} (${why}): add a shard or raise capacity`,
       );
       continue;
     }
+    const from = w.shards.get(w.at.get(u.unit)!);
     addMove(w, u, to.name, why);
+    heap?.push(to);
+    if (from?.status === 'open') heap?.push(from);
   }
 }
 
@@ -339,23 +351,99 @@ function cheapestCover(cands: readonly PlanUnit[], need: { ops: number; bytes: n
   return seq;
 }
 
-/** Headroom: every open shared shard over its usable budgets sheds units (fewest bytes) until it is under. */
+/**
+ * Shards by utilisation, lowest first (a binary heap with lazy entries: a shard whose utilisation
+ * changed is pushed again and its stale entry skipped), for picking targets without a scan.
+ */
+class TargetHeap {
+  private heap: { util: number; name: string; stamp: number }[] = [];
+  private stamps = new Map<string, number>();
+  constructor(
+    private readonly w: Work,
+    shards: readonly PlanShard[],
+  ) {
+    for (const s of shards) this.push(s);
+  }
+  push(s: PlanShard) {
+    const stamp = (this.stamps.get(s.name) ?? 0) + 1;
+    this.stamps.set(s.name, stamp);
+    this.heap.push({ util: curUtil(this.w, s), name: s.name, stamp });
+    this.up(this.heap.length - 1);
+  }
+  /** The lowest-utilisation shard `u` fits on (other than its own), or undefined; every live entry stays. */
+  take(u: PlanUnit): PlanShard | undefined {
+    const popped: { util: number; name: string; stamp: number }[] = [];
+    let found: PlanShard | undefined;
+    while (this.heap.length) {
+      const top = this.pop()!;
+      if (this.stamps.get(top.name) !== top.stamp) continue;
+      popped.push(top);
+      const s = this.w.shards.get(top.name)!;
+      if (s.name !== this.w.at.get(u.unit) && fits(this.w, u, s)) {
+        found = s;
+        break;
+      }
+    }
+    for (const x of popped) {
+      this.heap.push(x);
+      this.up(this.heap.length - 1);
+    }
+    return found;
+  }
+  private less(a: { util: number; name: string }, b: { util: number; name: string }) {
+    return a.util < b.util || (a.util === b.util && a.name < b.name);
+  }
+  private up(i: number) {
+    const h = this.heap;
+    while (i > 0) {
+      const p = (i - 1) >> 1;
+      if (!this.less(h[i], h[p])) break;
+      [h[i], h[p]] = [h[p], h[i]];
+      i = p;
+    }
+  }
+  private pop() {
+    const h = this.heap;
+    const top = h[0];
+    const last = h.pop()!;
+    if (h.length) {
+      h[0] = last;
+      let i = 0;
+      for (;;) {
+        const l = 2 * i + 1;
+        const r = l + 1;
+        let m = i;
+        if (l < h.length && this.less(h[l], h[m])) m = l;
+        if (r < h.length && this.less(h[r], h[m])) m = r;
+        if (m === i) break;
+        [h[i], h[m]] = [h[m], h[i]];
+        i = m;
+      }
+    }
+    return top;
+  }
+}
+
+/**
+ * Headroom: every open shared shard over its usable budgets sheds units (the fewest bytes that
+ * cover what it holds over) until it is under, each onto the eligible shard with the lowest
+ * utilisation that has room for it even mid-plan.
+ */
 function relieve(w: Work, problems: string[], maxMoves: number) {
   const set = balanceSet(w);
   const over = set.filter((s) => {
     const o = overBy(w, s);
     return o.ops > 0 || o.bytes > 0;
   });
+  if (!over.length) return;
   over.sort((a, b) => curUtil(w, b) - curUtil(w, a) || (a.name < b.name ? -1 : 1));
+  const heap = new TargetHeap(w, set);
   for (const s of over) {
     const tried = new Set<PlanUnit>();
-    for (;;) {
+    let stuck = false;
+    while (!stuck) {
       const need = overBy(w, s);
       if (need.ops <= 0 && need.bytes <= 0) break;
-      if (w.moves.length >= maxMoves) {
-        problems.push(`${s.name} stays over its headroom (${pct(curUtil(w, s))} > ${pct(1 - w.headroom)}): the plan is at its limit of ${maxMoves} moves`);
-        break;
-      }
       const cands = [...(w.on.get(s.name) ?? [])].filter((u) => movable(w, u) && !tried.has(u) && (u.load > 0 || bytesOf(u) > 0));
       const pick = cheapestCover(cands, need);
       if (!pick.length) {
@@ -364,18 +452,22 @@ function relieve(w: Work, problems: string[], maxMoves: number) {
         );
         break;
       }
-      const why = `${s.name} at ${pct(curUtil(w, s))} is over its headroom (usable ${pct(1 - w.headroom)} of capacity)`;
-      let placed = false;
+      // Place the whole cover; a unit with no room anywhere is set aside and the cover chosen again.
       for (const u of pick) {
+        if (w.moves.length >= maxMoves) {
+          problems.push(`${s.name} stays over its headroom (${pct(curUtil(w, s))} > ${pct(1 - w.headroom)}): the plan is at its limit of ${maxMoves} moves`);
+          stuck = true;
+          break;
+        }
         tried.add(u);
-        const to = bestTarget(w, u, set);
+        const to = heap.take(u);
         if (!to) continue;
-        addMove(w, u, to.name, why);
-        placed = true;
-        break; // re-measure what is still over before the next pick
+        addMove(w, u, to.name, `${s.name} at ${pct(curUtil(w, s))} is over its headroom (usable ${pct(1 - w.headroom)} of capacity)`);
+        heap.push(to);
+        heap.push(s);
+        const left = overBy(w, s);
+        if (left.ops <= 0 && left.bytes <= 0) break;
       }
-      // Nothing placed: every picked unit is now tried, so the next pick is among the others.
-      if (!placed) continue;
     }
   }
 }
@@ -384,12 +476,32 @@ function relieve(w: Work, problems: string[], maxMoves: number) {
 function dedicatedNeeds(w: Work): DedicatedNeed[] {
   const shared = balanceSet(w);
   if (!shared.length) return [];
+  // Per residency: the smallest usable budgets among the shards it may use, so most units (those
+  // under both) are settled without a scan of the shards.
+  const floor = new Map<string, { shards: PlanShard[]; ops: number; bytes: number }>();
+  const floorOf = (u: PlanUnit) => {
+    const key = u.regions ? u.regions.join(',') : '';
+    let f = floor.get(key);
+    if (!f) {
+      const inside = shared.filter((x) => resides(u, x));
+      f = {
+        shards: inside,
+        ops: Math.min(...inside.map((x) => usable(x, w.headroom))),
+        bytes: Math.min(...inside.map((x) => usableBytes(x, w.headroom))),
+      };
+      floor.set(key, f);
+    }
+    return f;
+  };
   const out: DedicatedNeed[] = [];
   for (const u of w.units.values()) {
     const s = w.shards.get(w.at.get(u.unit)!);
-    if (!s || s.dedicatedTo === u.unit || (s.class === 'dedicated' && s.dedicatedTo === u.unit)) continue;
-    const room = shared.filter((x) => resides(u, x) && u.load <= usable(x, w.headroom) + 1e-9 && bytesOf(u) <= usableBytes(x, w.headroom) + 1e-9);
-    if (room.length) continue;
+    if (!s || s.dedicatedTo === u.unit) continue;
+    const f = floorOf(u);
+    // No shared shard inside its residency at all: a residency problem (named by evacuate), not its size.
+    if (!f.shards.length) continue;
+    if (u.load <= f.ops + 1e-9 && bytesOf(u) <= f.bytes + 1e-9) continue;
+    if (f.shards.some((x) => u.load <= usable(x, w.headroom) + 1e-9 && bytesOf(u) <= usableBytes(x, w.headroom) + 1e-9)) continue;
     const keep = 1 - w.headroom;
     const capacityOps = Math.max(1, Math.ceil(u.load / keep));
     const capacityBytes = bytesOf(u) > 0 ? Math.ceil(bytesOf(u) / keep) : null;
@@ -417,6 +529,23 @@ function bandViolation(s: PlanShard, l: number, mean: number, tol: number): numb
   return Math.max(0, l - hi) + Math.max(0, lo - l);
 }
 
+/** The `k` least elements of `xs` that `keep` accepts, by `cmp`, in order (a bounded insertion: O(n·k), k small). */
+function leastOf<T>(xs: readonly T[], k: number, cmp: (a: T, b: T) => number, keep: (x: T) => boolean): T[] {
+  const out: T[] = [];
+  for (const x of xs) {
+    if (!keep(x)) continue;
+    if (out.length === k && cmp(x, out[k - 1]) >= 0) continue;
+    let i = out.length === k ? k - 1 : out.length;
+    if (out.length < k) out.push(x);
+    while (i > 0 && cmp(x, out[i - 1]) < 0) {
+      out[i] = out[i - 1];
+      i--;
+    }
+    out[i] = x;
+  }
+  return out;
+}
+
 /** First index in `arr` (sorted by load ascending) whose load is > x. */
 function upperBound(arr: readonly PlanUnit[], x: number): number {
   let lo = 0;
@@ -432,6 +561,8 @@ function upperBound(arr: readonly PlanUnit[], x: number): number {
 const byLoadThenBytes = (a: PlanUnit, b: PlanUnit) => a.load - b.load || bytesOf(a) - bytesOf(b) || (a.unit < b.unit ? -1 : 1);
 /** How many units either side of the ideal size are tried for a pair (those that do not fit are skipped). */
 const PROBE = 8;
+/** How many more targets a source tries once it has a candidate move. */
+const PROBE_TARGETS = 16;
 
 /**
  * Balancing moves: from the most loaded shard above the mean, the move (to a shard below the
@@ -451,16 +582,28 @@ function balance(w: Work, tol: number, maxMoves: number): boolean {
   );
   const viol = (s: PlanShard, l: number) => bandViolation(s, l, mean, tol);
   let v = set.reduce((a, s) => a + viol(s, loads.get(s.name)!), 0);
+  // A source from which no move improved is not tried again (nothing moves onto a shard above
+  // the mean): each round costs O(shards) plus a few binary searches.
+  const exhausted = new Set<string>();
+  // Each shard's utilisation, kept up to date as moves land (no allocation per round).
+  const keyed = set.map((s) => ({ s, util: loads.get(s.name)! / s.capacity }));
+  const entry = new Map(keyed.map((x) => [x.s.name, x]));
+  const byUtil = (x: { s: PlanShard; util: number }, y: { s: PlanShard; util: number }) => x.util - y.util || (x.s.name < y.s.name ? -1 : 1);
   while (v > 1e-9) {
     if (w.moves.length >= maxMoves) return false;
-    const util = (s: PlanShard) => loads.get(s.name)! / s.capacity;
-    const sources = set.filter((s) => util(s) > mean + 1e-12).sort((a, b) => util(b) - util(a) || (a.name < b.name ? -1 : 1));
-    const targets = set.filter((s) => util(s) < mean - 1e-12).sort((a, b) => util(a) - util(b) || (a.name < b.name ? -1 : 1));
-    let best: { u: PlanUnit; from: PlanShard; to: PlanShard; d: number } | undefined;
-    for (const from of sources) {
-      const arr = sorted.get(from.name)!;
-      const lf = loads.get(from.name)!;
-      for (const to of targets) {
+    // The most loaded source not yet exhausted, by a scan.
+    let src: { s: PlanShard; util: number } | undefined;
+    for (const x of keyed) if (x.util > mean + 1e-12 && !exhausted.has(x.s.name) && (!src || byUtil(x, src) > 0)) src = x;
+    if (!src) return false;
+    const from = src.s;
+    const isUnder = (x: { util: number }) => x.util < mean - 1e-12;
+    // The least loaded targets first (a partial selection); all of them only when those give nothing.
+    const few = leastOf(keyed, PROBE_TARGETS + 1, byUtil, isUnder);
+    const arr = sorted.get(from.name)!;
+    const lf = loads.get(from.name)!;
+    let best: { u: PlanUnit; to: PlanShard; d: number } | undefined;
+    const tryTargets = (targets: readonly { s: PlanShard }[]) => {
+      for (const { s: to } of targets) {
         const lt = loads.get(to.name)!;
         const ideal = Math.min(lf - from.capacity * mean, to.capacity * mean - lt);
         const at = upperBound(arr, ideal + 1e-12);
@@ -475,17 +618,23 @@ function balance(w: Work, tol: number, maxMoves: number): boolean {
             d < best.d - 1e-9 ||
             (Math.abs(d - best.d) <= 1e-9 && (byLoadThenBytes(u, best.u) < 0 || (byLoadThenBytes(u, best.u) === 0 && to.name < best.to.name)))
           )
-            best = { u, from, to, d };
+            best = { u, to, d };
           return true;
         };
         // Downwards from the ideal size (the largest units not above it), then upwards.
         for (let i = at - 1, seen = 0; i >= 0 && seen < PROBE; i--) if (probe(i)) seen++;
         for (let i = at, seen = 0; i < arr.length && seen < PROBE; i++) if (probe(i)) seen++;
       }
-      if (best) break;
+    };
+    tryTargets(few);
+    if (!best && few.length > PROBE_TARGETS) tryTargets(keyed.filter(isUnder).sort(byUtil));
+    if (!best) {
+      // No move off it improves now; its load only falls from here, so it is not tried again.
+      exhausted.add(from.name);
+      continue;
     }
     if (!best) return false;
-    const b: { u: PlanUnit; from: PlanShard; to: PlanShard; d: number } = best;
+    const b: { u: PlanUnit; to: PlanShard; d: number } & { from: PlanShard } = { ...(best as { u: PlanUnit; to: PlanShard; d: number }), from };
     const fromLoad = loads.get(b.from.name)!;
     addMove(
       w,
@@ -495,7 +644,8 @@ function balance(w: Work, tol: number, maxMoves: number): boolean {
     );
     loads.set(b.from.name, fromLoad - b.u.load);
     loads.set(b.to.name, loads.get(b.to.name)! + b.u.load);
-    const arr = sorted.get(b.from.name)!;
+    entry.get(b.from.name)!.util = loads.get(b.from.name)! / b.from.capacity;
+    entry.get(b.to.name)!.util = loads.get(b.to.name)! / b.to.capacity;
     arr.splice(arr.indexOf(b.u), 1);
     v += b.d;
   }
