@@ -60,6 +60,10 @@ export interface PlannedMove {
   load: number;
   /** The unit's bytes (0 when not measured): what the move copies. */
   bytes: number;
+  /** Its rows, when measured. */
+  rows?: number;
+  /** Seconds its copy should take at the copy rate earlier moves measured (`rebalance plan`); null: none measured. */
+  estimatedSeconds?: number | null;
   /** Why the move is in the plan, for the operator ("shard-a is draining", "shard-a 3.0 > 1.2"). */
   reason: string;
 }
@@ -120,6 +124,20 @@ export interface RebalancePlan {
   dedicatedNeeded?: DedicatedNeed[];
   /** For isolate: the shard that ends dedicated to the tenant. */
   dedicate?: { shard: string; tenant: string };
+  /** What was measured on the shards (`rebalance plan`; lib/rebalance/measure.ts), when it was. */
+  measurement?: PlanMeasurement;
+}
+
+/** How the plan's sizes and durations were obtained. */
+export interface PlanMeasurement {
+  /** How unit sizes were measured, in a sentence. */
+  method: string;
+  /** Per shard: measured (exact or sampled tables), or why not (its units keep the directory's expected load and no bytes). */
+  shards: { shard: string; measured: boolean; exactTables: number; sampledTables: number; writesPerSecond: number | null; error?: string }[];
+  /** Every placed unit on a measured shard: its rows and bytes there, largest first. */
+  units: { unit: string; shard: string; rows: number; bytes: number }[];
+  /** The copy rate move durations are estimated from (the `move.copied` audit entries of earlier moves); null rates: none measured. */
+  copyRate: { rowsPerSecond: number | null; bytesPerSecond: number | null; fromMoves: number; throttledTo?: number };
 }
 
 export const DEFAULT_TOLERANCE = 0.2;
@@ -191,7 +209,7 @@ const add = (m: Map<string, number>, k: string, d: number) => m.set(k, (m.get(k)
 
 function addMove(w: Work, u: PlanUnit, to: string, reason: string) {
   const from = w.at.get(u.unit)!;
-  w.moves.push({ unit: u.unit, from, to, load: u.load, bytes: bytesOf(u), reason });
+  w.moves.push({ unit: u.unit, from, to, load: u.load, bytes: bytesOf(u), ...(u.rows !== undefined ? { rows: u.rows } : {}), reason });
   w.at.set(u.unit, to);
   w.moved.add(u.unit);
   add(w.incoming, to, u.load);

@@ -1,0 +1,75 @@
+// `rebalance plan` measures each unit on the real shards (issue 13): tenants of very different row
+// counts seeded on shard-a report their rows (exact: each table is under the sampling bound) and
+// bytes in `--json`, and a shard over its headroom sheds the tenant with the fewest bytes, not the
+// biggest one. A fleet of the test's own (its own directory; the stack's shards).
+import { describe, it, expect, beforeAll, afterAll } from 'vitest';
+import { ownFleet, type Fleet } from '../helpers/fleet';
+import { runCli } from '../helpers/cli';
+import { closePools, shardPool } from '../helpers/stack';
+import { listTenantTables, quoteIdent, tenantTableSelector } from '../../lib/shard/tables';
+
+let fleet: Fleet;
+const cli = (args: string[]) => runCli(args, { env: { SHARDCTL_CONFIG: fleet.configFile, SHARDCTL_ACTOR: 'measure-test' } });
+const tenants: Record<'big' | 'mid' | 'small', string> = { big: '', mid: '', small: '' };
+
+/** Rows of `tenant` on `shard`, counted directly over every tenant table. */
+async function countRows(shard: string, tenant: string): Promise<number> {
+  const pool = shardPool(shard);
+  let n = 0;
+  for (const t of await listTenantTables(pool, tenantTableSelector(fleet.config.tenant))) {
+    const r = await pool.query(`select count(*)::int as n from ${t.qualified} where ${quoteIdent(fleet.config.tenant.column)} = $1`, [tenant]);
+    n += r.rows[0].n;
+  }
+  return n;
+}
+
+beforeAll(async () => {
+  fleet = await ownFleet('rmeasure', { worker: false });
+  // Equal expected loads (so load alone cannot tell them apart), very different sizes; together
+  // 3 × 400 on a shard of capacity 1000 with headroom 0.1: shard-a is over by 300.
+  tenants.big = await fleet.tenant('shard-a', { prefix: 'rmbig', load: 400, rows: 6000 });
+  tenants.mid = await fleet.tenant('shard-a', { prefix: 'rmmid', load: 400, rows: 600 });
+  tenants.small = await fleet.tenant('shard-a', { prefix: 'rmsmall', load: 400, rows: 60 });
+}, 180_000);
+
+afterAll(async () => {
+  await fleet?.close();
+  await closePools();
+});
+
+describe('rebalance plan measures units on the shards', () => {
+  it('reports each tenant’s rows and bytes, and sheds the fewest bytes from a shard over its headroom', async () => {
+    // A tolerance this wide leaves only the headroom goal: the plan is the relief alone.
+    const r = await cli(['rebalance', 'plan', '--json', '--tolerance', '10', '--rate-window', '0']);
+    expect(r.code, r.stderr).toBe(0);
+    const plan = JSON.parse(r.stdout);
+    const size = new Map<string, { rows: number; bytes: number; shard: string }>(plan.measurement.units.map((u: any) => [u.unit, u]));
+    for (const t of Object.values(tenants)) {
+      expect(size.get(t)?.shard, t).toBe('shard-a');
+      expect(size.get(t)!.rows, `${t}: measured rows equal the rows there`).toBe(await countRows('shard-a', t));
+    }
+    expect(size.get(tenants.big)!.bytes).toBeGreaterThan(size.get(tenants.mid)!.bytes);
+    expect(size.get(tenants.mid)!.bytes).toBeGreaterThan(size.get(tenants.small)!.bytes);
+    expect(size.get(tenants.small)!.bytes).toBeGreaterThan(0);
+    expect(plan.measurement.shards.find((s: any) => s.shard === 'shard-a')).toMatchObject({ measured: true, sampledTables: 0 });
+    // Any one tenant covers the 300 over; the smallest in bytes is the one planned.
+    expect(plan.moves.map((m: any) => [m.unit, m.from, m.bytes])).toEqual([[tenants.small, 'shard-a', size.get(tenants.small)!.bytes]]);
+    expect(plan.moves[0].reason).toMatch(/shard-a at .* is over its headroom/);
+    expect(plan.moves[0]).toHaveProperty('estimatedSeconds');
+    const a = plan.shards.find((s: any) => s.name === 'shard-a');
+    expect(a.bytesBefore - a.bytesAfter).toBe(size.get(tenants.small)!.bytes);
+    expect(a.loadAfter).toBe(800);
+  });
+
+  it('--headroom decides how much is shed: the cover with the fewest bytes', async () => {
+    const r = await cli(['rebalance', 'plan', '--json', '--tolerance', '10', '--rate-window', '0', '--headroom', '0']);
+    expect(r.code, r.stderr).toBe(0);
+    const plan = JSON.parse(r.stdout);
+    // 1200 on a capacity of 1000 is over even with no headroom: still one move, the smallest.
+    expect(plan.moves.map((m: any) => m.unit)).toEqual([tenants.small]);
+    const half = JSON.parse((await cli(['rebalance', 'plan', '--json', '--tolerance', '10', '--rate-window', '0', '--headroom', '0.5'])).stdout);
+    // Usable 500 of 1000: 700 over; two smaller tenants (800) or the biggest (400 < 700) alone cannot;
+    // the cover with the fewest bytes is small + mid.
+    expect(half.moves.map((m: any) => m.unit).sort()).toEqual([tenants.mid, tenants.small].sort());
+  });
+});
