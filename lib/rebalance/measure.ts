@@ -6,8 +6,8 @@
 // column, or a dataset's bucket unit). The scan is bounded: a table whose statistics
 // (pg_class.reltuples) say it holds at most SAMPLE_ROWS rows is read through a `limit
 // SAMPLE_ROWS + 1` subquery, which is exact when the limit is not reached; a bigger one (or one
-// that reaches the limit) is read through `TABLESAMPLE SYSTEM (p)` with p chosen for about
-// SAMPLE_ROWS rows, and the counts scaled by the table's estimated rows over the rows sampled.
+// that reaches the limit) is read through `TABLESAMPLE SYSTEM (p)` (p % of its blocks, p chosen
+// for about SAMPLE_ROWS rows from its estimated rows), and the counts scaled by 100 / p.
 // A unit's bytes are the table's on-disk size (pg_total_relation_size: heap, indexes, TOAST)
 // times its share of the table's row bytes: indexes and free space are attributed pro rata.
 // Writes: Postgres counts them per table, not per row's unit, so the write rate is the shard's
@@ -41,17 +41,20 @@ export interface ShardMeasurement {
 interface TableStats {
   reltuples: number;
   totalBytes: number;
+  /** The heap alone (pg_relation_size): what a block sample draws from. */
+  heapBytes: number;
 }
 
 async function tableStats(pool: Pool, t: TenantTable): Promise<TableStats> {
   const r = await pool.query(
-    `select greatest(c.reltuples, 0)::float8 as reltuples, c.reltuples < 0 as unknown, pg_total_relation_size(c.oid)::text as bytes
+    `select greatest(c.reltuples, 0)::float8 as reltuples, c.reltuples < 0 as unknown, pg_total_relation_size(c.oid)::text as bytes,
+            pg_relation_size(c.oid)::text as heap
        from pg_class c where c.oid = to_regclass($1)`,
     [t.qualified],
   );
   const x = r.rows[0];
   // Never analyzed (reltuples -1): unknown, so the bounded read finds out.
-  return { reltuples: x?.unknown ? 0 : Number(x?.reltuples ?? 0), totalBytes: Number(x?.bytes ?? 0) };
+  return { reltuples: x?.unknown ? 0 : Number(x?.reltuples ?? 0), totalBytes: Number(x?.bytes ?? 0), heapBytes: Number(x?.heap ?? 0) };
 }
 
 /** Rows and row bytes per unit in one table: exact under the bound, a scaled sample over it. */
@@ -65,17 +68,20 @@ async function measureTable(
   const group = (from: string) =>
     `select ${unitExpr} as unit, count(*)::float8 as n, coalesce(sum(pg_column_size(x.*)), 0)::float8 as b from ${from} group by 1`;
   const collect = (rows: any[], scale: number) => new Map(rows.map((r) => [String(r.unit), { rows: r.n * scale, rowBytes: r.b * scale }]));
+  let estimated = st.reltuples;
   if (st.reltuples <= sampleRows) {
     const r = await pool.query(`${group(`(select * from ${t.qualified} limit ${sampleRows + 1}) x`)}`);
     const seen = r.rows.reduce((a, x) => a + Number(x.n), 0);
     if (seen <= sampleRows) return { units: collect(r.rows, 1), percent: null, totalBytes: st.totalBytes };
+    // Statistics stale or missing: rows estimated from the heap's size and the rows just read.
+    const avgRow = r.rows.reduce((a, x) => a + Number(x.b), 0) / seen + 4;
+    estimated = Math.max(seen, st.heapBytes / avgRow);
   }
-  // Too big to read whole: a block sample sized for about sampleRows rows, scaled up.
-  const estimated = Math.max(st.reltuples, sampleRows + 1);
+  // Too big to read whole: a block sample of p % of the heap sized for about sampleRows rows,
+  // each row found standing for 100 / p rows.
   const percent = Math.min(100, Math.max(0.0001, (100 * sampleRows) / estimated));
-  const r = await pool.query(group(`${t.qualified} tablesample system (${percent.toFixed(6)}) x`));
-  const sampled = r.rows.reduce((a, x) => a + Number(x.n), 0);
-  return { units: collect(r.rows, sampled > 0 ? estimated / sampled : 0), percent, totalBytes: st.totalBytes };
+  const r = await pool.query(group(`${t.qualified} x tablesample system (${percent.toFixed(6)})`));
+  return { units: collect(r.rows, 100 / percent), percent, totalBytes: st.totalBytes };
 }
 
 async function writeCounter(pool: Pool, tables: string[]): Promise<number> {
