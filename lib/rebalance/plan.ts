@@ -788,7 +788,8 @@ function isolationShard(shards: readonly PlanShard[], units: readonly PlanUnit[]
         resides(t, s) &&
         !units.some((u) => u.shard === s.name) &&
         !s.reserved &&
-        t.load <= usable(s, headroom),
+        t.load <= usable(s, headroom) &&
+        bytesOf(t) <= usableBytes(s, headroom),
     )
     // A shard added for isolation (class dedicated) first, then the largest.
     .sort((a, b) => Number(b.class === 'dedicated') - Number(a.class === 'dedicated') || b.capacity - a.capacity || (a.name < b.name ? -1 : 1));
@@ -828,6 +829,8 @@ function namedIsolationShard(
     );
   if (s.reserved) return why('a move onto it is in flight');
   if (t.shard !== to && t.load > usable(s, headroom)) return why(`its usable capacity ${usable(s, headroom).toFixed(0)} is below the tenant's load ${t.load}`);
+  if (t.shard !== to && bytesOf(t) > usableBytes(s, headroom))
+    return why(`its usable bytes ${usableBytes(s, headroom).toFixed(0)} are below the tenant's ${bytesOf(t)} bytes`);
   return { shard: to };
 }
 

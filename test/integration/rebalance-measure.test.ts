@@ -80,7 +80,8 @@ describe('measureShard over its sampling bound', () => {
     const exact = await measureShard(shardPool('shard-a'), fleet.config, 'shard-a');
     const truth = await countRows('shard-a', tenants.big);
     expect(exact.units.get(tenants.big)?.rows).toBe(truth);
-    // A bound of 1000 rows: the tables holding the big tenant's thousands of rows are sampled (~1.5 % of the big tenant's rows seen per table and round: 8 rounds gave 0.88–1.05 of the truth).
+    // A bound of 1000 rows: the tables holding the big tenant's thousands of rows are sampled (8 such
+    // samples on the dev stack gave 0.88–1.05 of the rows there).
     const sampled = await measureShard(shardPool('shard-a'), fleet.config, 'shard-a', { sampleRows: 1000 });
     expect(sampled.error).toBeUndefined();
     expect(sampled.sampledTables.length).toBeGreaterThan(0);
