@@ -1526,10 +1526,11 @@ export const MUTATIONS: Mutation[] = [
     id: 'planner-fewest-bytes',
     guarantee: 'a shard over its headroom sheds the unit with the fewest bytes among those that relieve it (issue 13)',
     file: 'lib/rebalance/plan.ts',
-    from: '(covers(u) && (!single || bytesOf(u) < bytesOf(single) ||',
-    to: '(covers(u) && (!single || bytesOf(u) > bytesOf(single) ||',
-    testFile: 'test/integration/rebalance-measure.test.ts',
-    testName: 'sheds the fewest bytes from a shard over its headroom',
+    // Bytes ignored: the first unit (by name) that covers what is over, whatever its size.
+    from: '  if (single && (!seqCovers || bytesOf(single) <= seqBytes)) return [single];',
+    to: '  if (single) return [cands.find(covers)!];',
+    testFile: 'test/unit/rebalance-plan-property.test.ts',
+    testName: 'sheds the fewest bytes: one small unit rather than a big one when either relieves the shard',
   },
   {
     id: 'planner-dedicated-needed',
