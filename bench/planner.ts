@@ -7,6 +7,7 @@
 //
 //   npx tsx bench/planner.ts [--shards 1000] [--units 100000] [--runs 5] [--zipf 1.1] [--headroom 0.3] [--seed 1]
 //   npm run bench -- --only planner
+import os from 'node:os';
 import { planMoves, type PlanShard, type PlanUnit, type RebalancePlan } from '../lib/rebalance/plan';
 
 function arg(name: string, dflt: number): number {
@@ -157,18 +158,31 @@ export function runPlannerBench(): void {
   const fleet = makeFleet(nShards, nUnits, zipf, seed);
   const built = performance.now() - t0;
   const times: number[] = [];
+  const cpu: number[] = [];
   let plan: RebalancePlan | undefined;
   for (let i = 0; i < runs; i++) {
     const t = performance.now();
+    const c = process.cpuUsage();
     plan = planMoves(fleet.shards, fleet.units, { kind: 'rebalance' }, { headroomFraction: headroom });
+    const used = process.cpuUsage(c);
     times.push(performance.now() - t);
+    // CPU time of this process (user + system, garbage collection included): on a busy machine
+    // the wall time also counts the time other processes held the CPU.
+    cpu.push((used.user + used.system) / 1000);
   }
   times.sort((a, b) => a - b);
+  cpu.sort((a, b) => a - b);
   const q = quality(fleet, plan!, headroom);
   const ms = (x: number) => `${x.toFixed(0)} ms`;
+  const load = os
+    .loadavg()
+    .map((x) => x.toFixed(2))
+    .join(' ');
+  console.log(`machine: ${os.availableParallelism?.() ?? os.cpus().length} CPUs, load average ${load} at the end (shared machine: timings stretch with it)`);
   console.log(`planner: ${nShards} shards, ${nUnits} units (Zipf s=${zipf}), headroom ${headroom}, seed ${seed}; fleet built in ${ms(built)}`);
+  const mid = Math.floor(runs / 2);
   console.log(
-    `  planMoves (rebalance): best ${ms(times[0])}, median ${ms(times[Math.floor(times.length / 2)])}, worst ${ms(times[times.length - 1])} over ${runs} run(s)`,
+    `  planMoves (rebalance), ${runs} run(s): wall best ${ms(times[0])}, median ${ms(times[mid])}, worst ${ms(times[runs - 1])}; CPU best ${ms(cpu[0])}, median ${ms(cpu[mid])}, worst ${ms(cpu[runs - 1])}`,
   );
   console.log(
     `  plan: ${q.moves} moves, ${gib(q.bytesMoved)} moved for ${gib(q.bytesOverHeadroomBefore)} held over the headroom (ratio ${(q.bytesMoved / Math.max(1, q.bytesOverHeadroomBefore)).toFixed(2)})`,

@@ -620,7 +620,7 @@ function balance(w: Work, tol: number, maxMoves: number): boolean {
     const arr = sorted.get(from.name)!;
     const lf = loads.get(from.name)!;
     let best: { u: PlanUnit; to: PlanShard; d: number } | undefined;
-    const tryTargets = (targets: readonly { s: PlanShard }[]) => {
+    const tryTargets = (targets: readonly { s: PlanShard }[], probes: number) => {
       for (const { s: to } of targets) {
         const lt = loads.get(to.name)!;
         const ideal = Math.min(lf - from.capacity * mean, to.capacity * mean - lt);
@@ -640,12 +640,13 @@ function balance(w: Work, tol: number, maxMoves: number): boolean {
           return true;
         };
         // Downwards from the ideal size (the largest units not above it), then upwards.
-        for (let i = at - 1, seen = 0; i >= 0 && seen < PROBE; i--) if (probe(i)) seen++;
-        for (let i = at, seen = 0; i < arr.length && seen < PROBE; i++) if (probe(i)) seen++;
+        for (let i = at - 1, seen = 0; i >= 0 && seen < probes; i--) if (probe(i)) seen++;
+        for (let i = at, seen = 0; i < arr.length && seen < probes; i++) if (probe(i)) seen++;
       }
     };
-    tryTargets(few);
-    if (!best && few.length > PROBE_TARGETS) tryTargets(keyed.filter(isUnder).sort(byUtil));
+    tryTargets(few, PROBE);
+    // The rest with fewer probes each: a source is given up on after one such pass.
+    if (!best && few.length > PROBE_TARGETS) tryTargets(keyed.filter(isUnder).sort(byUtil), 2);
     if (!best) {
       // No move off it improves now; its load only falls from here, so it is not tried again.
       exhausted.add(from.name);
