@@ -75,19 +75,53 @@ describe('rebalance plan measures units on the shards', () => {
 });
 
 describe('measureShard over its sampling bound', () => {
-  it('reads a table bigger than the bound through a block sample, scaled: the big tenant within ±50 % of its rows', async () => {
+  it('reads a table bigger than the bound through a block sample, scaled: the big tenant within ±30 % of its rows', async () => {
     const { measureShard } = await import('../../lib/rebalance/measure');
     const exact = await measureShard(shardPool('shard-a'), fleet.config, 'shard-a');
     const truth = await countRows('shard-a', tenants.big);
     expect(exact.units.get(tenants.big)?.rows).toBe(truth);
-    // A bound of 1000 rows: the tables holding the big tenant's thousands of rows are sampled (8 such
-    // samples on the dev stack gave 0.88–1.05 of the rows there).
-    const sampled = await measureShard(shardPool('shard-a'), fleet.config, 'shard-a', { sampleRows: 1000 });
+    // A bound of a quarter of the largest tenant table's rows: that table is sampled at about 25 %
+    // of its blocks (the other suites' rows share these tables, so their size is read, not
+    // assumed; at ~2 % of the blocks the big tenant's clustered rows gave 1.5× the truth once).
+    const pool = shardPool('shard-a');
+    let largest = 0;
+    for (const t of await listTenantTables(pool, tenantTableSelector(fleet.config.tenant)))
+      largest = Math.max(largest, (await pool.query(`select count(*)::int as n from ${t.qualified}`)).rows[0].n);
+    await pool.query('analyze');
+    const sampled = await measureShard(pool, fleet.config, 'shard-a', { sampleRows: Math.ceil(largest / 4) });
     expect(sampled.error).toBeUndefined();
     expect(sampled.sampledTables.length).toBeGreaterThan(0);
     for (const s of sampled.sampledTables) expect(s.percent).toBeLessThan(100);
     const est = sampled.units.get(tenants.big)?.rows ?? 0;
-    expect(est, `estimate ${est} of ${truth}`).toBeGreaterThan(truth * 0.5);
-    expect(est, `estimate ${est} of ${truth}`).toBeLessThan(truth * 1.5);
+    expect(est, `estimate ${est} of ${truth}`).toBeGreaterThan(truth * 0.7);
+    expect(est, `estimate ${est} of ${truth}`).toBeLessThan(truth * 1.3);
+  });
+});
+
+describe('a shard that cannot be measured', () => {
+  it('is planned by the expected load, and the plan says so', async () => {
+    const { planFromDirectory } = await import('../../lib/rebalance/fleet');
+    const { openPool } = await import('../../lib/connections');
+    // shard-b's pool points at a port nothing listens on: its measurement fails, the plan goes on.
+    const dead = openPool('postgres://nobody@127.0.0.1:1/none', { max: 1, connectionTimeoutMillis: 2000 });
+    try {
+      const plan = await planFromDirectory(
+        fleet.directory,
+        fleet.config,
+        { kind: 'rebalance' },
+        { tolerance: 10 },
+        { shardPool: (name) => (name === 'shard-b' ? dead : shardPool(name)) },
+      );
+      expect(plan.measurement!.shards.find((s) => s.shard === 'shard-b')).toMatchObject({ measured: false, error: expect.any(String) });
+      expect(plan.problems).toContainEqual(
+        expect.stringMatching(/^shard-b could not be measured \(.*\): its units are planned by the directory's expected load, with no bytes$/),
+      );
+      // shard-a was measured all the same, and its relief is the same smallest tenant.
+      expect(plan.measurement!.shards.find((s) => s.shard === 'shard-a')).toMatchObject({ measured: true });
+      expect(plan.moves.map((m) => m.unit)).toEqual([tenants.small]);
+      expect(plan.measurement!.units.some((u) => u.shard === 'shard-b')).toBe(false);
+    } finally {
+      await dead.end();
+    }
   });
 });
