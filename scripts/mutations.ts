@@ -1560,6 +1560,15 @@ export const MUTATIONS: Mutation[] = [
     testName: 'sheds the fewest bytes from a shard over its headroom',
   },
   {
+    id: 'measure-unreachable-named',
+    guarantee: 'a shard rebalance plan could not measure is planned by the expected load and named in problems, never silently (issue 13)',
+    file: 'lib/rebalance/fleet.ts',
+    from: '    if (m.error) plan.problems.push(`${m.shard} could not be measured',
+    to: '    if (false) plan.problems.push(`${m.shard} could not be measured',
+    testFile: 'test/integration/rebalance-measure.test.ts',
+    testName: 'is planned by the expected load, and the plan says so',
+  },
+  {
     id: 'plan-unmovable-unit',
     guarantee: 'the planner never plans a unit no move could carry (a bucket of a dataset the config does not name), and names it (issue 13)',
     file: 'lib/rebalance/plan.ts',
