@@ -3,6 +3,7 @@
 // to bench/results.json and BENCHMARKS.md. Brings the dev stack up (on the ports in the
 // environment) when it is not running. Method: BENCHMARKS.md.
 //
+//   npm run bench -- --only planner [--shards 1000] [--units 100000] [--runs 5]   (the planner alone, bench/planner.ts: no stack, nothing saved)
 //   npm run bench -- [--rows 300000] [--rounds 2] [--write-seconds 8] [--apply-seconds 30] [--only copy,validate,catchup,fence,router] [--workloads 1-row,mixed,100-row]
 //                    [--paired-rounds N (fence and router: default 15 / 11 / 7 by scenario, 15 for the router)]
 //                    [--cutover [--cutover-sizes 10000,100000,1000000] [--cutover-moves 5] [--cutover-blobs index,direct]] [--no-save]
@@ -33,6 +34,7 @@ import {
 } from './fence';
 import { measureCutoverPauses, pauseFigures } from './cutover-pause';
 import type { BlobWrites } from '../lib/loadgen';
+import { runPlannerBench } from './planner';
 
 require('../lib/quiet-warnings.js');
 
@@ -66,6 +68,12 @@ async function main() {
   const applySeconds = intArg('apply-seconds', 30);
   const pairedRounds = arg('paired-rounds') === undefined ? undefined : intArg('paired-rounds', 1);
   const only = new Set((arg('only') ?? SECTIONS.join(',')).split(','));
+  // The planner's figures are pure CPU (no stack, no baseline to interleave): its own report.
+  if (only.has('planner')) {
+    runPlannerBench();
+    only.delete('planner');
+    if (!only.size) return;
+  }
   // Catch-up workloads by name prefix, e.g. `--workloads 100-row` (default: all).
   const workloadPrefixes = arg('workloads')?.split(',');
   const workloads = WORKLOADS.filter((w) => !workloadPrefixes || workloadPrefixes.some((p) => w.startsWith(p)));

@@ -25,6 +25,8 @@ export interface PlannedInputMove {
   from: string;
   to: string;
   load?: number;
+  /** The plan's measured bytes of the unit (`rebalance plan`), shown by status; 0 when absent. */
+  bytes?: number;
   reason?: string;
 }
 

@@ -162,7 +162,14 @@ export async function rebalanceWorkflow(input: R.RebalanceInput): Promise<R.Reba
     st.fromPlanFile = true;
     adopt({
       scope: input.scope,
-      moves: given.moves.map((m) => ({ unit: m.unit, from: m.from, to: m.to, load: m.load ?? 0, reason: m.reason ?? 'in the given plan' })),
+      moves: given.moves.map((m) => ({
+        unit: m.unit,
+        from: m.from,
+        to: m.to,
+        load: m.load ?? 0,
+        bytes: m.bytes ?? 0,
+        reason: m.reason ?? 'in the given plan',
+      })),
       shards: [],
       balanced: false,
       problems: [],

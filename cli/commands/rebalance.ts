@@ -23,9 +23,17 @@ import { configOf, printResult, withConnections, withTemporal } from '../run';
 import { tableFor } from '../../lib/text-table';
 import { directoryNow, parsePlanFile, planMoveProblems } from '../../lib/rebalance/apply';
 import fs from 'node:fs';
+import { formatBytes } from '../../lib/move-progress';
 
-function dryRun(config: Config, scope: PlanScope, opts: { tolerance?: number; units?: string[]; maxMoves?: number } = {}): Promise<RebalancePlan> {
-  return withConnections(config, { readOnly: true, requireCurrentSchema: true }, (c) => planFromDirectory(c.directoryPool(), config, scope, opts));
+function dryRun(
+  config: Config,
+  scope: PlanScope,
+  opts: { tolerance?: number; units?: string[]; maxMoves?: number; headroomFraction?: number } = {},
+  measure?: { windowMs: number },
+): Promise<RebalancePlan> {
+  return withConnections(config, { readOnly: true, requireCurrentSchema: true }, (c) =>
+    planFromDirectory(c.directoryPool(), config, scope, opts, measure ? { shardPool: c.shardPool, windowMs: measure.windowMs } : undefined),
+  );
 }
 
 /** `--max-moves K`: a whole number 1..100000, checked before any connection. */
@@ -44,28 +52,63 @@ function printPlan(p: RebalancePlan) {
   const lines = [
     `plan: ${scopeText(p.scope)} — ${p.moves.length} move(s)${p.scope.kind === 'rebalance' ? (p.balanced ? ', ends balanced' : ', NOT balanced') : ''}`,
   ];
-  for (const m of p.moves) lines.push(`  move ${m.unit} ${m.from} -> ${m.to} (load ${m.load}): ${m.reason}`);
+  for (const m of p.moves) lines.push(`  move ${m.unit} ${m.from} -> ${m.to} (${moveSize(m, !!p.measurement)}): ${m.reason}`);
   if (p.dedicate) lines.push(`  then ${p.dedicate.shard} is dedicated to ${p.dedicate.tenant}`);
   const dedicated = p.shards.some((s) => s.dedicatedTo);
+  const measured = !!p.measurement;
+  const writes = new Map((p.measurement?.shards ?? []).map((x) => [x.shard, x.measured ? (x.writesPerSecond ?? '') : 'not measured']));
   lines.push(
     ...tableFor(process.stdout)({
-      head: ['shard', 'status', 'capacity', 'load before', 'load after', 'units before', 'units after', ...(dedicated ? ['dedicated to'] : [])],
+      head: [
+        'shard',
+        'status',
+        'capacity',
+        'load before',
+        'load after',
+        ...(measured ? ['bytes before', 'bytes after', 'util before', 'util after', 'writes/s'] : []),
+        'units before',
+        'units after',
+        ...(dedicated ? ['dedicated to'] : []),
+      ],
       rows: p.shards.map((s) => [
         s.name,
         s.status,
         s.capacity,
         s.loadBefore,
         s.loadAfter,
+        ...(measured
+          ? [formatBytes(s.bytesBefore), formatBytes(s.bytesAfter), pctText(s.utilisationBefore), pctText(s.utilisationAfter), writes.get(s.name) ?? '']
+          : []),
         s.unitsBefore,
         s.unitsAfter,
         ...(dedicated ? [s.dedicatedTo ?? ''] : []),
       ]),
-      align: ['left', 'left', 'right', 'right', 'right', 'right', 'right'],
+      align: ['left', 'left', 'right', 'right', 'right', ...(measured ? (['right', 'right', 'right', 'right', 'right'] as const) : []), 'right', 'right'],
       indent: '  ',
     }),
   );
+  if (p.measurement) {
+    const r = p.measurement.copyRate;
+    lines.push(
+      `  sizes: ${p.measurement.method}`,
+      r.rowsPerSecond === null
+        ? '  durations: not estimated (no unthrottled copy measured yet: the `move.copied` audit entries of earlier moves)'
+        : `  durations: at the copy rate ${r.fromMoves} earlier move(s) measured (${r.rowsPerSecond} rows/s${r.bytesPerSecond !== null ? `, ${formatBytes(r.bytesPerSecond)}/s` : ''})${r.throttledTo ? `, held to limits.rowsPerSecond ${r.throttledTo}` : ''}`,
+    );
+  }
+  for (const d of p.dedicatedNeeded ?? []) lines.push(`  dedicated shard for ${d.unit}: ${d.commands.join('; then ')}`);
   for (const x of p.problems) lines.push(`  problem: ${x}`);
   console.log(lines.join('\n'));
+}
+
+const pctText = (f: number) => `${Math.round(f * 1000) / 10}%`;
+
+/** A move's size: its load, and when measured its bytes, rows and expected copy time. */
+function moveSize(m: RebalancePlan['moves'][number], measured: boolean): string {
+  if (!measured) return `load ${m.load}`;
+  const eta =
+    m.estimatedSeconds === null || m.estimatedSeconds === undefined ? 'copy time not estimated' : `copy ≈ ${formatDurationSeconds(m.estimatedSeconds)}`;
+  return `load ${m.load}, ${formatBytes(m.bytes)} in ${m.rows ?? 0} rows, ${eta}`;
 }
 
 function intOpt(v: string | undefined, name: string): number | undefined {
@@ -294,13 +337,21 @@ export function register(program: Command) {
     .description('dry run: the moves a rebalance would make now, and why (changes nothing)')
     .option('--tolerance <f>', "how far (relative) a shard's utilisation may be from the fleet mean (default 0.2)")
     .option('--max-moves <k>', 'at most K moves (the plan says what it left undone)')
-    .option('--json', 'as JSON: {scope, moves: [{unit, from, to, load, reason}], shards, balanced, problems}')
-    .action(async (o: { tolerance?: string; maxMoves?: string; json?: boolean }) => {
-      const opts = { tolerance: numOpt(o.tolerance, '--tolerance'), maxMoves: maxMovesOpt(o.maxMoves) };
-      const p = await dryRun(cfg(), { kind: 'rebalance' }, opts);
+    .option('--headroom <f>', 'fraction of each shard kept free: every shard is brought under 1 − f of its capacity (default: config limits.headroomFraction)')
+    .option('--rate-window <duration>', "how long to sample each shard's write counters for writes/s (0: skip)", '1s')
+    .option(
+      '--json',
+      'as JSON: {scope, moves: [{unit, from, to, load, bytes, rows, estimatedSeconds, reason}], shards: [{..., bytesBefore, bytesAfter, utilisationBefore, utilisationAfter}], balanced, problems, dedicatedNeeded, measurement}',
+    )
+    .action(async (o: { tolerance?: string; maxMoves?: string; headroom?: string; rateWindow?: string; json?: boolean }) => {
+      const headroomFraction = numOpt(o.headroom, '--headroom');
+      if (headroomFraction !== undefined && headroomFraction >= 1) throw invalidInput(`--headroom must be below 1, got ${o.headroom}`);
+      const windowMs = o.rateWindow === undefined ? 1000 : parseDurationMs(o.rateWindow, '--rate-window');
+      const opts = { tolerance: numOpt(o.tolerance, '--tolerance'), maxMoves: maxMovesOpt(o.maxMoves), headroomFraction };
+      const p = await dryRun(cfg(), { kind: 'rebalance' }, opts, { windowMs });
       printResult(o.json, p, printPlan, { pretty: true });
     });
-  examples(plan, 'rebalance plan', 'rebalance plan --max-moves 5', "rebalance plan --json | jq '.moves[] | [.unit, .from, .to] | @tsv'");
+  examples(plan, 'rebalance plan', 'rebalance plan --headroom 0.3 --max-moves 5', "rebalance plan --json | jq '.moves[] | [.unit, .from, .to] | @tsv'");
 
   const start = startOptions(rebalance.command('start').description('plan and run the moves (one rebalance at a time)'))
     .option('--tolerance <f>', 'band around the fleet mean (default 0.2)')

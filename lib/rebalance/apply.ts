@@ -1,6 +1,6 @@
 // `rebalance apply --plan FILE`: a plan saved by `rebalance plan --json`, read and checked against
 // the directory as it is now before anything starts. Only each move's unit, from and to are needed
-// (load and reason are kept when present; any other field is ignored, so a richer plan format
+// (load, bytes and reason are kept when present; any other field is ignored, so a richer plan format
 // still applies). A stale or invalid plan is refused whole, one reason per bad move: each unit
 // must still be on its `from` shard and not moving, each target in the config's shard allowlist,
 // open and a place the unit may live (residency, dedication, class). Headroom is not re-checked
@@ -34,6 +34,7 @@ export function parsePlanFile(text: string, file: string): PlannedInputMove[] {
     const unit = validateUnitName(m.unit);
     const out: PlannedInputMove = { unit, from: m.from, to: m.to };
     if (typeof m.load === 'number' && Number.isFinite(m.load) && m.load >= 0) out.load = m.load;
+    if (typeof m.bytes === 'number' && Number.isFinite(m.bytes) && m.bytes >= 0) out.bytes = m.bytes;
     if (typeof m.reason === 'string') out.reason = m.reason.slice(0, 200);
     return out;
   });

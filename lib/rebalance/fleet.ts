@@ -4,6 +4,7 @@
 // not name counts for load but is never planned, since no move could select its rows). A unit on a
 // shard outside the allowlist is never planned either: nothing may connect to that shard.
 // Node-only (reads the directory); the arithmetic is lib/rebalance/plan.ts.
+import type { Pool } from 'pg';
 import type { Queryable } from '../directory/db';
 import type { Config } from '../config';
 import { listShards } from '../directory/shards';
@@ -11,20 +12,46 @@ import { listPlacements } from '../directory/placements';
 import { listOpenReservations } from '../directory/reservations';
 import { listResidency } from '../directory/policy';
 import { parseUnit } from '../buckets/units';
+import { measuredCopies } from '../directory/moves';
+import { estimateCopy } from '../move-progress';
+import { measureShard, SAMPLE_ROWS, type ShardMeasurement } from './measure';
 import { planMoves, type PlanOptions, type PlanScope, type RebalancePlan } from './plan';
 
-export async function planFromDirectory(directory: Queryable, config: Config, scope: PlanScope, opts: PlanOptions = {}): Promise<RebalancePlan> {
+/** `rebalance plan`: measure units on the shards (each by its config pool) and estimate each move's copy. */
+export interface MeasureOptions {
+  shardPool: (name: string) => Pool;
+  /** How long to sample each shard's write counters (0: skip). */
+  windowMs?: number;
+  sampleRows?: number;
+}
+
+export async function planFromDirectory(
+  directory: Queryable,
+  config: Config,
+  scope: PlanScope,
+  opts: PlanOptions = {},
+  measure?: MeasureOptions,
+): Promise<RebalancePlan> {
   const known = new Set(config.shards.map((s) => s.name));
   const shards = (await listShards(directory)).filter((s) => known.has(s.name));
+  // Measured sizes, per shard of the allowlist (one at a time: a plan is not a load test).
+  const measured = new Map<string, ShardMeasurement>();
+  if (measure) for (const s of shards) measured.set(s.name, await measureShard(measure.shardPool(s.name), config, s.name, measure));
+  const sizeOf = (unit: string, shard: string) => {
+    const m = measured.get(shard);
+    if (!m || m.error) return {};
+    return { bytes: m.units.get(unit)?.bytes ?? 0, rows: m.units.get(unit)?.rows ?? 0 };
+  };
   const { placements } = await listPlacements(directory);
   const datasets = new Set(config.datasets.map((d) => d.name));
   // A unit whose move holds a reservation is in flight (even before its freeze): never planned again.
   const inFlight = new Set((await listOpenReservations(directory)).map((r) => r.unit));
   const residency = await listResidency(directory);
-  return planMoves(
+  const plan = planMoves(
     shards.map((s) => ({
       name: s.name,
       capacity: s.capacity,
+      capacityBytes: s.capacityBytes,
       status: s.status,
       dedicatedTo: s.dedicatedTo,
       class: s.class,
@@ -35,6 +62,7 @@ export async function planFromDirectory(directory: Queryable, config: Config, sc
       unit: p.unit,
       shard: p.shard,
       load: p.expectedLoad,
+      ...sizeOf(p.unit, p.shard),
       state: inFlight.has(p.unit) ? 'moving' : p.state,
       regions: residency.get(p.unit) ?? null,
       // Nothing connects to a shard outside the config's allowlist: a unit there counts for
@@ -48,8 +76,37 @@ export async function planFromDirectory(directory: Queryable, config: Config, sc
           : {}),
     })),
     scope,
-    { headroomFraction: config.limits.headroomFraction, ...opts },
+    { ...opts, headroomFraction: opts.headroomFraction ?? config.limits.headroomFraction },
   );
+  if (!measure) return plan;
+  // Each move's copy at the throughput earlier moves measured (as `move plan` estimates one).
+  const rate = await measuredCopies(directory);
+  for (const m of plan.moves) m.estimatedSeconds = estimateCopy({ rows: m.rows ?? 0, bytes: m.bytes }, rate, config.limits.rowsPerSecond).seconds;
+  const e = estimateCopy({ rows: 0, bytes: 0 }, rate, config.limits.rowsPerSecond);
+  plan.measurement = {
+    method: `rows and bytes per unit from each tenant table (count and pg_column_size grouped by unit; a table over ${measure.sampleRows ?? SAMPLE_ROWS} rows by a TABLESAMPLE SYSTEM block sample, scaled), its on-disk size shared pro rata; writes per shard from pg_stat_user_tables`,
+    shards: [...measured.values()].map((m) => ({
+      shard: m.shard,
+      measured: !m.error,
+      exactTables: m.exactTables.length,
+      sampledTables: m.sampledTables.length,
+      writesPerSecond: m.writesPerSecond,
+      ...(m.error ? { error: m.error } : {}),
+    })),
+    units: placements
+      .filter((p) => measured.get(p.shard) && !measured.get(p.shard)!.error)
+      .map((p) => ({ unit: p.unit, shard: p.shard, ...(sizeOf(p.unit, p.shard) as { rows: number; bytes: number }) }))
+      .sort((a, b) => b.bytes - a.bytes || (a.unit < b.unit ? -1 : 1)),
+    copyRate: {
+      rowsPerSecond: e.rowsPerSecond,
+      bytesPerSecond: e.bytesPerSecond,
+      fromMoves: e.fromMoves,
+      ...(config.limits.rowsPerSecond ? { throttledTo: config.limits.rowsPerSecond } : {}),
+    },
+  };
+  for (const m of measured.values())
+    if (m.error) plan.problems.push(`${m.shard} could not be measured (${m.error}): its units are planned by the directory's expected load, with no bytes`);
+  return plan;
 }
 
 function bucketDataset(unit: string): string {

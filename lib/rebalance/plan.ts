@@ -1,15 +1,31 @@
-// The resharding planner: from the shards (status, capacity, dedication, region) and the units
-// (shard, expected load, residency) it proposes a short list of moves. Pure (no I/O): the same function answers
-// `rebalance plan`, `shards drain`, `tenant isolate` and the rebalance workflow's re-plans.
-// Invariants (test/unit/rebalance-plan.test.ts): every unit ends on one open shard it may live on,
-// no shard's usable capacity is exceeded even if every incoming move lands before any outgoing
-// one, no unit moves twice, and balancing stops at the first plan inside the tolerance.
+// The resharding planner: from the shards (status, capacity in load units and in bytes, dedication,
+// region) and the units (shard, expected load, measured bytes, residency) it proposes a short list
+// of moves. Pure (no I/O): the same function answers `rebalance plan`, `shards drain`, `tenant
+// isolate` and the rebalance workflow's re-plans.
+// A shard's utilisation is the larger of its two fractions: load / capacity and, when it has a
+// byte budget (`shards add --capacity-bytes`), bytes / capacityBytes. A rebalance plans in order:
+//  1. evacuate: units on a shard they may not stay on (not open, dedicated, outside residency);
+//  2. headroom: every open shared shard over its usable capacity, (1 − headroom) of each budget,
+//     sheds units until it is under, choosing them for the fewest bytes moved (a greedy cover:
+//     the cheapest single unit that covers what is over, or units by what they relieve per byte,
+//     whichever moves fewer bytes), each onto the eligible shard with the lowest utilisation after;
+//  3. evenness: while a shard's load is outside ±tolerance of the fleet's mean utilisation, the move
+//     from the most loaded shard that shrinks the band violation most (a unit near the size that
+//     would bring it or its target to the mean, found by binary search; fewer bytes on a tie).
+// A unit too big for every shared shard it may live on is named with the size of dedicated shard it
+// needs and the commands that make one (`dedicatedNeeded`), never silently left.
+// Invariants (test/unit/rebalance-plan*.test.ts): every unit ends on one open shard it may live on,
+// no shard's usable capacity (load or bytes) is exceeded even if every incoming move lands before
+// any outgoing one, no unit moves twice, and balancing stops at the first plan inside the tolerance.
+// Cost: O(units · log units + moves · shards · log units) (bench/planner.ts: 1,000 shards, 100,000 units).
 
 import { withinResidency } from '../directory/residency';
 
 export interface PlanShard {
   name: string;
   capacity: number;
+  /** Its disk budget in bytes (`shards add --capacity-bytes`); null or absent: bytes do not bound it. */
+  capacityBytes?: number | null;
   status: 'open' | 'closed' | 'draining';
   /** The tenant this shard is dedicated to (tenant isolate); nothing else is placed there. */
   dedicatedTo?: string | null;
@@ -25,6 +41,10 @@ export interface PlanUnit {
   unit: string;
   shard: string;
   load: number;
+  /** Its rows' bytes on its shard (measured: lib/rebalance/measure.ts); absent: 0 (not measured). */
+  bytes?: number;
+  /** Its rows on its shard (measured); absent: not measured. */
+  rows?: number;
   /** A unit already moving is left where the directory says; the planner never touches it. */
   state?: 'active' | 'moving';
   /** Its residency (`tenant residency`): the only regions it may live in; null or absent: any. */
@@ -38,6 +58,12 @@ export interface PlannedMove {
   from: string;
   to: string;
   load: number;
+  /** The unit's bytes (0 when not measured): what the move copies. */
+  bytes: number;
+  /** Its rows, when measured. */
+  rows?: number;
+  /** Seconds its copy should take at the copy rate earlier moves measured (`rebalance plan`); null: none measured. */
+  estimatedSeconds?: number | null;
   /** Why the move is in the plan, for the operator ("shard-a is draining", "shard-a 3.0 > 1.2"). */
   reason: string;
 }
@@ -46,11 +72,29 @@ export interface ShardSummary {
   name: string;
   status: string;
   capacity: number;
+  capacityBytes: number | null;
   dedicatedTo: string | null;
   loadBefore: number;
   loadAfter: number;
+  bytesBefore: number;
+  bytesAfter: number;
+  /** max(load / capacity, bytes / capacityBytes) before and after the plan (fractions). */
+  utilisationBefore: number;
+  utilisationAfter: number;
   unitsBefore: number;
   unitsAfter: number;
+}
+
+/** A unit too big for every shared shard it may live on: the dedicated shard it needs. */
+export interface DedicatedNeed {
+  unit: string;
+  shard: string;
+  load: number;
+  bytes: number;
+  /** The smallest capacities that hold it under the headroom. */
+  capacityOps: number;
+  capacityBytes: number | null;
+  commands: string[];
 }
 
 export type PlanScope = { kind: 'rebalance' } | { kind: 'drain'; shard: string } | { kind: 'isolate'; tenant: string; to?: string };
@@ -58,7 +102,7 @@ export type PlanScope = { kind: 'rebalance' } | { kind: 'drain'; shard: string }
 export interface PlanOptions {
   /** A shard is balanced when its utilisation is within ±tolerance (relative) of the fleet's mean. */
   tolerance?: number;
-  /** Fraction of capacity kept free on a target (limits.headroomFraction). */
+  /** Fraction of capacity kept free on a target, and the headroom every shard is brought under (limits.headroomFraction). */
   headroomFraction?: number;
   /** Units never planned (moves that failed in this run: the rebalancer never retries them blindly). */
   exclude?: readonly string[];
@@ -76,8 +120,24 @@ export interface RebalancePlan {
   balanced: boolean;
   /** What the plan could not do, as reasons an operator can read (empty: it does everything). */
   problems: string[];
+  /** Units too big for any shared shard (rebalance): each with the dedicated shard it needs. */
+  dedicatedNeeded?: DedicatedNeed[];
   /** For isolate: the shard that ends dedicated to the tenant. */
   dedicate?: { shard: string; tenant: string };
+  /** What was measured on the shards (`rebalance plan`; lib/rebalance/measure.ts), when it was. */
+  measurement?: PlanMeasurement;
+}
+
+/** How the plan's sizes and durations were obtained. */
+export interface PlanMeasurement {
+  /** How unit sizes were measured, in a sentence. */
+  method: string;
+  /** Per shard: measured (exact or sampled tables), or why not (its units keep the directory's expected load and no bytes). */
+  shards: { shard: string; measured: boolean; exactTables: number; sampledTables: number; writesPerSecond: number | null; error?: string }[];
+  /** Every placed unit on a measured shard: its rows and bytes there, largest first. */
+  units: { unit: string; shard: string; rows: number; bytes: number }[];
+  /** The copy rate move durations are estimated from (the `move.copied` audit entries of earlier moves); null rates: none measured. */
+  copyRate: { rowsPerSecond: number | null; bytesPerSecond: number | null; fromMoves: number; throttledTo?: number };
 }
 
 export const DEFAULT_TOLERANCE = 0.2;
@@ -87,10 +147,17 @@ interface Work {
   /** Current (planned) shard of every unit. */
   at: Map<string, string>;
   units: Map<string, PlanUnit>;
-  /** Load now, as the directory says, per shard. */
+  /** Load now, as the directory says, per shard (with reservations). */
   initial: Map<string, number>;
-  /** Load of the units planned into each shard (what it may hold mid-plan before any leaves). */
+  initialBytes: Map<string, number>;
+  /** Load and bytes of the units planned into each shard (what it may hold mid-plan before any leaves). */
   incoming: Map<string, number>;
+  incomingBytes: Map<string, number>;
+  /** Load and bytes of the units (planned) on each shard, reservations left out. */
+  cur: Map<string, number>;
+  curBytes: Map<string, number>;
+  /** Units (planned) on each shard. */
+  on: Map<string, Set<PlanUnit>>;
   moved: Set<string>;
   /** Units (planned) on each shard: the tie-break that spreads units of equal load (buckets at load 0). */
   count: Map<string, number>;
@@ -101,11 +168,13 @@ interface Work {
 }
 
 const usable = (s: PlanShard, headroom: number) => s.capacity * (1 - headroom);
+const usableBytes = (s: PlanShard, headroom: number) => (s.capacityBytes ? s.capacityBytes * (1 - headroom) : Number.POSITIVE_INFINITY);
+const bytesOf = (u: PlanUnit) => u.bytes ?? 0;
 
-function loadOf(w: Work, shard: string): number {
-  let sum = 0;
-  for (const [u, s] of w.at) if (s === shard) sum += w.units.get(u)!.load;
-  return sum;
+/** max(load / capacity, bytes / capacityBytes): the shard's fuller budget. */
+function utilisation(s: PlanShard, load: number, bytes: number): number {
+  const ops = s.capacity > 0 ? load / s.capacity : load > 0 ? Number.POSITIVE_INFINITY : 0;
+  return s.capacityBytes ? Math.max(ops, bytes / s.capacityBytes) : ops;
 }
 
 /** Whether `shard` is inside `unit`'s residency (a shard with no region is inside none). */
@@ -113,28 +182,47 @@ function resides(unit: PlanUnit, shard: PlanShard): boolean {
   return withinResidency(shard.region, unit.regions);
 }
 
-/** May `unit` be placed on `shard`: open, not dedicated to another tenant, inside its residency, room even mid-plan. */
-function fits(w: Work, unit: PlanUnit, shard: PlanShard): boolean {
+/** Whether policy lets `unit` live on `shard` (room aside): open, not dedicated to another tenant, inside its residency. */
+function eligible(unit: PlanUnit, shard: PlanShard): boolean {
   if (shard.status !== 'open') return false;
   if (!resides(unit, shard)) return false;
   if (shard.dedicatedTo && shard.dedicatedTo !== unit.unit) return false;
   if (shard.class === 'dedicated' && shard.dedicatedTo !== unit.unit) return false;
+  return true;
+}
+
+/** May `unit` be placed on `shard`: eligible, and room for its load and bytes even mid-plan. */
+function fits(w: Work, unit: PlanUnit, shard: PlanShard): boolean {
+  if (!eligible(unit, shard)) return false;
   const worst = (w.initial.get(shard.name) ?? 0) + (w.incoming.get(shard.name) ?? 0) + unit.load;
-  return worst <= usable(shard, w.headroom) + 1e-9;
+  if (worst > usable(shard, w.headroom) + 1e-9) return false;
+  if (!shard.capacityBytes) return true;
+  const worstBytes = (w.initialBytes.get(shard.name) ?? 0) + (w.incomingBytes.get(shard.name) ?? 0) + bytesOf(unit);
+  return worstBytes <= usableBytes(shard, w.headroom) + 1e-9;
 }
 
 function movable(w: Work, u: PlanUnit): boolean {
   return u.state !== 'moving' && !u.unmovable && !w.moved.has(u.unit) && !w.exclude.has(u.unit) && (!w.only || w.only.has(u.unit));
 }
 
+const add = (m: Map<string, number>, k: string, d: number) => m.set(k, (m.get(k) ?? 0) + d);
+
 function addMove(w: Work, u: PlanUnit, to: string, reason: string) {
   const from = w.at.get(u.unit)!;
-  w.moves.push({ unit: u.unit, from, to, load: u.load, reason });
+  w.moves.push({ unit: u.unit, from, to, load: u.load, bytes: bytesOf(u), ...(u.rows !== undefined ? { rows: u.rows } : {}), reason });
   w.at.set(u.unit, to);
   w.moved.add(u.unit);
-  w.incoming.set(to, (w.incoming.get(to) ?? 0) + u.load);
-  w.count.set(from, (w.count.get(from) ?? 0) - 1);
-  w.count.set(to, (w.count.get(to) ?? 0) + 1);
+  add(w.incoming, to, u.load);
+  add(w.incomingBytes, to, bytesOf(u));
+  add(w.cur, from, -u.load);
+  add(w.cur, to, u.load);
+  add(w.curBytes, from, -bytesOf(u));
+  add(w.curBytes, to, bytesOf(u));
+  w.on.get(from)?.delete(u);
+  if (!w.on.has(to)) w.on.set(to, new Set());
+  w.on.get(to)!.add(u);
+  add(w.count, from, -1);
+  add(w.count, to, 1);
 }
 
 function start(shards: readonly PlanShard[], units: readonly PlanUnit[], opts: PlanOptions): Work {
@@ -143,7 +231,12 @@ function start(shards: readonly PlanShard[], units: readonly PlanUnit[], opts: P
     at: new Map(),
     units: new Map(),
     initial: new Map(shards.map((s) => [s.name, s.reserved ?? 0])),
+    initialBytes: new Map(),
     incoming: new Map(),
+    incomingBytes: new Map(),
+    cur: new Map(),
+    curBytes: new Map(),
+    on: new Map(shards.map((s) => [s.name, new Set<PlanUnit>()])),
     moved: new Set(),
     count: new Map(),
     moves: [],
@@ -154,10 +247,45 @@ function start(shards: readonly PlanShard[], units: readonly PlanUnit[], opts: P
   for (const u of [...units].sort((a, b) => (a.unit < b.unit ? -1 : 1))) {
     w.units.set(u.unit, u);
     w.at.set(u.unit, u.shard);
-    w.initial.set(u.shard, (w.initial.get(u.shard) ?? 0) + u.load);
-    w.count.set(u.shard, (w.count.get(u.shard) ?? 0) + 1);
+    add(w.initial, u.shard, u.load);
+    add(w.initialBytes, u.shard, bytesOf(u));
+    add(w.cur, u.shard, u.load);
+    add(w.curBytes, u.shard, bytesOf(u));
+    if (!w.on.has(u.shard)) w.on.set(u.shard, new Set());
+    w.on.get(u.shard)!.add(u);
+    add(w.count, u.shard, 1);
   }
   return w;
+}
+
+const curUtil = (w: Work, s: PlanShard, extraLoad = 0, extraBytes = 0) =>
+  utilisation(s, (w.cur.get(s.name) ?? 0) + extraLoad, (w.curBytes.get(s.name) ?? 0) + extraBytes);
+
+/** The eligible shard (other than the unit's own) with the lowest utilisation after taking `u`, then fewer units; undefined: none has room. */
+function bestTarget(w: Work, u: PlanUnit, candidates: Iterable<PlanShard>): PlanShard | undefined {
+  let best: { s: PlanShard; util: number; n: number } | undefined;
+  const here = w.at.get(u.unit);
+  for (const s of candidates) {
+    if (s.name === here || !fits(w, u, s)) continue;
+    const c = { s, util: curUtil(w, s, u.load, bytesOf(u)), n: w.count.get(s.name) ?? 0 };
+    if (!best) {
+      best = c;
+      continue;
+    }
+    // A unit of load 0 and no bytes (a bucket: dataset init records none) adds load nowhere, so
+    // for it the fewest units come first: a drained dataset spreads instead of piling onto one shard.
+    const byUtil = Math.abs(c.util - best.util) <= 1e-12 ? 0 : c.util - best.util;
+    const byCount = c.n - best.n;
+    const order = u.load === 0 && bytesOf(u) === 0 ? [byCount, byUtil] : [byUtil, byCount];
+    let d = 0;
+    for (const x of order)
+      if (x !== 0) {
+        d = x;
+        break;
+      }
+    if (d < 0 || (d === 0 && s.name < best.s.name)) best = c;
+  }
+  return best?.s;
 }
 
 /** Units on a shard they may not stay on (not open, or dedicated to another tenant), largest first. */
@@ -165,7 +293,8 @@ function evacuate(w: Work, problems: string[], mustLeave: (u: PlanUnit, s: PlanS
   const leaving = [...w.units.values()]
     .map((u) => ({ u, why: mustLeave(u, w.shards.get(w.at.get(u.unit)!)) }))
     .filter((x): x is { u: PlanUnit; why: string } => !!x.why)
-    .sort((a, b) => b.u.load - a.u.load || (a.u.unit < b.u.unit ? -1 : 1));
+    .sort((a, b) => b.u.load - a.u.load || bytesOf(b.u) - bytesOf(a.u) || (a.u.unit < b.u.unit ? -1 : 1));
+  let heap: TargetHeap | undefined;
   for (const { u, why } of leaving) {
     if (!movable(w, u)) {
       const stays = u.unmovable ?? (u.state === 'moving' ? 'is moving already' : 'is excluded from this run');
@@ -176,27 +305,25 @@ function evacuate(w: Work, problems: string[], mustLeave: (u: PlanUnit, s: PlanS
       problems.push(`${u.unit} must leave ${w.at.get(u.unit)} (${why}) but the plan is at its limit of ${maxMoves} moves`);
       continue;
     }
-    // The eligible shard with the lowest utilisation after taking the unit, then the one holding
-    // fewer units. A unit of load 0 (a bucket: dataset init records none) adds load nowhere, so for
-    // it the fewest units come first: a drained dataset spreads instead of piling onto one shard.
-    let best: { s: PlanShard; util: number; n: number } | undefined;
-    const before = (a: { util: number; n: number; name: string }, b: { util: number; n: number; name: string }) => {
-      const byUtil = Math.abs(a.util - b.util) <= 1e-12 ? 0 : a.util - b.util;
-      const byCount = a.n - b.n;
-      const order = u.load === 0 ? [byCount, byUtil] : [byUtil, byCount];
-      for (const d of order) if (d !== 0) return d < 0;
-      return a.name < b.name;
-    };
-    for (const s of w.shards.values()) {
-      if (s.name === w.at.get(u.unit) || !fits(w, u, s)) continue;
-      const c = { util: (loadOf(w, s.name) + u.load) / s.capacity, n: w.count.get(s.name) ?? 0, name: s.name };
-      if (!best || before(c, { util: best.util, n: best.n, name: best.s.name })) best = { s, util: c.util, n: c.n };
-    }
-    if (!best) {
-      problems.push(`no open shard has room for ${u.unit} (load ${u.load}), which must leave ${w.at.get(u.unit)} (${why}): add a shard or raise capacity`);
+    // A unit with a size takes the least utilised shard it fits (a heap); a unit of none the fewest units (a scan).
+    const sized = u.load > 0 || bytesOf(u) > 0;
+    heap ??= sized
+      ? new TargetHeap(
+          w,
+          [...w.shards.values()].filter((s) => s.status === 'open'),
+        )
+      : undefined;
+    const to = sized ? heap!.take(u) : bestTarget(w, u, w.shards.values());
+    if (!to) {
+      problems.push(
+        `no open shard has room for ${u.unit} (load ${u.load}${u.bytes ? `, ${u.bytes} bytes` : ''}), which must leave ${w.at.get(u.unit)} (${why}): add a shard or raise capacity`,
+      );
       continue;
     }
-    addMove(w, u, best.s.name, why);
+    const from = w.shards.get(w.at.get(u.unit)!);
+    addMove(w, u, to.name, why);
+    heap?.push(to);
+    if (from?.status === 'open') heap?.push(from);
   }
 }
 
@@ -205,66 +332,341 @@ function balanceSet(w: Work): PlanShard[] {
   return [...w.shards.values()].filter((s) => s.status === 'open' && !s.dedicatedTo && s.class !== 'dedicated');
 }
 
-/** How far outside the band [mean·(1−tol), mean·(1+tol)] of utilisation each shard is, summed (in load units). */
-function violation(w: Work, set: PlanShard[], mean: number, tol: number, loads: Map<string, number>): number {
-  let v = 0;
-  for (const s of set) {
-    const l = loads.get(s.name)!;
-    const hi = s.capacity * mean * (1 + tol);
-    const lo = s.capacity * mean * (1 - tol);
-    v += Math.max(0, l - hi) + Math.max(0, lo - l);
-  }
-  return v;
+/** What a shard holds beyond its usable budgets (load, bytes), each ≥ 0. */
+function overBy(w: Work, s: PlanShard): { ops: number; bytes: number } {
+  const ops = Math.max(0, (w.cur.get(s.name) ?? 0) + (s.reserved ?? 0) - usable(s, w.headroom));
+  const bytes = s.capacityBytes ? Math.max(0, (w.curBytes.get(s.name) ?? 0) - usableBytes(s, w.headroom)) : 0;
+  return { ops: ops > 1e-9 ? ops : 0, bytes: bytes > 1e-9 ? bytes : 0 };
 }
 
-/** Balancing moves: each the single move that shrinks the band violation most, until none does. */
+/**
+ * The units whose moves relieve `need` with the fewest bytes (greedy): the cheapest single unit
+ * covering all of it, or units by what they relieve per byte until covered, whichever is fewer bytes.
+ */
+function cheapestCover(cands: readonly PlanUnit[], need: { ops: number; bytes: number }): PlanUnit[] {
+  const covers = (u: PlanUnit) => u.load >= need.ops - 1e-9 && bytesOf(u) >= need.bytes - 1e-9;
+  const relief = (u: PlanUnit, n: { ops: number; bytes: number }) =>
+    (n.ops > 0 ? Math.min(u.load, n.ops) / n.ops : 0) + (n.bytes > 0 ? Math.min(bytesOf(u), n.bytes) / n.bytes : 0);
+  let single: PlanUnit | undefined;
+  for (const u of cands) if (covers(u) && (!single || bytesOf(u) < bytesOf(single) || (bytesOf(u) === bytesOf(single) && u.load < single.load))) single = u;
+  const ranked = cands
+    .filter((u) => relief(u, need) > 0)
+    .map((u) => ({ u, r: relief(u, need) / Math.max(bytesOf(u), 1) }))
+    .sort((a, b) => b.r - a.r || bytesOf(a.u) - bytesOf(b.u) || (a.u.unit < b.u.unit ? -1 : 1));
+  const seq: PlanUnit[] = [];
+  const left = { ...need };
+  let seqBytes = 0;
+  for (const { u } of ranked) {
+    if (left.ops <= 1e-9 && left.bytes <= 1e-9) break;
+    if (relief(u, left) <= 0) continue;
+    seq.push(u);
+    seqBytes += bytesOf(u);
+    left.ops -= u.load;
+    left.bytes -= bytesOf(u);
+  }
+  const seqCovers = left.ops <= 1e-9 && left.bytes <= 1e-9;
+  if (single && (!seqCovers || bytesOf(single) <= seqBytes)) return [single];
+  return seq;
+}
+
+/**
+ * Shards by utilisation, lowest first (a binary heap with lazy entries: a shard whose utilisation
+ * changed is pushed again and its stale entry skipped), for picking targets without a scan.
+ */
+class TargetHeap {
+  private heap: { util: number; name: string; stamp: number }[] = [];
+  private stamps = new Map<string, number>();
+  constructor(
+    private readonly w: Work,
+    shards: readonly PlanShard[],
+  ) {
+    for (const s of shards) this.push(s);
+  }
+  push(s: PlanShard) {
+    const stamp = (this.stamps.get(s.name) ?? 0) + 1;
+    this.stamps.set(s.name, stamp);
+    this.heap.push({ util: curUtil(this.w, s), name: s.name, stamp });
+    this.up(this.heap.length - 1);
+  }
+  /** The lowest-utilisation shard `u` fits on (other than its own), or undefined; every live entry stays. */
+  take(u: PlanUnit): PlanShard | undefined {
+    const popped: { util: number; name: string; stamp: number }[] = [];
+    let found: PlanShard | undefined;
+    while (this.heap.length) {
+      const top = this.pop()!;
+      if (this.stamps.get(top.name) !== top.stamp) continue;
+      popped.push(top);
+      const s = this.w.shards.get(top.name)!;
+      if (s.name !== this.w.at.get(u.unit) && fits(this.w, u, s)) {
+        found = s;
+        break;
+      }
+    }
+    for (const x of popped) {
+      this.heap.push(x);
+      this.up(this.heap.length - 1);
+    }
+    return found;
+  }
+  private less(a: { util: number; name: string }, b: { util: number; name: string }) {
+    return a.util < b.util || (a.util === b.util && a.name < b.name);
+  }
+  private up(i: number) {
+    const h = this.heap;
+    while (i > 0) {
+      const p = (i - 1) >> 1;
+      if (!this.less(h[i], h[p])) break;
+      [h[i], h[p]] = [h[p], h[i]];
+      i = p;
+    }
+  }
+  private pop() {
+    const h = this.heap;
+    const top = h[0];
+    const last = h.pop()!;
+    if (h.length) {
+      h[0] = last;
+      let i = 0;
+      for (;;) {
+        const l = 2 * i + 1;
+        const r = l + 1;
+        let m = i;
+        if (l < h.length && this.less(h[l], h[m])) m = l;
+        if (r < h.length && this.less(h[r], h[m])) m = r;
+        if (m === i) break;
+        [h[i], h[m]] = [h[m], h[i]];
+        i = m;
+      }
+    }
+    return top;
+  }
+}
+
+/**
+ * Headroom: every open shared shard over its usable budgets sheds units (the fewest bytes that
+ * cover what it holds over) until it is under, each onto the eligible shard with the lowest
+ * utilisation that has room for it even mid-plan.
+ */
+function relieve(w: Work, problems: string[], maxMoves: number) {
+  const set = balanceSet(w);
+  const over = set.filter((s) => {
+    const o = overBy(w, s);
+    return o.ops > 0 || o.bytes > 0;
+  });
+  if (!over.length) return;
+  over.sort((a, b) => curUtil(w, b) - curUtil(w, a) || (a.name < b.name ? -1 : 1));
+  const heap = new TargetHeap(w, set);
+  for (const s of over) {
+    const tried = new Set<PlanUnit>();
+    let stuck = false;
+    while (!stuck) {
+      const need = overBy(w, s);
+      if (need.ops <= 0 && need.bytes <= 0) break;
+      const cands = [...(w.on.get(s.name) ?? [])].filter((u) => movable(w, u) && !tried.has(u) && (u.load > 0 || bytesOf(u) > 0));
+      const pick = cheapestCover(cands, need);
+      if (!pick.length) {
+        problems.push(
+          `${s.name} stays over its headroom (${pct(curUtil(w, s))} > ${pct(1 - w.headroom)}): no unmoved unit on it fits on another eligible shard`,
+        );
+        break;
+      }
+      // Place the whole cover; a unit with no room anywhere is set aside and the cover chosen again.
+      for (const u of pick) {
+        if (w.moves.length >= maxMoves) {
+          problems.push(`${s.name} stays over its headroom (${pct(curUtil(w, s))} > ${pct(1 - w.headroom)}): the plan is at its limit of ${maxMoves} moves`);
+          stuck = true;
+          break;
+        }
+        tried.add(u);
+        const to = heap.take(u);
+        if (!to) continue;
+        addMove(w, u, to.name, `${s.name} at ${pct(curUtil(w, s))} is over its headroom (usable ${pct(1 - w.headroom)} of capacity)`);
+        heap.push(to);
+        heap.push(s);
+        const left = overBy(w, s);
+        if (left.ops <= 0 && left.bytes <= 0) break;
+      }
+    }
+  }
+}
+
+/** Units too big for every open shared shard they may live on, even empty: each with the dedicated shard it needs. */
+function dedicatedNeeds(w: Work): DedicatedNeed[] {
+  const shared = balanceSet(w);
+  if (!shared.length) return [];
+  // Per residency: the smallest usable budgets among the shards it may use, so most units (those
+  // under both) are settled without a scan of the shards.
+  const floor = new Map<string, { shards: PlanShard[]; ops: number; bytes: number }>();
+  const floorOf = (u: PlanUnit) => {
+    const key = u.regions ? u.regions.join(',') : '';
+    let f = floor.get(key);
+    if (!f) {
+      const inside = shared.filter((x) => resides(u, x));
+      f = {
+        shards: inside,
+        ops: Math.min(...inside.map((x) => usable(x, w.headroom))),
+        bytes: Math.min(...inside.map((x) => usableBytes(x, w.headroom))),
+      };
+      floor.set(key, f);
+    }
+    return f;
+  };
+  const out: DedicatedNeed[] = [];
+  for (const u of w.units.values()) {
+    const s = w.shards.get(w.at.get(u.unit)!);
+    if (!s || s.dedicatedTo === u.unit) continue;
+    const f = floorOf(u);
+    // No shared shard inside its residency at all: a residency problem (named by evacuate), not its size.
+    if (!f.shards.length) continue;
+    if (u.load <= f.ops + 1e-9 && bytesOf(u) <= f.bytes + 1e-9) continue;
+    if (f.shards.some((x) => u.load <= usable(x, w.headroom) + 1e-9 && bytesOf(u) <= usableBytes(x, w.headroom) + 1e-9)) continue;
+    const keep = 1 - w.headroom;
+    const capacityOps = Math.max(1, Math.ceil(u.load / keep));
+    const capacityBytes = bytesOf(u) > 0 ? Math.ceil(bytesOf(u) / keep) : null;
+    const region = u.regions?.length ? ` --region ${u.regions[0]}` : '';
+    out.push({
+      unit: u.unit,
+      shard: s.name,
+      load: u.load,
+      bytes: bytesOf(u),
+      capacityOps,
+      capacityBytes,
+      commands: [
+        `shardctl shards add NEW_SHARD --dsn-env NEW_SHARD_DSN --bucket NEW_BUCKET --class dedicated --capacity-ops ${capacityOps}${capacityBytes ? ` --capacity-bytes ${capacityBytes}` : ''}${region}`,
+        `shardctl tenant isolate --tenant ${u.unit} --to NEW_SHARD`,
+      ],
+    });
+  }
+  return out.sort((a, b) => b.bytes - a.bytes || b.load - a.load || (a.unit < b.unit ? -1 : 1));
+}
+
+/** Band violation of one shard with load `l`: how far outside [mean·(1−tol), mean·(1+tol)]·capacity. */
+function bandViolation(s: PlanShard, l: number, mean: number, tol: number): number {
+  const hi = s.capacity * mean * (1 + tol);
+  const lo = s.capacity * mean * (1 - tol);
+  return Math.max(0, l - hi) + Math.max(0, lo - l);
+}
+
+/** The `k` least elements of `xs` that `keep` accepts, by `cmp`, in order (a bounded insertion: O(n·k), k small). */
+function leastOf<T>(xs: readonly T[], k: number, cmp: (a: T, b: T) => number, keep: (x: T) => boolean): T[] {
+  const out: T[] = [];
+  for (const x of xs) {
+    if (!keep(x)) continue;
+    if (out.length === k && cmp(x, out[k - 1]) >= 0) continue;
+    let i = out.length === k ? k - 1 : out.length;
+    if (out.length < k) out.push(x);
+    while (i > 0 && cmp(x, out[i - 1]) < 0) {
+      out[i] = out[i - 1];
+      i--;
+    }
+    out[i] = x;
+  }
+  return out;
+}
+
+/** First index in `arr` (sorted by load ascending) whose load is > x. */
+function upperBound(arr: readonly PlanUnit[], x: number): number {
+  let lo = 0;
+  let hi = arr.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (arr[mid].load <= x) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+const byLoadThenBytes = (a: PlanUnit, b: PlanUnit) => a.load - b.load || bytesOf(a) - bytesOf(b) || (a.unit < b.unit ? -1 : 1);
+/** How many units either side of the ideal size are tried for a pair (those that do not fit are skipped). */
+const PROBE = 8;
+/** How many more targets a source tries once it has a candidate move. */
+const PROBE_TARGETS = 16;
+
+/**
+ * Balancing moves: from the most loaded shard above the mean, the move (to a shard below the
+ * mean) that shrinks the band violation most, until none does. A pair's candidate units are those
+ * nearest the size that brings either shard to the mean (binary search in each shard's units
+ * sorted by load), so a move costs O(shards · log units), not O(shards² · units).
+ */
 function balance(w: Work, tol: number, maxMoves: number): boolean {
   const set = balanceSet(w);
   if (set.length < 2) return true;
-  const names = new Set(set.map((s) => s.name));
-  const loads = new Map(set.map((s) => [s.name, loadOf(w, s.name)]));
+  const loads = new Map(set.map((s) => [s.name, w.cur.get(s.name) ?? 0]));
   const total = [...loads.values()].reduce((a, b) => a + b, 0);
   const mean = total / set.reduce((a, s) => a + s.capacity, 0);
-  const unitsOn = new Map<string, PlanUnit[]>(set.map((s) => [s.name, []]));
-  for (const [u, s] of w.at) if (names.has(s)) unitsOn.get(s)!.push(w.units.get(u)!);
-  for (let v = violation(w, set, mean, tol, loads); v > 1e-9;) {
+  if (!Number.isFinite(mean)) return true;
+  const sorted = new Map<string, PlanUnit[]>(
+    set.map((s) => [s.name, [...(w.on.get(s.name) ?? [])].filter((u) => movable(w, u) && u.load > 0).sort(byLoadThenBytes)]),
+  );
+  const viol = (s: PlanShard, l: number) => bandViolation(s, l, mean, tol);
+  let v = set.reduce((a, s) => a + viol(s, loads.get(s.name)!), 0);
+  // A source from which no move improved is not tried again (nothing moves onto a shard above
+  // the mean): each round costs O(shards) plus a few binary searches.
+  const exhausted = new Set<string>();
+  // Each shard's utilisation, kept up to date as moves land (no allocation per round).
+  const keyed = set.map((s) => ({ s, util: loads.get(s.name)! / s.capacity }));
+  const entry = new Map(keyed.map((x) => [x.s.name, x]));
+  const byUtil = (x: { s: PlanShard; util: number }, y: { s: PlanShard; util: number }) => x.util - y.util || (x.s.name < y.s.name ? -1 : 1);
+  while (v > 1e-9) {
     if (w.moves.length >= maxMoves) return false;
-    let best: { u: PlanUnit; from: string; to: PlanShard; v: number } | undefined;
-    for (const from of set) {
-      if (loads.get(from.name)! / from.capacity <= mean) continue;
-      for (const u of unitsOn.get(from.name)!) {
-        if (!movable(w, u) || u.load <= 0) continue;
-        for (const to of set) {
-          if (to === from || loads.get(to.name)! / to.capacity >= mean || !fits(w, u, to)) continue;
-          loads.set(from.name, loads.get(from.name)! - u.load);
-          loads.set(to.name, loads.get(to.name)! + u.load);
-          const nv = violation(w, set, mean, tol, loads);
-          loads.set(from.name, loads.get(from.name)! + u.load);
-          loads.set(to.name, loads.get(to.name)! - u.load);
-          if (nv >= v - 1e-9) continue;
-          // Most improvement first; then the lighter unit (less to copy), then by name: deterministic.
-          if (!best || nv < best.v - 1e-9 || (Math.abs(nv - best.v) <= 1e-9 && (u.load < best.u.load || (u.load === best.u.load && u.unit < best.u.unit))))
-            best = { u, from: from.name, to, v: nv };
-        }
+    // The most loaded source not yet exhausted, by a scan.
+    let src: { s: PlanShard; util: number } | undefined;
+    for (const x of keyed) if (x.util > mean + 1e-12 && !exhausted.has(x.s.name) && (!src || byUtil(x, src) > 0)) src = x;
+    if (!src) return false;
+    const from = src.s;
+    const isUnder = (x: { util: number }) => x.util < mean - 1e-12;
+    // The least loaded targets first (a partial selection); all of them only when those give nothing.
+    const few = leastOf(keyed, PROBE_TARGETS + 1, byUtil, isUnder);
+    const arr = sorted.get(from.name)!;
+    const lf = loads.get(from.name)!;
+    let best: { u: PlanUnit; to: PlanShard; d: number } | undefined;
+    const tryTargets = (targets: readonly { s: PlanShard }[], probes: number) => {
+      for (const { s: to } of targets) {
+        const lt = loads.get(to.name)!;
+        const ideal = Math.min(lf - from.capacity * mean, to.capacity * mean - lt);
+        const at = upperBound(arr, ideal + 1e-12);
+        const probe = (i: number) => {
+          const u = arr[i];
+          if (!movable(w, u) || !fits(w, u, to)) return false;
+          const d = viol(from, lf - u.load) + viol(to, lt + u.load) - viol(from, lf) - viol(to, lt);
+          if (d >= -1e-9) return true;
+          // Most improvement first; then the lighter unit, fewer bytes (less to copy), then by name: deterministic.
+          if (
+            !best ||
+            d < best.d - 1e-9 ||
+            (Math.abs(d - best.d) <= 1e-9 && (byLoadThenBytes(u, best.u) < 0 || (byLoadThenBytes(u, best.u) === 0 && to.name < best.to.name)))
+          )
+            best = { u, to, d };
+          return true;
+        };
+        // Downwards from the ideal size (the largest units not above it), then upwards.
+        for (let i = at - 1, seen = 0; i >= 0 && seen < probes; i--) if (probe(i)) seen++;
+        for (let i = at, seen = 0; i < arr.length && seen < probes; i++) if (probe(i)) seen++;
       }
+    };
+    tryTargets(few, PROBE);
+    // The rest with fewer probes each: a source is given up on after one such pass.
+    if (!best && few.length > PROBE_TARGETS) tryTargets(keyed.filter(isUnder).sort(byUtil), 2);
+    if (!best) {
+      // No move off it improves now; its load only falls from here, so it is not tried again.
+      exhausted.add(from.name);
+      continue;
     }
     if (!best) return false;
-    const fromLoad = loads.get(best.from)!;
-    const fromCap = w.shards.get(best.from)!.capacity;
+    const b: { u: PlanUnit; to: PlanShard; d: number } & { from: PlanShard } = { ...(best as { u: PlanUnit; to: PlanShard; d: number }), from };
+    const fromLoad = loads.get(b.from.name)!;
     addMove(
       w,
-      best.u,
-      best.to.name,
-      `${best.from} load ${fmt(fromLoad)} (${pct(fromLoad / fromCap)}) is above the fleet mean ${pct(mean)} by more than ${pct(tol)}; ${best.to.name} is below it`,
+      b.u,
+      b.to.name,
+      `${b.from.name} load ${fmt(fromLoad)} (${pct(fromLoad / b.from.capacity)}) is above the fleet mean ${pct(mean)} by more than ${pct(tol)}; ${b.to.name} is below it`,
     );
-    loads.set(best.from, fromLoad - best.u.load);
-    loads.set(best.to.name, loads.get(best.to.name)! + best.u.load);
-    unitsOn.set(
-      best.from,
-      unitsOn.get(best.from)!.filter((x) => x !== best!.u),
-    );
-    unitsOn.get(best.to.name)!.push(best.u);
-    v = best.v;
+    loads.set(b.from.name, fromLoad - b.u.load);
+    loads.set(b.to.name, loads.get(b.to.name)! + b.u.load);
+    entry.get(b.from.name)!.util = loads.get(b.from.name)! / b.from.capacity;
+    entry.get(b.to.name)!.util = loads.get(b.to.name)! / b.to.capacity;
+    arr.splice(arr.indexOf(b.u), 1);
+    v += b.d;
   }
   return true;
 }
@@ -273,20 +675,39 @@ const fmt = (n: number) => String(Math.round(n * 100) / 100);
 const pct = (f: number) => `${Math.round(f * 1000) / 10}%`;
 
 function summarize(w: Work): ShardSummary[] {
+  const before = new Map<string, { load: number; bytes: number; n: number }>();
+  const after = new Map<string, { load: number; bytes: number; n: number }>();
+  const bump = (m: typeof before, k: string, u: PlanUnit) => {
+    const x = m.get(k) ?? { load: 0, bytes: 0, n: 0 };
+    x.load += u.load;
+    x.bytes += bytesOf(u);
+    x.n++;
+    m.set(k, x);
+  };
+  for (const u of w.units.values()) {
+    bump(before, u.shard, u);
+    bump(after, w.at.get(u.unit)!, u);
+  }
+  const none = { load: 0, bytes: 0, n: 0 };
   return [...w.shards.values()]
     .sort((a, b) => (a.name < b.name ? -1 : 1))
     .map((s) => {
-      const before = [...w.units.values()].filter((u) => u.shard === s.name);
-      const after = [...w.at].filter(([, sh]) => sh === s.name).map(([u]) => w.units.get(u)!);
+      const b = before.get(s.name) ?? none;
+      const a = after.get(s.name) ?? none;
       return {
         name: s.name,
         status: s.status,
         capacity: s.capacity,
+        capacityBytes: s.capacityBytes ?? null,
         dedicatedTo: s.dedicatedTo ?? null,
-        loadBefore: before.reduce((a, u) => a + u.load, 0),
-        loadAfter: after.reduce((a, u) => a + u.load, 0),
-        unitsBefore: before.length,
-        unitsAfter: after.length,
+        loadBefore: b.load,
+        loadAfter: a.load,
+        bytesBefore: b.bytes,
+        bytesAfter: a.bytes,
+        utilisationBefore: utilisation(s, b.load, b.bytes),
+        utilisationAfter: utilisation(s, a.load, a.bytes),
+        unitsBefore: b.n,
+        unitsAfter: a.n,
       };
     });
 }
@@ -333,13 +754,21 @@ export function planMoves(shards: readonly PlanShard[], units: readonly PlanUnit
       else addMove(w, t, dedicate!.shard, `isolate ${t.unit} on ${dedicate!.shard}, which holds no other unit`);
     }
     evacuate(w, problems, (u, s) => (s?.name === dedicate!.shard && u.unit !== t.unit ? `${s.name} is being dedicated to ${t.unit}` : undefined), maxMoves);
-  } else evacuate(w, problems, stayProblem, maxMoves);
+  } else {
+    evacuate(w, problems, stayProblem, maxMoves);
+    relieve(w, problems, maxMoves);
+  }
   const balanced = scope.kind === 'rebalance' ? balance(w, tol, maxMoves) : true;
+  const dedicatedNeeded = scope.kind === 'rebalance' ? dedicatedNeeds(w) : [];
+  for (const d of dedicatedNeeded)
+    problems.push(
+      `${d.unit} (load ${d.load}${d.bytes ? `, ${d.bytes} bytes` : ''}) is too big for any shared shard under the headroom: give it a dedicated shard of capacity ${d.capacityOps}${d.capacityBytes ? ` and ${d.capacityBytes} bytes` : ''}: ${d.commands.join(' && ')}`,
+    );
   if (!balanced && w.moves.length >= maxMoves)
     problems.push(`the plan stops at its limit of ${maxMoves} move(s): the fleet stays outside ±${pct(tol)} of the mean`);
   else if (!balanced)
     problems.push(`the fleet stays outside ±${pct(tol)} of the mean: no single further move of an unmoved unit brings it closer within capacity`);
-  return { scope, moves: w.moves, shards: summarize(w), balanced, problems, dedicate };
+  return { scope, moves: w.moves, shards: summarize(w), balanced, problems, ...(scope.kind === 'rebalance' ? { dedicatedNeeded } : {}), dedicate };
 }
 
 /**
@@ -360,7 +789,8 @@ function isolationShard(shards: readonly PlanShard[], units: readonly PlanUnit[]
         resides(t, s) &&
         !units.some((u) => u.shard === s.name) &&
         !s.reserved &&
-        t.load <= usable(s, headroom),
+        t.load <= usable(s, headroom) &&
+        bytesOf(t) <= usableBytes(s, headroom),
     )
     // A shard added for isolation (class dedicated) first, then the largest.
     .sort((a, b) => Number(b.class === 'dedicated') - Number(a.class === 'dedicated') || b.capacity - a.capacity || (a.name < b.name ? -1 : 1));
@@ -400,6 +830,8 @@ function namedIsolationShard(
     );
   if (s.reserved) return why('a move onto it is in flight');
   if (t.shard !== to && t.load > usable(s, headroom)) return why(`its usable capacity ${usable(s, headroom).toFixed(0)} is below the tenant's load ${t.load}`);
+  if (t.shard !== to && bytesOf(t) > usableBytes(s, headroom))
+    return why(`its usable bytes ${usableBytes(s, headroom).toFixed(0)} are below the tenant's ${bytesOf(t)} bytes`);
   return { shard: to };
 }
 

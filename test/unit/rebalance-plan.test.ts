@@ -226,8 +226,12 @@ describe('rebalance plan', () => {
             expect(violation(shards, units, withoutLast, tol), `seed ${seed}: last move was needed`).toBeGreaterThan(1e-9);
           }
           if (plan.balanced) expect(violation(shards, units, plan.moves, tol), `seed ${seed}: balanced means inside the band`).toBeLessThanOrEqual(1e-9);
-          // A fleet already inside the band with nothing forced to leave is left alone.
-          const forced = units.some((u) => shards.find((s) => s.name === u.shard)!.status !== 'open');
+          // A fleet already inside the band with nothing forced to leave (off a shard not open,
+          // or off a shard over its headroom) is left alone.
+          const loadOn = (name: string) => units.filter((u) => u.shard === name).reduce((a, u) => a + u.load, 0);
+          const forced =
+            units.some((u) => shards.find((s) => s.name === u.shard)!.status !== 'open') ||
+            shards.some((s) => s.status === 'open' && loadOn(s.name) > s.capacity * (1 - headroom) + 1e-9);
           if (!forced && violation(shards, units, [], tol) <= 1e-9) expect(plan.moves, `seed ${seed}`).toEqual([]);
         }
       }
@@ -255,7 +259,7 @@ describe('rebalance plan', () => {
       const shards = [inRegion('a', 'us-east'), inRegion('b', null), inRegion('c', 'eu-west'), inRegion('d', 'eu-west')];
       const units = [resident('gdpr', 'a', ['eu-west'], 3), unit('t1', 'c', 5), unit('t2', 'd', 1)];
       const p = planMoves(shards, units, { kind: 'rebalance' }, { tolerance: 10 });
-      expect(p.moves).toEqual([{ unit: 'gdpr', from: 'a', to: 'd', load: 3, reason: "a (region us-east) is outside gdpr's residency eu-west" }]);
+      expect(p.moves).toEqual([{ unit: 'gdpr', from: 'a', to: 'd', load: 3, bytes: 0, reason: "a (region us-east) is outside gdpr's residency eu-west" }]);
       expect(p.problems).toEqual([]);
     });
 

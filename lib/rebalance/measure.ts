@@ -1,0 +1,149 @@
+// What `rebalance plan` measures on the shards (issue 13): each unit's rows and bytes, and each
+// shard's recent write rate. Read-only; one shard at a time, each on its own pool from the config
+// (the allowlist: nothing else is connected to).
+//
+// Per unit, per table: `count(*)` and `sum(pg_column_size(x.*))` grouped by the unit (the tenant
+// column, or a dataset's bucket unit). The scan is bounded: a table whose statistics
+// (pg_class.reltuples) say it holds at most SAMPLE_ROWS rows is read through a `limit
+// SAMPLE_ROWS + 1` subquery, which is exact when the limit is not reached; a bigger one (or one
+// that reaches the limit) is read through `TABLESAMPLE SYSTEM (p)` (p % of its blocks, p chosen
+// for about SAMPLE_ROWS rows from its estimated rows), and the counts scaled by 100 / p.
+// A unit's bytes are the table's on-disk size (pg_total_relation_size: heap, indexes, TOAST)
+// times its share of the table's row bytes: indexes and free space are attributed pro rata.
+// Writes: Postgres counts them per table, not per row's unit, so the write rate is the shard's
+// (two samples of pg_stat_user_tables' n_tup_ins + n_tup_upd + n_tup_del, `windowMs` apart).
+import type { Pool } from 'pg';
+import type { Config } from '../config';
+import { listTenantTables, quoteIdent, tenantTableSelector, type TenantTable } from '../shard/tables';
+import { bucketUnitSqlExpr, datasetTables } from '../unit-rows';
+
+/** Rows read per table at most before sampling takes over. */
+export const SAMPLE_ROWS = 100_000;
+
+export interface UnitSize {
+  rows: number;
+  bytes: number;
+}
+
+export interface ShardMeasurement {
+  shard: string;
+  /** Per unit found on the shard (by its rows): rows and bytes summed over its tables. */
+  units: Map<string, UnitSize>;
+  /** Tables read in full (exact) and through a sample (estimates). */
+  exactTables: string[];
+  sampledTables: { table: string; percent: number }[];
+  /** Inserts, updates and deletes per second over the window, all tenant tables; null without a window. */
+  writesPerSecond: number | null;
+  /** Set when the shard could not be measured (the directory's expected load stands). */
+  error?: string;
+}
+
+interface TableStats {
+  reltuples: number;
+  totalBytes: number;
+  /** The heap alone (pg_relation_size): what a block sample draws from. */
+  heapBytes: number;
+}
+
+async function tableStats(pool: Pool, t: TenantTable): Promise<TableStats> {
+  const r = await pool.query(
+    `select greatest(c.reltuples, 0)::float8 as reltuples, c.reltuples < 0 as unknown, pg_total_relation_size(c.oid)::text as bytes,
+            pg_relation_size(c.oid)::text as heap
+       from pg_class c where c.oid = to_regclass($1)`,
+    [t.qualified],
+  );
+  const x = r.rows[0];
+  // Never analyzed (reltuples -1): unknown, so the bounded read finds out.
+  return { reltuples: x?.unknown ? 0 : Number(x?.reltuples ?? 0), totalBytes: Number(x?.bytes ?? 0), heapBytes: Number(x?.heap ?? 0) };
+}
+
+/** Rows and row bytes per unit in one table: exact under the bound, a scaled sample over it. */
+async function measureTable(
+  pool: Pool,
+  t: TenantTable,
+  unitExpr: string,
+  sampleRows: number,
+): Promise<{ units: Map<string, { rows: number; rowBytes: number }>; percent: number | null; totalBytes: number }> {
+  const st = await tableStats(pool, t);
+  const group = (from: string) =>
+    `select ${unitExpr} as unit, count(*)::float8 as n, coalesce(sum(pg_column_size(x.*)), 0)::float8 as b from ${from} group by 1`;
+  const collect = (rows: any[], scale: number) => new Map(rows.map((r) => [String(r.unit), { rows: r.n * scale, rowBytes: r.b * scale }]));
+  let estimated = st.reltuples;
+  if (st.reltuples <= sampleRows) {
+    const r = await pool.query(`${group(`(select * from ${t.qualified} limit ${sampleRows + 1}) x`)}`);
+    const seen = r.rows.reduce((a, x) => a + Number(x.n), 0);
+    if (seen <= sampleRows) return { units: collect(r.rows, 1), percent: null, totalBytes: st.totalBytes };
+    // Statistics stale or missing: rows estimated from the heap's size and the rows just read.
+    const avgRow = r.rows.reduce((a, x) => a + Number(x.b), 0) / seen + 4;
+    estimated = Math.max(seen, st.heapBytes / avgRow);
+  }
+  // Too big to read whole: a block sample of p % of the heap sized for about sampleRows rows,
+  // each row found standing for 100 / p rows.
+  const percent = Math.min(100, Math.max(0.0001, (100 * sampleRows) / estimated));
+  const r = await pool.query(group(`${t.qualified} x tablesample system (${percent.toFixed(6)})`));
+  return { units: collect(r.rows, 100 / percent), percent, totalBytes: st.totalBytes };
+}
+
+async function writeCounter(pool: Pool, tables: string[]): Promise<number> {
+  const r = await pool.query(
+    `select coalesce(sum(st.n_tup_ins + st.n_tup_upd + st.n_tup_del), 0)::text as writes
+       from unnest($1::text[]) as t(name) join pg_stat_user_tables st on st.relid = to_regclass(t.name)`,
+    [tables],
+  );
+  return Number(r.rows[0].writes);
+}
+
+/** Measures one shard's units and write rate; an error is returned in the result, never thrown. */
+export async function measureShard(
+  pool: Pool,
+  config: Config,
+  shard: string,
+  opts: { sampleRows?: number; windowMs?: number } = {},
+): Promise<ShardMeasurement> {
+  const sampleRows = opts.sampleRows ?? SAMPLE_ROWS;
+  const out: ShardMeasurement = { shard, units: new Map(), exactTables: [], sampledTables: [], writesPerSecond: null };
+  try {
+    const tables: { t: TenantTable; expr: string }[] = (await listTenantTables(pool, tenantTableSelector(config.tenant))).map((t) => ({
+      t,
+      expr: `(x.${quoteIdent(config.tenant.column)})::text`,
+    }));
+    for (const ds of config.datasets) {
+      for (const t of await listTenantTables(pool, datasetTables(config, ds)).catch(() => [])) tables.push({ t, expr: bucketUnitSqlExpr(ds, 'x') });
+    }
+    const before = opts.windowMs
+      ? await writeCounter(
+          pool,
+          tables.map((x) => x.t.qualified),
+        )
+      : 0;
+    const started = Date.now();
+    for (const { t, expr } of tables) {
+      const m = await measureTable(pool, t, expr, sampleRows);
+      if (m.percent === null) out.exactTables.push(t.qualified);
+      else out.sampledTables.push({ table: t.qualified, percent: m.percent });
+      const rowBytes = [...m.units.values()].reduce((a, x) => a + x.rowBytes, 0);
+      for (const [unit, x] of m.units) {
+        const prev = out.units.get(unit) ?? { rows: 0, bytes: 0 };
+        prev.rows += x.rows;
+        prev.bytes += rowBytes > 0 ? (m.totalBytes * x.rowBytes) / rowBytes : 0;
+        out.units.set(unit, prev);
+      }
+    }
+    if (opts.windowMs) {
+      const left = opts.windowMs - (Date.now() - started);
+      if (left > 0) await new Promise((r) => setTimeout(r, left));
+      const after = await writeCounter(
+        pool,
+        tables.map((x) => x.t.qualified),
+      );
+      out.writesPerSecond = Math.max(0, Math.round(((after - before) * 1000) / Math.max(opts.windowMs, Date.now() - started)));
+    }
+    for (const u of out.units.values()) {
+      u.rows = Math.round(u.rows);
+      u.bytes = Math.round(u.bytes);
+    }
+  } catch (e: any) {
+    out.error = e?.message ?? String(e);
+  }
+  return out;
+}
