@@ -33,7 +33,7 @@ function now(o: Partial<DirectoryNow> = {}): DirectoryNow {
 }
 
 describe('parsePlanFile', () => {
-  it('reads unit, from, to (and load, reason) of each move of `rebalance plan --json`, ignoring fields it does not know', () => {
+  it('reads unit, from, to (and load, bytes, reason) of each move of `rebalance plan --json`, ignoring fields it does not know', () => {
     const text = JSON.stringify({
       scope: { kind: 'rebalance' },
       moves: [
@@ -46,8 +46,8 @@ describe('parsePlanFile', () => {
       somethingNew: { x: 1 },
     });
     expect(parsePlanFile(text, 'p.json')).toEqual([
-      { unit: 't1', from: 'shard-a', to: 'shard-d', load: 3, reason: 'shard-a 3 > 1' },
-      { unit: 'bucket:ev:7', from: 'shard-b', to: 'shard-d' },
+      { unit: 't1', from: 'shard-a', to: 'shard-d', load: 3, bytes: 123456, reason: 'shard-a 3 > 1' },
+      { unit: 'bucket:ev:7', from: 'shard-b', to: 'shard-d', bytes: 9 },
     ]);
     // `rebalance start --json` prints {plan}: read too.
     expect(parsePlanFile(JSON.stringify({ plan: { moves: [{ unit: 't2', from: 'shard-a', to: 'shard-b' }] } }), 'p.json')).toEqual([
