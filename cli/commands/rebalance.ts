@@ -29,10 +29,16 @@ function dryRun(
   config: Config,
   scope: PlanScope,
   opts: { tolerance?: number; units?: string[]; maxMoves?: number; headroomFraction?: number } = {},
-  measure?: { windowMs: number },
+  measure?: { windowMs: number; sampleRows?: number },
 ): Promise<RebalancePlan> {
   return withConnections(config, { readOnly: true, requireCurrentSchema: true }, (c) =>
-    planFromDirectory(c.directoryPool(), config, scope, opts, measure ? { shardPool: c.shardPool, windowMs: measure.windowMs } : undefined),
+    planFromDirectory(
+      c.directoryPool(),
+      config,
+      scope,
+      opts,
+      measure ? { shardPool: c.shardPool, windowMs: measure.windowMs, sampleRows: measure.sampleRows } : undefined,
+    ),
   );
 }
 
@@ -41,6 +47,14 @@ function maxMovesOpt(v: string | undefined): number | undefined {
   if (v === undefined) return undefined;
   if (!/^\d{1,6}$/.test(v) || Number(v) < 1 || Number(v) > 100_000)
     throw invalidInput(`--max-moves must be an integer in 1..100000, got ${JSON.stringify(v.slice(0, 40))}`);
+  return Number(v);
+}
+
+/** `--sample-rows N`: a whole number 1000..100000000, checked before any connection. */
+function sampleRowsOpt(v: string | undefined): number | undefined {
+  if (v === undefined) return undefined;
+  if (!/^\d{4,9}$/.test(v) || Number(v) < 1000 || Number(v) > 100_000_000)
+    throw invalidInput(`--sample-rows must be an integer in 1000..100000000, got ${JSON.stringify(v.slice(0, 40))}`);
   return Number(v);
 }
 
@@ -339,16 +353,18 @@ export function register(program: Command) {
     .option('--max-moves <k>', 'at most K moves (the plan says what it left undone)')
     .option('--headroom <f>', 'fraction of each shard kept free: every shard is brought under 1 − f of its capacity (default: config limits.headroomFraction)')
     .option('--rate-window <duration>', "how long to sample each shard's write counters for writes/s (0: skip)", '1s')
+    .option('--sample-rows <n>', 'a table its statistics put above N rows is measured by a block sample, below it exactly (default 100000)')
     .option(
       '--json',
       'as JSON: {scope, moves: [{unit, from, to, load, bytes, rows, estimatedSeconds, reason}], shards: [{..., bytesBefore, bytesAfter, utilisationBefore, utilisationAfter}], balanced, problems, dedicatedNeeded, measurement}',
     )
-    .action(async (o: { tolerance?: string; maxMoves?: string; headroom?: string; rateWindow?: string; json?: boolean }) => {
+    .action(async (o: { tolerance?: string; maxMoves?: string; headroom?: string; rateWindow?: string; sampleRows?: string; json?: boolean }) => {
       const headroomFraction = numOpt(o.headroom, '--headroom');
       if (headroomFraction !== undefined && headroomFraction >= 1) throw invalidInput(`--headroom must be below 1, got ${o.headroom}`);
       const windowMs = o.rateWindow === undefined ? 1000 : parseDurationMs(o.rateWindow, '--rate-window');
       const opts = { tolerance: numOpt(o.tolerance, '--tolerance'), maxMoves: maxMovesOpt(o.maxMoves), headroomFraction };
-      const p = await dryRun(cfg(), { kind: 'rebalance' }, opts, { windowMs });
+      const sampleRows = sampleRowsOpt(o.sampleRows);
+      const p = await dryRun(cfg(), { kind: 'rebalance' }, opts, { windowMs, sampleRows });
       printResult(o.json, p, printPlan, { pretty: true });
     });
   examples(plan, 'rebalance plan', 'rebalance plan --headroom 0.3 --max-moves 5', "rebalance plan --json | jq '.moves[] | [.unit, .from, .to] | @tsv'");

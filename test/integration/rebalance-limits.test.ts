@@ -40,6 +40,15 @@ describe('rebalance --max-moves', () => {
         expect({ verb, k, code: jsonError(r).code }).toEqual({ verb, k, code: 'InvalidInput' });
       }
     }
+    // The measuring bound of `rebalance plan` likewise.
+    for (const n of ['0', '999', 'x', '1e6', '100000001']) {
+      const r = await cli(['rebalance', 'plan', '--sample-rows', n, '--json']);
+      expect({ n, code: jsonError(r).code, message: jsonError(r).message }).toEqual({
+        n,
+        code: 'InvalidInput',
+        message: expect.stringMatching(/--sample-rows must be/),
+      });
+    }
     const running = await fleet.t.client.workflow
       .getHandle(fleet.config.temporal.rebalanceWorkflowId)
       .describe()

@@ -11,6 +11,17 @@ import { listTenantTables, quoteIdent, tenantTableSelector } from '../../lib/sha
 let fleet: Fleet;
 const cli = (args: string[]) => runCli(args, { env: { SHARDCTL_CONFIG: fleet.configFile, SHARDCTL_ACTOR: 'measure-test' } });
 const tenants: Record<'big' | 'mid' | 'small', string> = { big: '', mid: '', small: '' };
+/** A sampling bound that keeps every tenant table of shard-a on the exact path. */
+let exactBound = 0;
+
+/** Rows of shard-a's largest tenant table (the other suites' rows share these tables). */
+async function largestTenantTable(): Promise<number> {
+  const pool = shardPool('shard-a');
+  let largest = 0;
+  for (const t of await listTenantTables(pool, tenantTableSelector(fleet.config.tenant)))
+    largest = Math.max(largest, (await pool.query(`select count(*)::int as n from ${t.qualified}`)).rows[0].n);
+  return largest;
+}
 
 /** Rows of `tenant` on `shard`, counted directly over every tenant table. */
 async function countRows(shard: string, tenant: string): Promise<number> {
@@ -30,6 +41,7 @@ beforeAll(async () => {
   tenants.big = await fleet.tenant('shard-a', { prefix: 'rmbig', load: 400, rows: 6000 });
   tenants.mid = await fleet.tenant('shard-a', { prefix: 'rmmid', load: 400, rows: 600 });
   tenants.small = await fleet.tenant('shard-a', { prefix: 'rmsmall', load: 400, rows: 60 });
+  exactBound = Math.max(1000, 2 * (await largestTenantTable()));
 }, 180_000);
 
 afterAll(async () => {
@@ -39,8 +51,10 @@ afterAll(async () => {
 
 describe('rebalance plan measures units on the shards', () => {
   it('reports each tenant’s rows and bytes, and sheds the fewest bytes from a shard over its headroom', async () => {
-    // A tolerance this wide leaves only the headroom goal: the plan is the relief alone.
-    const r = await cli(['rebalance', 'plan', '--json', '--tolerance', '10', '--rate-window', '0']);
+    // A tolerance this wide leaves only the headroom goal: the plan is the relief alone. The other
+    // suites' rows share these tables (a long-lived stack holds more than the default bound): a
+    // bound above the largest table keeps every table on the exact path.
+    const r = await cli(['rebalance', 'plan', '--json', '--tolerance', '10', '--rate-window', '0', '--sample-rows', String(exactBound)]);
     expect(r.code, r.stderr).toBe(0);
     const plan = JSON.parse(r.stdout);
     const size = new Map<string, { rows: number; bytes: number; shard: string }>(plan.measurement.units.map((u: any) => [u.unit, u]));
@@ -62,12 +76,14 @@ describe('rebalance plan measures units on the shards', () => {
   });
 
   it('--headroom decides how much is shed: the cover with the fewest bytes', async () => {
-    const r = await cli(['rebalance', 'plan', '--json', '--tolerance', '10', '--rate-window', '0', '--headroom', '0']);
+    const r = await cli(['rebalance', 'plan', '--json', '--tolerance', '10', '--rate-window', '0', '--sample-rows', String(exactBound), '--headroom', '0']);
     expect(r.code, r.stderr).toBe(0);
     const plan = JSON.parse(r.stdout);
     // 1200 on a capacity of 1000 is over even with no headroom: still one move, the smallest.
     expect(plan.moves.map((m: any) => m.unit)).toEqual([tenants.small]);
-    const half = JSON.parse((await cli(['rebalance', 'plan', '--json', '--tolerance', '10', '--rate-window', '0', '--headroom', '0.5'])).stdout);
+    const half = JSON.parse(
+      (await cli(['rebalance', 'plan', '--json', '--tolerance', '10', '--rate-window', '0', '--sample-rows', String(exactBound), '--headroom', '0.5'])).stdout,
+    );
     // Usable 500 of 1000: 700 over; two smaller tenants (800) or the biggest (400 < 700) alone cannot;
     // the cover with the fewest bytes is small + mid.
     expect(half.moves.map((m: any) => m.unit).sort()).toEqual([tenants.mid, tenants.small].sort());
@@ -77,16 +93,14 @@ describe('rebalance plan measures units on the shards', () => {
 describe('measureShard over its sampling bound', () => {
   it('reads a table bigger than the bound through a block sample, scaled: the big tenant within ±30 % of its rows', async () => {
     const { measureShard } = await import('../../lib/rebalance/measure');
-    const exact = await measureShard(shardPool('shard-a'), fleet.config, 'shard-a');
+    const exact = await measureShard(shardPool('shard-a'), fleet.config, 'shard-a', { sampleRows: exactBound });
     const truth = await countRows('shard-a', tenants.big);
     expect(exact.units.get(tenants.big)?.rows).toBe(truth);
     // A bound of a quarter of the largest tenant table's rows: that table is sampled at about 25 %
     // of its blocks (the other suites' rows share these tables, so their size is read, not
     // assumed; at ~2 % of the blocks the big tenant's clustered rows gave 1.5× the truth once).
     const pool = shardPool('shard-a');
-    let largest = 0;
-    for (const t of await listTenantTables(pool, tenantTableSelector(fleet.config.tenant)))
-      largest = Math.max(largest, (await pool.query(`select count(*)::int as n from ${t.qualified}`)).rows[0].n);
+    const largest = await largestTenantTable();
     await pool.query('analyze');
     const sampled = await measureShard(pool, fleet.config, 'shard-a', { sampleRows: Math.ceil(largest / 4) });
     expect(sampled.error).toBeUndefined();
