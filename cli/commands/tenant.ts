@@ -1,4 +1,4 @@
-// `shardctl tenant create|show|list|residency`: create a tenant (fence first, then the directory
+// `shardctl tenant create|show|list|residency|split`: create a tenant (fence first, then the directory
 // row), read placements, and show or set the regions it may live in (lib/directory/policy.ts). Input is validated before anything is touched; bad input changes nothing.
 // `show` and `list` never write: read-only sessions, and an outdated directory schema is refused
 // (naming the command that migrates it), never migrated.
@@ -13,6 +13,7 @@ import { createTenant, getTenant, listTenants, tenantView, validateCreateInput }
 import { getResidency, setResidency } from '../../lib/directory/policy';
 import { parseRegions } from '../../lib/directory/residency';
 import { actorDefault } from '../actor';
+import { splitTenant, validateSplitInput } from '../../lib/tenant-split';
 
 export { ensureDirectory };
 
@@ -99,6 +100,33 @@ export function register(program: Command) {
     'tenant residency acme --regions eu-west --reason "GDPR"',
     'tenant residency acme --any',
     'tenant residency acme --json   # {"tenant","shard","regions"} or, when set, {"unit","before","after","shard","region","compliant"}',
+  );
+
+  const split = tenant
+    .command('split <id>')
+    .description("split a tenant into K sub-units <id>:0 .. <id>:K-1 by its tables' split columns (config.tenant.splitColumns); no row moves")
+    .requiredOption('--ways <k>', 'how many sub-units (2 to 1024)')
+    .option('--actor <name>', 'who splits it (audit log)', actorDefault())
+    .option('--reason <text>', 'why (audit log)')
+    .option('--json', 'print the result as JSON')
+    .action(async (id: string, o: { ways: string; actor: string; reason?: string; json?: boolean }) => {
+      const cfg = config();
+      if (!/^\d{1,4}$/.test(o.ways.trim())) throw invalidInput(`--ways must be an integer, got ${JSON.stringify(o.ways.slice(0, 40))}`);
+      const input = { tenant: id, ways: Number(o.ways.trim()), actor: o.actor, reason: o.reason };
+      validateSplitInput(input); // before any connection: bad input touches nothing
+      const r = await withConnections(cfg, { requireCurrentSchema: true }, (pools) =>
+        splitTenant({ directory: pools.directoryPool(), shardPool: pools.shardPool, config: cfg }, input),
+      );
+      printResult(o.json, r, (v) =>
+        console.log(
+          `${v.tenant} split ${v.ways} ways on ${v.shard}: ${v.units.join(', ')} at epoch ${v.epoch}${v.resumed ? ' (completed an earlier run)' : ''}`,
+        ),
+      );
+    });
+  examples(
+    split,
+    'tenant split acme --ways 4 --reason "hot tenant"',
+    'tenant split acme --ways 4 --json   # {"tenant","ways","shard","epoch","units","resumed"}',
   );
 
   const show = tenant
