@@ -15,12 +15,14 @@ import { splitTenant } from '../../lib/tenant-split';
 import { tenantUnitForRow } from '../../lib/buckets/route';
 import { compareAndSetPlacement, getPlacement } from '../../lib/directory/placements';
 import { getSplit } from '../../lib/directory/splits';
+import { recordMoveEvent } from '../../lib/directory/moves';
 import { getUnitFence } from '../../lib/shard/fence';
 import { subUnitFences } from '../../lib/shard/split';
 import type { Config } from '../../lib/config';
 import { Router } from '../../lib/router';
 import { ShardctlError } from '../../lib/errors';
 import { runCli, configFile } from '../helpers/cli';
+import { planFromDirectory } from '../../lib/rebalance/fleet';
 
 const SHARD = 'shard-a';
 const WAYS = 4;
@@ -126,7 +128,7 @@ describe('tenant split on a real shard', () => {
   });
 
   it(
-    'tenant split (CLI) places K sub-units on the same shard at epoch + 1, moves no row, audits it, disowns the tenant; a re-run changes nothing',
+    'tenant split (CLI) places K sub-units on the same shard at epoch + 1, moves no row, audits it, disowns the tenant; a re-run changes nothing, and a sub-unit is neither planned nor moved (not supported yet)',
     { timeout: 60_000 },
     async () => {
       const tenant = await newTenant();
@@ -167,6 +169,14 @@ describe('tenant split on a real shard', () => {
         const other = await runCli(['tenant', 'split', tenant, '--ways', '8'], { env });
         expect(other.code).not.toBe(0);
         expect(other.stderr).toContain(`already split ${WAYS} ways`);
+        // A sub-unit does not move yet: refused before anything is sent, and never planned.
+        const move = await runCli(['move', 'plan', '--unit', `${tenant}:1`, '--to', 'shard-b'], { env });
+        expect(move.code).not.toBe(0);
+        expect(move.stderr).toContain('moving sub-units is not supported yet');
+        const drain = await planFromDirectory(directoryPool(), config, { kind: 'drain', shard: SHARD });
+        expect(drain.moves.filter((m) => m.unit.startsWith(`${tenant}:`))).toEqual([]);
+        expect(drain.problems.filter((p) => p.startsWith(`${tenant}:`))).toHaveLength(WAYS);
+        expect(drain.problems.find((p) => p.startsWith(`${tenant}:1 `))).toContain('moving sub-units is not supported yet');
       } finally {
         f.remove();
       }
@@ -340,6 +350,22 @@ describe('tenant split on a real shard', () => {
     expect(await getSplit(directoryPool(), tenant)).toBeUndefined();
     expect(await subUnitFences(shardPool(SHARD), [`${tenant}:0`, `${tenant}:1`])).toEqual([]);
     expect(await getUnitFence(shardPool(SHARD), tenant)).toMatchObject({ epoch: p.epoch, owned: true });
+  });
+
+  it('a split is refused while the tenant has a move that has not ended (a soak keeps its source as the way back), and changes nothing', async () => {
+    const tenant = await newTenant();
+    const p = (await getPlacement(directoryPool(), tenant))!;
+    const moveId = `mv-${tenant}`;
+    const event = { moveId, unit: tenant, source: SHARD, target: 'shard-b', workflowId: `move-${tenant}`, actor: 'test' };
+    await recordMoveEvent(directoryPool(), { ...event, action: 'switched', status: 'soak' }, null);
+    const err = await splitTenant(deps(), { tenant, ways: WAYS, actor: 'test' }).catch((e) => e);
+    expect(err.type).toBe('PreconditionFailed');
+    expect(err.message).toContain(`has a move that has not ended (${moveId}, soak)`);
+    expect(await getPlacement(directoryPool(), tenant)).toMatchObject({ shard: SHARD, epoch: p.epoch, state: 'active' });
+    expect(await subUnitFences(shardPool(SHARD), [`${tenant}:0`, `${tenant}:3`])).toEqual([]);
+    // Once the move has ended, the split goes ahead.
+    await recordMoveEvent(directoryPool(), { ...event, action: 'retired', status: 'retired' }, null);
+    expect(await splitTenant(deps(), { tenant, ways: WAYS, actor: 'test' })).toMatchObject({ epoch: p.epoch + 1 });
   });
 
   it('a split is refused when a tenant table has no split column configured, naming it', async () => {
