@@ -654,7 +654,7 @@ export class Router {
       const snap = await this.reader.loadSnapshot();
       this.cache.replaceAll(snap.placements, snap.generation);
       // A split is never undone: the map only grows.
-      for (const [unit, ways] of snap.splits) this.splits.set(unit, ways);
+      for (const [unit, ways] of snap.splits ?? []) this.splits.set(unit, ways);
       this.lastFreshAt = this.lastFullLoadAt = Date.now();
       this.m.refreshes++;
       this.m.directoryReachable = true;
