@@ -1866,4 +1866,13 @@ export const MUTATIONS: Mutation[] = [
     testFile: 'test/integration/tenant-split.test.ts',
     testName: 'a sub-unit is neither planned nor moved',
   },
+  {
+    id: 'split-name-never-placed',
+    guarantee: "a split tenant's name is never placed again, so no second shard can accept its rows (issue 13, splits)",
+    file: 'lib/directory/placements.ts',
+    from: '      if (split.rowCount) {',
+    to: '      if (split.rowCount === -1) {',
+    testFile: 'test/integration/tenant-split.test.ts',
+    testName: "a split tenant's name is never placed again",
+  },
 ];

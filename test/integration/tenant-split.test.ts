@@ -13,7 +13,7 @@ import { splitRowUnitSql } from '../../lib/shard/fence-sql';
 import { createTenant } from '../../lib/tenants';
 import { splitTenant } from '../../lib/tenant-split';
 import { tenantUnitForRow } from '../../lib/buckets/route';
-import { compareAndSetPlacement, getPlacement } from '../../lib/directory/placements';
+import { compareAndSetPlacement, getPlacement, insertPlacement } from '../../lib/directory/placements';
 import { getSplit } from '../../lib/directory/splits';
 import { recordMoveEvent } from '../../lib/directory/moves';
 import { getUnitFence } from '../../lib/shard/fence';
@@ -366,6 +366,22 @@ describe('tenant split on a real shard', () => {
     // Once the move has ended, the split goes ahead.
     await recordMoveEvent(directoryPool(), { ...event, action: 'retired', status: 'retired' }, null);
     expect(await splitTenant(deps(), { tenant, ways: WAYS, actor: 'test' })).toMatchObject({ epoch: p.epoch + 1 });
+  });
+
+  it("a split tenant's name is never placed again: tenant create is refused, and so is the directory's insert, leaving no fence", async () => {
+    const tenant = await newTenant();
+    await splitTenant(deps(), { tenant, ways: 2, actor: 'test' });
+    const err = await createTenant({ directory: directoryPool(), shardPool, config }, { tenant, shard: 'shard-b', actor: 'test' }).catch((e) => e);
+    expect(err.type).toBe('AlreadyExists');
+    expect(err.message).toContain('split 2 ways');
+    const direct = await insertPlacement(
+      directoryPool(),
+      { unit: tenant, kind: 'tenant', shard: 'shard-b', expectedLoad: 1 },
+      { actor: 'test', action: 'test.insert' },
+    ).catch((e) => e);
+    expect(direct.type).toBe('Conflict');
+    expect(await getPlacement(directoryPool(), tenant)).toBeUndefined();
+    expect(await getUnitFence(shardPool('shard-b'), tenant)).toBeUndefined();
   });
 
   it('a split is refused when a tenant table has no split column configured, naming it', async () => {
