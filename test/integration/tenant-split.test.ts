@@ -14,10 +14,10 @@ import { createTenant } from '../../lib/tenants';
 import { splitTenant } from '../../lib/tenant-split';
 import { tenantUnitForRow } from '../../lib/buckets/route';
 import { compareAndSetPlacement, getPlacement, insertPlacement } from '../../lib/directory/placements';
-import { getSplit } from '../../lib/directory/splits';
+import { getSplit, splitPlacement } from '../../lib/directory/splits';
 import { recordMoveEvent } from '../../lib/directory/moves';
 import { getUnitFence } from '../../lib/shard/fence';
-import { subUnitFences } from '../../lib/shard/split';
+import { installSubUnitFences, subUnitFences } from '../../lib/shard/split';
 import type { Config } from '../../lib/config';
 import { Router } from '../../lib/router';
 import { ShardctlError } from '../../lib/errors';
@@ -366,6 +366,25 @@ describe('tenant split on a real shard', () => {
     // Once the move has ended, the split goes ahead.
     await recordMoveEvent(directoryPool(), { ...event, action: 'retired', status: 'retired' }, null);
     expect(await splitTenant(deps(), { tenant, ways: WAYS, actor: 'test' })).toMatchObject({ epoch: p.epoch + 1 });
+  });
+
+  it('a split stopped after its fences, or after the directory, is completed by a re-run (the tenant then disowned); nothing is done twice', async () => {
+    // Stopped after (1): the sub-unit fences are there, the directory is not split.
+    const first = await newTenant();
+    const p1 = (await getPlacement(directoryPool(), first))!;
+    expect(await installSubUnitFences(shardPool(SHARD), first, WAYS, p1.epoch + 1)).toMatchObject({ installed: expect.any(Array), conflicting: [] });
+    expect(await splitTenant(deps(), { tenant: first, ways: WAYS, actor: 'test' })).toMatchObject({ resumed: false, epoch: p1.epoch + 1 });
+    expect(await getUnitFence(shardPool(SHARD), first)).toMatchObject({ epoch: p1.epoch + 1, owned: false });
+    // Stopped after (2): the directory is split, the tenant's fence still owns it at the old epoch.
+    const second = await newTenant();
+    const p2 = (await getPlacement(directoryPool(), second))!;
+    await installSubUnitFences(shardPool(SHARD), second, WAYS, p2.epoch + 1);
+    expect(await splitPlacement(directoryPool(), second, WAYS, { shard: SHARD, epoch: p2.epoch }, { actor: 'test' })).toMatchObject({ ok: true });
+    expect(await inUnitTx(second, p2.epoch, `insert into ${schema}.orders(tenant_id, order_key) values ($1, 'x')`, [second])).toBe('ok');
+    expect(await splitTenant(deps(), { tenant: second, ways: WAYS, actor: 'test' })).toMatchObject({ resumed: true, epoch: p2.epoch + 1 });
+    expect(await inUnitTx(second, p2.epoch, `insert into ${schema}.orders(tenant_id, order_key) values ($1, 'x')`, [second])).toBe('SC421');
+    const audit = await directoryPool().query(`select count(*)::int as n from shardctl.audit where unit = $1 and action = 'tenant.split'`, [second]);
+    expect(audit.rows[0].n).toBe(1);
   });
 
   it("a split tenant's name is never placed again: tenant create is refused, and so is the directory's insert, leaving no fence", async () => {
