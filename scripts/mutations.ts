@@ -1884,4 +1884,13 @@ export const MUTATIONS: Mutation[] = [
     testFile: 'test/integration/tenant-split.test.ts',
     testName: "Node's and SQL's unit of a row agree on 2000 random keys",
   },
+  {
+    id: 'doctor-split-incomplete-owned',
+    guarantee: 'doctor names a split whose tenant fence still owns the tenant, and only that (issue 13, splits)',
+    file: 'lib/doctor/findings.ts',
+    from: "      if (!f.owned || f.unit.includes(':') || placed.has(f.unit) || !placed.has(`${f.unit}:0`)) continue;",
+    to: "      if (f.unit.includes(':') || placed.has(f.unit) || !placed.has(`${f.unit}:0`)) continue;",
+    testFile: 'test/unit/doctor-split.test.ts',
+    testName: 'reports nothing once the tenant is disowned',
+  },
 ];
