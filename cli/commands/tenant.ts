@@ -14,6 +14,7 @@ import { getResidency, setResidency } from '../../lib/directory/policy';
 import { parseRegions } from '../../lib/directory/residency';
 import { actorDefault } from '../actor';
 import { splitTenant, validateSplitInput } from '../../lib/tenant-split';
+import { getSplit } from '../../lib/directory/splits';
 
 export { ensureDirectory };
 
@@ -136,11 +137,36 @@ export function register(program: Command) {
     .action(async (id: string, o: { json?: boolean }) => {
       const cfg = config();
       validateTenantId(id);
-      const p = await withConnections(cfg, { readOnly: true, requireCurrentSchema: true }, (pools) => getTenant(pools.directoryPool(), id));
-      if (!p) throw new ShardctlError('NotFound', `no tenant ${id}`);
-      printResult(o.json, tenantView(p), (v) => console.log(tenantLine(v)));
+      const found = await withConnections(cfg, { readOnly: true, requireCurrentSchema: true }, async (pools) => {
+        const p = await getTenant(pools.directoryPool(), id);
+        if (p) return { p };
+        // A split tenant lives on as its sub-units: show them.
+        const split = await getSplit(pools.directoryPool(), id);
+        if (!split) return {};
+        const units = (await listTenants(pools.directoryPool())).tenants.filter((t) => t.unit.startsWith(`${id}:`)).map(tenantView);
+        return {
+          split: {
+            tenant: id,
+            split: { ways: split.ways, shard: split.shard, parentEpoch: split.parentEpoch, splitAt: split.splitAt, splitBy: split.splitBy },
+            units,
+          },
+        };
+      });
+      if (found.split) {
+        printResult(o.json, found.split, (v) => {
+          console.log(`${v.tenant} is split ${v.split.ways} ways (on ${v.split.shard} at ${v.split.splitAt}, by ${v.split.splitBy}):`);
+          for (const u of v.units) console.log(`  ${tenantLine(u)}`);
+        });
+        return;
+      }
+      if (!found.p) throw new ShardctlError('NotFound', `no tenant ${id}`);
+      printResult(o.json, tenantView(found.p), (v) => console.log(tenantLine(v)));
     });
-  examples(show, 'tenant show acme', 'tenant show acme --json   # {"tenant","shard","epoch","state","moveId","expectedLoad","updatedAt"}');
+  examples(
+    show,
+    'tenant show acme',
+    'tenant show acme --json   # {"tenant","shard","epoch","state","moveId","expectedLoad","updatedAt"}; split: {"tenant","split":{"ways","shard","parentEpoch","splitAt","splitBy"},"units":[...]}',
+  );
 
   const list = tenant
     .command('list')

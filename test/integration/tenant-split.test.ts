@@ -174,6 +174,11 @@ describe('tenant split on a real shard', () => {
         const other = await runCli(['tenant', 'split', tenant, '--ways', '8'], { env });
         expect(other.code).not.toBe(0);
         expect(other.stderr).toContain(`already split ${WAYS} ways`);
+        const show = await runCli(['tenant', 'show', tenant, '--json'], { env });
+        expect(show.code, show.stderr).toBe(0);
+        const shown = JSON.parse(show.stdout);
+        expect(shown).toMatchObject({ tenant, split: { ways: WAYS, shard: SHARD, parentEpoch: before.epoch } });
+        expect(shown.units.map((u: { tenant: string }) => u.tenant)).toEqual(units);
         // A sub-unit does not move yet: refused before anything is sent, and never planned.
         const move = await runCli(['move', 'plan', '--unit', `${tenant}:1`, '--to', 'shard-b'], { env });
         expect(move.code).not.toBe(0);
