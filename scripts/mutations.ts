@@ -1893,4 +1893,13 @@ export const MUTATIONS: Mutation[] = [
     testFile: 'test/unit/doctor-split.test.ts',
     testName: 'reports nothing once the tenant is disowned',
   },
+  {
+    id: 'adopt-split-tenant-elsewhere',
+    guarantee: "shards adopt never places a split tenant's name on another shard holding its rows (issue 13, splits)",
+    file: 'lib/adopt.ts',
+    from: '    else if (split) elsewhere.push(',
+    to: '    else if (split && false) elsewhere.push(',
+    testFile: 'test/integration/tenant-split.test.ts',
+    testName: "shards adopt counts a split tenant's rows on its own shard as present",
+  },
 ];

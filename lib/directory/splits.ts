@@ -38,11 +38,11 @@ export async function getSplit(db: Queryable, unit: string): Promise<TenantSplit
   }, poolDsn(db));
 }
 
-/** Every split in force (unit → ways): what a router needs to name a split tenant's sub-unit. */
-export async function listSplits(db: Queryable): Promise<Map<string, number>> {
+/** Every split in force, by tenant. */
+export async function listSplits(db: Queryable): Promise<Map<string, TenantSplit>> {
   return onDirectory(async () => {
-    const r = await db.query('select unit, ways from shardctl.splits');
-    return new Map(r.rows.map((x) => [x.unit as string, Number(x.ways)]));
+    const r = await db.query('select unit, ways, shard, parent_epoch, split_at, split_by from shardctl.splits');
+    return new Map(r.rows.map((x) => [x.unit as string, rowToSplit(x)]));
   }, poolDsn(db));
 }
 

@@ -23,6 +23,7 @@ import { Router } from '../../lib/router';
 import { ShardctlError } from '../../lib/errors';
 import { runCli, configFile } from '../helpers/cli';
 import { planFromDirectory } from '../../lib/rebalance/fleet';
+import { planAdoption } from '../../lib/adopt';
 
 const SHARD = 'shard-a';
 const WAYS = 4;
@@ -412,6 +413,43 @@ describe('tenant split on a real shard', () => {
     expect(await getPlacement(directoryPool(), tenant)).toBeUndefined();
     expect(await getUnitFence(shardPool('shard-b'), tenant)).toBeUndefined();
   });
+
+  it(
+    "shards adopt counts a split tenant's rows on its own shard as present, and refuses them on another shard, naming the split",
+    { timeout: 60_000 },
+    async () => {
+      const tenant = await newTenant();
+      await splitTenant(deps(), { tenant, ways: 2, actor: 'test' });
+      const k = keyIn(tenant, 1);
+      const c = await shardPool(SHARD).connect();
+      try {
+        await c.query('begin');
+        await c.query('call shardctl.open_unit_write($1, $2)', [`${tenant}:1`, (await getPlacement(directoryPool(), `${tenant}:1`))!.epoch]);
+        await c.query(`insert into ${schema}.orders(tenant_id, order_key) values ($1, $2)`, [tenant, k]);
+        await c.query('commit');
+      } finally {
+        c.release();
+      }
+      const adoptDeps = { directory: directoryPool(), shardPool, config };
+      const here = await planAdoption(adoptDeps, { shard: SHARD, actor: 'test' });
+      expect(here.present).toContain(tenant);
+      expect(here.place).not.toContain(tenant);
+      expect(here.reasons.filter((r) => r.includes(tenant))).toEqual([]);
+      // The same rows on another shard are not theirs to claim.
+      const other = shardPool('shard-b');
+      await other.query(`create schema ${schema};
+      create table ${schema}.orders (tenant_id text not null, order_key text not null, v int not null default 0, primary key (tenant_id, order_key));
+      create table ${schema}.lines (tenant_id text not null, order_key text not null, n int not null, primary key (tenant_id, order_key, n));
+      insert into ${schema}.orders(tenant_id, order_key) values ('${tenant}', 'stray')`);
+      try {
+        const there = await planAdoption(adoptDeps, { shard: 'shard-b', actor: 'test' });
+        expect(there.place).not.toContain(tenant);
+        expect(there.reasons.join('\n')).toContain(`${tenant} (split 2 ways on ${SHARD})`);
+      } finally {
+        await other.query(`drop schema if exists ${schema} cascade`);
+      }
+    },
+  );
 
   it('a split is refused when a tenant table has no split column configured, naming it', async () => {
     const tenant = await newTenant();
