@@ -71,9 +71,23 @@ export class DirectoryReader {
     return (await this.querySplits(this.pool, unit)).get(unit);
   }
 
+  /**
+   * Splits, unit → ways (one unit's, or all). A directory not yet migrated has none. A router role
+   * without SELECT on the table (granted before splits existed) loads snapshots without them, so
+   * unsplit tenants route as before; asking for one unit's split then fails with 42501, which
+   * withTenant turns into the grant to add (a split tenant is never routed without its split).
+   */
   private async querySplits(db: Pick<Pool, 'query'>, unit: string | undefined): Promise<Map<string, number>> {
-    const exists = await db.query(`select to_regclass('shardctl.splits') is not null as ok`);
-    if (!exists.rows[0]?.ok) return new Map();
+    const can = await db.query(
+      `select case when to_regclass('shardctl.splits') is null then 'absent'
+                   when has_table_privilege('shardctl.splits', 'select') then 'ok' else 'forbidden' end as s`,
+    );
+    const state = can.rows[0]?.s;
+    if (state === 'absent') return new Map();
+    if (state === 'forbidden') {
+      if (unit === undefined) return new Map();
+      throw Object.assign(new Error('permission denied for table shardctl.splits'), { code: '42501' });
+    }
     const r = await db.query(`select unit, ways from shardctl.splits where $1::text is null or unit = $1`, [unit ?? null]);
     return new Map(r.rows.map((x: { unit: string; ways: number | string }) => [x.unit, Number(x.ways)]));
   }

@@ -209,7 +209,14 @@ export class Router {
       // shard refused the old epoch, and the directory no longer names the tenant): learn the split
       // and run on the row's sub-unit, within what is left of the deadline.
       if (unit !== tenant || !(e instanceof ShardctlError) || e.type !== 'NotFound' || this.opts.freezeCache) throw e;
-      const ways = await this.reader.loadSplit(tenant).catch(() => undefined);
+      const ways = await this.reader.loadSplit(tenant).catch((x) => {
+        if (x?.code !== '42501') return undefined;
+        throw new ShardctlError(
+          'PreconditionFailed',
+          `tenant ${tenant} has no placement, and this router's role may not read shardctl.splits to tell whether it was split: grant select on shardctl.splits to it (docs/production.md, "Roles")`,
+          { tenant },
+        );
+      });
       if (ways === undefined) throw e;
       this.splits.set(tenant, ways);
       const left = (opts.deadlineMs ?? this.config.limits.routerDeadlineMs) - (Date.now() - started);

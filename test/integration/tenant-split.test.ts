@@ -451,6 +451,38 @@ describe('tenant split on a real shard', () => {
     },
   );
 
+  it(
+    'a router whose directory role may not read shardctl.splits still routes unsplit tenants, and refuses a split one naming the grant',
+    { timeout: 60_000 },
+    async () => {
+      const plain = await newTenant();
+      const tenant = await newTenant();
+      await splitTenant(deps(), { tenant, ways: 2, actor: 'test' });
+      const role = `sp_router_${randomBytes(4).toString('hex')}`;
+      const dir = directoryPool();
+      const db = (await dir.query('select current_database() as d')).rows[0].d;
+      await dir.query(`create role ${role} login password 'pw'; grant connect on database ${db} to ${role}; grant usage on schema shardctl to ${role};
+      grant select on shardctl.units, shardctl.shards, shardctl.generation to ${role}`);
+      const url = new URL(config.directory.dsn);
+      url.username = role;
+      url.password = 'pw';
+      const router = await Router.create(config, { directoryDsn: url.toString(), listen: false });
+      try {
+        const write = (t: string, key: string) =>
+          router.withTenant(t, grant, 'write', (tx) => tx.query(`insert into ${schema}.orders(tenant_id, order_key) values ($1, $2)`, [t, key]), {
+            splitKey: key,
+          });
+        await write(plain, 'k1');
+        const err = await write(tenant, 'k1').catch((e) => e);
+        expect(err.type).toBe('PreconditionFailed');
+        expect(err.message).toContain('grant select on shardctl.splits');
+      } finally {
+        await router.close();
+        await dir.query(`drop owned by ${role}; drop role ${role}`);
+      }
+    },
+  );
+
   it('a split is refused when a tenant table has no split column configured, naming it', async () => {
     const tenant = await newTenant();
     const cfg = { ...config, tenant: { ...config.tenant, splitColumns: { [`${schema}.orders`]: 'order_key' } } };
