@@ -20,6 +20,7 @@ import { takeTenantCensus } from './shard/tenant-census';
 import { insertAdoptedPlacements, listPlacements, type Placement } from './directory/placements';
 import { getShard } from './directory/shards';
 import { listResidency } from './directory/policy';
+import { listSplits } from './directory/splits';
 import { residencyProblem } from './directory/residency';
 import { usableCapacity } from './directory/choose';
 import { DEFAULT_EXPECTED_LOAD } from './tenants';
@@ -52,7 +53,7 @@ export interface AdoptPlan {
   datasetTables: string[];
   /** Tenants found in the tables that would be placed on the shard now (epoch 1, active). */
   place: string[];
-  /** Tenants found that the directory already places on the shard (nothing to record). */
+  /** Tenants found that the directory already places on the shard, or split there (nothing to record). */
   present: string[];
   /** Tenants whose rows here are a moved tenant's old copy (the directory places them elsewhere and this shard's fence disowns them): left alone. */
   movedAway: { tenant: string; shard: string }[];
@@ -110,6 +111,8 @@ export async function planAdoption(deps: AdoptDeps, input: AdoptInput): Promise<
   const byUnit = new Map<string, Placement>(placements.map((p) => [p.unit, p]));
   const fences = await getUnitFences(pool, census.tenants);
   const residency = await listResidency(deps.directory);
+  // A split tenant lives on as its sub-units (lib/tenant-split.ts): its name is never placed again.
+  const splits = await listSplits(deps.directory);
   const place: string[] = [];
   const present: string[] = [];
   const movedAway: AdoptPlan['movedAway'] = [];
@@ -119,7 +122,10 @@ export async function planAdoption(deps: AdoptDeps, input: AdoptInput): Promise<
   for (const tenant of census.tenants) {
     const p = byUnit.get(tenant);
     const f: FenceState | undefined = fences.get(tenant);
-    if (p && p.shard === shard && p.kind === 'tenant') present.push(tenant);
+    const split = splits.get(tenant);
+    if (split && split.shard === shard) present.push(tenant);
+    else if (split) elsewhere.push(`${tenant} (split ${split.ways} ways on ${split.shard})`);
+    else if (p && p.shard === shard && p.kind === 'tenant') present.push(tenant);
     else if (p && p.kind === 'tenant' && f && !f.owned) movedAway.push({ tenant, shard: p.shard });
     else if (p) elsewhere.push(`${tenant} (on ${p.shard}, epoch ${p.epoch})`);
     else if (f && !(f.epoch === 1 && f.owned && !f.frozen && !f.leaseExpired))

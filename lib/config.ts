@@ -89,6 +89,12 @@ export const configSchema = z
         tables: z.array(z.string().min(1)).optional(),
         /** Writes without an epoch are refused unless this is true (fail closed). */
         allowUnfencedWrites: z.boolean().default(false),
+        /**
+         * Split columns (docs/architecture.md, "Splitting a tenant"): tenant table (`schema.table`)
+         * → the column whose stable_hash names a row's sub-unit once its tenant is split. A tenant
+         * splits only if every tenant table that holds its rows has one (`tenant split` checks).
+         */
+        splitColumns: z.record(z.string().min(1), z.string().min(1)).optional(),
       })
       .strict()
       .default({}),

@@ -86,7 +86,7 @@ export function directoryGrantsSql(r: RoleNames = EXAMPLE_ROLES): string {
     `create role ${a} login;`,
     `grant connect on database ${db} to ${a};`,
     `grant usage on schema shardctl to ${a};`,
-    `grant select on shardctl.units, shardctl.shards, shardctl.generation to ${a};`,
+    `grant select on shardctl.units, shardctl.shards, shardctl.generation, shardctl.splits to ${a};   -- splits: routing a split tenant's rows`,
     ``,
   ].join('\n');
 }

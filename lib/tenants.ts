@@ -7,6 +7,7 @@ import { ShardctlError, invalidInput } from './errors';
 import { validateShardName, validateTenantId } from './ids';
 import { installOwner, removeFirstFence } from './shard/fence';
 import { Placement, getPlacement, insertPlacement, listPlacements } from './directory/placements';
+import { getSplit } from './directory/splits';
 import { listShards } from './directory/shards';
 import { chooseShardForNewUnit } from './directory/choose';
 import { setResidency } from './directory/policy';
@@ -81,6 +82,16 @@ export async function createTenant(deps: TenantDeps, input: CreateTenantInput): 
 
   const existing = await getPlacement(directory, tenant);
   if (existing) throw alreadyExists(existing);
+  const split = await getSplit(directory, tenant);
+  if (split) {
+    throw new ShardctlError(
+      'AlreadyExists',
+      `tenant ${tenant} already exists, split ${split.ways} ways on ${split.shard} (${tenant}:0 .. ${tenant}:${split.ways - 1})`,
+      {
+        split,
+      },
+    );
+  }
   const known = new Set(config.shards.map((s) => s.name));
   const shards = (await listShards(directory)).filter((s) => known.has(s.name));
   let shard: string;

@@ -1,4 +1,4 @@
-// `shardctl tenant create|show|list|residency`: create a tenant (fence first, then the directory
+// `shardctl tenant create|show|list|residency|split`: create a tenant (fence first, then the directory
 // row), read placements, and show or set the regions it may live in (lib/directory/policy.ts). Input is validated before anything is touched; bad input changes nothing.
 // `show` and `list` never write: read-only sessions, and an outdated directory schema is refused
 // (naming the command that migrates it), never migrated.
@@ -13,6 +13,8 @@ import { createTenant, getTenant, listTenants, tenantView, validateCreateInput }
 import { getResidency, setResidency } from '../../lib/directory/policy';
 import { parseRegions } from '../../lib/directory/residency';
 import { actorDefault } from '../actor';
+import { splitTenant, validateSplitInput } from '../../lib/tenant-split';
+import { getSplit } from '../../lib/directory/splits';
 
 export { ensureDirectory };
 
@@ -101,6 +103,33 @@ export function register(program: Command) {
     'tenant residency acme --json   # {"tenant","shard","regions"} or, when set, {"unit","before","after","shard","region","compliant"}',
   );
 
+  const split = tenant
+    .command('split <id>')
+    .description("split a tenant into K sub-units <id>:0 .. <id>:K-1 by its tables' split columns (config.tenant.splitColumns); no row moves")
+    .requiredOption('--ways <k>', 'how many sub-units (2 to 1024)')
+    .option('--actor <name>', 'who splits it (audit log)', actorDefault())
+    .option('--reason <text>', 'why (audit log)')
+    .option('--json', 'print the result as JSON')
+    .action(async (id: string, o: { ways: string; actor: string; reason?: string; json?: boolean }) => {
+      const cfg = config();
+      if (!/^\d{1,4}$/.test(o.ways.trim())) throw invalidInput(`--ways must be an integer, got ${JSON.stringify(o.ways.slice(0, 40))}`);
+      const input = { tenant: id, ways: Number(o.ways.trim()), actor: o.actor, reason: o.reason };
+      validateSplitInput(input); // before any connection: bad input touches nothing
+      const r = await withConnections(cfg, { requireCurrentSchema: true }, (pools) =>
+        splitTenant({ directory: pools.directoryPool(), shardPool: pools.shardPool, config: cfg }, input),
+      );
+      printResult(o.json, r, (v) =>
+        console.log(
+          `${v.tenant} split ${v.ways} ways on ${v.shard}: ${v.units.join(', ')} at epoch ${v.epoch}${v.resumed ? ' (completed an earlier run)' : ''}`,
+        ),
+      );
+    });
+  examples(
+    split,
+    'tenant split acme --ways 4 --reason "hot tenant"',
+    'tenant split acme --ways 4 --json   # {"tenant","ways","shard","epoch","units","resumed"}',
+  );
+
   const show = tenant
     .command('show <id>')
     .description("a tenant's placement: shard, epoch, state, owning move")
@@ -108,11 +137,36 @@ export function register(program: Command) {
     .action(async (id: string, o: { json?: boolean }) => {
       const cfg = config();
       validateTenantId(id);
-      const p = await withConnections(cfg, { readOnly: true, requireCurrentSchema: true }, (pools) => getTenant(pools.directoryPool(), id));
-      if (!p) throw new ShardctlError('NotFound', `no tenant ${id}`);
-      printResult(o.json, tenantView(p), (v) => console.log(tenantLine(v)));
+      const found = await withConnections(cfg, { readOnly: true, requireCurrentSchema: true }, async (pools) => {
+        const p = await getTenant(pools.directoryPool(), id);
+        if (p) return { p };
+        // A split tenant lives on as its sub-units: show them.
+        const split = await getSplit(pools.directoryPool(), id);
+        if (!split) return {};
+        const units = (await listTenants(pools.directoryPool())).tenants.filter((t) => t.unit.startsWith(`${id}:`)).map(tenantView);
+        return {
+          split: {
+            tenant: id,
+            split: { ways: split.ways, shard: split.shard, parentEpoch: split.parentEpoch, splitAt: split.splitAt, splitBy: split.splitBy },
+            units,
+          },
+        };
+      });
+      if (found.split) {
+        printResult(o.json, found.split, (v) => {
+          console.log(`${v.tenant} is split ${v.split.ways} ways (on ${v.split.shard} at ${v.split.splitAt}, by ${v.split.splitBy}):`);
+          for (const u of v.units) console.log(`  ${tenantLine(u)}`);
+        });
+        return;
+      }
+      if (!found.p) throw new ShardctlError('NotFound', `no tenant ${id}`);
+      printResult(o.json, tenantView(found.p), (v) => console.log(tenantLine(v)));
     });
-  examples(show, 'tenant show acme', 'tenant show acme --json   # {"tenant","shard","epoch","state","moveId","expectedLoad","updatedAt"}');
+  examples(
+    show,
+    'tenant show acme',
+    'tenant show acme --json   # {"tenant","shard","epoch","state","moveId","expectedLoad","updatedAt"}; split: {"tenant","split":{"ways","shard","parentEpoch","splitAt","splitBy"},"units":[...]}',
+  );
 
   const list = tenant
     .command('list')

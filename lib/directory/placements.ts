@@ -229,6 +229,18 @@ export async function insertPlacement(
   try {
     return await inDirectoryTransaction(pool, async (c) => {
       if (opts.headroomFraction !== undefined) await refuseWithoutHeadroom(c, unit.shard, unit.expectedLoad, opts.headroomFraction);
+      // A split tenant lives on as its sub-units (lib/directory/splits.ts): its name is never placed again.
+      const split = await c.query('select ways from shardctl.splits where unit = $1 for share', [unit.unit]);
+      if (split.rowCount) {
+        throw new ShardctlError(
+          'Conflict',
+          `${unit.unit} is split ${split.rows[0].ways} ways (${unit.unit}:0 .. ${unit.unit}:${split.rows[0].ways - 1}): it is never placed again`,
+          {
+            unit: unit.unit,
+            ways: Number(split.rows[0].ways),
+          },
+        );
+      }
       const r = await c.query(
         `insert into shardctl.units(unit, kind, shard, epoch, state, move_id, expected_load, updated_at)
          values ($1, $2, $3, 1, 'active', null, $4, now())

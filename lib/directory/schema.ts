@@ -153,6 +153,23 @@ create table if not exists shardctl.unit_policy (
 );
 `,
   },
+  {
+    version: 11,
+    name: 'tenant splits',
+    // `tenant split T --ways K` (lib/directory/splits.ts): T's placement became K sub-unit
+    // placements T:0 .. T:K-1 (same shard, epoch + 1). A split is never undone, so a router's
+    // map of splits only grows.
+    sql: `
+create table if not exists shardctl.splits (
+  unit text primary key,
+  ways integer not null check (ways >= 2),
+  shard text not null,
+  parent_epoch bigint not null,
+  split_at timestamptz not null default now(),
+  split_by text not null
+);
+`,
+  },
 ];
 
 /**

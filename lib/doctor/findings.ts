@@ -138,6 +138,7 @@ export const FINDING_KINDS = [
   'dataset-bucket-count',
   'dedication-elsewhere',
   'stray-bucket-rows',
+  'split-incomplete',
 ] as const;
 export type FindingKind = (typeof FINDING_KINDS)[number];
 
@@ -458,6 +459,7 @@ export function judge(facts: Facts, opts: { fenceLockClass: number }): Finding[]
     }
   }
 
+  if (directory.reachable) out.push(...incompleteSplits(directory.placements, facts.shards));
   if (directory.reachable && temporal.reachable) out.push(...staleReservations(directory, temporal.running));
   for (const s of facts.shards) {
     if (!s.reachable) continue;
@@ -556,6 +558,35 @@ function judgeStrayBucketRows(facts: Facts, runningUnits: ReadonlySet<string>): 
         unit,
         message: `${s.shard} holds rows of ${unit} (in ${rows.map((r) => r.table).join(', ')}), which the directory places on ${owner}, and no move of it runs: nothing routes to them, and a move of ${unit} onto ${s.shard} would refuse`,
         fix: `compare them with ${owner} first (they may be writes made past the router), then delete them on ${s.shard}: psql "postgres://<role>@${s.host}" -c "begin; set local session_replication_role = replica; ${deletes} commit;"`,
+        autoFix: false,
+      });
+    }
+  }
+  return out;
+}
+
+/**
+ * A split stopped between the directory's compare-and-set and the tenant's disown
+ * (lib/tenant-split.ts): the directory names T's sub-units and not T, yet a shard's fence still
+ * owns T. Every row of T is on that shard, so there is no second owner, but a router with T's old
+ * route still writes there; the re-run of `tenant split` finishes it.
+ */
+export function incompleteSplits(placements: readonly { unit: string }[], shards: readonly ShardFacts[]): Finding[] {
+  const placed = new Set(placements.map((p) => p.unit));
+  const out: Finding[] = [];
+  for (const s of shards) {
+    if (!s.reachable || !s.schemaInstalled) continue;
+    for (const f of s.fences) {
+      if (!f.owned || f.unit.includes(':') || placed.has(f.unit) || !placed.has(`${f.unit}:0`)) continue;
+      const ways = placements.filter((p) => p.unit.startsWith(`${f.unit}:`) && /^(0|[1-9][0-9]*)$/.test(p.unit.slice(f.unit.length + 1))).length;
+      out.push({
+        id: `split-incomplete:${s.shard}:${f.unit}`,
+        kind: 'split-incomplete',
+        severity: 'warning',
+        shard: s.shard,
+        unit: f.unit,
+        message: `${f.unit} is split in the directory (${f.unit}:0 .. ${f.unit}:${ways - 1}) but ${s.shard}'s fence still owns ${f.unit} at epoch ${f.epoch}: a router with its old route still writes it there`,
+        fix: `shardctl tenant split ${f.unit} --ways ${ways}`,
         autoFix: false,
       });
     }

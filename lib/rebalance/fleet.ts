@@ -2,7 +2,8 @@
 // dedication from the shards table) and every unit's placement and expected load: tenants and the
 // buckets of bucket-routed datasets (a bucket moves like a tenant; one of a dataset the config does
 // not name counts for load but is never planned, since no move could select its rows). A unit on a
-// shard outside the allowlist is never planned either: nothing may connect to that shard.
+// shard outside the allowlist is never planned either: nothing may connect to that shard. Nor is a
+// split tenant's sub-unit (`tenant split`): its moves are not supported yet.
 // Node-only (reads the directory); the arithmetic is lib/rebalance/plan.ts.
 import type { Pool } from 'pg';
 import type { Queryable } from '../directory/db';
@@ -73,7 +74,9 @@ export async function planFromDirectory(
           }
         : p.kind === 'bucket' && !datasets.has(bucketDataset(p.unit))
           ? { unmovable: `is a bucket of dataset ${bucketDataset(p.unit)}, which the config does not name` }
-          : {}),
+          : isSubUnit(p.unit)
+            ? { unmovable: 'is a split sub-unit: moving sub-units is not supported yet (docs/architecture.md, "Splitting a tenant")' }
+            : {}),
     })),
     scope,
     { ...opts, headroomFraction: opts.headroomFraction ?? config.limits.headroomFraction },
@@ -107,6 +110,11 @@ export async function planFromDirectory(
   for (const m of measured.values())
     if (m.error) plan.problems.push(`${m.shard} could not be measured (${m.error}): its units are planned by the directory's expected load, with no bytes`);
   return plan;
+}
+
+function isSubUnit(unit: string): boolean {
+  const p = parseUnit(unit);
+  return p.kind === 'tenant' && p.path.length > 0;
 }
 
 function bucketDataset(unit: string): string {

@@ -8,6 +8,8 @@ import { listShardNames } from '../directory/shards';
 export interface DirectorySnapshot {
   placements: Placement[];
   generation: number;
+  /** Split tenants: unit → ways (shardctl.splits; empty on a directory without the table). */
+  splits: Map<string, number>;
 }
 
 function rowToPlacement(r: { unit: string; shard: string; epoch: string | number; state: string }): Placement {
@@ -40,8 +42,9 @@ export class DirectoryReader {
       await c.query('begin isolation level repeatable read read only');
       const g = await c.query('select value from shardctl.generation');
       const u = await c.query('select unit, shard, epoch, state from shardctl.units');
+      const splits = await this.querySplits(c, undefined);
       await c.query('commit');
-      return { generation: toSafeInt(g.rows[0]?.value) ?? 0, placements: u.rows.map(rowToPlacement) };
+      return { generation: toSafeInt(g.rows[0]?.value) ?? 0, placements: u.rows.map(rowToPlacement), splits };
     } catch (e) {
       broken = e as Error;
       await c.query('rollback').catch(() => {});
@@ -61,6 +64,32 @@ export class DirectoryReader {
     const row = r.rows[0];
     const generation = toSafeInt(row?.generation) ?? 0;
     return { unit, generation, placement: row?.unit ? rowToPlacement(row) : undefined };
+  }
+
+  /** How many ways `unit` is split (undefined: it is not). */
+  async loadSplit(unit: string): Promise<number | undefined> {
+    return (await this.querySplits(this.pool, unit)).get(unit);
+  }
+
+  /**
+   * Splits, unit → ways (one unit's, or all). A directory not yet migrated has none. A router role
+   * without SELECT on the table (granted before splits existed) loads snapshots without them, so
+   * unsplit tenants route as before; asking for one unit's split then fails with 42501, which
+   * withTenant turns into the grant to add (a split tenant is never routed without its split).
+   */
+  private async querySplits(db: Pick<Pool, 'query'>, unit: string | undefined): Promise<Map<string, number>> {
+    const can = await db.query(
+      `select case when to_regclass('shardctl.splits') is null then 'absent'
+                   when has_table_privilege('shardctl.splits', 'select') then 'ok' else 'forbidden' end as s`,
+    );
+    const state = can.rows[0]?.s;
+    if (state === 'absent') return new Map();
+    if (state === 'forbidden') {
+      if (unit === undefined) return new Map();
+      throw Object.assign(new Error('permission denied for table shardctl.splits'), { code: '42501' });
+    }
+    const r = await db.query(`select unit, ways from shardctl.splits where $1::text is null or unit = $1`, [unit ?? null]);
+    return new Map(r.rows.map((x: { unit: string; ways: number | string }) => [x.unit, Number(x.ways)]));
   }
 
   /** The shards inventory (fleet reads ask every one of them). */

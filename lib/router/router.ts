@@ -13,7 +13,8 @@ import { validateTenantId } from '../ids';
 import { DirectoryReader } from './directory-feed';
 import { PlacementListener } from '../directory/listen';
 import { Grant, assertGrantCovers, assertGrantCoversDataset, grantCoversAll } from './grant';
-import { bucketOf } from '../buckets/hash';
+import { bucketOf, routingKeyBytes } from '../buckets/hash';
+import { tenantUnitForRow } from '../buckets/route';
 import { bucketUnitName } from '../buckets/units';
 import { CONNECT_TIMEOUT, isConnectTimeout, STALE_BACKOFF, FROZEN_BACKOFF, backoffDelayMs, classifyError, nextWaitMs } from './retry';
 
@@ -59,6 +60,12 @@ export interface TenantCallOptions {
   retryBudget?: number;
   /** Transaction isolation (default read committed; the fence holds at every level). */
   isolation?: Isolation;
+  /**
+   * withTenant: the value (as text) of the split column of the rows the transaction writes
+   * (config.tenant.splitColumns). Required once the tenant is split (`tenant split`): it names the
+   * sub-unit `T:<stable_hash(splitKey) mod K>` the transaction is opened for; ignored otherwise.
+   */
+  splitKey?: string;
 }
 
 export interface RouterMetrics {
@@ -121,6 +128,8 @@ const ISOLATIONS: ReadonlySet<string> = new Set(['read committed', 'repeatable r
 
 export class Router {
   private readonly cache = new PlacementCache();
+  /** Split tenants (unit → ways), from the directory's shardctl.splits. */
+  private readonly splits = new Map<string, number>();
   private readonly pools = new Map<string, Pool>();
   private readonly scatterPools = new Map<string, Pool>();
   private readonly s3s = new Map<string, S3Client>();
@@ -188,9 +197,44 @@ export class Router {
    * out a frozen unit (writes) within the deadline. See TenantFn for the idempotency contract.
    */
   async withTenant<T>(tenantId: string, grant: Grant, mode: Mode, fn: TenantFn<T>, opts: TenantCallOptions = {}): Promise<T> {
-    const unit = validateTenantId(tenantId);
-    assertGrantCovers(grant, unit);
-    return this.withUnit(unit, mode, fn, opts);
+    const tenant = validateTenantId(tenantId);
+    assertGrantCovers(grant, tenant);
+    if (opts.splitKey !== undefined) routingKeyBytes(opts.splitKey); // a key no shard could hash is refused before any I/O
+    const started = Date.now();
+    const unit = this.unitOfTenantRow(tenant, opts.splitKey);
+    try {
+      return await this.withUnit(unit, mode, fn, opts);
+    } catch (e) {
+      // A tenant without a placement may have been split since this router learned its route (the
+      // shard refused the old epoch, and the directory no longer names the tenant): learn the split
+      // and run on the row's sub-unit, within what is left of the deadline.
+      if (unit !== tenant || !(e instanceof ShardctlError) || e.type !== 'NotFound' || this.opts.freezeCache) throw e;
+      const ways = await this.reader.loadSplit(tenant).catch((x) => {
+        if (x?.code !== '42501') return undefined;
+        throw new ShardctlError(
+          'PreconditionFailed',
+          `tenant ${tenant} has no placement, and this router's role may not read shardctl.splits to tell whether it was split: grant select on shardctl.splits to it (docs/production.md, "Roles")`,
+          { tenant },
+        );
+      });
+      if (ways === undefined) throw e;
+      this.splits.set(tenant, ways);
+      const left = (opts.deadlineMs ?? this.config.limits.routerDeadlineMs) - (Date.now() - started);
+      if (left <= 0) throw e;
+      return this.withUnit(this.unitOfTenantRow(tenant, opts.splitKey), mode, fn, { ...opts, deadlineMs: left });
+    }
+  }
+
+  /** The unit a tenant's row routes to: the tenant, or its sub-unit by the split key once the tenant is split. */
+  private unitOfTenantRow(tenant: string, splitKey: string | undefined): string {
+    const ways = this.splits.get(tenant);
+    if (ways === undefined) return tenant;
+    if (splitKey === undefined) {
+      throw invalidInput(
+        `tenant ${tenant} is split ${ways} ways (${tenant}:0 .. ${tenant}:${ways - 1}): pass splitKey, the value of the row's split column (config.tenant.splitColumns)`,
+      );
+    }
+    return tenantUnitForRow(tenant, splitKey, this.splits);
   }
 
   /**
@@ -616,6 +660,8 @@ export class Router {
     try {
       const snap = await this.reader.loadSnapshot();
       this.cache.replaceAll(snap.placements, snap.generation);
+      // A split is never undone: the map only grows.
+      for (const [unit, ways] of snap.splits ?? []) this.splits.set(unit, ways);
       this.lastFreshAt = this.lastFullLoadAt = Date.now();
       this.m.refreshes++;
       this.m.directoryReachable = true;

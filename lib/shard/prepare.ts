@@ -17,7 +17,7 @@ import { bucketUnitSqlExpr, datasetTables } from '../unit-rows';
 import type { S3Client } from '@aws-sdk/client-s3';
 import { s3ClientFor } from '../s3';
 import { ensureBucketMarker } from '../blobs/marker';
-import { FENCE_OLD_ROWS_TRIGGER, FENCE_TRIGGER_NAME, FENCE_VERSION, fenceTriggersSql, fenceVersion, type RowUnitSql } from './fence-sql';
+import { FENCE_OLD_ROWS_TRIGGER, FENCE_TRIGGER_NAME, FENCE_VERSION, fenceTriggersSql, fenceVersion, splitRowUnitSql, type RowUnitSql } from './fence-sql';
 
 export { FENCE_TRIGGER_NAME } from './fence-sql';
 
@@ -78,11 +78,12 @@ export async function prepareShard(
     for (const t of tables) {
       // `changed` names each table whose shardctl triggers (fence or write audit) this run created or repaired.
       const auditChanged = await installWriteAudit(c, t, audit.fn);
-      if (await hasTableFence(c, t.qualified, config.tenant.column)) {
+      const rowUnit = tenantRowUnit(config, t);
+      if (await hasTableFence(c, t.qualified, config.tenant.column, fenceVersion(rowUnit))) {
         if (auditChanged) changed.push(displayName(t));
         continue;
       }
-      await installTableFence(c, t.qualified, config.tenant.column);
+      await installTableFence(c, t.qualified, config.tenant.column, rowUnit);
       changed.push(displayName(t));
     }
     // Each bucketed dataset's tables: the same fence and audit, the unit built from the bucket column.
@@ -199,7 +200,8 @@ export async function fenceStatus(db: Pool | PoolClient, config: Config): Promis
   const tables = await listTenantTables(db, tenantTableSelector(config.tenant));
   const fenced: string[] = [];
   const unfenced: string[] = [];
-  for (const t of tables) ((await hasTableFence(db, t.qualified, config.tenant.column)) ? fenced : unfenced).push(displayName(t));
+  for (const t of tables)
+    ((await hasTableFence(db, t.qualified, config.tenant.column, fenceVersion(tenantRowUnit(config, t)))) ? fenced : unfenced).push(displayName(t));
   for (const ds of config.datasets) {
     const version = fenceVersion((row) => bucketUnitSqlExpr(ds, row));
     // Configured dataset tables missing here are not this shard's to report (plan names them missing on a target).
@@ -262,6 +264,15 @@ async function dropUnusedRowCheck(c: PoolClient, column: string): Promise<void> 
        end if;
      end $do$`,
   );
+}
+
+/**
+ * A tenant table's row-unit expression for its fence: with a split column configured
+ * (config.tenant.splitColumns), the sub-unit of a split tenant's row; otherwise the tenant column.
+ */
+export function tenantRowUnit(config: Pick<Config, 'tenant'>, t: Pick<TenantTable, 'schema' | 'name'>): RowUnitSql | undefined {
+  const col = config.tenant.splitColumns?.[`${t.schema}.${t.name}`];
+  return col === undefined ? undefined : splitRowUnitSql(config.tenant.column, col);
 }
 
 function displayName(t: TenantTable): string {

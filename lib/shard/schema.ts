@@ -44,6 +44,9 @@ alter table shardctl.fence add column if not exists freeze_gen bigint;
 -- fence point, so the change stream may not have carried it. Retire counts the write audit by it
 -- (by commit, not by when the writer began).
 alter table shardctl.fence add column if not exists freeze_snapshot pg_snapshot;
+-- A split sub-unit's ways (\`tenant split T --ways K\` installs T:0 .. T:K-1 with K): the modulus
+-- its rows' unit is computed with (shardctl.checked_ways()). NULL for tenants and buckets.
+alter table shardctl.fence add column if not exists split_ways integer check (split_ways is null or split_ways >= 2);
 
 -- shardctl's own data-plane sessions (copy, apply, clean-up): registered by the session itself
 -- (shardctl.enter_data_plane) by process id and start time, so a session that merely calls itself
