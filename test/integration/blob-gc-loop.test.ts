@@ -31,10 +31,12 @@ beforeAll(async () => {
   env = await H.inProcessActivities({ router: true, refs });
   ({ act, router } = env);
   const deps = env.deps;
+  // The activities' own pools, as the worker's collector uses them: the collector asks for a pool
+  // once per tenant, and test/helpers' directoryPool() and shardPool() open a new one per call.
   gcDeps = {
     tenantColumn: testConfig().tenant.column,
-    directoryPool,
-    shardPool,
+    directoryPool: () => deps.directoryPool(),
+    shardPool: (s) => deps.shardPool(s),
     bucketOf: (s) => ({ shard: s, s3: deps.s3For(s), bucket: shardByName(testConfig(), s).bucket }),
   };
 });
