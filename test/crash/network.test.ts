@@ -188,6 +188,12 @@ const CUT_MS = 20_000;
 /** The fence budget of the whole-move latency case: its frozen window's round trips each pay 200 ms. */
 const WAN_FENCE_BUDGET_MS = 30_000;
 const WAN_LAG_THRESHOLD_MS = 5000;
+/** The whole-move case's stalled connections are closed after this long. */
+const STALL_MS = 4000;
+/** The whole-move case's data-limited connections are closed after this many bytes from the server. */
+const LIMIT_BYTES = 256 * 1024;
+/** Every connection of the worker to the source in that case is closed after this many bytes from it (more than the copy's largest table). */
+const SOURCE_LIMIT_BYTES = 1024 * 1024;
 /** A half-open stream lasts longer than the server's wal_sender_timeout (30 s, lib/dev/topology.ts). */
 const HALF_OPEN_MS = 35_000;
 /** The stream's receive deadline (10 s, lib/cdc/stream.ts) with slack: when a silent stream must be given up. */
@@ -436,11 +442,11 @@ describe('network faults under live traffic', () => {
   });
 
   it(
-    'every link of the worker and of the router slowed by 200 ms, 1 % of connections reset, for a whole move: it switches, nothing is lost, no attempt froze the tenant past its bound',
+    'every link of the worker and of the router slowed by 200 ms, 1 % of connections reset, 1 % stalled then closed, 5 % closed after 256 KiB (half the worker ↔ source connections after 1 MiB), for a whole move: it switches, nothing is lost, no attempt froze the tenant past its bound',
     { timeout: 720_000 },
     async () => {
       const servers: ProxiedServer[] = ['directory', 'shard-c', 'shard-a'];
-      await runCase('every link: 200 ms latency, 1 % resets, whole move', {
+      await runCase('every link: 200 ms latency, 1 % resets, 1 % stalls, 5 % data limits, whole move', {
         source: 'shard-c',
         target: 'shard-a',
         workerVia: [...servers, 'temporal'],
@@ -453,13 +459,28 @@ describe('network faults under live traffic', () => {
           for (const l of [...Object.values(worker), ...Object.values(router)]) {
             await l.latency(100, 20, 'upstream');
             await l.latency(100, 20, 'downstream');
-            // toxiproxy draws per connection: 1 % of new connections are reset 3 s after they open.
+            // toxiproxy draws per connection: 1 % of new connections are reset 3 s after they open,
             await l.resetPeer(3000, 0.01);
+            // 1 % stall both ways for STALL_MS and are then closed (a middlebox giving a silent
+            // connection up), and 5 % are closed once LIMIT_BYTES came from the server (a pool's
+            // connection mid-query, the replication stream mid-transaction, a gRPC channel).
+            await l.stallThenClose(STALL_MS, 0.01);
+            // The worker's source link closes half its connections after SOURCE_LIMIT_BYTES: the
+            // replication stream and the pools' long-lived sessions are cut mid-use, and must resume.
+            // (Every one of them: validateMove, which reads the unit over one session, never ends.)
+            await l.limitData(l === worker['shard-c'] ? SOURCE_LIMIT_BYTES : LIMIT_BYTES, l === worker['shard-c'] ? 0.5 : 0.05);
           }
         },
         drive: async () => {},
         after: async (c, status) => {
-          c.notes.push(`cutover attempts ${status.cutoverAttempts}, pause ${C.pauseOf(status)} ms, longest frozen ${c.frozen.longest()} ms`);
+          const failures = activityFailures(c.w1.log);
+          const byType = new Map<string, number>();
+          for (const f of failures) byType.set(f.type, (byType.get(f.type) ?? 0) + 1);
+          c.notes.push(
+            `cutover attempts ${status.cutoverAttempts}, pause ${C.pauseOf(status)} ms, longest frozen ${c.frozen.longest()} ms; ` +
+              `activity failures on the worker: ${[...byType].map(([t, n]) => `${t} ${n}`).join(', ') || 'none'}` +
+              (failures.length ? ` (first: ${failures[0].error.slice(0, 80)})` : ''),
+          );
           expect(c.frozen.longest(), 'longest stretch the tenant stayed frozen (ms)').toBeLessThanOrEqual(
             WAN_FENCE_BUDGET_MS + FROZEN_BOUND_MS - FENCE_BUDGET_MS,
           );
