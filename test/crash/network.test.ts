@@ -461,6 +461,14 @@ describe('network faults under live traffic', () => {
             await l.latency(100, 20, 'downstream');
             // toxiproxy draws per connection: 1 % of new connections are reset 3 s after they open,
             await l.resetPeer(3000, 0.01);
+          }
+        },
+        // Once the worker, the router and the move are up (a router whose first snapshot load hit
+        // a stalled connection did not start: Router.create does not retry it), and on the
+        // connections already open too (toxiproxy draws for each link when a toxic is added):
+        drive: async (c) => {
+          const sourceLink = c.w1Links[c.source];
+          for (const l of [...Object.values(c.w1Links), ...Object.values(c.routerLinks)]) {
             // 1 % stall both ways for STALL_MS and are then closed (a middlebox giving a silent
             // connection up), and 5 % are closed once LIMIT_BYTES came from the server (a pool's
             // connection mid-query, the replication stream mid-transaction, a gRPC channel).
@@ -468,10 +476,9 @@ describe('network faults under live traffic', () => {
             // The worker's source link closes half its connections after SOURCE_LIMIT_BYTES: the
             // replication stream and the pools' long-lived sessions are cut mid-use, and must resume.
             // (Every one of them: validateMove, which reads the unit over one session, never ends.)
-            await l.limitData(l === worker['shard-c'] ? SOURCE_LIMIT_BYTES : LIMIT_BYTES, l === worker['shard-c'] ? 0.5 : 0.05);
+            await l.limitData(l === sourceLink ? SOURCE_LIMIT_BYTES : LIMIT_BYTES, l === sourceLink ? 0.5 : 0.05);
           }
         },
-        drive: async () => {},
         after: async (c, status) => {
           const failures = activityFailures(c.w1.log);
           const byType = new Map<string, number>();
