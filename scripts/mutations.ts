@@ -2115,4 +2115,22 @@ export const MUTATIONS: Mutation[] = [
     testFile: 'test/integration/tenant-split.test.ts',
     testName: "shards adopt counts a split tenant's rows on its own shard as present",
   },
+  {
+    id: 'dev-down-stops-toxiproxy',
+    guarantee: '`dev down` stops the toxiproxy of `dev up --with-proxies` (issue 14)',
+    file: 'lib/dev/stack.ts',
+    from: 'const tasks: Promise<void>[] = [downPostgresServers(s, log), downToxiproxy(s, log)];',
+    to: 'const tasks: Promise<void>[] = [downPostgresServers(s, log)];',
+    testFile: 'test/integration/dev-proxies.test.ts',
+    testName: 'dev down stops toxiproxy',
+  },
+  {
+    id: 'dev-proxied-config-via-proxies',
+    guarantee: '.dev/config.proxied.json names the proxies, so a client started with it can be cut off through toxiproxy (issue 14)',
+    file: 'lib/dev/stack.ts',
+    from: '    via[server] = port;',
+    to: '    via[server] = serverPort(s, server);',
+    testFile: 'test/integration/dev-proxies.test.ts',
+    testName: 'one proxy disabled cuts its server off',
+  },
 ];

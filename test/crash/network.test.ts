@@ -11,7 +11,7 @@ import * as H from '../helpers/move';
 import * as C from '../helpers/crash';
 import { NetLab, Link, ProxiedServer } from '../helpers/proxy';
 import { failAfter, FENCE_BUDGET_MS, FROZEN_BOUND_MS, NetRow, netRow, stoppedAt, watchFrozen, writeNetReport } from '../helpers/net';
-import { burst, countApplications, expectAppliedOnce, midApply, retriedActivities } from '../helpers/backlog';
+import { activityEnds, burst, completedActivityResults, countApplications, expectAppliedOnce, midApply, retriedActivities } from '../helpers/backlog';
 import * as M from '../../workflows/messages';
 import { addAcked, readLog, UnitBaseline } from '../../lib/loadgen';
 import { sleep } from '../../lib/dev/proc';
@@ -188,6 +188,12 @@ const CUT_MS = 20_000;
 /** The fence budget of the whole-move latency case: its frozen window's round trips each pay 200 ms. */
 const WAN_FENCE_BUDGET_MS = 30_000;
 const WAN_LAG_THRESHOLD_MS = 5000;
+/** The whole-move case's stalled connections are closed after this long. */
+const STALL_MS = 4000;
+/** The whole-move case's data-limited connections are closed after this many bytes from the server. */
+const LIMIT_BYTES = 256 * 1024;
+/** Every connection of the worker to the source in that case is closed after this many bytes from it (more than the copy's largest table). */
+const SOURCE_LIMIT_BYTES = 1024 * 1024;
 /** A half-open stream lasts longer than the server's wal_sender_timeout (30 s, lib/dev/topology.ts). */
 const HALF_OPEN_MS = 35_000;
 /** The stream's receive deadline (10 s, lib/cdc/stream.ts) with slack: when a silent stream must be given up. */
@@ -436,11 +442,11 @@ describe('network faults under live traffic', () => {
   });
 
   it(
-    'every link of the worker and of the router slowed by 200 ms, 1 % of connections reset, for a whole move: it switches, nothing is lost, no attempt froze the tenant past its bound',
+    'every link of the worker and of the router slowed by 200 ms, 1 % of connections reset, 1 % stalled then closed, 5 % closed after 256 KiB (half the worker ↔ source connections after 1 MiB), for a whole move: it switches, nothing is lost, no attempt froze the tenant past its bound',
     { timeout: 720_000 },
     async () => {
       const servers: ProxiedServer[] = ['directory', 'shard-c', 'shard-a'];
-      await runCase('every link: 200 ms latency, 1 % resets, whole move', {
+      await runCase('every link: 200 ms latency, 1 % resets, 1 % stalls, 5 % data limits, whole move', {
         source: 'shard-c',
         target: 'shard-a',
         workerVia: [...servers, 'temporal'],
@@ -453,13 +459,35 @@ describe('network faults under live traffic', () => {
           for (const l of [...Object.values(worker), ...Object.values(router)]) {
             await l.latency(100, 20, 'upstream');
             await l.latency(100, 20, 'downstream');
-            // toxiproxy draws per connection: 1 % of new connections are reset 3 s after they open.
+            // toxiproxy draws per connection: 1 % of new connections are reset 3 s after they open,
             await l.resetPeer(3000, 0.01);
           }
         },
-        drive: async () => {},
+        // Once the worker, the router and the move are up (a router whose first snapshot load hit
+        // a stalled connection did not start: Router.create does not retry it), and on the
+        // connections already open too (toxiproxy draws for each link when a toxic is added):
+        drive: async (c) => {
+          const sourceLink = c.w1Links[c.source];
+          for (const l of [...Object.values(c.w1Links), ...Object.values(c.routerLinks)]) {
+            // 1 % stall both ways for STALL_MS and are then closed (a middlebox giving a silent
+            // connection up), and 5 % are closed once LIMIT_BYTES came from the server (a pool's
+            // connection mid-query, the replication stream mid-transaction, a gRPC channel).
+            await l.stallThenClose(STALL_MS, 0.01);
+            // The worker's source link closes half its connections after SOURCE_LIMIT_BYTES: the
+            // replication stream and the pools' long-lived sessions are cut mid-use, and must resume.
+            // (Every one of them: validateMove, which reads the unit over one session, never ends.)
+            await l.limitData(l === sourceLink ? SOURCE_LIMIT_BYTES : LIMIT_BYTES, l === sourceLink ? 0.5 : 0.05);
+          }
+        },
         after: async (c, status) => {
-          c.notes.push(`cutover attempts ${status.cutoverAttempts}, pause ${C.pauseOf(status)} ms, longest frozen ${c.frozen.longest()} ms`);
+          const failures = activityFailures(c.w1.log);
+          const byType = new Map<string, number>();
+          for (const f of failures) byType.set(f.type, (byType.get(f.type) ?? 0) + 1);
+          c.notes.push(
+            `cutover attempts ${status.cutoverAttempts}, pause ${C.pauseOf(status)} ms, longest frozen ${c.frozen.longest()} ms; ` +
+              `activity failures on the worker: ${[...byType].map(([t, n]) => `${t} ${n}`).join(', ') || 'none'}` +
+              (failures.length ? ` (first: ${failures[0].error.slice(0, 80)})` : ''),
+          );
           expect(c.frozen.longest(), 'longest stretch the tenant stayed frozen (ms)').toBeLessThanOrEqual(
             WAN_FENCE_BUDGET_MS + FROZEN_BOUND_MS - FENCE_BUDGET_MS,
           );
@@ -524,26 +552,42 @@ describe('network faults under live traffic', () => {
         workerVia: ['temporal'],
         faultPoint: 'after-fence-raised',
         move: {},
-        // The zombie goes on with its cutover, unable to heartbeat or report; Temporal hands the
-        // attempt to the second worker once the heartbeat timeout passes.
+        // The zombie goes on with its cutover, unable to heartbeat or report, and switches within
+        // ~100 ms. Temporal times its attempt out (heartbeat, 5 s) and retries, but the retries
+        // usually go to the activity polls the zombie had open before the cut: the server answers
+        // them into the partition, so each such attempt is lost and times out in turn (seen: all
+        // four attempts, the last polled by the zombie, none reaching the second worker). The
+        // workflow's step retry then schedules the cutover again, and whichever worker runs it finds
+        // the switch made (alreadyDone). No freeze is left to take over: the zombie switched.
         drive: cutAtFaultPoint('after-fence-raised', (c) => c.w1Links.temporal),
         after: async (c) => {
           await expectFrozenWithinBound(c);
-          const retried = (await retriedActivities(c.h)).filter((a) => a.name === 'cutover');
           const who = (identity: string) => (identity.startsWith(`${c.w1.proc.pid}@`) ? 'the cut-off worker' : 'another worker');
+          const ends = await activityEnds(c.h, 'cutover');
           const audit = await directoryPool().query(`select action from shardctl.audit where unit = $1 order by id`, [c.tenant]);
+          const zombieSwitched = fs
+            .readFileSync(c.w1.log, 'utf8')
+            .split('\n')
+            .some((l) => l.includes('"msg":"cutover switched"') && l.includes('"alreadyDone":false'));
+          const results = (await completedActivityResults(c.h, 'cutover')) as { alreadyDone?: boolean }[];
           c.notes.push(
-            `cutover retried: ${retried.map((a) => `attempt ${a.attempt} on ${who(a.identity)} after "${a.lastFailure.slice(0, 40)}"`).join(', ') || 'no'}; ` +
-              `audit: ${audit.rows.map((r) => r.action).join(' ')}`,
+            `cutover runs: ${ends.map((a) => `attempt ${a.attempt} polled by ${who(a.identity)}: ${a.outcome}`).join(', ')}; ` +
+              `zombie switched: ${zombieSwitched}; audit: ${audit.rows.map((r) => r.action).join(' ')}`,
           );
-          // Temporal gave the zombie's attempt up (its heartbeats stopped arriving), and whichever
-          // attempt switched, the unit switched once.
-          expect(
-            retried.some((a) => /heartbeat/i.test(a.lastFailure)),
-            JSON.stringify(retried),
-          ).toBe(true);
-          const switches = await directoryPool().query(`select 1 from shardctl.audit where unit = $1 and action = 'switch'`, [c.tenant]);
-          expect(switches.rowCount, 'switches recorded for the unit').toBe(1);
+          // The zombie can reach the directory and both shards: it finishes its cutover within the
+          // cut (unable to report it), and it alone froze and switched the unit.
+          expect(zombieSwitched, "the cut-off worker's cutover switched the unit").toBe(true);
+          expect(audit.rows.filter((r) => r.action === 'freeze' || r.action === 'switch').map((r) => r.action)).toEqual(['freeze', 'switch']);
+          // Temporal gave the zombie's attempt up for its missing heartbeats; every attempt that did
+          // not complete ended the same way: polls the zombie had open at the cut are answered into
+          // the partition and their attempts lost, never failed or run twice.
+          const retried = (await retriedActivities(c.h)).filter((a) => a.name === 'cutover');
+          expect(retried.length, 'cutover attempts after the first').toBeGreaterThan(0);
+          expect(retried.filter((a) => !/heartbeat/i.test(a.lastFailure)).map((a) => a.lastFailure)).toEqual([]);
+          expect(ends.filter((a) => a.outcome !== 'completed' && a.outcome !== 'timed out (heartbeat)')).toEqual([]);
+          expect(ends.map((a) => a.outcome).at(-1)).toBe('completed');
+          // The run Temporal saw complete found the zombie's switch and made none of its own.
+          expect(results.map((r) => r.alreadyDone)).toEqual([true]);
         },
       });
     },

@@ -138,3 +138,31 @@ export async function expectAppliedOnce(apps: Awaited<ReturnType<typeof countApp
   expect(per.size).toBe(ids.length);
   expect([...per.entries()].filter(([, ops]) => ops.length !== 1 || ops[0] !== 'INSERT')).toEqual([]);
 }
+
+/** temporal.api.enums.v1.TimeoutType, by number. */
+const TIMEOUT_TYPES = ['unspecified', 'start-to-close', 'schedule-to-start', 'schedule-to-close', 'heartbeat'];
+
+/**
+ * How each scheduling of activity `name` ended, in history order: its last attempt's number and
+ * the worker identity that polled it, and `completed`, `timed out (<type>)` or `failed`.
+ */
+export async function activityEnds(h: WorkflowHandle, name: string): Promise<{ attempt: number; identity: string; outcome: string }[]> {
+  const history = await h.fetchHistory();
+  const names = new Map<string, string>();
+  const started = new Map<string, { attempt: number; identity: string }>();
+  const out: { attempt: number; identity: string; outcome: string }[] = [];
+  for (const e of history.events ?? []) {
+    if (e.activityTaskScheduledEventAttributes) names.set(String(e.eventId), e.activityTaskScheduledEventAttributes.activityType?.name ?? '?');
+    const st = e.activityTaskStartedEventAttributes;
+    if (st) started.set(String(st.scheduledEventId), { attempt: st.attempt ?? 1, identity: st.identity ?? '' });
+    const end =
+      (e.activityTaskCompletedEventAttributes && { id: e.activityTaskCompletedEventAttributes.scheduledEventId, outcome: 'completed' }) ||
+      (e.activityTaskTimedOutEventAttributes && {
+        id: e.activityTaskTimedOutEventAttributes.scheduledEventId,
+        outcome: `timed out (${TIMEOUT_TYPES[Number(e.activityTaskTimedOutEventAttributes.failure?.timeoutFailureInfo?.timeoutType ?? 0)] ?? '?'})`,
+      }) ||
+      (e.activityTaskFailedEventAttributes && { id: e.activityTaskFailedEventAttributes.scheduledEventId, outcome: 'failed' });
+    if (end && names.get(String(end.id)) === name) out.push({ ...(started.get(String(end.id)) ?? { attempt: 0, identity: '' }), outcome: end.outcome });
+  }
+  return out;
+}

@@ -53,9 +53,19 @@ export class Link {
     return this.toxic({ name: `bandwidth-${stream}`, type: 'bandwidth', stream, attributes: { rate: kbPerSecond } });
   }
 
-  /** Closes a connection once `bytes` went through it from the server. */
-  limitData(bytes: number): Promise<unknown> {
-    return this.toxic({ name: 'limit-data', type: 'limit_data', stream: 'downstream', attributes: { bytes } });
+  /** Closes a connection (with probability `toxicity`, drawn per connection) once `bytes` went through it from the server. */
+  limitData(bytes: number, toxicity = 1): Promise<unknown> {
+    return this.toxic({ name: 'limit-data', type: 'limit_data', stream: 'downstream', toxicity, attributes: { bytes } });
+  }
+
+  /**
+   * With probability `toxicity` (drawn per connection), a connection passes nothing either way
+   * and is closed after `afterMs` (toxiproxy's `timeout` toxic: a stall a middlebox ends).
+   */
+  async stallThenClose(afterMs: number, toxicity = 1): Promise<void> {
+    if (!(afterMs > 0)) throw new Error('stallThenClose needs afterMs > 0 (0 is blackhole(): never closed)');
+    await this.toxic({ name: 'stall-up', type: 'timeout', stream: 'upstream', toxicity, attributes: { timeout: afterMs } });
+    await this.toxic({ name: 'stall-down', type: 'timeout', stream: 'downstream', toxicity, attributes: { timeout: afterMs } });
   }
 
   async toxic(t: Toxic): Promise<void> {
