@@ -2133,4 +2133,22 @@ export const MUTATIONS: Mutation[] = [
     testFile: 'test/integration/dev-proxies.test.ts',
     testName: 'one proxy disabled cuts its server off',
   },
+  {
+    id: 'router-startup-retries-unreachable',
+    guarantee: 'Router.create keeps trying its first directory snapshot while the directory cannot be reached, until startupTimeoutMs (issue 14)',
+    file: 'lib/router/router.ts',
+    from: 'const wait = isConnectionError(r.lastLoadError) ? nextWaitMs(',
+    to: 'const wait = false ? nextWaitMs(',
+    testFile: 'test/integration/router-startup.test.ts',
+    testName: 'keeps trying while the directory refuses connections',
+  },
+  {
+    id: 'router-startup-final-on-bad-password',
+    guarantee: 'Router.create throws a failure that is not about reaching the directory (a bad password) at once, never retried (issue 14)',
+    file: 'lib/router/router.ts',
+    from: 'const wait = isConnectionError(r.lastLoadError) ? nextWaitMs(',
+    to: 'const wait = true ? nextWaitMs(',
+    testFile: 'test/integration/router-startup.test.ts',
+    testName: 'a wrong password is thrown at the first attempt',
+  },
 ];

@@ -54,6 +54,8 @@ export interface BackoffPolicy {
 
 export const FROZEN_BACKOFF: BackoffPolicy = { baseMs: 5, capMs: 100 };
 export const STALE_BACKOFF: BackoffPolicy = { baseMs: 5, capMs: 50 };
+/** Router.create's first snapshot while the directory cannot be reached. */
+export const STARTUP_BACKOFF: BackoffPolicy = { baseMs: 100, capMs: 1000 };
 
 /**
  * Exponential backoff with "equal jitter": for attempt n (0-based) the ceiling is

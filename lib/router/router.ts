@@ -12,11 +12,12 @@ import { IncompleteResult, ShardctlError, invalidInput } from '../errors';
 import { validateTenantId } from '../ids';
 import { DirectoryReader } from './directory-feed';
 import { PlacementListener } from '../directory/listen';
+import { isConnectionError } from '../directory/db';
 import { Grant, assertGrantCovers, assertGrantCoversDataset, grantCoversAll } from './grant';
 import { bucketOf, routingKeyBytes } from '../buckets/hash';
 import { tenantUnitForRow } from '../buckets/route';
 import { bucketUnitName } from '../buckets/units';
-import { CONNECT_TIMEOUT, isConnectTimeout, STALE_BACKOFF, FROZEN_BACKOFF, backoffDelayMs, classifyError, nextWaitMs } from './retry';
+import { CONNECT_TIMEOUT, isConnectTimeout, STALE_BACKOFF, FROZEN_BACKOFF, STARTUP_BACKOFF, backoffDelayMs, classifyError, nextWaitMs } from './retry';
 
 /** SQLSTATE of a statement cancelled (here: by the statement timeout that carries the caller's deadline). */
 const QUERY_CANCELED = '57014';
@@ -49,6 +50,12 @@ export interface RouterOptions {
   poolMax?: number;
   /** Connect timeout for directory and shard connections (default 2000 ms). */
   connectTimeoutMs?: number;
+  /**
+   * How long `create` keeps trying to load its first snapshot while the directory cannot be
+   * reached (refused, reset, timed out, out of connections), with backoff; default
+   * config.limits.routerDeadlineMs. Any other failure is thrown at once.
+   */
+  startupTimeoutMs?: number;
   /** S3 clients of the shards' buckets (blob API); default: one per shard from the config, closed with the router. */
   s3For?: (shard: string) => S3Client;
 }
@@ -128,6 +135,8 @@ const ISOLATIONS: ReadonlySet<string> = new Set(['read committed', 'repeatable r
 
 export class Router {
   private readonly cache = new PlacementCache();
+  /** The raw error of the last failed snapshot load (create retries only a connection failure). */
+  private lastLoadError: unknown;
   /** Split tenants (unit → ways), from the directory's shardctl.splits. */
   private readonly splits = new Map<string, number>();
   private readonly pools = new Map<string, Pool>();
@@ -176,9 +185,23 @@ export class Router {
   static async create(config: Config, opts: RouterOptions = {}): Promise<Router> {
     const r = new Router(config, opts);
     try {
-      // Listen before loading, so nothing announced during the load is missed.
+      // Listen before loading, so nothing announced during the load is missed. (The listener
+      // never throws: a failed connect is retried in the background.)
       await r.startListener();
-      await r.refresh();
+      // The first snapshot: a directory that cannot be reached (refused, reset, a connect timeout,
+      // too many connections) is tried again until startupTimeoutMs; any other failure (a bad
+      // password, a missing grant or schema) is final at once.
+      const deadline = Date.now() + (opts.startupTimeoutMs ?? config.limits.routerDeadlineMs);
+      for (let attempt = 0; ; attempt++) {
+        try {
+          await r.refresh();
+          break;
+        } catch (e) {
+          const wait = isConnectionError(r.lastLoadError) ? nextWaitMs(attempt, Date.now(), deadline, STARTUP_BACKOFF) : undefined;
+          if (wait === undefined || r.closed) throw e;
+          await sleep(wait);
+        }
+      }
     } catch (e) {
       await r.close();
       throw e;
@@ -667,6 +690,7 @@ export class Router {
       this.m.directoryReachable = true;
     } catch (e) {
       this.directoryFailed(e);
+      this.lastLoadError = e;
       throw new ShardctlError('DirectoryUnavailable', `cannot load the directory snapshot: ${(e as Error).message}`, undefined, true);
     }
   }
