@@ -463,8 +463,8 @@ describe('network faults under live traffic', () => {
             await l.resetPeer(3000, 0.01);
           }
         },
-        // Once the worker, the router and the move are up (a router whose first snapshot load hit
-        // a stalled connection did not start: Router.create does not retry it), and on the
+        // Once the worker, the router and the move are up (a stall outlasting the router's
+        // startupTimeoutMs would still keep it from starting), and on the
         // connections already open too (toxiproxy draws for each link when a toxic is added):
         drive: async (c) => {
           const sourceLink = c.w1Links[c.source];
