@@ -37,6 +37,20 @@ function heldReads(shard: string) {
   clients.push(h.s3);
   return { ...h, reads: h.reached };
 }
+/** A sync's outcome: 'finished', or the error it stopped with. */
+const outcomeOf = (p: Promise<unknown>): Promise<'finished' | Error> =>
+  p.then(
+    () => 'finished' as const,
+    (e: Error) => e,
+  );
+/** copyBlobs of `ref` in `direction`, its CopyObject requests into `shard` held at the S3 client (after its fence check). */
+function heldCopy(shard: string, ref: B.MoveRef, direction: 'forward' | 'reverse') {
+  const held = B.heldClient(shard, 'CopyObjectCommand');
+  clients.push(held.s3);
+  return { held, stale: outcomeOf(createActivities(withClient(shard, held.s3)).copyBlobs({ ...ref, direction })) };
+}
+const ledgerRows = async (shard: string, tenant: string) =>
+  (await shardPool(shard).query('select count(*)::int as n from shardctl.blob_ledger where unit = $1', [tenant])).rows[0].n as number;
 
 describe('a blob sync Temporal gave up on', () => {
   const staleSyncs = {
@@ -57,10 +71,7 @@ describe('a blob sync Temporal gave up on', () => {
       // The soak's reverse sync, on a worker Temporal lost touch with: it has listed both buckets
       // and its reads of the new owner's objects hang.
       const held = heldReads(TARGET);
-      const stale = startSync(withClient(TARGET, held.s3), ref).then(
-        () => 'finished',
-        (e: Error) => e,
-      );
+      const stale = outcomeOf(startSync(withClient(TARGET, held.s3), ref));
       await held.reads;
 
       // The rollback: reverse cutover (its own blob delta copies the soak's objects back), then the
@@ -93,20 +104,14 @@ describe('a blob sync Temporal gave up on', () => {
     await B.putDirect(deps.s3For(SOURCE), SOURCE, tenant, 20, 'docs');
     const ref = await B.plannedMove(act, refs, tenant, SOURCE, TARGET, false);
     const held = heldReads(SOURCE);
-    const stale = createActivities(withClient(SOURCE, held.s3))
-      .copyBlobs({ ...ref, direction: 'forward' })
-      .then(
-        () => 'finished',
-        (e: Error) => e,
-      );
+    const stale = outcomeOf(createActivities(withClient(SOURCE, held.s3)).copyBlobs({ ...ref, direction: 'forward' }));
     await held.reads;
     // The cancel changes no epoch: only the move's dropped slot tells the stale sync it is over.
     await act.cancelMove({ ...ref, epoch: 1, actor: 'stale-sync-test' });
     held.release();
     const outcome = await stale;
     expect(await keysOn(TARGET, tenant)).toEqual([]);
-    const ledger = await shardPool(TARGET).query('select count(*)::int as n from shardctl.blob_ledger where unit = $1', [tenant]);
-    expect(ledger.rows[0].n).toBe(0);
+    expect(await ledgerRows(TARGET, tenant)).toBe(0);
     expect(outcome).toBeInstanceOf(Error);
     expect((outcome as Error).message).toMatch(/stopped: move .* dropped its forward slot/);
   });
@@ -116,14 +121,7 @@ describe('a blob sync Temporal gave up on', () => {
     await B.putDirect(deps.s3For(SOURCE), SOURCE, tenant, 5, 'docs');
     const ref = await B.plannedMove(act, refs, tenant, SOURCE, TARGET, false);
     // The target's CopyObject requests are held after the sync's fence passed for them.
-    const held = B.heldClient(TARGET, 'CopyObjectCommand');
-    clients.push(held.s3);
-    const stale = createActivities(withClient(TARGET, held.s3))
-      .copyBlobs({ ...ref, direction: 'forward' })
-      .then(
-        () => 'finished',
-        (e: Error) => e,
-      );
+    const { held, stale } = heldCopy(TARGET, ref, 'forward');
     await held.reached;
     await act.cancelMove({ ...ref, epoch: 1, actor: 'stale-sync-test' });
     expect(await keysOn(TARGET, tenant)).toEqual([]);
@@ -134,8 +132,7 @@ describe('a blob sync Temporal gave up on', () => {
     expect(outcome).toBeInstanceOf(Error);
     expect((outcome as Error).message).toMatch(/stopped: move .* dropped its forward slot/);
     expect(await keysOn(TARGET, tenant)).toEqual([]);
-    const ledger = await shardPool(TARGET).query('select count(*)::int as n from shardctl.blob_ledger where unit = $1', [tenant]);
-    expect(ledger.rows[0].n).toBe(0);
+    expect(await ledgerRows(TARGET, tenant)).toBe(0);
   });
 
   it("a cutover's blob pre-sync held mid-copy when the move is cancelled stops, and its copies that land after the clean-up are removed", async () => {
@@ -172,14 +169,7 @@ describe('a blob sync Temporal gave up on', () => {
     const { tenant, ref } = await B.switchedTenant(act, refs, 'stale-ret', SOURCE, TARGET);
     await B.putDirect(deps.s3For(TARGET), TARGET, tenant, 5, 'soak');
     // The soak's reverse sync copies into the old owner's bucket; its CopyObject requests are held.
-    const held = B.heldClient(SOURCE, 'CopyObjectCommand');
-    clients.push(held.s3);
-    const stale = createActivities(withClient(SOURCE, held.s3))
-      .copyBlobs({ ...ref, direction: 'reverse' })
-      .then(
-        () => 'finished',
-        (e: Error) => e,
-      );
+    const { held, stale } = heldCopy(SOURCE, ref, 'reverse');
     await held.reached;
     await act.retireSource({ ...ref, epoch: 2, actor: 'stale-sync-test' });
     expect(await keysOn(SOURCE, tenant)).toEqual([]);
@@ -197,14 +187,7 @@ describe('a blob sync Temporal gave up on', () => {
     const { tenant, ref } = await B.switchedTenant(act, refs, 'stale-rb', SOURCE, TARGET);
     await B.putDirect(deps.s3For(TARGET), TARGET, tenant, 5, 'soak');
     const everything = await keysOn(TARGET, tenant);
-    const held = B.heldClient(SOURCE, 'CopyObjectCommand');
-    clients.push(held.s3);
-    const stale = createActivities(withClient(SOURCE, held.s3))
-      .copyBlobs({ ...ref, direction: 'reverse' })
-      .then(
-        () => 'finished',
-        (e: Error) => e,
-      );
+    const { held, stale } = heldCopy(SOURCE, ref, 'reverse');
     await held.reached;
     await act.catchUp({ ...ref, direction: 'reverse', maxDurationMs: 20_000, mode: 'now' });
     const back = await act.cutover({ ...ref, direction: 'reverse', epoch: 2, fenceBudgetMs: 10_000, actor: 'stale-sync-test' });
@@ -238,10 +221,7 @@ describe('a blob sync Temporal gave up on', () => {
     );
     expect(frozen.ok).toBe(true);
     const held = heldReads(SOURCE);
-    const sync = syncUnitBlobs(withClient(SOURCE, held.s3), SOURCE, TARGET, tenant, { hashUnchanged: false }).then(
-      () => 'finished',
-      (e: Error) => e,
-    );
+    const sync = outcomeOf(syncUnitBlobs(withClient(SOURCE, held.s3), SOURCE, TARGET, tenant, { hashUnchanged: false }));
     await held.reads;
     const expectFrozen = { shard: SOURCE, epoch: 1, state: 'moving' as const, freezeToken: 'attempt-1' };
     const next =
@@ -274,10 +254,7 @@ describe('a blob sync Temporal gave up on', () => {
     await B.putDirect(deps.s3For(SOURCE), SOURCE, tenant, 20, 'docs');
     const held = heldReads(SOURCE);
     const cancel = new AbortController();
-    const sync = syncUnitBlobs(withClient(SOURCE, held.s3), SOURCE, TARGET, tenant, { signal: cancel.signal }).then(
-      () => 'finished',
-      (e: Error) => e,
-    );
+    const sync = outcomeOf(syncUnitBlobs(withClient(SOURCE, held.s3), SOURCE, TARGET, tenant, { signal: cancel.signal }));
     await held.reads;
     cancel.abort(new Error('activity cancelled (heartbeat timeout)'));
     held.release();
