@@ -7,32 +7,13 @@
 import { describe, it, expect } from 'vitest';
 import { execFile } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import * as stack from '../../lib/dev/stack';
+import { freeRun } from '../helpers/ports';
 import { ToxiproxyApi } from '../../lib/dev/toxiproxy';
 import { projectRoot, loadConfig } from '../../lib/config';
 import { pidAlive, portOpen, readPid } from '../../lib/dev/proc';
-
-/** The first port from `from` (stepping 10) with `n` consecutive ports free now and none in `taken`; marks them taken. */
-async function freeRun(from: number, n: number, taken: Set<number>): Promise<number> {
-  const free = (port: number) =>
-    new Promise<boolean>((resolve) => {
-      const srv = net.createServer();
-      srv.once('error', () => resolve(false));
-      srv.listen(port, '127.0.0.1', () => srv.close(() => resolve(true)));
-    });
-  for (let base = from; base + n < 65536; base += 10) {
-    const run = Array.from({ length: n }, (_, i) => base + i);
-    if (run.some((p) => taken.has(p))) continue;
-    if ((await Promise.all(run.map(free))).every(Boolean)) {
-      run.forEach((p) => taken.add(p));
-      return base;
-    }
-  }
-  throw new Error(`no ${n} free ports from ${from}`);
-}
 
 /** This checkout's CLI with the config `configFile`. */
 function cli(configFile: string, args: string[]): Promise<{ code: number; out: string; err: string }> {

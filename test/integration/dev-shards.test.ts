@@ -4,32 +4,13 @@
 // and marked, and named in the config it writes. Stopped and wiped at the end.
 import { describe, it, expect } from 'vitest';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import * as stack from '../../lib/dev/stack';
+import { freeRun } from '../helpers/ports';
 import { projectRoot, loadConfig } from '../../lib/config';
 import { openPool } from '../../lib/connections';
 import { ListBucketsCommand } from '@aws-sdk/client-s3';
-
-/** The first port from `from` (stepping 10) with `n` consecutive ports free now and none in `taken`; marks them taken. */
-async function freeRun(from: number, n: number, taken: Set<number>): Promise<number> {
-  const free = (port: number) =>
-    new Promise<boolean>((resolve) => {
-      const srv = net.createServer();
-      srv.once('error', () => resolve(false));
-      srv.listen(port, '127.0.0.1', () => srv.close(() => resolve(true)));
-    });
-  for (let base = from; base + n < 65536; base += 10) {
-    const run = Array.from({ length: n }, (_, i) => base + i);
-    if (run.some((p) => taken.has(p))) continue;
-    if ((await Promise.all(run.map(free))).every(Boolean)) {
-      run.forEach((p) => taken.add(p));
-      return base;
-    }
-  }
-  throw new Error(`no ${n} free ports from ${from}`);
-}
 
 describe('dev up --shards 5', () => {
   it(

@@ -2,7 +2,6 @@
 // tenant creation (fence first), refusal of bad input, and the `shardctl tenant` CLI.
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { Pool } from 'pg';
-import net from 'node:net';
 import os from 'node:os';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -19,6 +18,7 @@ import { compareAndSetPlacement, getGeneration, getPlacement, listPlacements, Pl
 import { listenPlacements } from '../../lib/directory/listen';
 import { listShards, setShardCapacity, setShardStatus, syncShardsFromConfig } from '../../lib/directory/shards';
 import { createTenant, getTenant, TenantDeps } from '../../lib/tenants';
+import { freePort } from '../helpers/ports';
 
 let config: Config;
 let directory: Pool;
@@ -79,15 +79,6 @@ function waitFor<T>(pred: () => T | undefined, ms = 10_000): Promise<T> {
       setTimeout(tick, 20);
     };
     tick();
-  });
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const s = net.createServer().listen(0, '127.0.0.1', () => {
-      const port = (s.address() as net.AddressInfo).port;
-      s.close(() => resolve(port));
-    });
   });
 }
 

@@ -8,20 +8,12 @@ import net from 'node:net';
 import { testConfig } from '../helpers/stack';
 import { Router } from '../../lib/router';
 import { ShardctlError } from '../../lib/errors';
+import { freePort } from '../helpers/ports';
 
 const closers: (() => Promise<void>)[] = [];
 afterEach(async () => {
   for (const c of closers.splice(0).reverse()) await c();
 });
-
-/** A free port nothing listens on (yet). */
-async function freePort(): Promise<number> {
-  const s = net.createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', () => r()));
-  const port = (s.address() as net.AddressInfo).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
-}
 
 /** Forwards `port` to the directory's server once started; counts the connections it accepted. */
 function forwarder(port: number) {
