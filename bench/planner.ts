@@ -9,6 +9,7 @@
 //   npm run bench -- --only planner
 import os from 'node:os';
 import { planMoves, type PlanShard, type PlanUnit, type RebalancePlan } from '../lib/rebalance/plan';
+import { xorshift32 } from '../test/helpers/xorshift';
 
 function arg(name: string, dflt: number): number {
   const i = process.argv.indexOf(`--${name}`);
@@ -17,16 +18,7 @@ function arg(name: string, dflt: number): number {
   return v;
 }
 
-/** xorshift32: the same fleet for the same seed. */
-function rng(seed: number) {
-  let s = seed >>> 0 || 1;
-  return () => {
-    s ^= s << 13;
-    s ^= s >>> 17;
-    s ^= s << 5;
-    return (s >>> 0) / 2 ** 32;
-  };
-}
+const rng = xorshift32;
 
 export interface Fleet {
   shards: PlanShard[];

@@ -8,16 +8,9 @@
 // headroom; a unit named for a dedicated shard fits no shared shard it may live on.
 import { describe, it, expect } from 'vitest';
 import { planMoves, applyPlan, type PlanShard, type PlanUnit, type PlanScope, type RebalancePlan } from '../../lib/rebalance/plan';
+import { xorshift32 } from '../helpers/xorshift';
 
-function rng(seed: number) {
-  let s = seed >>> 0 || 1;
-  return () => {
-    s ^= s << 13;
-    s ^= s >>> 17;
-    s ^= s << 5;
-    return (s >>> 0) / 2 ** 32;
-  };
-}
+const rng = xorshift32;
 
 const REGIONS = ['r1', 'r2', null];
 

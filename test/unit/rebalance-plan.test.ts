@@ -4,16 +4,9 @@
 // drained shard ends empty, an isolated tenant ends alone on its shard.
 import { describe, it, expect } from 'vitest';
 import { planMoves, applyPlan, type PlanShard, type PlanUnit, type RebalancePlan, type PlanScope } from '../../lib/rebalance/plan';
+import { xorshift32 } from '../helpers/xorshift';
 
-function rng(seed: number) {
-  let s = seed >>> 0 || 1;
-  return () => {
-    s ^= s << 13;
-    s ^= s >>> 17;
-    s ^= s << 5;
-    return (s >>> 0) / 2 ** 32;
-  };
-}
+const rng = xorshift32;
 
 const shard = (name: string, capacity = 100, status: PlanShard['status'] = 'open', dedicatedTo?: string): PlanShard => ({
   name,
