@@ -2151,4 +2151,13 @@ export const MUTATIONS: Mutation[] = [
     testFile: 'test/integration/router-startup.test.ts',
     testName: 'a wrong password is thrown at the first attempt',
   },
+  {
+    id: 'plan-census-to-copy',
+    guarantee: "move plan counts what the move copies of a unit's objects: never a version no index row names (issue 15)",
+    file: 'lib/blobs/census.ts',
+    from: 'const copied = counted.filter((e) => !isVersionKey(e.key) || ref.has(e.key));',
+    to: 'const copied = counted;',
+    testFile: 'test/integration/move-plan.test.ts',
+    testName: 'and what the move copies',
+  },
 ];

@@ -20,7 +20,7 @@ import { runCutover } from '../../lib/cutover/steps';
 import { freezeLease } from '../../lib/cutover/lease';
 import { dryRunCutoverSteps } from '../../lib/cutover/dry-run';
 import { moveIdFor } from '../../lib/ids';
-import { rowsOf, unitTables, parse, typed, activityRunId, shardBucket, hasBlobs, activitySignal } from './context';
+import { rowsOf, unitTables, parse, typed, activityRunId, shardBucket, hasBlobs, activitySignal, unitIndex } from './context';
 import type { UnitRows } from '../../lib/unit-rows';
 import { bucketTableProblems } from '../../lib/shard/datasets';
 import { assertBucketOf, blobCensus, sharedBucketProblems, tenantBlobPrefix, type BlobCensus } from '../../lib/blobs';
@@ -237,7 +237,12 @@ export function createPlanActivities(deps: Deps) {
         const total = { rows: tables.reduce((n, t) => n + t.rowsEstimated, 0), bytes: tables.reduce((n, t) => n + (t.bytesEstimated ?? 0), 0) };
         const copyEstimate = estimateCopy(total, await measuredCopies(deps.directoryPool()), deps.config.limits.rowsPerSecond);
         const source = shardBucket(deps, p.shard);
-        const blobs = hasBlobs(unit) ? await blobCensus(source.s3, source.bucket, tenantBlobPrefix(unit), { signal: activitySignal() }) : undefined;
+        const blobs = hasBlobs(unit)
+          ? await blobCensus(source.s3, source.bucket, tenantBlobPrefix(unit), {
+              signal: activitySignal(),
+              referenced: await unitIndex(deps, p.shard, unit),
+            })
+          : undefined;
         return { ok: true, reasons, ...base, tables, cutoverSteps: dry.log, copyEstimate, ...(blobs ? { blobs } : {}) };
       });
     },

@@ -117,7 +117,11 @@ export function parseRowsPerSecond(v: unknown): number {
 
 /** The plan's blob line: what the source holds, and which final blob delta the write pause will carry. */
 export function formatBlobCensus(b: NonNullable<PlanResult['blobs']>): string {
-  const counted = `${b.truncated ? 'at least ' : ''}${b.objects} object(s), ≈ ${formatBytes(b.bytes)}`;
+  const copies =
+    b.toCopy && b.unreferenced
+      ? ` (the move copies ${b.toCopy.objects}, ≈ ${formatBytes(b.toCopy.bytes)}; ${b.unreferenced} superseded or deleted version(s) no index row names stay for the collector)`
+      : '';
+  const counted = `${b.truncated ? 'at least ' : ''}${b.objects} object(s), ≈ ${formatBytes(b.bytes)}${copies}`;
   if (b.objects === 0) return `blobs: none yet; the cutover's final blob delta lists the (empty) prefix`;
   if (b.windowDelta === 'index')
     return `blobs: ${counted}, every one${b.truncated ? ` of the first ${b.objects}` : ''} written through the blob index; the cutover's final blob delta is the index rows changed since the last sync`;

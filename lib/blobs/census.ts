@@ -12,6 +12,13 @@ export interface BlobCensus {
   bytes: number;
   /** Of those, the ones that are not version objects of the blob index. */
   unversioned: number;
+  /**
+   * Of those, version objects no index row names (superseded, deleted or never committed: the
+   * collector's). The move does not copy them. Present when the source's index was read.
+   */
+  unreferenced?: number;
+  /** What the move copies of those counted: every object but the unreferenced versions. Present when the source's index was read. */
+  toCopy?: { objects: number; bytes: number };
   truncated: boolean;
   /**
    * The final blob delta the cutover's window will use as things stand: 'index' when every object
@@ -23,16 +30,33 @@ export interface BlobCensus {
 /** Default bound of a census: a plan lists at most this many objects (ten pages). */
 export const CENSUS_MAX_OBJECTS = 10_000;
 
-export async function blobCensus(s3: S3Client, bucket: string, prefix: string, opts: { maxObjects?: number; signal?: AbortSignal } = {}): Promise<BlobCensus> {
+/**
+ * `referenced`: the object keys the source's blob index names for the unit (lib/blobs/index-table
+ * indexedObjectHashes), when the shard has the index: then the census also says which counted
+ * objects the move copies (syncUnitBlobs leaves version objects no row names behind).
+ */
+export async function blobCensus(
+  s3: S3Client,
+  bucket: string,
+  prefix: string,
+  opts: { maxObjects?: number; signal?: AbortSignal; referenced?: ReadonlySet<string> | ReadonlyMap<string, unknown> } = {},
+): Promise<BlobCensus> {
   const max = opts.maxObjects ?? CENSUS_MAX_OBJECTS;
   const listed = await listBlobs(s3, bucket, prefix, { maxObjects: max + 1, signal: opts.signal });
   const counted = listed.slice(0, max);
   const unversioned = counted.filter((e) => !isVersionKey(e.key)).length;
-  return {
+  const census: BlobCensus = {
     objects: counted.length,
     bytes: counted.reduce((n, e) => n + e.size, 0),
     unversioned,
     truncated: listed.length > max,
     windowDelta: counted.length > 0 && unversioned === 0 ? 'index' : 'prefix',
   };
+  const ref = opts.referenced;
+  if (ref) {
+    const copied = counted.filter((e) => !isVersionKey(e.key) || ref.has(e.key));
+    census.unreferenced = counted.length - copied.length;
+    census.toCopy = { objects: copied.length, bytes: copied.reduce((n, e) => n + e.size, 0) };
+  }
+  return census;
 }

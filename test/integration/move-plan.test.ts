@@ -14,6 +14,7 @@ import { moveWorkflowId } from '../../lib/ids';
 import { replicationCapacity } from '../../lib/shard/replication-capacity';
 import { getPlacement } from '../../lib/directory/placements';
 import { getUnitFence } from '../../lib/shard/fence';
+import { Router } from '../../lib/router';
 
 const root = path.resolve(__dirname, '../..');
 function cli(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
@@ -55,7 +56,7 @@ describe('shardctl move plan', () => {
     expect(await getUnitFence(shardPool('shard-b'), tenant)).toBeUndefined();
   });
 
-  it('says which final blob delta the cutover will use: the whole prefix for objects put directly, the index rows for a tenant written only through the index', async () => {
+  it('says which final blob delta the cutover will use: the whole prefix for objects put directly, the index rows for a tenant written only through the index; and what the move copies', async () => {
     // The shared tenant's two blobs were put directly (seed's default).
     const direct = JSON.parse((await cli('move', 'plan', '--tenant', tenant, '--to', 'shard-b', '--json')).stdout);
     expect(direct.blobs).toMatchObject({ objects: 2, unversioned: 2, truncated: false, windowDelta: 'prefix' });
@@ -66,6 +67,24 @@ describe('shardctl move plan', () => {
     await seed(indexed, 30, 3, 'index');
     const viaIndex = await cli('move', 'plan', '--tenant', indexed, '--to', 'shard-b', '--json');
     expect(JSON.parse(viaIndex.stdout).blobs).toMatchObject({ objects: 3, unversioned: 0, truncated: false, windowDelta: 'index' });
+    // What the move copies: every object an index row names, never a superseded or deleted version.
+    const churned = await newTenant('shard-a', 'planvx');
+    const router = await Router.create(testConfig());
+    try {
+      const grant = { tenants: [churned] };
+      for (const v of ['v1', 'v2', 'v3']) await router.putBlob(churned, grant, 'doc/0', `doc 0 ${v}`);
+      await router.putBlob(churned, grant, 'doc/1', 'doc 1 v1');
+      await router.deleteBlob(churned, grant, 'doc/1');
+      await router.putBlob(churned, grant, 'doc/2', 'doc 2 v1');
+    } finally {
+      await router.close();
+    }
+    const churnedPlan = JSON.parse((await cli('move', 'plan', '--tenant', churned, '--to', 'shard-b', '--json')).stdout);
+    expect(churnedPlan.blobs).toMatchObject({ objects: 5, unversioned: 0, unreferenced: 3, toCopy: { objects: 2 }, windowDelta: 'index' });
+    expect(churnedPlan.blobs.toCopy.bytes).toBe('doc 0 v3'.length + 'doc 2 v1'.length);
+    expect((await cli('move', 'plan', '--tenant', churned, '--to', 'shard-b')).stdout).toMatch(
+      /blobs: 5 object\(s\), ≈ .+ \(the move copies 2, ≈ .+; 3 superseded or deleted version\(s\) no index row names stay for the collector\)/,
+    );
     const bare = await newTenant('shard-a', 'plan0');
     const none = JSON.parse((await cli('move', 'plan', '--tenant', bare, '--to', 'shard-b', '--json')).stdout);
     expect(none.blobs).toMatchObject({ objects: 0, windowDelta: 'prefix' });
