@@ -465,8 +465,14 @@ function relieve(w: Work, problems: string[], maxMoves: number) {
       const cands = [...(w.on.get(s.name) ?? [])].filter((u) => movable(w, u) && !tried.has(u) && (u.load > 0 || bytesOf(u) > 0));
       const pick = cheapestCover(cands, need);
       if (!pick.length) {
+        // Units this run may not move (rebalance --units, or excluded after a failure) are named
+        // as the reason when there are any: they, not the fleet's room, are what keeps it over.
+        const held = [...(w.on.get(s.name) ?? [])].filter((u) => !tried.has(u) && !movable(w, u) && (u.load > 0 || bytesOf(u) > 0)).length;
         problems.push(
-          `${s.name} stays over its headroom (${pct(curUtil(w, s))} > ${pct(1 - w.headroom)}): no unmoved unit on it fits on another eligible shard`,
+          `${s.name} stays over its headroom (${pct(curUtil(w, s))} > ${pct(1 - w.headroom)}): ` +
+            (held > 0 && (w.only || w.exclude.size > 0)
+              ? `the units this run may move are not enough; ${held} other unit(s) on it are outside the run (--units) or excluded`
+              : 'no unmoved unit on it fits on another eligible shard'),
         );
         break;
       }

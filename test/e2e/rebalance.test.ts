@@ -70,7 +70,8 @@ describe('rebalance, end to end', () => {
       // shared stack (hundreds, placed unevenly): when moving only these three cannot bring every
       // shard within tolerance, the run ends failed with that one problem and nothing else.
       expect(st.lastError, JSON.stringify(st.problems)).toBe('');
-      expect(st.problems.filter((p) => !p.startsWith('the fleet stays outside'))).toEqual([]);
+      // Likewise shard-a's headroom: with only these three movable (units), the other suites' tenants keep it over.
+      expect(st.problems.filter((p) => !p.startsWith('the fleet stays outside') && !/^shard-a stays over its headroom .*outside the run/.test(p))).toEqual([]);
       expect(st.phase, JSON.stringify(st.problems)).toBe(st.problems.length ? 'failed' : 'done');
       expect(st.plans).toBe(1);
       // The plan balances the whole fleet, and the stack holds other suites' tenants (load 1 each,

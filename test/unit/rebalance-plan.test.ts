@@ -94,6 +94,19 @@ describe('rebalance plan', () => {
     expect(p.problems[0]).toMatch(/outside ±20%/);
   });
 
+  it('says a shard stays over its headroom because of units outside the run (units), not for want of room', () => {
+    const shards = [shard('a', 100), shard('b', 100), shard('c', 100)];
+    const units = [unit('t1', 'a', 30), unit('o1', 'a', 50), unit('o2', 'a', 50)];
+    const p = planMoves(shards, units, { kind: 'rebalance' }, { headroomFraction: 0.1, tolerance: 10, units: ['t1'] });
+    expect(p.moves.map((m) => m.unit)).toEqual(['t1']);
+    expect(p.problems).toEqual([
+      expect.stringMatching(/^a stays over its headroom \(80% > 90%\)|^a stays over its headroom .*2 other unit\(s\) on it are outside the run/),
+    ]);
+    // The same fleet with every unit movable: room enough, no such problem.
+    const all = planMoves(shards, units, { kind: 'rebalance' }, { headroomFraction: 0.1, tolerance: 10 });
+    expect(all.problems).toEqual([]);
+  });
+
   it('moves units off draining and closed shards in a fleet rebalance', () => {
     const p = planMoves([shard('a'), shard('b'), shard('c', 100, 'draining')], [unit('t1', 'a'), unit('t2', 'c'), unit('t3', 'c')], { kind: 'rebalance' });
     expect(p.moves.filter((m) => m.from === 'c')).toHaveLength(2);
