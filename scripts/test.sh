@@ -46,7 +46,8 @@ else
   if sc dev up; then
     export SHARDCTL_KEEP_STACK=1   # the stack is this script's to stop
     run_vitest main --project stack --exclude 'test/crash/**'
-    run_vitest crash --project stack --no-file-parallelism test/crash
+    # --maxConcurrency: the network suite runs its cases side by side, three at a time (test/crash/network.test.ts).
+    run_vitest crash --project stack --no-file-parallelism --maxConcurrency 3 test/crash
     [ -f test-results/crash-report.md ] && { echo "== crash suite report (test-results/crash-report.md)"; cat test-results/crash-report.md; }
     [ -f test-results/crash-restarts-report.md ] && cat test-results/crash-restarts-report.md
     [ -f test-results/crash-pause-report.md ] && cat test-results/crash-pause-report.md

@@ -2,7 +2,10 @@
 // it at the end so CI leaves nothing running; stops any shardctl process the tests left behind.
 // Tests read endpoints from .dev/config.json.
 import * as stack from '../lib/dev/stack';
-import { projectRoot } from '../lib/config';
+import { projectRoot, loadConfig } from '../lib/config';
+import { openPool } from '../lib/connections';
+import { ensureDirectory } from '../lib/directory/ensure';
+import { DEFAULT_SHARD_CAPACITY, listShards, setShardCapacity } from '../lib/directory/shards';
 import { killMarked, newMark, RUN_MARK_VAR } from './helpers/procs';
 
 let startedHere = false;
@@ -17,6 +20,7 @@ export async function setup() {
   const after = await stack.status(s);
   const bad = after.filter((p) => !p.healthy);
   if (bad.length) throw new Error(`dev stack unhealthy: ${bad.map((b) => `${b.part} (${b.detail})`).join(', ')}`);
+  await roomForTheSuite();
   // Set after the stack is up, so only what the tests start inherits it (forks, and their children).
   process.env[RUN_MARK_VAR] = runMark;
 }
@@ -28,5 +32,27 @@ export async function teardown() {
   for (const p of left) process.stderr.write(`test run left ${p.cmdline} (pid ${p.pid}) running; stopped it\n`);
   if (startedHere && process.env.SHARDCTL_KEEP_STACK !== '1') {
     await stack.down(stack.stackAt(projectRoot()));
+  }
+}
+
+/**
+ * The shared directory's shards get room for the whole suite. Every file's tenants (load 1 each,
+ * more than a thousand by the crash tier, most of them on shard-a) would otherwise pass shard-a's
+ * usable 900 of the default capacity 1000, and moves onto it would be refused for headroom by
+ * tenants of other files. Files that test capacity and headroom use directories of their own
+ * (test/helpers/fleet.ts ownFleet, headroom.test.ts); only a shard still at the default is raised.
+ */
+export const SUITE_SHARD_CAPACITY = 1_000_000;
+async function roomForTheSuite() {
+  const config = loadConfig();
+  const pool = openPool(config.directory.dsn, { max: 1 });
+  try {
+    await ensureDirectory(pool, config);
+    const known = new Set(config.shards.map((x) => x.name));
+    for (const s of await listShards(pool))
+      if (known.has(s.name) && s.capacity === DEFAULT_SHARD_CAPACITY)
+        await setShardCapacity(pool, s.name, SUITE_SHARD_CAPACITY, { actor: 'test-setup', reason: "room for the whole suite's tenants on the shared stack" });
+  } finally {
+    await pool.end();
   }
 }

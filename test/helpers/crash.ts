@@ -198,7 +198,19 @@ export function failedRow(faultPoint: string, killed: boolean, e: unknown, t0: n
  * workers load, a Temporal client; after each case the stragglers of a timed-out case are
  * stopped (except `keep()`); at the end `report()` runs, then everything is closed.
  */
-export function crashSuite(o: { before?: () => Promise<void>; report?: () => void | Promise<void>; keep?: () => (ChildWorker | undefined)[] } = {}) {
+export function crashSuite(
+  o: {
+    before?: () => Promise<void>;
+    report?: () => void | Promise<void>;
+    keep?: () => (ChildWorker | undefined)[];
+    /**
+     * The suite's cases run concurrently (describe.concurrent): no sweep after each case, which
+     * would stop the workers and traffic of the cases still running; each case stops its own
+     * (in its finally), and the sweep runs once at the end.
+     */
+    concurrent?: boolean;
+  } = {},
+) {
   let t: Awaited<ReturnType<typeof H.temporal>> | undefined;
   beforeAll(async () => {
     await H.prepareStack();
@@ -208,6 +220,7 @@ export function crashSuite(o: { before?: () => Promise<void>; report?: () => voi
   });
   // A case that timed out keeps running in the background: its workers and traffic must not.
   afterEach(async () => {
+    if (o.concurrent) return;
     const stopped = await stopStragglers(o.keep?.() ?? []);
     if (stopped.length) process.stderr.write(`stopped after the case: ${stopped.join(', ')}\n`);
   });
