@@ -2160,4 +2160,14 @@ export const MUTATIONS: Mutation[] = [
     testFile: 'test/integration/move-plan.test.ts',
     testName: 'and what the move copies',
   },
+  {
+    id: 'prepare-rerun-no-table-lock',
+    guarantee:
+      'a re-run of shards prepare on a prepared shard takes no table lock (its DDL runs only when something is missing), so it never waits for or deadlocks with a writer',
+    file: 'lib/shard/ddl-once.ts',
+    from: "and attstorage <> '${code}') then",
+    to: 'and true) then',
+    testFile: 'test/integration/prepare.test.ts',
+    testName: 'a re-run on a prepared shard takes no table lock',
+  },
 ];

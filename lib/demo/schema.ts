@@ -2,6 +2,8 @@
 // Composite primary keys led by tenant_id; ids are client-generated uuids (never per-shard
 // sequences, which would collide after a move). Installed like a user's schema, then
 // `shards prepare` puts the fence on it.
+import { createIndexOnce, setStorageOnce } from '../shard/ddl-once';
+
 export const DEMO_TABLES = ['accounts', 'documents', 'events', 'jobs'] as const;
 
 export const DEMO_SCHEMA_SQL = `
@@ -25,7 +27,7 @@ create table if not exists public.documents (
   primary key (tenant_id, id),
   foreign key (tenant_id, account_id) references public.accounts (tenant_id, id) on delete cascade
 );
-alter table public.documents alter column body set storage extended;
+${setStorageOnce('public.documents', 'body', 'extended')}
 create table if not exists public.events (
   tenant_id text not null,
   id uuid not null default gen_random_uuid(),
@@ -59,5 +61,5 @@ begin
     alter table public.jobs add column last_error text;
   end if;
 end $$;
-create index if not exists jobs_claim on public.jobs (tenant_id, state, run_at);
+${createIndexOnce('public', 'jobs_claim', 'public.jobs (tenant_id, state, run_at)')}
 `;

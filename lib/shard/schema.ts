@@ -9,6 +9,7 @@
 import type { PoolClient } from 'pg';
 import { MAX_BUCKETS } from '../buckets/units';
 import { PINNED_SEARCH_PATH, fenceFunctionsSql } from './fence-sql';
+import { addColumnOnce } from './ddl-once';
 
 export { FENCE_LOCK_CLASS, PINNED_SEARCH_PATH } from './fence-sql';
 
@@ -27,26 +28,26 @@ create table if not exists shardctl.fence (
 );
 -- The cutover attempt whose freeze this is: only that attempt (or the one that took it over)
 -- may lower it, so a paused attempt can never reopen another attempt's freeze.
-alter table shardctl.fence add column if not exists freeze_token text;
+${addColumnOnce('shardctl.fence', 'freeze_token', 'text')}
 -- The cutover attempt whose acceptance this is, as the directory generation of its freeze: a
 -- superseded attempt can neither overwrite a later attempt's acceptance nor take it back.
-alter table shardctl.fence add column if not exists accept_gen bigint;
+${addColumnOnce('shardctl.fence', 'accept_gen', 'bigint')}
 -- A cutover's freeze is a lease (lib/shard/fence.ts freezeSource): past frozen_until, on this
 -- server's own clock, the freeze no longer refuses writes. NULL with frozen: a freeze that never
 -- expires (pinned right before a switch, or written by an older shardctl).
-alter table shardctl.fence add column if not exists frozen_until timestamptz;
+${addColumnOnce('shardctl.fence', 'frozen_until', 'timestamptz')}
 -- The highest directory generation of a cutover freeze that raised this fence (kept by every later
 -- change): a superseded attempt's late raise is refused, so it cannot replace a later attempt's
 -- pinned freeze with a lease that would run out after that attempt's switch.
-alter table shardctl.fence add column if not exists freeze_gen bigint;
+${addColumnOnce('shardctl.fence', 'freeze_gen', 'bigint')}
 -- The snapshot of the freeze that last raised this fence from open (taken before its fence
 -- marker): a write that bypassed the fence and is not visible in it may have committed after the
 -- fence point, so the change stream may not have carried it. Retire counts the write audit by it
 -- (by commit, not by when the writer began).
-alter table shardctl.fence add column if not exists freeze_snapshot pg_snapshot;
+${addColumnOnce('shardctl.fence', 'freeze_snapshot', 'pg_snapshot')}
 -- A split sub-unit's ways (\`tenant split T --ways K\` installs T:0 .. T:K-1 with K): the modulus
 -- its rows' unit is computed with (shardctl.checked_ways()). NULL for tenants and buckets.
-alter table shardctl.fence add column if not exists split_ways integer check (split_ways is null or split_ways >= 2);
+${addColumnOnce('shardctl.fence', 'split_ways', 'integer check (split_ways is null or split_ways >= 2)')}
 
 -- shardctl's own data-plane sessions (copy, apply, clean-up): registered by the session itself
 -- (shardctl.enter_data_plane) by process id and start time, so a session that merely calls itself
@@ -103,9 +104,9 @@ create table if not exists shardctl.move_delta_since (
   primary key (move_id, stream)
 );
 -- Which start this is: a comparison's own token, so a late start by a superseded delivery is seen.
-alter table shardctl.move_delta_since add column if not exists token text;
+${addColumnOnce('shardctl.move_delta_since', 'token', 'text')}
 -- The start's snapshot: a fence-bypassing write on the target not visible in it is new (by commit).
-alter table shardctl.move_delta_since add column if not exists since_snapshot pg_snapshot;
+${addColumnOnce('shardctl.move_delta_since', 'since_snapshot', 'pg_snapshot')}
 create table if not exists shardctl.move_delta (
   move_id text not null,
   stream text not null,

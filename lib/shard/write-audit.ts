@@ -15,6 +15,7 @@
 import type { Pool, PoolClient } from 'pg';
 import type { TenantTable } from './tables';
 import { PINNED_SEARCH_PATH } from './schema';
+import { addColumnOnce, createIndexOnce } from './ddl-once';
 
 export const WRITE_AUDIT_TRIGGER = 'shardctl_write_audit';
 
@@ -40,11 +41,11 @@ create table if not exists shardctl.unowned_writes (
   application_name text,
   username text
 );
-create index if not exists unowned_writes_unit on shardctl.unowned_writes (unit, at);
+${createIndexOnce('shardctl', 'unowned_writes_unit', 'shardctl.unowned_writes (unit, at)')}
 -- The writer's transaction (its commit decides whether a check counts it) and whether this shard
 -- owned the unit at the write.
-alter table shardctl.unowned_writes add column if not exists xid xid8;
-alter table shardctl.unowned_writes add column if not exists owned boolean;
+${addColumnOnce('shardctl.unowned_writes', 'xid', 'xid8')}
+${addColumnOnce('shardctl.unowned_writes', 'owned', 'boolean')}
 create or replace function ${fn}() returns trigger language plpgsql volatile ${PINNED_SEARCH_PATH} as $fn$
 declare v_unit text;
 begin

@@ -322,6 +322,27 @@ describe('prepareShard', () => {
     }
   });
 
+  it('a re-run on a prepared shard takes no table lock: it completes while a writer holds the demo tables and shardctl.fence', async () => {
+    const config = testConfig();
+    await prepareShard(pool, config, { demoSchema: true });
+    // A writer mid-transaction: row exclusive on every demo table and on the tables a writer's
+    // triggers touch. Before, a re-run took ACCESS EXCLUSIVE on shardctl.fence (ADD COLUMN IF NOT
+    // EXISTS) and public.documents (SET STORAGE) every time: it waited for such a writer (and could
+    // deadlock with one whose audit trigger read the fence), here until its lock timeout.
+    const writer = await pool.connect();
+    try {
+      await writer.query('begin');
+      await writer.query(
+        `lock table public.accounts, public.documents, public.events, public.jobs, shardctl.fence, shardctl.unowned_writes, shardctl.move_delta_since in row exclusive mode`,
+      );
+      const again = await prepareShard(pool, config, { demoSchema: true, lockTimeoutMs: 300 });
+      expect(again.changed).toEqual([]);
+    } finally {
+      await writer.query('rollback').catch(() => {});
+      writer.release();
+    }
+  });
+
   it('gives up on a tenant table held by a long transaction within the table lock timeout, and changes nothing', async () => {
     const { schema, config } = await ownSchema();
     await createTenantTable(schema, 'a');
