@@ -445,7 +445,9 @@ describe.concurrent('network faults under live traffic', () => {
     });
   });
 
-  it(
+  // Alone, not beside other cases: its 200 ms links make the move take 250-330 s by itself, and
+  // beside two other moves on 2 cores it ran past its 420 s bound (the fresh-clone CI at cd99b6f).
+  it.sequential(
     'every link of the worker and of the router slowed by 200 ms, 1 % of connections reset, 1 % stalled then closed, 5 % closed after 256 KiB (half the worker ↔ source connections after 1 MiB), for a whole move: it switches, nothing is lost, no attempt froze the tenant past its bound',
     { timeout: 720_000 },
     async () => {
