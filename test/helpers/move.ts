@@ -276,6 +276,23 @@ export async function placement(tenant: string) {
  * a writer outside the router that sets unit and epoch (checked at its first write), or a
  * transaction opened as the router opens it (`open_unit_write`, checked at once).
  */
+/** Runs `sql` on `shard` in a transaction opened for `unit` at `epoch` as the router opens one (no unit: none opened): 'ok' or the SQLSTATE; rolled back either way. */
+export async function inUnitTx(shard: string, unit: string | null, epoch: number, sql: string, params: unknown[] = []): Promise<string> {
+  const c = await shardPool(shard).connect();
+  try {
+    await c.query('begin');
+    if (unit) await c.query('call shardctl.open_unit_write($1, $2)', [unit, epoch]);
+    await c.query(sql, params);
+    await c.query('rollback');
+    return 'ok';
+  } catch (e: any) {
+    await c.query('rollback').catch(() => {});
+    return e.code ?? String(e);
+  } finally {
+    c.release();
+  }
+}
+
 export async function tryWrite(shard: string, tenant: string, epoch: number, via: 'settings' | 'router' = 'settings'): Promise<string> {
   const c = await shardPool(shard).connect();
   try {

@@ -1,5 +1,6 @@
 // Free local ports for tests that start servers of their own (a second dev stack, a TCP forwarder).
 import net from 'node:net';
+import type { Stack } from '../../lib/dev/stack';
 
 /** A port nothing listens on now (the OS picks it). */
 export function freePort(): Promise<number> {
@@ -28,4 +29,17 @@ export async function freeRun(from: number, n: number, taken: Set<number>): Prom
     }
   }
   throw new Error(`no ${n} free ports from ${from}`);
+}
+
+/** The ports this checkout's own dev stack uses (plus `toxiproxyRun` ports from its toxiproxy's): a second stack must take none of them. */
+export function stackPorts(ports: Stack['ports'], toxiproxyRun = 1): Set<number> {
+  return new Set<number>([
+    ...Object.values(ports.pg),
+    ports.temporal,
+    ports.temporalUi,
+    ports.temporalHttp,
+    ports.temporalMetrics,
+    ports.s3,
+    ...Array.from({ length: toxiproxyRun }, (_, i) => ports.toxiproxy + i),
+  ]);
 }

@@ -15,6 +15,7 @@ import { getPlacement } from '../../lib/directory/placements';
 import type { Config } from '../../lib/config';
 import { Router } from '../../lib/router';
 import { runCli, configFile } from '../helpers/cli';
+import * as H from '../helpers/move';
 
 const SHARD = 'shard-c';
 const B = 16;
@@ -50,22 +51,8 @@ afterAll(async () => {
   await closePools();
 });
 
-/** Runs `sql` in a transaction opened for `unit` at `epoch` (as the router opens one): 'ok' or the SQLSTATE. */
-async function inUnitTx(unit: string | null, epoch: number, sql: string, params: unknown[] = []): Promise<string> {
-  const c = await shardPool(SHARD).connect();
-  try {
-    await c.query('begin');
-    if (unit) await c.query('call shardctl.open_unit_write($1, $2)', [unit, epoch]);
-    await c.query(sql, params);
-    await c.query('rollback');
-    return 'ok';
-  } catch (e: any) {
-    await c.query('rollback').catch(() => {});
-    return e.code ?? String(e);
-  } finally {
-    c.release();
-  }
-}
+/** Runs `sql` on SHARD in a transaction opened for `unit` at `epoch` (as the router opens one): 'ok' or the SQLSTATE. */
+const inUnitTx = (unit: string | null, epoch: number, sql: string, params: unknown[] = []) => H.inUnitTx(SHARD, unit, epoch, sql, params);
 
 describe('bucketed dataset tables on a shard', () => {
   it("the fence's row-unit expression names each bucket exactly as the router does (B = 1, 10, 1024)", async () => {

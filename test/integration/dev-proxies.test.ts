@@ -10,7 +10,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import * as stack from '../../lib/dev/stack';
-import { freeRun } from '../helpers/ports';
+import { freeRun, stackPorts } from '../helpers/ports';
 import { ToxiproxyApi } from '../../lib/dev/toxiproxy';
 import { projectRoot, loadConfig } from '../../lib/config';
 import { pidAlive, portOpen, readPid } from '../../lib/dev/proc';
@@ -45,16 +45,8 @@ describe('dev up --with-proxies', () => {
     { timeout: 300_000 },
     async () => {
       const mine = stack.stackAt(projectRoot()).ports;
-      const taken = new Set<number>([
-        ...Object.values(mine.pg),
-        mine.temporal,
-        mine.temporalUi,
-        mine.temporalHttp,
-        mine.temporalMetrics,
-        mine.s3,
-        // toxiproxy's API and, above it, the network suite's and `dev up --with-proxies`' proxies
-        ...Array.from({ length: 40 }, (_, i) => mine.toxiproxy + i),
-      ]);
+      // toxiproxy's API and, above it, the network suite's and `dev up --with-proxies`' proxies
+      const taken = stackPorts(mine, 40);
       const env = {
         SHARDCTL_DEV_PG_PORT: String(await freeRun(mine.pg.directory + 50, 4, taken)),
         SHARDCTL_DEV_TEMPORAL_PORT: String(await freeRun(mine.temporal + 50, 3, taken)),

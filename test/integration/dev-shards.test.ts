@@ -7,7 +7,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import * as stack from '../../lib/dev/stack';
-import { freeRun } from '../helpers/ports';
+import { freeRun, stackPorts } from '../helpers/ports';
 import { projectRoot, loadConfig } from '../../lib/config';
 import { openPool } from '../../lib/connections';
 import { ListBucketsCommand } from '@aws-sdk/client-s3';
@@ -18,15 +18,7 @@ describe('dev up --shards 5', () => {
     { timeout: 300_000 },
     async () => {
       const mine = stack.stackAt(projectRoot()).ports;
-      const taken = new Set<number>([
-        ...Object.values(mine.pg),
-        mine.temporal,
-        mine.temporalUi,
-        mine.temporalHttp,
-        mine.temporalMetrics,
-        mine.s3,
-        mine.toxiproxy,
-      ]);
+      const taken = stackPorts(mine);
       const env = {
         SHARDCTL_DEV_PG_PORT: String(await freeRun(mine.pg.directory + 40, 6, taken)),
         SHARDCTL_DEV_TEMPORAL_PORT: String(await freeRun(mine.temporal + 40, 3, taken)),

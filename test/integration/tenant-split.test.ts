@@ -24,6 +24,7 @@ import { ShardctlError } from '../../lib/errors';
 import { runCli, configFile } from '../helpers/cli';
 import { planFromDirectory } from '../../lib/rebalance/fleet';
 import { planAdoption } from '../../lib/adopt';
+import * as H from '../helpers/move';
 
 const SHARD = 'shard-a';
 const WAYS = 4;
@@ -77,22 +78,8 @@ async function newTenant(): Promise<string> {
   return tenant;
 }
 
-/** Runs `sql` in a transaction opened for `unit` at `epoch` (as the router opens one): 'ok' or the SQLSTATE. */
-async function inUnitTx(unit: string, epoch: number, sql: string, params: unknown[] = []): Promise<string> {
-  const c = await shardPool(SHARD).connect();
-  try {
-    await c.query('begin');
-    await c.query('call shardctl.open_unit_write($1, $2)', [unit, epoch]);
-    await c.query(sql, params);
-    await c.query('rollback');
-    return 'ok';
-  } catch (e: any) {
-    await c.query('rollback').catch(() => {});
-    return e.code ?? String(e);
-  } finally {
-    c.release();
-  }
-}
+/** Runs `sql` on SHARD in a transaction opened for `unit` at `epoch` (as the router opens one): 'ok' or the SQLSTATE. */
+const inUnitTx = (unit: string | null, epoch: number, sql: string, params: unknown[] = []) => H.inUnitTx(SHARD, unit, epoch, sql, params);
 
 const deps = () => ({ directory: directoryPool(), shardPool, config });
 
