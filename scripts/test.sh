@@ -45,9 +45,18 @@ else
   trap cleanup EXIT
   if sc dev up; then
     export SHARDCTL_KEEP_STACK=1   # the stack is this script's to stop
-    run_vitest main --project stack --exclude 'test/crash/**'
-    # --maxConcurrency: the network suite runs its cases side by side, three at a time (test/crash/network.test.ts).
-    run_vitest crash --project stack --no-file-parallelism --maxConcurrency 3 test/crash
+    # Stack files in $forks processes at once (default 3): most of a stack test's time is spent
+    # waiting on the servers (Temporal timers, polls, soaks), so a third process fills the 2 cores.
+    forks="${SHARDCTL_TEST_FORKS:-3}"
+    run_vitest main --project stack --poolOptions.forks.maxForks "$forks" --exclude 'test/crash/**'
+    # The crash suite, in three runs. First every file but network and restarts (faults, pause,
+    # rebalance-kill: their faults stay inside their own workers and tenants), two at a time, the matrix's cases three at a time
+    # (--maxConcurrency; faults.test.ts is describe.concurrent). Then the network file on its own
+    # (its cases three at a time, its whole-move case alone: 200 ms links make it load-sensitive).
+    # Then restarts.test.ts alone, last: it restarts the shared servers under everyone.
+    run_vitest crash --project stack --poolOptions.forks.maxForks 2 --maxConcurrency 3 --exclude test/crash/network.test.ts --exclude test/crash/restarts.test.ts test/crash
+    run_vitest crash-network --project stack --no-file-parallelism --maxConcurrency 3 test/crash/network.test.ts
+    run_vitest crash-restarts --project stack --no-file-parallelism test/crash/restarts.test.ts
     [ -f test-results/crash-report.md ] && { echo "== crash suite report (test-results/crash-report.md)"; cat test-results/crash-report.md; }
     [ -f test-results/crash-restarts-report.md ] && cat test-results/crash-restarts-report.md
     [ -f test-results/crash-pause-report.md ] && cat test-results/crash-pause-report.md

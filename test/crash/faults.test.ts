@@ -38,14 +38,17 @@ const PAIRS: [string, string][] = [
 ];
 
 const rows: C.CaseRow[] = [];
+// Every case has its own tenants, task queue and workers: they run side by side (three at a
+// time, `--maxConcurrency 3` in scripts/test.sh), each stopping its own in its finally.
 const suite = C.crashSuite({
+  concurrent: true,
   report: () => {
     const table = C.writeReport(rows);
     process.stdout.write(`\ncrash suite report (${path.join('test-results', 'crash-report.md')}):\n${table}\n`);
   },
 });
 
-describe('crash matrix: SIGKILL the worker at every fault point', () => {
+describe.concurrent('crash matrix: SIGKILL the worker at every fault point', () => {
   CASES.forEach((c, i) => {
     it(
       `${c.point}: ${c.path === 'complete' ? 'the move completes' : c.path === 'rollback' ? 'the rollback completes' : 'the cancel completes'} and nothing is lost`,

@@ -76,13 +76,13 @@ export function spawnWorker(
     proc.once('exit', (code, signal) => resolve({ code, signal })),
   );
   const ready = (async () => {
-    const deadline = Date.now() + 60_000;
+    const deadline = Date.now() + 120_000; // a loaded 2-core machine: crash cases start workers side by side
     while (Date.now() < deadline) {
       if (fs.readFileSync(log, 'utf8').includes('worker: polling')) return;
       if (proc.exitCode !== null) throw new Error(`worker exited early: ${fs.readFileSync(log, 'utf8').slice(-2000)}`);
       await new Promise((r) => setTimeout(r, 100));
     }
-    throw new Error('worker did not start within 60s');
+    throw new Error('worker did not start within 120s');
   })();
   const w = { proc, exited, ready, log };
   liveWorkers.add(w);
