@@ -156,7 +156,9 @@ describe('job worker', () => {
       handler,
       signal: ac.signal,
       batch: 2,
-      call: { deadlineMs: 100 },
+      // Long enough that a loaded machine's slow claim is not an error (at 100 ms, a CI run at load
+      // 17 counted one), short enough that the frozen unit's refusals come within the wait below.
+      call: { deadlineMs: 1000 },
       onError: (e: unknown) => refusals.push(e),
     };
     const workers = [runJobWorker({ ...common, workerId: 'loop-1' }), runJobWorker({ ...common, workerId: 'loop-2' })];
