@@ -151,8 +151,9 @@ describe('shardctl move throttle, move watch and audit on a real move', () => {
     async () => {
       const tenant = await H.newTenant('shard-a', 'opsjs');
       await H.seed(tenant, 60, 0);
-      // Paced so the copy spans several polls: its progress shows up as lines of its own.
-      const h = await H.startMove(env.t.client, env.tq, H.moveInput(tenant, 'shard-b', { rowsPerSecond: 20, copyBatchRows: 5, soakSeconds: 1 }));
+      // Paced so the copy spans several polls: its progress shows up as lines of its own. About 12 s:
+      // at 20 rows/s (3 s) a fresh-clone CI at load 17 started the watching CLI after the copy ended.
+      const h = await H.startMove(env.t.client, env.tq, H.moveInput(tenant, 'shard-b', { rowsPerSecond: 5, copyBatchRows: 5, soakSeconds: 1 }));
       const watched = await cli('move', 'watch', tenant, '--json');
       expect(watched.code, watched.stderr).toBe(0);
       const lines = watched.stdout.trimEnd().split('\n');
