@@ -103,7 +103,7 @@ const PROOF_SETTING = 'shardctl.session_proof';
  * check and the first statement's fold, each creating its OpenSSL context) cost the shard about
  * 13 µs of a 1-row transaction's ~40 µs of fence (BENCHMARKS.md, "Where the fence's time goes").
  */
-function proofSql(unit: string): string {
+export function proofSql(unit: string): string {
   return `pg_catalog.hashtextextended(${unit},
       pg_catalog.hashtextextended(pg_catalog.encode(pg_catalog.timestamptz_send(pg_catalog.now()), 'hex'), 0))`;
 }
