@@ -67,7 +67,9 @@
 //  - Cost, measured on this repo's 2-core machine (`npm run bench`, its fence rows): the check
 //    about 10 µs of server CPU (2 of them the pinned search_path, 6 the fence read), the fold about 5 µs
 //    per write statement, a row about 1 %. Small transactions feel the two plpgsql entries;
-//    statements of many rows barely notice.
+//    statements of many rows barely notice. Per part, as shard CPU of a 1-row transaction
+//    (BENCHMARKS.md, "Where the fence's time goes"): about 31 µs in all with this proof, of which
+//    setval and currval of the proof, the fence read, the statement's fold and the lock a few µs each.
 //  - Writers need USAGE on schema shardctl; the check itself runs as the schema's owner. Blob
 //    writers' assert_writable and readers' assert_readable run as the caller: SELECT on
 //    shardctl.fence and shardctl.settings, and UPDATE on a column of shardctl.fence under
