@@ -316,6 +316,17 @@ export const MUTATIONS: Mutation[] = [
     reinstall: PREPARE,
   },
   {
+    id: 'fence-open-carries-route',
+    guarantee:
+      'a transaction the router opened carries its route (unit, epoch), so a statement that must check it again (its proof no longer matches: the functions were upgraded by prepare while it was open) passes on the right route instead of failing closed (issue 11)',
+    file: 'lib/shard/fence-sql.ts',
+    from: "v_set := pg_catalog.set_config('shardctl.unit', p_unit, true);",
+    to: '',
+    testFile: 'test/integration/fence.test.ts',
+    testName: 'is upgraded by prepare without a table lock, and a transaction checked before the upgrade still commits',
+    reinstall: PREPARE,
+  },
+  {
     id: 'write-audit-replica',
     guarantee: "retire's evidence: a replica-role write to an unowned unit by a session not shardctl's own is recorded (§4.8)",
     file: 'lib/shard/write-audit.ts',
