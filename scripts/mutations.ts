@@ -309,10 +309,21 @@ export const MUTATIONS: Mutation[] = [
     id: 'fence-mark-proof-per-transaction',
     guarantee: "a check's proof is bound to its transaction: the session's next transaction cannot replay it after the fence moves (§3)",
     file: 'lib/shard/fence-sql.ts',
-    from: 'operator(pg_catalog.||) pg_catalog.timestamptz_send(pg_catalog.now())), ',
-    to: '), ',
+    from: "pg_catalog.hashtextextended(pg_catalog.encode(pg_catalog.timestamptz_send(pg_catalog.now()), 'hex'), 0))`;",
+    to: '0)`;',
     testFile: 'test/integration/fence.test.ts',
     testName: "the mark of a session's earlier transaction, set again by hand, does not pass once the fence has moved",
+    reinstall: PREPARE,
+  },
+  {
+    id: 'fence-open-carries-route',
+    guarantee:
+      'a transaction the router opened carries its route (unit, epoch), so a statement that must check it again (its proof no longer matches: the functions were upgraded by prepare while it was open) passes on the right route instead of failing closed (issue 11)',
+    file: 'lib/shard/fence-sql.ts',
+    from: "v_set := pg_catalog.set_config('shardctl.unit', p_unit, true);",
+    to: '',
+    testFile: 'test/integration/fence.test.ts',
+    testName: 'is upgraded by prepare without a table lock, and a transaction checked before the upgrade still commits',
     reinstall: PREPARE,
   },
   {

@@ -44,13 +44,18 @@
 //  - The mark cannot be forged. `shardctl.checked` is a setting any client can set, so it counts
 //    only with its proof: the check that marks the transaction also sets the session's value of
 //    `shardctl.write_mark` (an unlogged sequence that only its owner may set: writers may read
-//    it, not advance it) to a 64-bit digest of SHA-256 over the unit and this transaction's
-//    start (now()); checked_unit() trusts the mark only if currval() still equals that digest.
+//    it, not advance it) to the unit's 64-bit hash seeded by this transaction's start (now(),
+//    binary); checked_unit() trusts the mark only if currval() still equals that hash.
 //    The functions that set the proof run as the owner (SECURITY DEFINER), which is also why a
 //    writer needs no privilege on the fence for the check. A mark set by hand, or kept from an
 //    earlier transaction of the session, fails the proof, and the statement runs the whole check
-//    instead: a writer gains nothing by forging it, short of finding a SHA-256 input for a given
-//    64-bit digest (test/integration/fence.test.ts, "the check's mark cannot be forged").
+//    instead (test/integration/fence.test.ts, "the check's mark cannot be forged"). A forger would
+//    need, in its own transaction, a 64-bit match between the hashes of two unit names under a
+//    seed it does not choose (the transaction's start, to the microsecond), or between two seeds
+//    for one name (a replay): one chance in 2^64 per transaction (the currval it may read is the
+//    hash of the unit it was checked for, which it could compute). The hash is not a cryptographic digest
+//    (SHA-256 until this version cost two OpenSSL contexts per transaction); the mark guards
+//    against writers that skip the router, whose every attempt costs a transaction.
 //    The functions pin their search_path, except the two on every write transaction's path:
 //    checked_unit() and open_unit_write() (and its twin begin_unit_write()). A pinned path costs
 //    a function about 5 µs on PostgreSQL 15 (set, and the namespace path recomputed, on entry and
@@ -62,7 +67,9 @@
 //  - Cost, measured on this repo's 2-core machine (`npm run bench`, its fence rows): the check
 //    about 10 µs of server CPU (2 of them the pinned search_path, 6 the fence read), the fold about 5 µs
 //    per write statement, a row about 1 %. Small transactions feel the two plpgsql entries;
-//    statements of many rows barely notice.
+//    statements of many rows barely notice. Per part, as shard CPU of a 1-row transaction
+//    (BENCHMARKS.md, "Where the fence's time goes"): about 31 µs in all with this proof, of which
+//    setval and currval of the proof, the fence read, the statement's fold and the lock a few µs each.
 //  - Writers need USAGE on schema shardctl; the check itself runs as the schema's owner. Blob
 //    writers' assert_writable and readers' assert_readable run as the caller: SELECT on
 //    shardctl.fence and shardctl.settings, and UPDATE on a column of shardctl.fence under
@@ -92,12 +99,15 @@ const PROOF_SETTING = 'shardctl.session_proof';
 
 /**
  * The proof of a check for `unit` in this transaction, as SQL (every name schema-qualified: it
- * runs in checked_unit(), which has no pinned path): SHA-256 over the unit and the transaction's
- * start, both fixed for the transaction's life, folded to 64 bits.
+ * runs in checked_unit(), which has no pinned path): the unit's 64-bit hash seeded with the hash
+ * of the transaction's start (its binary form, so no setting of the session changes it), both
+ * fixed for the transaction's life. Not SHA-256 any more: its two evaluations per transaction (the
+ * check and the first statement's fold, each creating its OpenSSL context) cost the shard about
+ * 13 µs of a 1-row transaction's ~40 µs of fence (BENCHMARKS.md, "Where the fence's time goes").
  */
-function proofSql(unit: string): string {
-  return `pg_catalog.hashtextextended(pg_catalog.encode(pg_catalog.sha256(pg_catalog.textsend(${unit})
-      operator(pg_catalog.||) pg_catalog.timestamptz_send(pg_catalog.now())), 'base64'), 0)`;
+export function proofSql(unit: string): string {
+  return `pg_catalog.hashtextextended(${unit},
+      pg_catalog.hashtextextended(pg_catalog.encode(pg_catalog.timestamptz_send(pg_catalog.now()), 'hex'), 0))`;
 }
 
 /** Marks this transaction checked for `unit` (plpgsql statements; the caller declared v_set and v_proof). */

@@ -16,6 +16,7 @@ import { FENCE_LOCK_CLASS } from '../../lib/shard/schema';
 import { DEMO_TABLES } from '../../lib/demo/schema';
 import { SQLSTATE, ShardctlError } from '../../lib/errors';
 import { openFailure, openTransactionSql } from '../../lib/router/open-tx';
+import { proofSql } from '../../lib/shard/fence-sql';
 
 const SHARD = 'shard-a';
 type Isolation = 'read committed' | 'repeatable read' | 'serializable';
@@ -546,6 +547,51 @@ for (const via of VIAS) {
   });
 }
 
+describe("a shard prepared with the previous release's proof (SHA-256)", () => {
+  /** The proof before this release, over a plpgsql expression `unit`. */
+  const shaProof = (unit: string) =>
+    `pg_catalog.hashtextextended(pg_catalog.encode(pg_catalog.sha256(pg_catalog.textsend(${unit}) operator(pg_catalog.||) pg_catalog.timestamptz_send(pg_catalog.now())), 'base64'), 0)`;
+
+  it('is upgraded by prepare without a table lock, and a transaction checked before the upgrade still commits (its next statement runs the whole check)', async () => {
+    const unit = await newUnit();
+    // The previous release's write path: today's functions with the SHA-256 proof put back.
+    for (const [fn, v] of [
+      ['shardctl.open_unit_write', 'p_unit'],
+      ['shardctl.check_unrouted_write', 'v_unit'],
+      ['shardctl.checked_unit', 'v_unit'],
+    ]) {
+      const def: string = (await pool.query(`select pg_get_functiondef($1::regproc) as d`, [fn])).rows[0].d;
+      const parts = def.split(proofSql(v));
+      expect({ fn, proofs: parts.length - 1 }).toEqual({ fn, proofs: 1 });
+      await pool.query(parts.join(shaProof(v)));
+    }
+    const c = await pool.connect();
+    open.add(c);
+    // The old check ran: the session's proof is the SHA-256 one.
+    const proven = `select currval('shardctl.write_mark') = ${shaProof('$1::text')} as old, currval('shardctl.write_mark') = ${proofSql('$1::text')} as new`;
+    await c.query('begin');
+    await c.query(ROUTER_OPEN, [unit, 1]);
+    expect((await c.query(proven, [unit])).rows[0]).toEqual({ old: true, new: false });
+    await insertAccounts(c, unit, ['before-upgrade']);
+    // Prepare re-run by this release: functions replaced, no trigger (so no table) touched.
+    const r = await prepareShard(pool, testConfig(), { demoSchema: true });
+    expect(r.changed).toEqual([]);
+    // The same transaction goes on under the new checked_unit(): the old proof does not match it,
+    // so the statement runs the whole check (the route is still right) and marks it anew.
+    await insertAccounts(c, unit, ['after-upgrade']);
+    expect((await c.query(proven, [unit])).rows[0]).toEqual({ old: false, new: true });
+    await end(c, 'commit');
+    // A mark set by hand after the upgrade is still checked: the unit has moved on.
+    expect((await setUnitFence(pool, { unit, epoch: 2, owned: false, frozen: false })).ok).toBe(true);
+    const forged = inTx({ unit, epoch: 1 }, async (t) => {
+      await t.query(`select set_config('shardctl.checked', $1, true)`, [unit]);
+      await insertAccounts(t, unit, ['forged']);
+    });
+    expect(await outcome(forged)).toBe(SQLSTATE.staleRoute);
+    expect(await accountNames(unit)).toEqual(['after-upgrade', 'before-upgrade']);
+  });
+});
+
 describe('a snapshot older than the fence cannot write', () => {
   const changes: Record<string, (unit: string) => Promise<void>> = {
     freeze: async (unit) => {
@@ -718,7 +764,8 @@ describe('the fence cannot be shadowed through the caller search_path', () => {
       create operator ${evil}.<> (leftarg = text, rightarg = text, function = ${evil}.yes);
       create function ${evil}.currval(regclass) returns bigint language sql as 'select 0::bigint';
       create function ${evil}.hashtextextended(text, bigint) returns bigint language sql as 'select 0::bigint';
-      create function ${evil}.sha256(bytea) returns bytea language sql as $$ select '\\x00'::bytea $$;`);
+      create function ${evil}.encode(bytea, text) returns text language sql as $$ select 'x' $$;
+      create function ${evil}.timestamptz_send(timestamptz) returns bytea language sql as $$ select '\\x00'::bytea $$;`);
     const c = new Client({ connectionString: shardByName(testConfig(), SHARD).dsn });
     await c.connect();
     try {
