@@ -76,51 +76,55 @@ afterAll(async () => {
 });
 
 describe('the blob delta reads only what changed', () => {
-  it(`a tenant with ${OBJECTS} multipart objects of 9 MiB: validation, the fence's delta and a soak round read none of them again`, async () => {
-    const act = createActivities(deps);
-    const tenant = await H.newTenant(SOURCE, 'bdelta');
-    await H.seed(tenant, 30, 0);
-    const src = shardBucket(deps, SOURCE);
-    const keys = Array.from({ length: OBJECTS }, (_, i) => `${tenantBlobPrefix(tenant)}scans/${String(i).padStart(3, '0')}.tiff`);
-    for (let i = 0; i < keys.length; i += 8) await Promise.all(keys.slice(i, i + 8).map((k) => putMultipart(deps.s3For(SOURCE), src.bucket, k)));
-    const listed = await listBlobs(src.s3, src.bucket, tenantBlobPrefix(tenant));
-    expect(listed.every((e) => /-2$/.test(e.etag) && e.size === 9 * MIB)).toBe(true);
+  it(
+    `a tenant with ${OBJECTS} multipart objects of 9 MiB: validation, the fence's delta and a soak round read none of them again`,
+    { timeout: 300_000 }, // 900 MiB through the S3 server and back: 19 s in a quiet CI, past 120 s at load 17
+    async () => {
+      const act = createActivities(deps);
+      const tenant = await H.newTenant(SOURCE, 'bdelta');
+      await H.seed(tenant, 30, 0);
+      const src = shardBucket(deps, SOURCE);
+      const keys = Array.from({ length: OBJECTS }, (_, i) => `${tenantBlobPrefix(tenant)}scans/${String(i).padStart(3, '0')}.tiff`);
+      for (let i = 0; i < keys.length; i += 8) await Promise.all(keys.slice(i, i + 8).map((k) => putMultipart(deps.s3For(SOURCE), src.bucket, k)));
+      const listed = await listBlobs(src.s3, src.bucket, tenantBlobPrefix(tenant));
+      expect(listed.every((e) => /-2$/.test(e.etag) && e.size === 9 * MIB)).toBe(true);
 
-    const ref = await B.plannedMove(act, refs, tenant, SOURCE, TARGET);
-    const copy = await readsDuring(() => act.copyBlobs({ ...ref, direction: 'forward' }));
-    expect(copy.result).toMatchObject({ copied: OBJECTS, total: OBJECTS });
-    expect(copy.reads).toBe(OBJECTS); // each source object read once, to hash what is copied
-    await act.catchUp({ ...ref, direction: 'forward', maxDurationMs: 20_000, mode: 'now' });
+      const ref = await B.plannedMove(act, refs, tenant, SOURCE, TARGET);
+      const copy = await readsDuring(() => act.copyBlobs({ ...ref, direction: 'forward' }));
+      expect(copy.result).toMatchObject({ copied: OBJECTS, total: OBJECTS });
+      expect(copy.reads).toBe(OBJECTS); // each source object read once, to hash what is copied
+      await act.catchUp({ ...ref, direction: 'forward', maxDurationMs: 20_000, mode: 'now' });
 
-    const validation = await readsDuring(() => act.validateMove({ ...ref, direction: 'forward' }));
-    expect(validation.result, validation.result.mismatches.join('\n')).toMatchObject({ ok: true });
-    expect(validation.reads).toBe(0);
+      const validation = await readsDuring(() => act.validateMove({ ...ref, direction: 'forward' }));
+      expect(validation.result, validation.result.mismatches.join('\n')).toMatchObject({ ok: true });
+      expect(validation.reads).toBe(0);
 
-    // The old final delta, same buckets, same run: without the ledgers every multipart object is
-    // read on both sides (its ETag says nothing about its content), and nothing is copied.
-    const old = await readsDuring(() =>
-      copyBlobPrefix({ src, dst: shardBucket(deps, TARGET), prefix: tenantBlobPrefix(tenant), sameEndpoint: true, hashUnchanged: false }),
-    );
-    expect(old.result).toMatchObject({ copied: 0, skipped: OBJECTS });
-    expect(old.reads).toBe(2 * OBJECTS);
+      // The old final delta, same buckets, same run: without the ledgers every multipart object is
+      // read on both sides (its ETag says nothing about its content), and nothing is copied.
+      const old = await readsDuring(() =>
+        copyBlobPrefix({ src, dst: shardBucket(deps, TARGET), prefix: tenantBlobPrefix(tenant), sameEndpoint: true, hashUnchanged: false }),
+      );
+      expect(old.result).toMatchObject({ copied: 0, skipped: OBJECTS });
+      expect(old.reads).toBe(2 * OBJECTS);
 
-    // One object changes before the cutover: the fence's delta reads and copies exactly that one.
-    await putMultipart(deps.s3For(SOURCE), src.bucket, keys[7]);
-    await act.setupReplication({ ...ref, direction: 'reverse' });
-    const cut = await readsDuring(() =>
-      act.cutover({ ...ref, direction: 'forward', epoch: 1, fenceBudgetMs: testConfig().limits.fenceBudgetMs, actor: 'blob-delta-test' }),
-    );
-    expect(cut.result, JSON.stringify(cut.result)).toMatchObject({ ok: true, newEpoch: 2 });
-    expect(cut.reads).toBe(1); // the changed object, hashed once as it is copied (before the freeze); under the fence: none
-    console.log(
-      `blob delta of ${OBJECTS} × 9 MiB multipart objects, 1 changed: without the ledgers ${old.reads} object reads in ${old.ms.toFixed(0)} ms; ` +
-        `the cutover with them ${cut.reads} reads, whole cutover ${cut.ms.toFixed(0)} ms (ratio ${(cut.ms / old.ms).toFixed(3)}), write pause ${cut.result.pauseMs} ms`,
-    );
-    await act.dropReplication({ ...ref, direction: 'forward' });
+      // One object changes before the cutover: the fence's delta reads and copies exactly that one.
+      await putMultipart(deps.s3For(SOURCE), src.bucket, keys[7]);
+      await act.setupReplication({ ...ref, direction: 'reverse' });
+      const cut = await readsDuring(() =>
+        act.cutover({ ...ref, direction: 'forward', epoch: 1, fenceBudgetMs: testConfig().limits.fenceBudgetMs, actor: 'blob-delta-test' }),
+      );
+      expect(cut.result, JSON.stringify(cut.result)).toMatchObject({ ok: true, newEpoch: 2 });
+      expect(cut.reads).toBe(1); // the changed object, hashed once as it is copied (before the freeze); under the fence: none
+      console.log(
+        `blob delta of ${OBJECTS} × 9 MiB multipart objects, 1 changed: without the ledgers ${old.reads} object reads in ${old.ms.toFixed(0)} ms; ` +
+          `the cutover with them ${cut.reads} reads, whole cutover ${cut.ms.toFixed(0)} ms (ratio ${(cut.ms / old.ms).toFixed(3)}), write pause ${cut.result.pauseMs} ms`,
+      );
+      await act.dropReplication({ ...ref, direction: 'forward' });
 
-    const soak = await readsDuring(() => act.copyBlobs({ ...ref, direction: 'reverse' }));
-    expect(soak.result).toMatchObject({ copied: 0, deleted: 0, outOfBand: [] });
-    expect(soak.reads).toBe(0);
-    expect(await B.keysOn(deps.s3For, TARGET, tenant)).toEqual(keys);
-  });
+      const soak = await readsDuring(() => act.copyBlobs({ ...ref, direction: 'reverse' }));
+      expect(soak.result).toMatchObject({ copied: 0, deleted: 0, outOfBand: [] });
+      expect(soak.reads).toBe(0);
+      expect(await B.keysOn(deps.s3For, TARGET, tenant)).toEqual(keys);
+    },
+  );
 });
