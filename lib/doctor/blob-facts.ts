@@ -6,7 +6,7 @@
 // leaves them out too (an acknowledged one has its index row, moved with the rows and validated).
 import { ListObjectsV2Command, type S3Client } from '@aws-sdk/client-s3';
 import type { Pool } from 'pg';
-import { ledgerUnits, listBlobs, readLedger, tenantBlobPrefix, unaccountedObjects } from '../blobs';
+import { ledgerUnits, listBlobs, readLedger, unaccountedObjects, unitBlobPrefix } from '../blobs';
 import { isVersionKey } from '../blobs/index-table';
 import type { ForeignBlobFact } from './findings';
 
@@ -29,7 +29,10 @@ export async function unitsInBucket(s3: S3Client, bucket: string): Promise<strin
   return out;
 }
 
-/** Objects of units placed elsewhere (`owners`: unit → owning shard) that this shard's ledger does not account for. */
+/**
+ * Objects of units placed elsewhere (`owners`: unit → owning shard) that this shard's ledger does
+ * not account for. Bucket units (`datasets/<dataset>/<n>/`) are found through the ledger only.
+ */
 export async function foreignBlobFacts(
   s3: S3Client,
   bucket: string,
@@ -45,7 +48,7 @@ export async function foreignBlobFacts(
     // Only units the directory knows: a prefix of no unit here is another directory's, or a test's.
     if (!owner || owner === shard) continue;
     const before = await readLedger(pool, unit);
-    const listing = await listBlobs(s3, bucket, tenantBlobPrefix(unit));
+    const listing = await listBlobs(s3, bucket, unitBlobPrefix(unit));
     const after = await readLedger(pool, unit);
     const odd = unaccountedObjects(listing, [before, after], (key) => !isVersionKey(key));
     if (odd.length === 0) continue;
