@@ -50,6 +50,21 @@ describe('unit blob prefixes (tenants and bucket units)', () => {
     for (const unit of ['bucket:events:0042', 'bucket:ev_1:7', 'acme', '0_a-b']) expect(assertUnitBlobPrefix(unitBlobPrefix(unit))).toBe(unit);
   });
 
+  it('refuses every other shape under datasets/ (shallower, deeper, unnamed, uppercase, signed, too long) with InvalidInput', () => {
+    for (const p of [
+      'datasets/',
+      'datasets/events/',
+      'datasets/events/42',
+      'datasets/events/42/x/',
+      'datasets/events/42/x',
+      'datasets/Events/42/',
+      'datasets/events/-1/',
+      'datasets/events/123456/',
+      'datasets//42/',
+    ])
+      expect(() => assertUnitBlobPrefix(p), p).toThrow(expect.objectContaining({ type: 'InvalidInput' }));
+  });
+
   it.each([
     'datasets/',
     'datasets/events/',
