@@ -7,7 +7,8 @@
 // acknowledged write lost, retire deletes only that bucket's rows. A third bucket moves with its
 // objects (datasets/<dataset>/<n>/, written through the router's route.blobs during the move):
 // all on the target with their bytes, no other bucket's object touched, retire deleting only
-// that bucket's source objects, and only after soak.
+// that bucket's source objects, and only after soak; and one with objects rolled back during soak
+// brings those written on the new owner back, and leaves no copy there.
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { randomBytes } from 'node:crypto';
 import { testConfig, closePools, shardPool, directoryPool, uniq } from '../helpers/stack';
@@ -299,6 +300,44 @@ describe('bucket move, end to end', () => {
         expect(rows.rows.map((r) => r.payload).sort()).toEqual(ackedMoved.map(([k]) => k).sort());
       } finally {
         stop = true;
+        await router.close();
+      }
+    },
+  );
+
+  it(
+    "a bucket with objects rolled back during soak: every object, also those written on the new owner, is back on the old owner with its bytes, and the new owner's copy is removed",
+    { timeout: 300_000 },
+    async () => {
+      const router = await Router.create(config);
+      const bucket = 7;
+      const prefix = unitBlobPrefix(unitOf(bucket));
+      const objects = new Map<string, string>();
+      const writeObject = async (key: string, n: number) => {
+        const body = randomBytes(100 + n);
+        const r = await router.withKey(dataset, key, grant, 'write', async (tx, route) => {
+          const put = await route.blobs.put(`docs/${key}/${n}`, body);
+          await tx.query(`insert into ${schema}.events(bucket, key, n, payload) values ($1, $2, $3, $4)`, [route.bucket, key, n, put.key]);
+          return { shard: route.shard, key: put.key };
+        });
+        objects.set(r.key, createHash('sha256').update(body).digest('hex'));
+        return r.shard;
+      };
+      const keys = keysOfBucket(bucket, 6, 'rbo');
+      try {
+        for (const [i, key] of keys.entries()) expect(await writeObject(key, i)).toBe('shard-a');
+        const h = await H.startMove(t.client, tq, moveInputFor(config, { tenant: unitOf(bucket), target: 'shard-b', requestedBy: 'test', soakSeconds: 600 }));
+        await H.waitPhase(h, 'soak', 200_000);
+        for (const [i, key] of keys.entries()) expect(await writeObject(key, 100 + i)).toBe('shard-b');
+        await h.executeUpdate(M.rollbackUpdate, { args: [{ actor: 'sre-test', reason: 'test' }] });
+        await H.waitPhase(h, 'rolled-back', 120_000);
+        expect(await H.placement(unitOf(bucket))).toMatchObject({ shard: 'shard-a', state: 'active' });
+        const onA = await listBlobs(s3Of('shard-a'), bucketOfShard('shard-a'), prefix);
+        expect(onA.map((e) => e.key).sort()).toEqual([...objects.keys()].sort());
+        for (const [k, sha] of objects) expect((await hashObject(s3Of('shard-a'), bucketOfShard('shard-a'), k)).sha256, k).toBe(sha);
+        expect(await listBlobs(s3Of('shard-b'), bucketOfShard('shard-b'), prefix)).toEqual([]);
+        expect(await writeObject(keys[0], 999)).toBe('shard-a');
+      } finally {
         await router.close();
       }
     },
