@@ -2218,4 +2218,14 @@ export const MUTATIONS: Mutation[] = [
     testFile: 'test/integration/rebalance-measure.test.ts',
     testName: 'the plan loads it by that measure',
   },
+  {
+    id: 'doctor-bucket-unit-prefixes',
+    guarantee:
+      "doctor finds objects put straight under a bucket unit's prefix (datasets/<dataset>/<n>/) in a non-owner's bucket, as it does a tenant's (issue 13)",
+    file: 'lib/doctor/blob-facts.ts',
+    from: "for (const d of await foldersUnder(s3, bucket, 'datasets/')) {",
+    to: 'for (const d of [] as string[]) {',
+    testFile: 'test/integration/doctor-bucket-blobs.test.ts',
+    testName: 'finds an object put straight under a bucket unit',
+  },
 ];
