@@ -2181,4 +2181,62 @@ export const MUTATIONS: Mutation[] = [
     testFile: 'test/integration/prepare.test.ts',
     testName: 'a re-run on a prepared shard takes no table lock',
   },
+  {
+    id: 'bucket-blobs-move',
+    guarantee:
+      "a bucket unit's objects (datasets/<dataset>/<n>/) move with it: copied, synced in the window, validated, and its source objects retired after soak (issue 13)",
+    file: 'activities/move/context.ts',
+    from: "return p.kind === 'bucket' || p.path.length === 0;",
+    to: "return p.kind === 'tenant' && p.path.length === 0;",
+    testFile: 'test/e2e/bucket-move.test.ts',
+    testName: 'moves a bucket with its objects under live object writes',
+  },
+  {
+    id: 'bucket-blob-prefix-exact',
+    guarantee:
+      "every copy, validate and delete of a bucket unit's objects is held to exactly datasets/<dataset>/<n>/ (never a deeper or a dataset-wide prefix) (issue 13)",
+    file: 'lib/blobs/prefix.ts',
+    from: '\\/([0-9]{1,5})\\/$/;',
+    to: '\\/([0-9]{1,5})\\/.*$/;',
+    testFile: 'test/unit/blobs-prefix.test.ts',
+    testName: 'refuses every other shape under datasets/',
+  },
+  {
+    id: 'bucket-blob-index-refused',
+    guarantee: "the blob index is refused for a bucket unit (a bucket's move does not carry shardctl.blob_index, so its rows would stay behind) (issue 13)",
+    file: 'lib/blobs/fenced.ts',
+    from: 'if (isBucket)',
+    to: 'if (isBucket && false)',
+    testFile: 'test/integration/bucket-fence.test.ts',
+    testName: "the router routes a key to its bucket's owner",
+  },
+  {
+    id: 'measure-unit-writes-window',
+    guarantee:
+      "rebalance plan's per-unit write rate counts only rows a transaction of the window wrote (xmin in the window), so a unit nothing writes measures 0 (issue 13)",
+    file: 'lib/rebalance/measure.ts',
+    from: '${written} as shardctl__written',
+    to: 'true as shardctl__written',
+    testFile: 'test/integration/rebalance-measure.test.ts',
+    testName: 'a unit written during the window measures a higher writes/s than one nothing writes',
+  },
+  {
+    id: 'plan-load-measured',
+    guarantee: 'rebalance plan loads a unit by its measured write rate when that exceeds its expected load, and says so (loadSource) (issue 13)',
+    file: 'lib/rebalance/fleet.ts',
+    from: "return rate > expected ? { load: rate, source: 'measured'",
+    to: "return false ? { load: rate, source: 'measured'",
+    testFile: 'test/integration/rebalance-measure.test.ts',
+    testName: 'the plan loads it by that measure',
+  },
+  {
+    id: 'doctor-bucket-unit-prefixes',
+    guarantee:
+      "doctor finds objects put straight under a bucket unit's prefix (datasets/<dataset>/<n>/) in a non-owner's bucket, as it does a tenant's (issue 13)",
+    file: 'lib/doctor/blob-facts.ts',
+    from: "for (const d of await foldersUnder(s3, bucket, 'datasets/')) {",
+    to: 'for (const d of [] as string[]) {',
+    testFile: 'test/integration/doctor-bucket-blobs.test.ts',
+    testName: 'finds an object put straight under a bucket unit',
+  },
 ];

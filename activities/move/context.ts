@@ -1,13 +1,6 @@
 // Shared plumbing of the move activities: input schemas, table discovery, heartbeats and the
 // typed, non-retryable failures workflows branch on.
-import {
-  compareBlobPrefixes,
-  copyBlobPrefix,
-  tenantBlobPrefix,
-  type CopyBlobPrefixOptions,
-  type CopyBlobPrefixResult,
-  type ShardBucket,
-} from '../../lib/blobs';
+import { compareBlobPrefixes, copyBlobPrefix, unitBlobPrefix, type CopyBlobPrefixOptions, type CopyBlobPrefixResult, type ShardBucket } from '../../lib/blobs';
 import { getPlacement } from '../../lib/directory/placements';
 import { listOpenReservations } from '../../lib/directory/reservations';
 import { deleteKeys } from '../../lib/blobs/delete';
@@ -50,9 +43,23 @@ export async function unitTables(deps: Deps, shard: string, rows: UnitRows): Pro
   return listTenantTables(deps.shardPool(shard), rows.tables);
 }
 
-/** Blobs belong to tenants only for now: a bucket unit has no blob prefix, so its blob steps have nothing to do. */
+/**
+ * Whether the unit has a blob prefix its move carries: a tenant (`tenants/<id>/`) or a bucket unit
+ * (`datasets/<dataset>/<n>/`, lib/blobs/prefix.ts). A split sub-unit's blobs are its tenant's.
+ */
 export function hasBlobs(unit: string): boolean {
-  return parseUnit(unit).kind === 'tenant';
+  const p = parseUnit(unit);
+  return p.kind === 'bucket' || p.path.length === 0;
+}
+
+/**
+ * Whether the unit's blobs may be indexed (shardctl.blob_index, keyed by the tenant column, which
+ * only a tenant's move carries): a bucket unit's objects are synced, validated and retired by
+ * prefix, never from an index (an index read for it would name nothing and skip its objects).
+ */
+export function hasBlobIndex(unit: string): boolean {
+  const p = parseUnit(unit);
+  return p.kind === 'tenant' && p.path.length === 0;
 }
 
 /** What a running activity said it is doing (`doing`) and its latest progress (`details`). */
@@ -313,7 +320,7 @@ export async function syncUnitBlobs(
     referenced,
     src: shardBucket(deps, from),
     dst: shardBucket(deps, to),
-    prefix: tenantBlobPrefix(unit),
+    prefix: unitBlobPrefix(unit),
     sameEndpoint: sameS3Endpoint(deps.config, from, to),
     stillSyncing,
     ledger: { src: deps.shardPool(from), dst: deps.shardPool(to), unit },
@@ -359,7 +366,7 @@ export type UnitIndex = ReadonlyMap<string, { sha256: string; size: number }>;
 
 /** The unit's blob index on `shard` (one query), or undefined when the shard has none or the unit has no blobs. */
 export async function unitIndex(deps: Deps, shard: string, unit: string): Promise<UnitIndex | undefined> {
-  if (!hasBlobs(unit)) return undefined;
+  if (!hasBlobIndex(unit)) return undefined;
   return indexedObjectHashes(deps.shardPool(shard), deps.config.tenant.column, unit);
 }
 
@@ -374,7 +381,7 @@ export async function compareUnitBlobs(deps: Deps, from: string, to: string, uni
     referenced,
     src: shardBucket(deps, from),
     dst: shardBucket(deps, to),
-    prefix: tenantBlobPrefix(unit),
+    prefix: unitBlobPrefix(unit),
     ledger: { src: deps.shardPool(from), dst: deps.shardPool(to), unit },
     signal: activitySignal(),
   });

@@ -5,7 +5,8 @@
 import { shardByName } from '../../lib/config';
 import { z } from 'zod';
 import type { Deps } from '../deps';
-import { moveRef, beat, parse, typed, syncUnitBlobs, syncChangedUnitBlobs, rowsOf } from './context';
+import { moveRef, beat, parse, typed, syncUnitBlobs, syncChangedUnitBlobs, rowsOf, hasBlobIndex } from './context';
+import type { IndexDeltaOptions } from '../../lib/blobs/index-delta';
 import { ends } from './data';
 import { runCutover, FENCE_APPLY_GRACE_MS, type CutoverResult, type CutoverPlan } from '../../lib/cutover/steps';
 import { freezeLease } from '../../lib/cutover/lease';
@@ -89,8 +90,14 @@ export function createCutoverActivities(deps: Deps) {
                 signal,
                 ...(o?.fromIndex ? { index: true as const, move: { moveId: ref.moveId, direction: ref.direction } } : {}),
               }),
-            syncChangedBlobs: (names, seen) =>
-              syncChangedUnitBlobs(deps, owner, next, ref.unit, names, { src: pools.shardPool(owner), dst: pools.shardPool(next) }, seen),
+            // Only an indexed unit's window may take the bounded delta of its index rows: a bucket
+            // unit's objects are named by no index row, so its window syncs its whole prefix.
+            ...(hasBlobIndex(ref.unit)
+              ? {
+                  syncChangedBlobs: (names: readonly string[], seen?: IndexDeltaOptions['seenAtDestination']) =>
+                    syncChangedUnitBlobs(deps, owner, next, ref.unit, names, { src: pools.shardPool(owner), dst: pools.shardPool(next) }, seen),
+                }
+              : {}),
             unfencedTables: async (side) => (await fenceStatus(pools.shardPool(side === 'owner' ? owner : next), deps.config)).unfenced,
             maxTxBytes: deps.config.limits.applyMaxTxBytes,
             deltaToken: ref.deltaToken,

@@ -15,7 +15,7 @@ import { unownedWritesSinceDisown } from '../../lib/shard/write-audit';
 import { recordMoveEvent } from '../../lib/directory/moves';
 import { dropPublicationAndSlot } from '../../lib/cdc';
 import { deleteTenantRows } from '../../lib/copy';
-import { deleteBlobPrefix, tenantBlobPrefix, deleteManifest, listBlobs, loadLedger, forgetLedger, outOfBandObjects, assertMayDelete } from '../../lib/blobs';
+import { deleteBlobPrefix, unitBlobPrefix, deleteManifest, listBlobs, loadLedger, forgetLedger, outOfBandObjects, assertMayDelete } from '../../lib/blobs';
 import { isVersionKey } from '../../lib/blobs/index-table';
 
 const withEpoch = moveRef.extend({ epoch: z.number().int().positive(), actor: z.string().min(1) });
@@ -72,7 +72,7 @@ export function createLifecycleActivities(deps: Deps) {
     });
     // The owner's bucket is proven (by the identity markers) not to be this one before any batch.
     if (hasBlobs(ref.unit)) {
-      await deleteBlobPrefix(shardBucket(deps, side), tenantBlobPrefix(ref.unit), { owner: shardBucket(deps, p.shard) });
+      await deleteBlobPrefix(shardBucket(deps, side), unitBlobPrefix(ref.unit), { owner: shardBucket(deps, p.shard) });
       await forgetLedger(pool, ref.unit);
     }
     await forgetMoveProgress(pool, ref.moveId);
@@ -87,7 +87,7 @@ export function createLifecycleActivities(deps: Deps) {
   async function blobsWrittenOutsideShardctl(ref: z.infer<typeof moveRef>, side: string, verb: string): Promise<string | undefined> {
     if (!hasBlobs(ref.unit)) return undefined;
     const b = shardBucket(deps, side);
-    const [listing, ledger] = await Promise.all([listBlobs(b.s3, b.bucket, tenantBlobPrefix(ref.unit)), loadLedger(deps.shardPool(side), ref.unit)]);
+    const [listing, ledger] = await Promise.all([listBlobs(b.s3, b.bucket, unitBlobPrefix(ref.unit)), loadLedger(deps.shardPool(side), ref.unit)]);
     if (ledger.size === 0) return undefined; // never synced through the ledger: nothing to compare with
     // Version objects of the blob index are left out: an acknowledged one has its index row, which
     // moved with the rows and was validated, and an unreferenced one (a put refused by the fence, a

@@ -23,7 +23,7 @@ import { moveIdFor } from '../../lib/ids';
 import { rowsOf, unitTables, parse, typed, activityRunId, shardBucket, hasBlobs, activitySignal, unitIndex } from './context';
 import type { UnitRows } from '../../lib/unit-rows';
 import { bucketTableProblems } from '../../lib/shard/datasets';
-import { assertBucketOf, blobCensus, sharedBucketProblems, tenantBlobPrefix, type BlobCensus } from '../../lib/blobs';
+import { assertBucketOf, blobCensus, sharedBucketProblems, unitBlobPrefix, type BlobCensus } from '../../lib/blobs';
 import { shardByName } from '../../lib/config';
 import { ShardctlError } from '../../lib/errors';
 import { reserveHeadroom } from '../../lib/directory/reservations';
@@ -238,7 +238,7 @@ export function createPlanActivities(deps: Deps) {
         const copyEstimate = estimateCopy(total, await measuredCopies(deps.directoryPool()), deps.config.limits.rowsPerSecond);
         const source = shardBucket(deps, p.shard);
         const blobs = hasBlobs(unit)
-          ? await blobCensus(source.s3, source.bucket, tenantBlobPrefix(unit), {
+          ? await blobCensus(source.s3, source.bucket, unitBlobPrefix(unit), {
               signal: activitySignal(),
               referenced: await unitIndex(deps, p.shard, unit),
             })

@@ -66,7 +66,8 @@ function printPlan(p: RebalancePlan) {
   const lines = [
     `plan: ${scopeText(p.scope)} — ${p.moves.length} move(s)${p.scope.kind === 'rebalance' ? (p.balanced ? ', ends balanced' : ', NOT balanced') : ''}`,
   ];
-  for (const m of p.moves) lines.push(`  move ${m.unit} ${m.from} -> ${m.to} (${moveSize(m, !!p.measurement)}): ${m.reason}`);
+  const loadSource = new Map((p.measurement?.units ?? []).map((u) => [u.unit, u]));
+  for (const m of p.moves) lines.push(`  move ${m.unit} ${m.from} -> ${m.to} (${moveSize(m, !!p.measurement, loadSource.get(m.unit))}): ${m.reason}`);
   if (p.dedicate) lines.push(`  then ${p.dedicate.shard} is dedicated to ${p.dedicate.tenant}`);
   const dedicated = p.shards.some((s) => s.dedicatedTo);
   const measured = !!p.measurement;
@@ -118,11 +119,18 @@ function printPlan(p: RebalancePlan) {
 const pctText = (f: number) => `${Math.round(f * 1000) / 10}%`;
 
 /** A move's size: its load, and when measured its bytes, rows and expected copy time. */
-function moveSize(m: RebalancePlan['moves'][number], measured: boolean): string {
-  if (!measured) return `load ${m.load}`;
+function moveSize(m: RebalancePlan['moves'][number], measured: boolean, u?: NonNullable<RebalancePlan['measurement']>['units'][number]): string {
+  if (!measured) return `load ${m.load} (expected)`;
   const eta =
     m.estimatedSeconds === null || m.estimatedSeconds === undefined ? 'copy time not estimated' : `copy ≈ ${formatDurationSeconds(m.estimatedSeconds)}`;
-  return `load ${m.load}, ${formatBytes(m.bytes)} in ${m.rows ?? 0} rows, ${eta}`;
+  const source = !u
+    ? 'expected'
+    : u.loadSource === 'measured'
+      ? `measured ${u.writesPerSecond} writes/s > expected ${u.expectedLoad}`
+      : u.writesPerSecond !== undefined
+        ? `expected; measured ${u.writesPerSecond} writes/s`
+        : 'expected';
+  return `load ${m.load} (${source}), ${formatBytes(m.bytes)} in ${m.rows ?? 0} rows, ${eta}`;
 }
 
 function intOpt(v: string | undefined, name: string): number | undefined {

@@ -24,7 +24,7 @@ import { hashObject, ObjectHash } from './hash';
 import { BlobEntry, headBlob, isContentEtag, isNotFound, isPreconditionFailed, listBlobs } from './list';
 import type { ManifestEntry } from './manifest';
 import { assertBucketOf } from './marker';
-import { assertTenantBlobPrefix } from './prefix';
+import { assertUnitBlobPrefix } from './prefix';
 import { isVersionKey } from './index-table';
 import { Ledger, LedgerEntry, ledgerSaysEqual, loadLedger, OutOfBandObject, outOfBandChange, recordLedger, forgetLedger, replaceLedger } from './ledger';
 import { BucketRef, DEFAULT_LIMITS, serverCopyObject, streamCopyObject, TransferLimits } from './transfer';
@@ -124,7 +124,7 @@ const pendingRow = (key: string): LedgerEntry => ({ key, etag: null, size: null,
 
 export async function copyBlobPrefix(opts: CopyBlobPrefixOptions): Promise<CopyBlobPrefixResult> {
   const { src, dst, prefix, sameEndpoint, signal } = opts;
-  assertTenantBlobPrefix(prefix);
+  assertUnitBlobPrefix(prefix);
   if (src.bucket === dst.bucket && (sameEndpoint || src.s3 === dst.s3)) {
     throw new ShardctlError('InvalidInput', `source and destination are the same bucket ${src.bucket}`);
   }

@@ -8,7 +8,7 @@ import { DeleteObjectsCommand } from '@aws-sdk/client-s3';
 import { ShardctlError } from '../errors';
 import { listBlobs } from './list';
 import { assertMayDelete, ShardBucket } from './marker';
-import { assertTenantBlobPrefix } from './prefix';
+import { assertUnitBlobPrefix } from './prefix';
 
 const MAX_BATCH = 1000; // S3's DeleteObjects limit
 
@@ -58,11 +58,11 @@ export async function deleteKeys(side: ShardBucket, keys: readonly string[], opt
 }
 
 /**
- * Deletes every object under a tenant prefix. Lists again after deleting and repeats, so objects
+ * Deletes every object under a unit's prefix (a tenant's or a bucket unit's). Lists again after deleting and repeats, so objects
  * that appeared meanwhile are not left behind; gives up (retriably) if they keep appearing.
  */
 export async function deleteBlobPrefix(side: ShardBucket, prefix: string, opts: DeleteOptions = {}): Promise<{ deleted: number }> {
-  assertTenantBlobPrefix(prefix);
+  assertUnitBlobPrefix(prefix);
   checkBatchSize(opts.batchSize ?? MAX_BATCH);
   let deleted = 0;
   for (let round = 0; round < 5; round++) {

@@ -19,7 +19,8 @@ import { DeleteObjectCommand, GetObjectCommand, PutObjectCommand } from '@aws-sd
 import { ShardctlError, invalidInput } from '../errors';
 import { isNotFound, normalizeEtag } from './list';
 import type { ShardBucket } from './marker';
-import { tenantBlobPrefix } from './prefix';
+import { parseUnit } from '../buckets/units';
+import { unitBlobPrefix } from './prefix';
 import {
   deleteIndexRow,
   findIndexRow,
@@ -38,7 +39,7 @@ export interface PutBlobOptions {
 
 /** A tenant's blobs inside one fenced transaction (see Router.withTenant's route). */
 export interface TenantBlobs {
-  /** The object key of `name` (its bucket prefix is `tenants/<unit>/`). */
+  /** The object key of `name` (under the unit's prefix: `tenants/<id>/`, or `datasets/<dataset>/<n>/` for a bucket unit). */
   keyOf(name: string): string;
   put(name: string, body: Uint8Array | string, opts?: PutBlobOptions): Promise<{ key: string; etag: string }>;
   /** The object's bytes, or undefined when there is none. */
@@ -72,12 +73,12 @@ export function blobKeyOf(unit: string, name: string): string {
       `invalid blob name ${JSON.stringify(name.slice(0, 80))}: relative, '/'-separated, no empty, '.' or '..' segments, no control characters, at most ${MAX_NAME_BYTES} bytes`,
     );
   }
-  return `${tenantBlobPrefix(unit)}${name}`;
+  return `${unitBlobPrefix(unit)}${name}`;
 }
 
 /** The name of a key under the unit's prefix (the inverse of blobKeyOf). */
 export function blobNameOf(unit: string, key: string): string {
-  const prefix = tenantBlobPrefix(unit);
+  const prefix = unitBlobPrefix(unit);
   if (!key.startsWith(prefix)) throw invalidInput(`blob key ${JSON.stringify(key.slice(0, 120))} is not under ${prefix}`);
   return key.slice(prefix.length);
 }
@@ -100,7 +101,15 @@ export function tenantBlobs(client: Pick<PoolClient, 'query'>, unit: string, buc
   // collector cannot look at the index between this put's upload and its row's commit.
   let indexLocked: Promise<unknown> | undefined;
   const lockIndex = () => (indexLocked ??= writable().then(() => lockIndexShared(tx, unit)));
+  // A bucket unit has no blob index yet (its rows would sit in the tenant-keyed shardctl.blob_index,
+  // which a bucket's move does not carry): its objects go through put/get/delete only.
+  const isBucket = parseUnit(unit).kind === 'bucket';
   const column = () => {
+    if (isBucket)
+      throw new ShardctlError(
+        'PreconditionFailed',
+        `the blob index is not supported for bucket units yet (${unit}): use route.blobs.put/get/delete, and keep the object key in the row`,
+      );
     if (!opts.tenantColumn) throw invalidInput('the blob index needs the tenant column (tenantBlobs opts.tenantColumn)');
     return opts.tenantColumn;
   };

@@ -1,6 +1,6 @@
 // Tenant blob movement (Node side: S3 and pg). Workflows import the pure modules directly:
 // ./manifest (compareBlobManifests), ./prefix (tenantBlobPrefix), ./bucket-identity.
-export { tenantBlobPrefix, assertTenantBlobPrefix } from './prefix';
+export { tenantBlobPrefix, assertTenantBlobPrefix, unitBlobPrefix, assertUnitBlobPrefix } from './prefix';
 export { compareBlobManifests, manifestsEqual } from './manifest';
 export type { ManifestEntry, BlobManifestDiff, BlobDifference } from './manifest';
 export { listBlobs } from './list';

@@ -9,7 +9,7 @@ import { hashObject } from './hash';
 import { isNotFound, listBlobs } from './list';
 import { compareBlobManifests, type BlobManifestDiff, type ManifestEntry } from './manifest';
 import { ledgerSaysEqual, loadLedger, type Ledger } from './ledger';
-import { assertTenantBlobPrefix } from './prefix';
+import { assertUnitBlobPrefix } from './prefix';
 import { isVersionKey } from './index-table';
 import type { BucketRef } from './transfer';
 
@@ -31,7 +31,7 @@ export interface CompareBlobPrefixesOptions {
 
 export async function compareBlobPrefixes(opts: CompareBlobPrefixesOptions): Promise<BlobManifestDiff & { objectsRead: number }> {
   const { src, dst, prefix, signal } = opts;
-  assertTenantBlobPrefix(prefix);
+  assertUnitBlobPrefix(prefix);
   const [srcListed, dstList, srcLedger, dstLedger] = await Promise.all([
     listBlobs(src.s3, src.bucket, prefix, { signal }),
     listBlobs(dst.s3, dst.bucket, prefix, { signal }),

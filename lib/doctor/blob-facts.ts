@@ -1,31 +1,46 @@
-// doctor's eyes on the buckets: per shard, the units with objects under `tenants/<unit>/` (or rows
-// in the shard's blob ledger) that the directory places on another shard, and of those objects the
-// ones the shard's blob ledger does not account for (written, changed or deleted behind shardctl's
+// doctor's eyes on the buckets: per shard, the units with objects under `tenants/<unit>/` or
+// `datasets/<dataset>/<n>/` (or rows in the shard's blob ledger) that the directory places on
+// another shard, and of those objects the ones the shard's blob ledger does not account for (written, changed or deleted behind shardctl's
 // back). Reads only: the ledger is read without creating its table, once before and once after the
 // listing (see unaccountedObjects). Blob-index version objects are never called deleted: retire
 // leaves them out too (an acknowledged one has its index row, moved with the rows and validated).
 import { ListObjectsV2Command, type S3Client } from '@aws-sdk/client-s3';
 import type { Pool } from 'pg';
-import { ledgerUnits, listBlobs, readLedger, tenantBlobPrefix, unaccountedObjects } from '../blobs';
+import { ledgerUnits, listBlobs, readLedger, unaccountedObjects, unitBlobPrefix } from '../blobs';
 import { isVersionKey } from '../blobs/index-table';
 import type { ForeignBlobFact } from './findings';
 
-const TENANTS = 'tenants/';
 /** Keys shown per unit in a finding; the count is always the whole. */
 export const FOREIGN_KEYS_SHOWN = 20;
 
-/** The unit ids with at least one object under `tenants/<id>/` in the bucket. */
-export async function unitsInBucket(s3: S3Client, bucket: string): Promise<string[]> {
+/** The folders right under `prefix` (ListObjectsV2 with a delimiter), as full prefixes. */
+async function foldersUnder(s3: S3Client, bucket: string, prefix: string): Promise<string[]> {
   const out: string[] = [];
   let token: string | undefined;
   do {
-    const page = await s3.send(new ListObjectsV2Command({ Bucket: bucket, Prefix: TENANTS, Delimiter: '/', ContinuationToken: token }));
-    for (const p of page.CommonPrefixes ?? []) {
-      const m = /^tenants\/([^/]+)\/$/.exec(p.Prefix ?? '');
-      if (m) out.push(m[1]);
-    }
+    const page = await s3.send(new ListObjectsV2Command({ Bucket: bucket, Prefix: prefix, Delimiter: '/', ContinuationToken: token }));
+    for (const p of page.CommonPrefixes ?? []) if (p.Prefix) out.push(p.Prefix);
     token = page.IsTruncated ? page.NextContinuationToken : undefined;
   } while (token);
+  return out;
+}
+
+/**
+ * The units with at least one object in the bucket: tenant ids under `tenants/<id>/`, and bucket
+ * units `bucket:<dataset>:<n>` under `datasets/<dataset>/<n>/` (only prefixes of exactly a unit's shape).
+ */
+export async function unitsInBucket(s3: S3Client, bucket: string): Promise<string[]> {
+  const out: string[] = [];
+  for (const p of await foldersUnder(s3, bucket, 'tenants/')) {
+    const m = /^tenants\/([^/]+)\/$/.exec(p);
+    if (m) out.push(m[1]);
+  }
+  for (const d of await foldersUnder(s3, bucket, 'datasets/')) {
+    for (const p of await foldersUnder(s3, bucket, d)) {
+      const m = /^datasets\/([a-z][a-z0-9_]{0,31})\/([0-9]{1,5})\/$/.exec(p);
+      if (m) out.push(`bucket:${m[1]}:${m[2]}`);
+    }
+  }
   return out;
 }
 
@@ -45,7 +60,7 @@ export async function foreignBlobFacts(
     // Only units the directory knows: a prefix of no unit here is another directory's, or a test's.
     if (!owner || owner === shard) continue;
     const before = await readLedger(pool, unit);
-    const listing = await listBlobs(s3, bucket, tenantBlobPrefix(unit));
+    const listing = await listBlobs(s3, bucket, unitBlobPrefix(unit));
     const after = await readLedger(pool, unit);
     const odd = unaccountedObjects(listing, [before, after], (key) => !isVersionKey(key));
     if (odd.length === 0) continue;

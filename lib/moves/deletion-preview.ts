@@ -5,7 +5,7 @@ import type { Config } from '../config';
 import { shardByName } from '../config';
 import type { Connections } from '../connections';
 import { countUnitRows, listTenantTables } from '../shard/tables';
-import { listBlobs, tenantBlobPrefix } from '../blobs';
+import { listBlobs, unitBlobPrefix } from '../blobs';
 import { unitRows } from '../unit-rows';
 import { renderTable } from '../text-table';
 
@@ -26,9 +26,9 @@ export async function previewUnitDeletion(config: Config, conns: Connections, sh
   const counted = [];
   for (const table of tables) counted.push({ table: `${table.schema}.${table.name}`, rows: await countUnitRows(pool, table, rows.column, rows.value) });
   const bucket = shardByName(config, shard).bucket;
-  // Bucket units have no blobs (only tenants' blobs are routed so far).
-  const blobPrefix = rows.kind === 'tenant' ? tenantBlobPrefix(unit) : '';
-  const blobs = rows.kind === 'tenant' ? await listBlobs(conns.s3For(shard), bucket, blobPrefix) : [];
+  // A tenant's objects under tenants/<id>/, a bucket unit's under datasets/<dataset>/<n>/.
+  const blobPrefix = unitBlobPrefix(unit);
+  const blobs = await listBlobs(conns.s3For(shard), bucket, blobPrefix);
   return { unit, shard, bucket, blobPrefix, blobs: blobs.length, blobBytes: blobs.reduce((n, b) => n + b.size, 0), tables: counted };
 }
 

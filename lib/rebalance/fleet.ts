@@ -16,7 +16,7 @@ import { parseUnit } from '../buckets/units';
 import { measuredCopies } from '../directory/moves';
 import { estimateCopy } from '../move-progress';
 import { measureShard, SAMPLE_ROWS, type ShardMeasurement } from './measure';
-import { planMoves, type PlanOptions, type PlanScope, type RebalancePlan } from './plan';
+import { planMoves, type LoadSource, type PlanOptions, type PlanScope, type RebalancePlan } from './plan';
 
 /** `rebalance plan`: measure units on the shards (each by its config pool) and estimate each move's copy. */
 export interface MeasureOptions {
@@ -43,6 +43,16 @@ export async function planFromDirectory(
     if (!m || m.error) return {};
     return { bytes: m.units.get(unit)?.bytes ?? 0, rows: m.units.get(unit)?.rows ?? 0 };
   };
+  // A unit's load: the directory's expected load, raised to its measured write rate (rows written
+  // per second over the window, lib/rebalance/measure.ts) when that is higher. Measured on a
+  // measured shard with a window only; a unit with no rows written there measures 0.
+  const loadOf = (unit: string, shard: string, expected: number): { load: number; source: LoadSource; writesPerSecond?: number } => {
+    const m = measured.get(shard);
+    if (!m || m.error || m.writesPerSecond === null) return { load: expected, source: 'expected' };
+    const w = m.units.get(unit)?.writesPerSecond ?? 0;
+    const rate = Math.ceil(w);
+    return rate > expected ? { load: rate, source: 'measured', writesPerSecond: w } : { load: expected, source: 'expected', writesPerSecond: w };
+  };
   const { placements } = await listPlacements(directory);
   const datasets = new Set(config.datasets.map((d) => d.name));
   // A unit whose move holds a reservation is in flight (even before its freeze): never planned again.
@@ -62,7 +72,7 @@ export async function planFromDirectory(
     placements.map((p) => ({
       unit: p.unit,
       shard: p.shard,
-      load: p.expectedLoad,
+      load: loadOf(p.unit, p.shard, p.expectedLoad).load,
       ...sizeOf(p.unit, p.shard),
       state: inFlight.has(p.unit) ? 'moving' : p.state,
       regions: residency.get(p.unit) ?? null,
@@ -87,7 +97,11 @@ export async function planFromDirectory(
   for (const m of plan.moves) m.estimatedSeconds = estimateCopy({ rows: m.rows ?? 0, bytes: m.bytes }, rate, config.limits.rowsPerSecond).seconds;
   const e = estimateCopy({ rows: 0, bytes: 0 }, rate, config.limits.rowsPerSecond);
   plan.measurement = {
-    method: `rows and bytes per unit from each tenant table (count and pg_column_size grouped by unit; a table over ${measure.sampleRows ?? SAMPLE_ROWS} rows by a TABLESAMPLE SYSTEM block sample, scaled), its on-disk size shared pro rata; writes per shard from pg_stat_user_tables`,
+    method:
+      `rows and bytes per unit from each tenant table (count and pg_column_size grouped by unit; a table over ${measure.sampleRows ?? SAMPLE_ROWS} rows by a TABLESAMPLE SYSTEM block sample, scaled), its on-disk size shared pro rata; ` +
+      (measure.windowMs
+        ? `writes per shard from pg_stat_user_tables deltas over ${measure.windowMs} ms; writes per unit from the rows whose xmin is a transaction id assigned in that window (inserted or updated, counted once; deletes not counted); a unit's load is its directory expected load, or its measured writes/s when higher (loadSource)`
+        : 'writes not measured (no window): every load is the directory expected load'),
     shards: [...measured.values()].map((m) => ({
       shard: m.shard,
       measured: !m.error,
@@ -98,7 +112,18 @@ export async function planFromDirectory(
     })),
     units: placements
       .filter((p) => measured.get(p.shard) && !measured.get(p.shard)!.error)
-      .map((p) => ({ unit: p.unit, shard: p.shard, ...(sizeOf(p.unit, p.shard) as { rows: number; bytes: number }) }))
+      .map((p) => {
+        const l = loadOf(p.unit, p.shard, p.expectedLoad);
+        return {
+          unit: p.unit,
+          shard: p.shard,
+          ...(sizeOf(p.unit, p.shard) as { rows: number; bytes: number }),
+          ...(l.writesPerSecond !== undefined ? { writesPerSecond: l.writesPerSecond } : {}),
+          expectedLoad: p.expectedLoad,
+          load: l.load,
+          loadSource: l.source,
+        };
+      })
       .sort((a, b) => b.bytes - a.bytes || (a.unit < b.unit ? -1 : 1)),
     copyRate: {
       rowsPerSecond: e.rowsPerSecond,

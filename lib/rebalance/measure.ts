@@ -10,8 +10,19 @@
 // for about SAMPLE_ROWS rows from its estimated rows), and the counts scaled by 100 / p.
 // A unit's bytes are the table's on-disk size (pg_total_relation_size: heap, indexes, TOAST)
 // times its share of the table's row bytes: indexes and free space are attributed pro rata.
-// Writes: Postgres counts them per table, not per row's unit, so the write rate is the shard's
-// (two samples of pg_stat_user_tables' n_tup_ins + n_tup_upd + n_tup_del, `windowMs` apart).
+// Writes per shard: two samples of pg_stat_user_tables' n_tup_ins + n_tup_upd + n_tup_del,
+// `windowMs` apart. Writes per unit (Postgres counts per table, not per row's unit): the rows whose
+// current version a transaction of the window wrote. The window opens at the next transaction id
+// to be assigned (`pg_snapshot_xmax(pg_current_snapshot())`, which assigns none) and closes, after
+// `windowMs`, at the next one again; the scan that counts rows and bytes (run after the window, so
+// it costs no extra pass) also counts, per unit, the rows whose `xmin` lies in [open, close), in
+// 32-bit xid arithmetic modulo 2^32 (xmin is a 32-bit xid). Nothing is added to any write. What it
+// sees: each row inserted or updated in the window, once however often (its latest version), by a
+// transaction with its id assigned in the window and committed by the scan; not deletes, not a
+// row rewritten again after the window closed (its xmin is newer), not a transaction that took its
+// id before the window opened. So it is a floor of the unit's row writes, in the same scale for
+// every unit (sampled tables scaled by 100 / p like the rows). An xid 2^32 ids older that wrapped
+// into the window's range would be counted: a frozen row that old sits beside ~4 billion newer ids.
 import type { Pool } from 'pg';
 import type { Config } from '../config';
 import { listTenantTables, quoteIdent, tenantTableSelector, type TenantTable } from '../shard/tables';
@@ -23,6 +34,8 @@ export const SAMPLE_ROWS = 100_000;
 export interface UnitSize {
   rows: number;
   bytes: number;
+  /** Rows written per second over the window (see the module comment); absent without a window. */
+  writesPerSecond?: number;
 }
 
 export interface ShardMeasurement {
@@ -63,14 +76,24 @@ async function measureTable(
   t: TenantTable,
   unitExpr: string,
   sampleRows: number,
-): Promise<{ units: Map<string, { rows: number; rowBytes: number }>; percent: number | null; totalBytes: number }> {
+  win?: XidWindow,
+): Promise<{ units: Map<string, { rows: number; rowBytes: number; written: number }>; percent: number | null; totalBytes: number }> {
   const st = await tableStats(pool, t);
+  // Each row's size and whether a transaction of the window wrote it (xmin in [open, close)
+  // modulo 2^32; false without a window), taken where x is the table itself (a subquery's `*`
+  // carries no system column), then grouped by the unit.
+  const written = win
+    ? `((x.xmin::text::int8 - ${win.open}) % 4294967296 + 4294967296) % 4294967296 < ${(((win.close - win.open) % 2 ** 32) + 2 ** 32) % 2 ** 32}`
+    : 'false';
+  const rows = (from: string, limit = '') => `(select x.*, pg_column_size(x.*) as shardctl__bytes, ${written} as shardctl__written from ${from}${limit}) x`;
   const group = (from: string) =>
-    `select ${unitExpr} as unit, count(*)::float8 as n, coalesce(sum(pg_column_size(x.*)), 0)::float8 as b from ${from} group by 1`;
-  const collect = (rows: any[], scale: number) => new Map(rows.map((r) => [String(r.unit), { rows: r.n * scale, rowBytes: r.b * scale }]));
+    `select ${unitExpr} as unit, count(*)::float8 as n, coalesce(sum(x.shardctl__bytes), 0)::float8 as b, ` +
+    `count(*) filter (where x.shardctl__written)::float8 as w from ${from} group by 1`;
+  const collect = (rows: any[], scale: number) =>
+    new Map(rows.map((r) => [String(r.unit), { rows: r.n * scale, rowBytes: r.b * scale, written: Number(r.w) * scale }]));
   let estimated = st.reltuples;
   if (st.reltuples <= sampleRows) {
-    const r = await pool.query(`${group(`(select * from ${t.qualified} limit ${sampleRows + 1}) x`)}`);
+    const r = await pool.query(group(rows(`${t.qualified} x`, ` limit ${sampleRows + 1}`)));
     const seen = r.rows.reduce((a, x) => a + Number(x.n), 0);
     if (seen <= sampleRows) return { units: collect(r.rows, 1), percent: null, totalBytes: st.totalBytes };
     // Statistics stale or missing: rows estimated from the heap's size and the rows just read.
@@ -80,8 +103,21 @@ async function measureTable(
   // Too big to read whole: a block sample of p % of the heap sized for about sampleRows rows,
   // each row found standing for 100 / p rows.
   const percent = Math.min(100, Math.max(0.0001, (100 * sampleRows) / estimated));
-  const r = await pool.query(group(`${t.qualified} x tablesample system (${percent.toFixed(6)})`));
+  // The sample's rows are the table's whole rows (x.*), xmin included: a block sample reads heap tuples.
+  const r = await pool.query(group(rows(`${t.qualified} x tablesample system (${percent.toFixed(6)})`)));
   return { units: collect(r.rows, 100 / percent), percent, totalBytes: st.totalBytes };
+}
+
+/** A window of transaction ids, 32-bit (what a row's xmin holds): [open, close). */
+interface XidWindow {
+  open: number;
+  close: number;
+}
+
+/** The next transaction id to be assigned, as a 32-bit xid (assigns none). */
+async function nextXid32(pool: Pool): Promise<number> {
+  const r = await pool.query(`select (pg_snapshot_xmax(pg_current_snapshot())::text::int8 % 4294967296)::int8::text as x`);
+  return Number(r.rows[0].x);
 }
 
 async function writeCounter(pool: Pool, tables: string[]): Promise<number> {
@@ -110,37 +146,38 @@ export async function measureShard(
     for (const ds of config.datasets) {
       for (const t of await listTenantTables(pool, datasetTables(config, ds)).catch(() => [])) tables.push({ t, expr: bucketUnitSqlExpr(ds, 'x') });
     }
-    const before = opts.windowMs
-      ? await writeCounter(
-          pool,
-          tables.map((x) => x.t.qualified),
-        )
-      : 0;
-    const started = Date.now();
+    const names = tables.map((x) => x.t.qualified);
+    // The window first, then the scan: the scan counts each unit's rows written in the window.
+    let win: XidWindow | undefined;
+    let windowSeconds = 0;
+    if (opts.windowMs) {
+      const open = await nextXid32(pool);
+      const before = await writeCounter(pool, names);
+      const started = Date.now();
+      await new Promise((r) => setTimeout(r, opts.windowMs));
+      const after = await writeCounter(pool, names);
+      win = { open, close: await nextXid32(pool) };
+      const elapsed = Math.max(opts.windowMs, Date.now() - started);
+      windowSeconds = elapsed / 1000;
+      out.writesPerSecond = Math.max(0, Math.round(((after - before) * 1000) / elapsed));
+    }
     for (const { t, expr } of tables) {
-      const m = await measureTable(pool, t, expr, sampleRows);
+      const m = await measureTable(pool, t, expr, sampleRows, win);
       if (m.percent === null) out.exactTables.push(t.qualified);
       else out.sampledTables.push({ table: t.qualified, percent: m.percent });
       const rowBytes = [...m.units.values()].reduce((a, x) => a + x.rowBytes, 0);
       for (const [unit, x] of m.units) {
-        const prev = out.units.get(unit) ?? { rows: 0, bytes: 0 };
+        const prev = out.units.get(unit) ?? { rows: 0, bytes: 0, ...(win ? { writesPerSecond: 0 } : {}) };
         prev.rows += x.rows;
+        if (win) prev.writesPerSecond! += x.written / windowSeconds;
         prev.bytes += rowBytes > 0 ? (m.totalBytes * x.rowBytes) / rowBytes : 0;
         out.units.set(unit, prev);
       }
     }
-    if (opts.windowMs) {
-      const left = opts.windowMs - (Date.now() - started);
-      if (left > 0) await new Promise((r) => setTimeout(r, left));
-      const after = await writeCounter(
-        pool,
-        tables.map((x) => x.t.qualified),
-      );
-      out.writesPerSecond = Math.max(0, Math.round(((after - before) * 1000) / Math.max(opts.windowMs, Date.now() - started)));
-    }
     for (const u of out.units.values()) {
       u.rows = Math.round(u.rows);
       u.bytes = Math.round(u.bytes);
+      if (u.writesPerSecond !== undefined) u.writesPerSecond = Math.round(u.writesPerSecond * 10) / 10;
     }
   } catch (e: any) {
     out.error = e?.message ?? String(e);

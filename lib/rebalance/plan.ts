@@ -128,14 +128,21 @@ export interface RebalancePlan {
   measurement?: PlanMeasurement;
 }
 
+/** Where a unit's planned load came from: the directory's expected load, or its measured writes/s (higher). */
+export type LoadSource = 'expected' | 'measured';
+
 /** How the plan's sizes and durations were obtained. */
 export interface PlanMeasurement {
   /** How unit sizes were measured, in a sentence. */
   method: string;
   /** Per shard: measured (exact or sampled tables), or why not (its units keep the directory's expected load and no bytes). */
   shards: { shard: string; measured: boolean; exactTables: number; sampledTables: number; writesPerSecond: number | null; error?: string }[];
-  /** Every placed unit on a measured shard: its rows and bytes there, largest first. */
-  units: { unit: string; shard: string; rows: number; bytes: number }[];
+  /**
+   * Every placed unit on a measured shard: its rows and bytes there, largest first; its measured
+   * writes/s (with a window), its directory expected load, and the load planned with and where
+   * that figure came from.
+   */
+  units: { unit: string; shard: string; rows: number; bytes: number; writesPerSecond?: number; expectedLoad: number; load: number; loadSource: LoadSource }[];
   /** The copy rate move durations are estimated from (the `move.copied` audit entries of earlier moves); null rates: none measured. */
   copyRate: { rowsPerSecond: number | null; bytesPerSecond: number | null; fromMoves: number; throttledTo?: number };
 }

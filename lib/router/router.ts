@@ -116,21 +116,6 @@ export interface TenantRoute {
   blobs: TenantBlobs;
 }
 
-/** A bucket unit's blobs: not routed yet (a move of a bucket copies rows only), so refused before any I/O. */
-const noBucketBlobs = (): never => {
-  throw new ShardctlError('PreconditionFailed', "blobs are not supported for bucket units yet: store a bucketed row's objects under a tenant");
-};
-const NO_BUCKET_BLOBS: TenantBlobs = {
-  keyOf: noBucketBlobs,
-  put: async () => noBucketBlobs(),
-  get: async () => noBucketBlobs(),
-  delete: async () => noBucketBlobs(),
-  write: async () => noBucketBlobs(),
-  stat: async () => noBucketBlobs(),
-  read: async () => noBucketBlobs(),
-  unlink: async () => noBucketBlobs(),
-};
-
 const ISOLATIONS: ReadonlySet<string> = new Set(['read committed', 'repeatable read', 'serializable']);
 
 export class Router {
@@ -521,11 +506,8 @@ export class Router {
       await client.query(openTransactionSql(p, mode, isolation, Math.max(1, Math.ceil(deadline - Date.now())))).catch((e: unknown) => {
         throw openFailure(e, p.shard);
       });
-      const blobs = p.unit.startsWith('bucket:')
-        ? NO_BUCKET_BLOBS
-        : tenantBlobs(tx.client, p.unit, this.bucketOf(p.shard), {
-            tenantColumn: this.config.tenant.column,
-          });
+      // A bucket unit's objects live under datasets/<dataset>/<n>/ (put/get/delete; its index calls are refused).
+      const blobs = tenantBlobs(tx.client, p.unit, this.bucketOf(p.shard), { tenantColumn: this.config.tenant.column });
       const route: TenantRoute = { unit: p.unit, shard: p.shard, epoch: p.epoch, blobs };
       const result = await fn(tx.client, route);
       const done = await client.query('commit');

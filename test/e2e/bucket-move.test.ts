@@ -4,7 +4,11 @@
 // live router writes (copy, catch-up, validate, fence, switch, soak, retire), and another moved
 // and rolled back during soak. Asserts DESIGN.md §5 for the bucket: only its rows moved, the other
 // buckets untouched, the old owner refuses the old epoch, router writes land on the new owner, no
-// acknowledged write lost, retire deletes only that bucket's rows.
+// acknowledged write lost, retire deletes only that bucket's rows. A third bucket moves with its
+// objects (datasets/<dataset>/<n>/, written through the router's route.blobs during the move):
+// all on the target with their bytes, no other bucket's object touched, retire deleting only
+// that bucket's source objects, and only after soak; and one with objects rolled back during soak
+// brings those written on the new owner back, and leaves no copy there.
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { randomBytes } from 'node:crypto';
 import { testConfig, closePools, shardPool, directoryPool, uniq } from '../helpers/stack';
@@ -17,7 +21,11 @@ import { bucketOf } from '../../lib/buckets/hash';
 import { bucketUnitName } from '../../lib/buckets/units';
 import { moveInputFor } from '../../lib/moves/start';
 import { startWorker } from '../../worker';
-import type { Config } from '../../lib/config';
+import { shardByName, type Config } from '../../lib/config';
+import { s3ClientFor } from '../../lib/s3';
+import { hashObject, listBlobs, unitBlobPrefix } from '../../lib/blobs';
+import { createHash } from 'node:crypto';
+import type { S3Client } from '@aws-sdk/client-s3';
 
 const B = 8;
 const schema = `bk_${randomBytes(4).toString('hex')}`;
@@ -53,6 +61,7 @@ beforeAll(async () => {
 }, 120_000);
 
 afterAll(async () => {
+  for (const c of s3s.values()) c.destroy();
   await t?.close();
   await worker?.shutdown();
   for (const s of ['shard-a', 'shard-b', 'shard-c'])
@@ -61,6 +70,10 @@ afterAll(async () => {
       .catch(() => {});
   await closePools();
 });
+
+const s3s = new Map<string, S3Client>();
+const s3Of = (shard: string) => s3s.get(shard) ?? s3s.set(shard, s3ClientFor(config, shard)).get(shard)!;
+const bucketOfShard = (shard: string) => shardByName(config, shard).bucket;
 
 /** Acknowledged writes: key → the n of every row the router committed. */
 type Acked = Map<string, number[]>;
@@ -213,4 +226,120 @@ describe('bucket move, end to end', () => {
       await router.close();
     }
   });
+
+  it(
+    "moves a bucket with its objects under live object writes: every acked object on the target with its bytes, no other bucket's touched, retire deletes only its source objects after soak",
+    { timeout: 300_000 },
+    async () => {
+      const router = await Router.create(config);
+      const moved = 6;
+      const prefix = unitBlobPrefix(unitOf(moved));
+      expect(prefix).toBe(`datasets/${dataset}/6/`);
+      /** Acknowledged objects: key → sha256 and the bucket of the row that names it. */
+      const objects = new Map<string, { sha256: string; bucket: number }>();
+      const writeObject = async (key: string, n: number) => {
+        const body = randomBytes(64 + (n % 7) * 300);
+        const r = await router.withKey(dataset, key, grant, 'write', async (tx, route) => {
+          const put = await route.blobs.put(`docs/${key}/${n}`, body);
+          await tx.query(`insert into ${schema}.events(bucket, key, n, payload) values ($1, $2, $3, $4)`, [route.bucket, key, n, put.key]);
+          return { shard: route.shard, key: put.key, bucket: route.bucket };
+        });
+        objects.set(r.key, { sha256: createHash('sha256').update(body).digest('hex'), bucket: r.bucket });
+        return r.shard;
+      };
+      const mine = keysOfBucket(moved, 16, 'ob');
+      const others = Array.from({ length: 40 }, (_, i) => `oo-${i}`).filter((k) => ![moved, 3].includes(bucketOf(k, B))); // bucket 3 is on shard-b after the first case
+      const all = [...mine, ...others];
+      let stop = false;
+      let failed = 0;
+      try {
+        for (const [i, key] of all.entries()) expect(await writeObject(key, i)).toBe('shard-a');
+        // Objects of every bucket are on shard-a, each under its own bucket's prefix.
+        const sourceBefore = await listBlobs(s3Of('shard-a'), bucketOfShard('shard-a'), `datasets/${dataset}/`);
+        for (const [k, o] of objects) expect(k.startsWith(unitBlobPrefix(unitOf(o.bucket))), k).toBe(true);
+        expect(sourceBefore.filter((e) => e.key.startsWith(prefix)).length).toBe(mine.length);
+
+        // Objects written through the router while the move runs, to this bucket and to the others.
+        let n = 10_000;
+        const writer = (async () => {
+          while (!stop) {
+            const key = all[Math.floor(Math.random() * all.length)];
+            await writeObject(key, n++).catch(() => failed++);
+            await new Promise((r) => setTimeout(r, 20));
+          }
+        })();
+        const h = await H.startMove(t.client, tq, moveInputFor(config, { tenant: unitOf(moved), target: 'shard-c', requestedBy: 'test', soakSeconds: 8 }));
+        await H.waitPhase(h, 'soak', 200_000);
+        expect(await H.placement(unitOf(moved))).toMatchObject({ shard: 'shard-c', epoch: 2 });
+        // After the switch the bucket's objects are written to the new owner's S3 bucket.
+        expect(await writeObject(mine[0], n++)).toBe('shard-c');
+        expect(await writeObject(others[0], n++)).toBe('shard-a');
+        stop = true;
+        await writer;
+        expect(failed).toBe(0);
+        // During soak the source keeps the bucket's objects (the way back): retire has not run.
+        const duringSoak = await listBlobs(s3Of('shard-a'), bucketOfShard('shard-a'), prefix);
+        expect(duringSoak.length).toBeGreaterThanOrEqual(mine.length);
+
+        const done = await H.waitPhase(h, 'done', 120_000);
+        expect(done.phase).toBe('done');
+        const ackedMoved = [...objects].filter(([, o]) => o.bucket === moved);
+        const ackedOther = [...objects].filter(([, o]) => o.bucket !== moved);
+        expect(ackedMoved.length).toBeGreaterThan(mine.length);
+        // The target holds exactly the moved bucket's acked objects under datasets/<dataset>/, each with its bytes.
+        const onTarget = await listBlobs(s3Of('shard-c'), bucketOfShard('shard-c'), `datasets/${dataset}/`);
+        expect(onTarget.map((e) => e.key).sort()).toEqual(ackedMoved.map(([k]) => k).sort());
+        for (const [k, o] of ackedMoved) expect((await hashObject(s3Of('shard-c'), bucketOfShard('shard-c'), k)).sha256, k).toBe(o.sha256);
+        // Retire deleted the bucket's source objects, and only them: every other bucket's acked object is on shard-a with its bytes.
+        expect(await listBlobs(s3Of('shard-a'), bucketOfShard('shard-a'), prefix)).toEqual([]);
+        const onSource = await listBlobs(s3Of('shard-a'), bucketOfShard('shard-a'), `datasets/${dataset}/`);
+        expect(onSource.map((e) => e.key).sort()).toEqual(ackedOther.map(([k]) => k).sort());
+        for (const [k, o] of ackedOther) expect((await hashObject(s3Of('shard-a'), bucketOfShard('shard-a'), k)).sha256, k).toBe(o.sha256);
+        // Every acked row naming an object of the moved bucket is on the target (the first case's rows of this bucket name none).
+        const rows = await shardPool('shard-c').query(`select payload from ${schema}.events where bucket = $1 and payload like 'datasets/%'`, [moved]);
+        expect(rows.rows.map((r) => r.payload).sort()).toEqual(ackedMoved.map(([k]) => k).sort());
+      } finally {
+        stop = true;
+        await router.close();
+      }
+    },
+  );
+
+  it(
+    "a bucket with objects rolled back during soak: every object, also those written on the new owner, is back on the old owner with its bytes, and the new owner's copy is removed",
+    { timeout: 300_000 },
+    async () => {
+      const router = await Router.create(config);
+      const bucket = 7;
+      const prefix = unitBlobPrefix(unitOf(bucket));
+      const objects = new Map<string, string>();
+      const writeObject = async (key: string, n: number) => {
+        const body = randomBytes(100 + n);
+        const r = await router.withKey(dataset, key, grant, 'write', async (tx, route) => {
+          const put = await route.blobs.put(`docs/${key}/${n}`, body);
+          await tx.query(`insert into ${schema}.events(bucket, key, n, payload) values ($1, $2, $3, $4)`, [route.bucket, key, n, put.key]);
+          return { shard: route.shard, key: put.key };
+        });
+        objects.set(r.key, createHash('sha256').update(body).digest('hex'));
+        return r.shard;
+      };
+      const keys = keysOfBucket(bucket, 6, 'rbo');
+      try {
+        for (const [i, key] of keys.entries()) expect(await writeObject(key, i)).toBe('shard-a');
+        const h = await H.startMove(t.client, tq, moveInputFor(config, { tenant: unitOf(bucket), target: 'shard-b', requestedBy: 'test', soakSeconds: 600 }));
+        await H.waitPhase(h, 'soak', 200_000);
+        for (const [i, key] of keys.entries()) expect(await writeObject(key, 100 + i)).toBe('shard-b');
+        await h.executeUpdate(M.rollbackUpdate, { args: [{ actor: 'sre-test', reason: 'test' }] });
+        await H.waitPhase(h, 'rolled-back', 120_000);
+        expect(await H.placement(unitOf(bucket))).toMatchObject({ shard: 'shard-a', state: 'active' });
+        const onA = await listBlobs(s3Of('shard-a'), bucketOfShard('shard-a'), prefix);
+        expect(onA.map((e) => e.key).sort()).toEqual([...objects.keys()].sort());
+        for (const [k, sha] of objects) expect((await hashObject(s3Of('shard-a'), bucketOfShard('shard-a'), k)).sha256, k).toBe(sha);
+        expect(await listBlobs(s3Of('shard-b'), bucketOfShard('shard-b'), prefix)).toEqual([]);
+        expect(await writeObject(keys[0], 999)).toBe('shard-a');
+      } finally {
+        await router.close();
+      }
+    },
+  );
 });

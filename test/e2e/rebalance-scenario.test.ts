@@ -1,7 +1,9 @@
 // Issue 13's real-stack scenario, scaled down for CI: a fleet of the test's own (own directory,
-// config file, worker) gets a fourth shard, shard-d, by `shards add` (a database of its own on
-// shard-b's Postgres server, its tenant tables created first, with a bucket of its own, as
-// test/integration/shards-add.test.ts does: not a server of its own). shard-a starts over its
+// config file, worker) gets a fourth shard, shard-d, by `shards add`: a real PostgreSQL server of
+// its own, started as `dev up --shards 4` starts its fourth shard (lib/dev/postgres.ts
+// upPostgresServers: initdb, wal_level=logical, the shardctl database) on a free port in a temp
+// folder, its tenant tables created first, with a bucket of its own; stopped and wiped at the
+// end. shard-a starts over its
 // headroom. Then, under live loadgen writes on every tenant: `rebalance plan --json > plan.json`,
 // `rebalance apply --plan plan.json --concurrency 2 --wait`, `shards drain --shard shard-c --wait`.
 // It ends with `loadgen verify` clean (every acknowledged write on its tenant's owner), every open
@@ -26,6 +28,9 @@ import { Router } from '../../lib/router';
 import { createDeps } from '../../activities/deps';
 import { startLoadgen } from '../../lib/loadgen';
 import { startWorker } from '../../worker';
+import { downPostgresServers, pgDsn, upPostgresServers, type PgStack } from '../../lib/dev/postgres';
+import { findPgHome, removeRelocatedData } from '../../lib/dev/pg-home';
+import { freePort } from '../helpers/ports';
 import { listShards, getShard, setShardCapacity } from '../../lib/directory/shards';
 import { getPlacement } from '../../lib/directory/placements';
 import { usableCapacity } from '../../lib/directory/choose';
@@ -33,8 +38,6 @@ import type { RebalanceStatus } from '../../workflows/rebalance-messages';
 
 const ENV = 'SCENARIO_SHARD_D_DSN';
 let fleet: Fleet;
-let dbName = '';
-let serverDsn = '';
 const cleanups: (() => Promise<void> | void)[] = [];
 
 beforeAll(async () => {
@@ -43,28 +46,27 @@ beforeAll(async () => {
 afterAll(async () => {
   for (const c of cleanups.reverse()) await Promise.resolve(c()).catch(() => {});
   await fleet?.close();
-  if (dbName) {
-    const p = openPool(serverDsn, { max: 1 });
-    await p.query(`drop database if exists ${dbName} with (force)`).catch(() => {});
-    await p.end();
-  }
   await closePools();
 });
 
 describe('register shard-d, plan, apply under load, drain shard-c', () => {
   it('ends with loadgen verify clean, every shard within its headroom, shard-c empty and closed', { timeout: 400_000 }, async () => {
-    // shard-d: a database of its own on shard-b's server, and a bucket of its own.
-    serverDsn = fleet.config.shards.find((s) => s.name === 'shard-b')!.dsn;
-    dbName = uniq('scen_d').replace(/-/g, '_');
-    const admin = openPool(serverDsn, { max: 1 });
-    try {
-      await admin.query(`create database ${dbName}`);
-    } finally {
-      await admin.end();
-    }
-    const u = new URL(serverDsn);
-    u.pathname = `/${dbName}`;
-    process.env[ENV] = u.toString();
+    // shard-d: a server of its own (stopped last: its cleanup runs after every pool's), and a bucket of its own.
+    const root = fs.mkdtempSync(path.join(os.tmpdir(), 'shardctl-scen-d-'));
+    const dev = path.join(root, '.dev');
+    fs.mkdirSync(dev);
+    const server: PgStack = { root, dev, ports: { pg: { 'shard-d': await freePort() } }, servers: ['shard-d'] };
+    cleanups.push(async () => {
+      await downPostgresServers(server, (m) => process.stderr.write(`scenario: ${m}\n`));
+      removeRelocatedData(findPgHome(dev));
+      fs.rmSync(root, { recursive: true, force: true });
+    });
+    const startedAt = Date.now();
+    await upPostgresServers(server, (m) => process.stderr.write(`scenario: ${m}\n`));
+    process.stderr.write(`scenario: shard-d's server up in ${Date.now() - startedAt} ms\n`);
+    const dsn = pgDsn(server, 'shard-d');
+    const u = new URL(dsn);
+    process.env[ENV] = dsn;
     cleanups.push(() => void delete process.env[ENV]);
     // The tenant tables, as an operator's schema migration would create them before the add.
     const d = openPool(u.toString(), { max: 1 });
@@ -90,6 +92,17 @@ describe('register shard-d, plan, apply under load, drain shard-c', () => {
     expect(add.code, add.stderr).toBe(0);
     const config: Config = loadConfig({ file: file.file });
     expect(config.shards.map((s) => s.name)).toEqual(['shard-a', 'shard-b', 'shard-c', 'shard-d']);
+    // A server of its own: another cluster than every stack shard's.
+    const systemId = async (url: string) => {
+      const p = openPool(url, { max: 1 });
+      try {
+        return (await p.query('select system_identifier::text as id from pg_control_system()')).rows[0].id as string;
+      } finally {
+        await p.end();
+      }
+    };
+    const others = await Promise.all(fleet.config.shards.map((x) => systemId(x.dsn)));
+    expect(others).not.toContain(await systemId(dsn));
     const worker = await startWorker(config, { taskQueue: tq });
     cleanups.push(() => worker.shutdown());
 

@@ -1,12 +1,16 @@
 // `rebalance plan` measures each unit on the real shards (issue 13): tenants of very different row
 // counts seeded on shard-a report their rows (exact: each table is under the sampling bound) and
 // bytes in `--json`, and a shard over its headroom sheds the tenant with the fewest bytes, not the
-// biggest one. A fleet of the test's own (its own directory; the stack's shards).
+// biggest one. With a rate window, a unit written during it (the hot one) measures a higher write
+// rate than one nothing writes, and the plan takes that measured rate as its load where it exceeds
+// the directory's expected load, naming the source. A fleet of the test's own (its own directory;
+// the stack's shards).
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { ownFleet, type Fleet } from '../helpers/fleet';
 import { runCli } from '../helpers/cli';
 import { closePools, shardPool } from '../helpers/stack';
 import { listTenantTables, quoteIdent, tenantTableSelector } from '../../lib/shard/tables';
+import { Router } from '../../lib/router';
 
 let fleet: Fleet;
 const cli = (args: string[]) => runCli(args, { env: { SHARDCTL_CONFIG: fleet.configFile, SHARDCTL_ACTOR: 'measure-test' } });
@@ -136,6 +140,51 @@ describe('a shard that cannot be measured', () => {
       expect(plan.measurement!.units.some((u) => u.shard === 'shard-b')).toBe(false);
     } finally {
       await dead.end();
+    }
+  });
+});
+
+describe('per-unit write rate', () => {
+  it('a unit written during the window measures a higher writes/s than one nothing writes, and the plan loads it by that measure', async () => {
+    // Both on shard-b (nothing else of this fleet there), expected load 1 each.
+    const hot = await fleet.tenant('shard-b', { prefix: 'rmhot', load: 1, rows: 50 });
+    const cold = await fleet.tenant('shard-b', { prefix: 'rmcold', load: 1, rows: 50 });
+    const router = await Router.create(fleet.config);
+    let stop = false;
+    let inserted = 0;
+    // Ten new rows per routed transaction, for as long as the plan runs (its window included).
+    const writer = (async () => {
+      while (!stop) {
+        await router.withTenant(hot, { tenants: [hot] }, 'write', (tx) =>
+          tx.query(`insert into public.events (tenant_id, kind) select $1, 'hot' from generate_series(1, 10)`, [hot]),
+        );
+        inserted += 10;
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    })();
+    try {
+      while (inserted < 50) await new Promise((r) => setTimeout(r, 50));
+      const r = await cli(['rebalance', 'plan', '--json', '--tolerance', '10', '--rate-window', '3s', '--sample-rows', String(exactBound)]);
+      stop = true;
+      await writer;
+      expect(r.code, r.stderr).toBe(0);
+      const plan = JSON.parse(r.stdout);
+      const unit = new Map<string, any>(plan.measurement.units.map((u: any) => [u.unit, u]));
+      const h = unit.get(hot);
+      const c = unit.get(cold);
+      console.log(`measured writes/s: hot ${h.writesPerSecond}, cold ${c.writesPerSecond}; rows inserted by the writer ${inserted}`);
+      expect(c.writesPerSecond).toBe(0);
+      expect(h.writesPerSecond).toBeGreaterThan(c.writesPerSecond);
+      expect(h.writesPerSecond).toBeGreaterThan(1);
+      // The hot unit's load is its measured rate (above its expected 1), the cold one keeps its expected load.
+      expect(h).toMatchObject({ expectedLoad: 1, loadSource: 'measured', load: Math.ceil(h.writesPerSecond) });
+      expect(c).toMatchObject({ expectedLoad: 1, loadSource: 'expected', load: 1 });
+      expect(plan.measurement.method).toMatch(/writes per unit from the rows whose xmin is a transaction id assigned in that window/);
+      expect(plan.shards.find((s: any) => s.name === 'shard-b').loadBefore).toBeGreaterThanOrEqual(h.load + 1);
+    } finally {
+      stop = true;
+      await writer.catch(() => {});
+      await router.close();
     }
   });
 });
