@@ -2154,6 +2154,16 @@ export const MUTATIONS: Mutation[] = [
     testName: 'keeps trying while the directory refuses connections',
   },
   {
+    id: 'router-retries-connection-lost-before-commit',
+    guarantee:
+      'a router transaction whose connection breaks before COMMIT was sent runs again on a new connection within the deadline, and commits once (issue 14)',
+    file: 'lib/router/router.ts',
+    from: 'if (!commitSent && isConnectionError(err)) {',
+    to: 'if (false) {',
+    testFile: 'test/integration/router-connection-lost.test.ts',
+    testName: 'runs fn again on a new connection and commits the write once',
+  },
+  {
     id: 'router-startup-final-on-bad-password',
     guarantee: 'Router.create throws a failure that is not about reaching the directory (a bad password) at once, never retried (issue 14)',
     file: 'lib/router/router.ts',

@@ -7,13 +7,22 @@ import { SQLSTATE } from '../errors';
  *  - stale: the shard does not own the unit at our epoch → refresh the route, retry elsewhere;
  *  - frozen: cutover in progress → wait with backoff until the deadline;
  *  - serialization: 40001 / 40P01 → retry the whole transaction;
- *  - connect: no connection from the shard's pool in time (ConnectTimeout) → retry within the deadline;
+ *  - connect: no connection from the shard's pool in time (ConnectTimeout), or the connection lost
+ *    before COMMIT was sent (ConnectionLost: the server rolls the transaction back) → retry
+ *    within the deadline on a new connection;
  *  - other: propagate unchanged.
  */
 export type ErrorClass = 'stale' | 'frozen' | 'serialization' | 'connect' | 'other';
 
 /** The router's mark on a failure to get a connection from a shard's pool before its connect timeout. */
 export const CONNECT_TIMEOUT = 'ConnectTimeout';
+/**
+ * The router's mark on a connection that broke (reset, terminated) inside a transaction before
+ * its COMMIT was sent: nothing of it can have committed, so fn runs again on a new connection,
+ * as after a serialization failure. A break once COMMIT was sent is never marked: its outcome is
+ * unknown, and it reaches the caller as it is.
+ */
+export const CONNECTION_LOST = 'ConnectionLost';
 
 const SERIALIZATION_CODES = new Set(['40001', '40P01']);
 
@@ -36,7 +45,7 @@ export function classifyError(err: unknown): ErrorClass {
       if (code === SQLSTATE.staleRoute) return 'stale';
       if (code === SQLSTATE.frozen) return 'frozen';
       if (SERIALIZATION_CODES.has(code)) return 'serialization';
-      if (code === CONNECT_TIMEOUT) return 'connect';
+      if (code === CONNECT_TIMEOUT || code === CONNECTION_LOST) return 'connect';
       // A string code that is none of ours (e.g. 23505, ECONNREFUSED) is final: do not dig further.
       return 'other';
     }

@@ -17,7 +17,17 @@ import { Grant, assertGrantCovers, assertGrantCoversDataset, grantCoversAll } fr
 import { bucketOf, routingKeyBytes } from '../buckets/hash';
 import { tenantUnitForRow } from '../buckets/route';
 import { bucketUnitName } from '../buckets/units';
-import { CONNECT_TIMEOUT, isConnectTimeout, STALE_BACKOFF, FROZEN_BACKOFF, STARTUP_BACKOFF, backoffDelayMs, classifyError, nextWaitMs } from './retry';
+import {
+  CONNECT_TIMEOUT,
+  CONNECTION_LOST,
+  isConnectTimeout,
+  STALE_BACKOFF,
+  FROZEN_BACKOFF,
+  STARTUP_BACKOFF,
+  backoffDelayMs,
+  classifyError,
+  nextWaitMs,
+} from './retry';
 
 /** SQLSTATE of a statement cancelled (here: by the statement timeout that carries the caller's deadline). */
 const QUERY_CANCELED = '57014';
@@ -323,7 +333,7 @@ export class Router {
         if (kind === 'connect') {
           throw new ShardctlError(
             'Unavailable',
-            `tenant ${unit}: no connection to shard ${placement.shard} within the deadline (${retries + 1} attempts, ${Date.now() - started} ms)`,
+            `tenant ${unit}: no connection to shard ${placement.shard} within the deadline (${retries + 1} attempts, ${Date.now() - started} ms; last: ${(err as Error)?.message ?? err})`,
             { tenant: unit, shard: placement.shard, retries },
             true,
           );
@@ -499,6 +509,7 @@ export class Router {
     this.m.transactions++;
     const tx = wrapTxClient(client);
     let broken: Error | undefined;
+    let commitSent = false;
     try {
       // BEGIN and the route check in one round trip (a simple-query batch): nothing of fn's runs
       // on a shard that does not own the unit at our epoch, and no write goes without the epoch.
@@ -510,6 +521,7 @@ export class Router {
       const blobs = tenantBlobs(tx.client, p.unit, this.bucketOf(p.shard), { tenantColumn: this.config.tenant.column });
       const route: TenantRoute = { unit: p.unit, shard: p.shard, epoch: p.epoch, blobs };
       const result = await fn(tx.client, route);
+      commitSent = true;
       const done = await client.query('commit');
       if (done.command === 'ROLLBACK') throw this.abortedAtCommit(p.unit, tx.firstError());
       return result;
@@ -531,6 +543,14 @@ export class Router {
       await client.query('rollback').catch((e: Error) => {
         broken = e;
       });
+      // The connection broke before COMMIT was sent: the server rolled the transaction back, so
+      // the loop may run fn again on a new connection (a break at COMMIT stays as it is: unknown).
+      if (!commitSent && isConnectionError(err)) {
+        broken ??= err instanceof Error ? err : new Error(String(err));
+        throw Object.assign(new Error(`shard ${p.shard}: the connection broke before commit (${err?.message ?? err}); nothing was committed`, { cause: err }), {
+          code: CONNECTION_LOST,
+        });
+      }
       throw err;
     } finally {
       tx.revoke();

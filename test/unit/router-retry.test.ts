@@ -26,6 +26,7 @@ describe('classifyError', () => {
 
   it("maps the router's connect-timeout mark to connect (retried within the deadline)", () => {
     expect(classifyError(pgError('ConnectTimeout'))).toBe('connect');
+    expect(classifyError(pgError('ConnectionLost'))).toBe('connect');
   });
 
   it('follows cause chains so a wrapped stale route still retries', () => {
