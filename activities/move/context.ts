@@ -25,6 +25,8 @@ import type { Deps } from '../deps';
 import { listTenantTables, tenantTableSelector, TenantTable } from '../../lib/shard/tables';
 import { ShardctlError, isPermanentErrorType } from '../../lib/errors';
 import { unitRows, type UnitRows } from '../../lib/unit-rows';
+import { getSplit } from '../../lib/directory/splits';
+import type { SubUnitStream } from '../../lib/cdc/sub-unit-filter';
 import { parseUnit } from '../../lib/buckets/units';
 
 export const moveRef = z.object({
@@ -41,8 +43,32 @@ export async function tenantTables(deps: Deps, shard: string): Promise<TenantTab
 }
 
 /** The unit's rows (lib/unit-rows.ts): its tables and its predicate; InvalidInput (permanent) for a unit of no kind. */
-export function rowsOf(deps: Deps, unit: string): UnitRows {
-  return unitRows(deps.config, unit);
+export async function rowsOf(deps: Deps, unit: string): Promise<UnitRows> {
+  const p = parseUnit(unit);
+  if (p.kind !== 'tenant' || p.path.length === 0) return unitRows(deps.config, unit);
+  return unitRows(deps.config, unit, await splitOf(deps, p.tenant));
+}
+
+/** A sub-unit move's stream filter (lib/cdc/sub-unit-filter.ts); undefined for a tenant's or a bucket's. */
+export function subUnitStream(deps: Deps, rows: UnitRows): SubUnitStream | undefined {
+  if (!rows.subUnit) return undefined;
+  const t = deps.config.tenant;
+  return { unit: rows.unit, tenant: rows.subUnit.tenant, tenantColumn: t.column, ways: rows.subUnit.ways, columns: { ...(t.splitColumns ?? {}) } };
+}
+
+/** Splits are never undone nor changed (lib/tenant-split.ts): K, once read, is kept per deps. */
+const splitWays = new WeakMap<Deps, Map<string, number>>();
+
+/** The directory's split of `tenant` (its K), or undefined when it is not split. */
+async function splitOf(deps: Deps, tenant: string): Promise<{ ways: number } | undefined> {
+  let known = splitWays.get(deps);
+  if (!known) splitWays.set(deps, (known = new Map()));
+  const have = known.get(tenant);
+  if (have !== undefined) return { ways: have };
+  const s = await getSplit(deps.directoryPool(), tenant);
+  if (!s) return undefined;
+  known.set(tenant, s.ways);
+  return { ways: s.ways };
 }
 
 /** The tables on `shard` that hold the unit's rows (tenant tables, or its dataset's). */
@@ -52,7 +78,10 @@ export async function unitTables(deps: Deps, shard: string, rows: UnitRows): Pro
 
 /** Blobs belong to tenants only for now: a bucket unit has no blob prefix, so its blob steps have nothing to do. */
 export function hasBlobs(unit: string): boolean {
-  return parseUnit(unit).kind === 'tenant';
+  // A split tenant holds no blobs (`tenant split` refuses one with blobs; the blob index has no
+  // split column, so the fence refuses a split tenant's blob writes): its sub-units have none to move.
+  const p = parseUnit(unit);
+  return p.kind === 'tenant' && p.path.length === 0;
 }
 
 /** What a running activity said it is doing (`doing`) and its latest progress (`details`). */
