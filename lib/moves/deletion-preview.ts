@@ -7,6 +7,8 @@ import type { Connections } from '../connections';
 import { countUnitRows, listTenantTables } from '../shard/tables';
 import { listBlobs, tenantBlobPrefix } from '../blobs';
 import { unitRows } from '../unit-rows';
+import { parseUnit } from '../buckets/units';
+import { getSplit } from '../directory/splits';
 import { renderTable } from '../text-table';
 
 export interface DeletionPreview {
@@ -21,14 +23,18 @@ export interface DeletionPreview {
 
 export async function previewUnitDeletion(config: Config, conns: Connections, shard: string, unit: string): Promise<DeletionPreview> {
   const pool = conns.shardPool(shard);
-  const rows = unitRows(config, unit);
+  // A split tenant's sub-unit: its rows are the tenant's in its sub-unit of the directory's K.
+  const p = parseUnit(unit);
+  const split = p.kind === 'tenant' && p.path.length > 0 ? await getSplit(conns.directoryPool(), p.tenant) : undefined;
+  const rows = unitRows(config, unit, split);
   const tables = await listTenantTables(pool, rows.tables);
   const counted = [];
   for (const table of tables) counted.push({ table: `${table.schema}.${table.name}`, rows: await countUnitRows(pool, table, rows.column, rows.value) });
   const bucket = shardByName(config, shard).bucket;
-  // Bucket units have no blobs (only tenants' blobs are routed so far).
-  const blobPrefix = rows.kind === 'tenant' ? tenantBlobPrefix(unit) : '';
-  const blobs = rows.kind === 'tenant' ? await listBlobs(conns.s3For(shard), bucket, blobPrefix) : [];
+  // Bucket units and sub-units have no blobs (only unsplit tenants' blobs are routed so far).
+  const withBlobs = rows.kind === 'tenant' && !rows.subUnit;
+  const blobPrefix = withBlobs ? tenantBlobPrefix(unit) : '';
+  const blobs = withBlobs ? await listBlobs(conns.s3For(shard), bucket, blobPrefix) : [];
   return { unit, shard, bucket, blobPrefix, blobs: blobs.length, blobBytes: blobs.reduce((n, b) => n + b.size, 0), tables: counted };
 }
 

@@ -19,7 +19,11 @@ import { createTenant } from '../../lib/tenants';
 import { splitTenant } from '../../lib/tenant-split';
 import { tenantUnitForRow } from '../../lib/buckets/route';
 import { subUnitFences } from '../../lib/shard/split';
+import { getUnitFence, setUnitFence } from '../../lib/shard/fence';
+import { runCli, configFile } from '../helpers/cli';
 import { moveInputFor } from '../../lib/moves/start';
+import { previewUnitDeletion } from '../../lib/moves/deletion-preview';
+import type { Connections } from '../../lib/connections';
 import { startWorker } from '../../worker';
 import type { Config } from '../../lib/config';
 
@@ -33,6 +37,9 @@ let tq: string;
 let tenant: string;
 let splitEpoch: number;
 const keys = Array.from({ length: 160 }, (_, i) => `k-${i}-ü${i % 7 === 0 ? '東' : ''}`);
+
+/** Every acknowledged write, per key: the order's v (updates acked) and the lines' n. */
+const acked = new Map<string, { v: number; ns: number[] }>();
 
 const subOf = (key: string) => tenantUnitForRow(tenant, key, new Map([[tenant, WAYS]]));
 
@@ -58,6 +65,22 @@ beforeAll(async () => {
   tenant = uniq('su');
   await createTenant({ directory: directoryPool(), shardPool, config }, { tenant, shard: 'shard-a', actor: 'test' });
   tq = uniq('su');
+  // Seeded before the split (the tenant's own route), then split 4 ways: no row moves.
+  const router = await Router.create(config);
+  try {
+    for (const [i, key] of keys.entries()) {
+      await router.withTenant(tenant, { tenants: [tenant] }, 'write', async (tx) => {
+        await tx.query(`insert into ${schema}.orders(tenant_id, order_key) values ($1, $2)`, [tenant, key]);
+        await tx.query(`insert into ${schema}.lines(tenant_id, order_key, n) values ($1, $2, $3)`, [tenant, key, i]);
+      });
+      acked.set(key, { v: 0, ns: [i] });
+    }
+  } finally {
+    await router.close();
+  }
+  splitEpoch = (await splitTenant({ directory: directoryPool(), shardPool, config }, { tenant, ways: WAYS, actor: 'test' })).epoch;
+  const counts = [0, 1, 2, 3].map((k) => keys.filter((key) => subOf(key) === `${tenant}:${k}`).length);
+  expect(Math.min(...counts)).toBeGreaterThan(10);
   worker = await startWorker(config, { taskQueue: tq });
   t = await H.temporal();
 }, 120_000);
@@ -147,8 +170,6 @@ const expected = (acked: Acked, pred: (key: string) => boolean): Acked =>
 const sorted = (m: Acked): Acked => new Map([...m].sort(([x], [y]) => (x < y ? -1 : 1)));
 
 describe('moving a sub-unit of a split tenant, end to end', () => {
-  const acked: Acked = new Map();
-
   it(
     'moves T:1 under live writes to every sub-unit: only its rows reach the target, the others keep serving on the source, a stale route is refused and retried, retire deletes only its rows',
     { timeout: 400_000 },
@@ -157,18 +178,6 @@ describe('moving a sub-unit of a split tenant, end to end', () => {
       // No LISTEN and an hour's TTL: this router learns of the switch only from the old owner's refusal.
       const stale = await Router.create(config, { listen: false, snapshotTtlMs: 3_600_000, fullReloadMs: 3_600_000 });
       try {
-        // Seeded before the split (the tenant's own route), then split: no row moves.
-        for (const [i, key] of keys.entries()) {
-          await router.withTenant(tenant, { tenants: [tenant] }, 'write', async (tx) => {
-            await tx.query(`insert into ${schema}.orders(tenant_id, order_key) values ($1, $2)`, [tenant, key]);
-            await tx.query(`insert into ${schema}.lines(tenant_id, order_key, n) values ($1, $2, $3)`, [tenant, key, i]);
-          });
-          acked.set(key, { v: 0, ns: [i] });
-        }
-        const split = await splitTenant({ directory: directoryPool(), shardPool, config }, { tenant, ways: WAYS, actor: 'test' });
-        splitEpoch = split.epoch;
-        const counts = [0, 1, 2, 3].map((k) => keys.filter((key) => subOf(key) === `${tenant}:${k}`).length);
-        expect(Math.min(...counts)).toBeGreaterThan(10);
         const moved = `${tenant}:1`;
         const inMoved = (k: string) => subOf(k) === moved;
         const movedKey = keys.find(inMoved)!;
@@ -232,13 +241,21 @@ describe('moving a sub-unit of a split tenant, end to end', () => {
     'T:2 rolled back during soak: every write made on the new owner is back on the source, and the clean-up deletes only T:2 on the target',
     { timeout: 400_000 },
     async () => {
-      expect(acked.size, 'the first case seeded and split the tenant').toBe(keys.length);
+      expect(await H.placement(`${tenant}:1`), 'the first case moved T:1').toMatchObject({ shard: 'shard-b' });
       const router = await Router.create(config);
       const moved = `${tenant}:2`;
       const inMoved = (k: string) => subOf(k) === moved;
       try {
         const h = await H.startMove(t.client, tq, moveInputFor(config, { tenant: moved, target: 'shard-c', requestedBy: 'test', soakSeconds: 600 }));
         await H.waitPhase(h, 'soak', 300_000);
+        // What `move retire` would delete on the source now: T:2's rows only.
+        const preview = await previewUnitDeletion(config, { shardPool, directoryPool } as unknown as Connections, 'shard-a', moved);
+        const mine = [...acked].filter(([k]) => inMoved(k));
+        expect(Object.fromEntries(preview.tables.map((x) => [x.table, x.rows]))).toEqual({
+          [`${schema}.orders`]: mine.length,
+          [`${schema}.lines`]: mine.reduce((c, [, a]) => c + a.ns.length, 0),
+        });
+        expect(preview.blobPrefix).toBe('');
         let n = 50_000;
         for (const key of keys.filter(inMoved).slice(0, 10)) expect(await write(router, key, n++, acked)).toBe('shard-c');
         // Another sub-unit's write during the soak stays on shard-a, and T:1 on shard-b.
@@ -276,6 +293,37 @@ describe('moving a sub-unit of a split tenant, end to end', () => {
         ).toBe('SC421');
       } finally {
         await router.close();
+      }
+    },
+  );
+
+  it(
+    'move plan of a sub-unit: planned with only its rows counted; refused while its tenant is still owned on the source (a split not complete there)',
+    { timeout: 120_000 },
+    async () => {
+      const unit = `${tenant}:3`;
+      const f = configFile(config);
+      try {
+        const env = { SHARDCTL_CONFIG: f.file };
+        const ok = await runCli(['move', 'plan', '--unit', unit, '--to', 'shard-c', '--json'], { env });
+        expect(ok.code, ok.stderr).toBe(0);
+        const plan = JSON.parse(ok.stdout);
+        const rows = (table: string) => plan.tables.find((x: { table: string }) => x.table === `${schema}.${table}`)?.rowsEstimated;
+        const mine = [...acked].filter(([k]) => subOf(k) === unit);
+        expect(rows('orders')).toBe(mine.length);
+        expect(rows('lines')).toBe(mine.reduce((n, [, a]) => n + a.ns.length, 0));
+        // The tenant's own fence owned again on shard-a, as if the split had stopped before its last step.
+        const own = (await getUnitFence(shardPool('shard-a'), tenant))!;
+        await setUnitFence(shardPool('shard-a'), { unit: tenant, epoch: own.epoch, owned: true, frozen: false });
+        try {
+          const refused = await runCli(['move', 'plan', '--unit', unit, '--to', 'shard-c'], { env });
+          expect(refused.code).not.toBe(0);
+          expect(refused.stdout + refused.stderr).toContain(`tenant ${tenant} is still owned on shard-a: its split is not complete there`);
+        } finally {
+          await setUnitFence(shardPool('shard-a'), { unit: tenant, epoch: own.epoch, owned: false, frozen: false });
+        }
+      } finally {
+        f.remove();
       }
     },
   );
