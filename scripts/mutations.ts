@@ -2206,4 +2206,14 @@ export const MUTATIONS: Mutation[] = [
     testFile: 'test/e2e/sub-unit-move.test.ts',
     testName: 'refused while its tenant is still owned on the source',
   },
+  {
+    id: 'sub-unit-split-column-not-null',
+    guarantee:
+      'move plan of a sub-unit refuses a table whose split column may be NULL: a NULL row belongs to no sub-unit, so no move would carry it (issue 13)',
+    file: 'lib/shard/sub-unit-move.ts',
+    from: 'if (t.columns.find((c) => c.name === col)?.notNull === false) {',
+    to: 'if (false) {',
+    testFile: 'test/unit/sub-unit-move.test.ts',
+    testName: 'requires the split column NOT NULL',
+  },
 ];

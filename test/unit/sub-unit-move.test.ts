@@ -133,7 +133,14 @@ describe("the applier's sub-unit filter", () => {
 
 describe("a sub-unit move's replica identity", () => {
   const table = (pk: string[], ri: TenantTable['replicaIdentity']) =>
-    ({ schema: 'app', name: 'orders', primaryKey: pk, replicaIdentity: ri, split: { column: 'order_key', ways: WAYS, index: 1 } }) as TenantTable;
+    ({
+      schema: 'app',
+      name: 'orders',
+      primaryKey: pk,
+      replicaIdentity: ri,
+      columns: [{ name: 'order_key', type: 'text', generated: false, notNull: true }],
+      split: { column: 'order_key', ways: WAYS, index: 1 },
+    }) as TenantTable;
 
   it('requires the split column in the primary key (or REPLICA IDENTITY FULL), so a DELETE says its sub-unit', () => {
     expect(splitIdentityProblems(table(['tenant_id', 'order_key'], 'default'))).toEqual([]);
@@ -143,5 +150,11 @@ describe("a sub-unit move's replica identity", () => {
     );
     expect(splitIdentityProblems(table(['tenant_id', 'order_key'], 'index'))[0]).toMatch(/REPLICA IDENTITY FULL/);
     expect(splitIdentityProblems({ ...table(['tenant_id'], 'default'), split: undefined })).toEqual([]);
+  });
+
+  it('requires the split column NOT NULL: a NULL row is in no sub-unit, so no move would carry it', () => {
+    const nullable = { ...table(['tenant_id', 'id'], 'full'), columns: [{ name: 'order_key', type: 'text', generated: false, notNull: false }] };
+    expect(splitIdentityProblems(nullable)[0]).toMatch(/split column order_key may be NULL/);
+    expect(splitIdentityProblems({ ...nullable, columns: [{ ...nullable.columns[0], notNull: true }] })).toEqual([]);
   });
 });
