@@ -124,11 +124,15 @@ function liveWriter(router: Router, acked: Acked) {
   const errors: string[] = [];
   const landed = new Map<string, Set<string>>();
   let n = 10_000;
+  const acks = new Map<string, number>();
   const done = (async () => {
     while (!stop) {
       const key = keys[Math.floor(Math.random() * keys.length)];
       await write(router, key, n++, acked)
-        .then((shard) => landed.set(subOf(key), (landed.get(subOf(key)) ?? new Set()).add(shard)))
+        .then((shard) => {
+          landed.set(subOf(key), (landed.get(subOf(key)) ?? new Set()).add(shard));
+          acks.set(subOf(key), (acks.get(subOf(key)) ?? 0) + 1);
+        })
         .catch((e) => {
           failed++;
           if (errors.length < 5) errors.push(String(e?.message ?? e));
@@ -138,6 +142,7 @@ function liveWriter(router: Router, acked: Acked) {
   })();
   return {
     landed,
+    acks,
     async stop() {
       stop = true;
       await done;
@@ -224,6 +229,10 @@ describe('moving a sub-unit of a split tenant, end to end', () => {
 
         const done = await H.waitPhase(h, 'done', 200_000);
         expect(done.phase).toBe('done');
+        // What the run measured (reported, not asserted): writes acknowledged per sub-unit while the move ran, and the cutover's write pause.
+        console.log(
+          `sub-unit move: acked during the move ${JSON.stringify(Object.fromEntries([...writer.acks].sort()))}, cutover pause ${done.cutoverPauseMs} ms`,
+        );
         // The target holds exactly T:1's acknowledged rows (and none of another sub-unit's).
         expect(sorted(await rowsOn('shard-b'))).toEqual(expected(acked, inMoved));
         // Retire deleted T:1's rows on shard-a and nothing else: every other sub-unit's acked state is there.
