@@ -2216,4 +2216,15 @@ export const MUTATIONS: Mutation[] = [
     testFile: 'test/unit/sub-unit-move.test.ts',
     testName: 'requires the split column NOT NULL',
   },
+  {
+    id: 'sub-unit-applier-drop-reverse',
+    guarantee:
+      "a sub-unit's soak stream back to the source (filtered on the tenant, from a shard holding another sub-unit) applies only the moved sub-unit: a rollback brings back no sibling's row (issue 13)",
+    file: 'lib/cdc/applier.ts',
+    from: "if (this.subUnit && subUnitVerdict(this.subUnit, msg) === 'drop') {",
+    // The drop off on the reverse stream only; the named test needs the first case (T:1 moved to shard-b) before it, so both run.
+    to: "if (this.subUnit && this.stream !== 'reverse' && subUnitVerdict(this.subUnit, msg) === 'drop') {",
+    testFile: 'test/e2e/sub-unit-move.test.ts',
+    testName: 'T:1 ',
+  },
 ];

@@ -2,7 +2,8 @@
 // sub-units, each movable on its own"; docs/architecture.md, "Splitting a tenant"). A tenant with
 // two tables keyed by a split column is seeded on shard-a, split 4 ways, and T:1 is moved to
 // shard-b under live router writes to every sub-unit (copy, catch-up with the applier dropping the
-// other sub-units' changes, validate, fence, switch, soak, retire); T:2 is moved to shard-c and
+// other sub-units' changes, validate, fence, switch, soak, retire); T:2 is moved to shard-b too,
+// beside T:1 (its copy, validation and the soak's reverse stream meet T:1's rows and changes there), and
 // rolled back during soak. Asserts: only the moved sub-unit's rows reach the target, every
 // acknowledged write of every sub-unit is where its sub-unit is, the other sub-units keep being
 // written on the source throughout (no failed write), a router with a stale route is refused
@@ -247,7 +248,7 @@ describe('moving a sub-unit of a split tenant, end to end', () => {
   );
 
   it(
-    'T:2 rolled back during soak: every write made on the new owner is back on the source, and the clean-up deletes only T:2 on the target',
+    'T:2 moved beside T:1 and rolled back during soak: every write made on the new owner is back on the source, T:1 written there meanwhile stays, and the clean-up deletes only T:2 on the target',
     { timeout: 400_000 },
     async () => {
       expect(await H.placement(`${tenant}:1`), 'the first case moved T:1').toMatchObject({ shard: 'shard-b' });
@@ -255,7 +256,7 @@ describe('moving a sub-unit of a split tenant, end to end', () => {
       const moved = `${tenant}:2`;
       const inMoved = (k: string) => subOf(k) === moved;
       try {
-        const h = await H.startMove(t.client, tq, moveInputFor(config, { tenant: moved, target: 'shard-c', requestedBy: 'test', soakSeconds: 600 }));
+        const h = await H.startMove(t.client, tq, moveInputFor(config, { tenant: moved, target: 'shard-b', requestedBy: 'test', soakSeconds: 600 }));
         await H.waitPhase(h, 'soak', 300_000);
         // What `move retire` would delete on the source now: T:2's rows only.
         const preview = await previewUnitDeletion(config, { shardPool, directoryPool } as unknown as Connections, 'shard-a', moved);
@@ -266,7 +267,9 @@ describe('moving a sub-unit of a split tenant, end to end', () => {
         });
         expect(preview.blobPrefix).toBe('');
         let n = 50_000;
-        for (const key of keys.filter(inMoved).slice(0, 10)) expect(await write(router, key, n++, acked)).toBe('shard-c');
+        for (const key of keys.filter(inMoved).slice(0, 10)) expect(await write(router, key, n++, acked)).toBe('shard-b');
+        // T:1's writes on shard-b during the soak: the reverse stream (filtered on the tenant) carries them, and its applier must drop them.
+        for (const key of keys.filter((k) => subOf(k) === `${tenant}:1`).slice(0, 10)) expect(await write(router, key, n++, acked)).toBe('shard-b');
         // Another sub-unit's write during the soak stays on shard-a, and T:1 on shard-b.
         expect(
           await write(
@@ -287,15 +290,15 @@ describe('moving a sub-unit of a split tenant, end to end', () => {
         await h.executeUpdate(M.rollbackUpdate, { args: [{ actor: 'sre-test', reason: 'test' }] });
         await H.waitPhase(h, 'rolled-back', 200_000);
         expect(await H.placement(moved)).toMatchObject({ shard: 'shard-a', epoch: splitEpoch + 2, state: 'active' });
-        // Every acked write of T:2 is back on shard-a; shard-c keeps no row of the tenant.
+        // Every acked write of T:2 is back on shard-a; shard-b keeps no row of T:2 (and all of T:1's, below).
         expect(sorted(await rowsOn('shard-a', moved))).toEqual(expected(acked, inMoved));
-        expect((await rowsOn('shard-c')).size).toBe(0);
+        expect((await rowsOn('shard-b', moved)).size).toBe(0);
         // The other sub-units are as acked: T:0 and T:3 on shard-a, T:1 on shard-b.
         expect(sorted(await rowsOn('shard-a'))).toEqual(expected(acked, (k) => subOf(k) !== `${tenant}:1`));
         expect(sorted(await rowsOn('shard-b'))).toEqual(expected(acked, (k) => subOf(k) === `${tenant}:1`));
         expect(await write(router, keys.find(inMoved)!, n++, acked)).toBe('shard-a');
         expect(
-          await H.inUnitTx('shard-c', moved, splitEpoch + 1, `insert into ${schema}.lines(tenant_id, order_key, n) values ($1, $2, 7)`, [
+          await H.inUnitTx('shard-b', moved, splitEpoch + 1, `insert into ${schema}.lines(tenant_id, order_key, n) values ($1, $2, 7)`, [
             tenant,
             keys.find(inMoved)!,
           ]),
