@@ -18,6 +18,8 @@ import type { Deps } from '../deps';
 import { listTenantTables, tenantTableSelector, TenantTable } from '../../lib/shard/tables';
 import { ShardctlError, isPermanentErrorType } from '../../lib/errors';
 import { unitRows, type UnitRows } from '../../lib/unit-rows';
+import { getSplit } from '../../lib/directory/splits';
+import type { SubUnitStream } from '../../lib/cdc/sub-unit-filter';
 import { parseUnit } from '../../lib/buckets/units';
 
 export const moveRef = z.object({
@@ -34,8 +36,32 @@ export async function tenantTables(deps: Deps, shard: string): Promise<TenantTab
 }
 
 /** The unit's rows (lib/unit-rows.ts): its tables and its predicate; InvalidInput (permanent) for a unit of no kind. */
-export function rowsOf(deps: Deps, unit: string): UnitRows {
-  return unitRows(deps.config, unit);
+export async function rowsOf(deps: Deps, unit: string): Promise<UnitRows> {
+  const p = parseUnit(unit);
+  if (p.kind !== 'tenant' || p.path.length === 0) return unitRows(deps.config, unit);
+  return unitRows(deps.config, unit, await splitOf(deps, p.tenant));
+}
+
+/** A sub-unit move's stream filter (lib/cdc/sub-unit-filter.ts); undefined for a tenant's or a bucket's. */
+export function subUnitStream(deps: Deps, rows: UnitRows): SubUnitStream | undefined {
+  if (!rows.subUnit) return undefined;
+  const t = deps.config.tenant;
+  return { unit: rows.unit, tenant: rows.subUnit.tenant, tenantColumn: t.column, ways: rows.subUnit.ways, columns: { ...(t.splitColumns ?? {}) } };
+}
+
+/** Splits are never undone nor changed (lib/tenant-split.ts): K, once read, is kept per deps. */
+const splitWays = new WeakMap<Deps, Map<string, number>>();
+
+/** The directory's split of `tenant` (its K), or undefined when it is not split. */
+async function splitOf(deps: Deps, tenant: string): Promise<{ ways: number } | undefined> {
+  let known = splitWays.get(deps);
+  if (!known) splitWays.set(deps, (known = new Map()));
+  const have = known.get(tenant);
+  if (have !== undefined) return { ways: have };
+  const s = await getSplit(deps.directoryPool(), tenant);
+  if (!s) return undefined;
+  known.set(tenant, s.ways);
+  return { ways: s.ways };
 }
 
 /** The tables on `shard` that hold the unit's rows (tenant tables, or its dataset's). */
@@ -45,7 +71,8 @@ export async function unitTables(deps: Deps, shard: string, rows: UnitRows): Pro
 
 /**
  * Whether the unit has a blob prefix its move carries: a tenant (`tenants/<id>/`) or a bucket unit
- * (`datasets/<dataset>/<n>/`, lib/blobs/prefix.ts). A split sub-unit's blobs are its tenant's.
+ * (`datasets/<dataset>/<n>/`, lib/blobs/prefix.ts). A split sub-unit has none: a split tenant holds
+ * no blobs (`tenant split` refuses one with blobs; the blob index has no split column).
  */
 export function hasBlobs(unit: string): boolean {
   const p = parseUnit(unit);

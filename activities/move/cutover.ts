@@ -5,7 +5,7 @@
 import { shardByName } from '../../lib/config';
 import { z } from 'zod';
 import type { Deps } from '../deps';
-import { moveRef, beat, parse, typed, syncUnitBlobs, syncChangedUnitBlobs, rowsOf, hasBlobIndex } from './context';
+import { moveRef, beat, parse, typed, syncUnitBlobs, syncChangedUnitBlobs, rowsOf, hasBlobIndex, subUnitStream } from './context';
 import type { IndexDeltaOptions } from '../../lib/blobs/index-delta';
 import { ends } from './data';
 import { runCutover, FENCE_APPLY_GRACE_MS, type CutoverResult, type CutoverPlan } from '../../lib/cutover/steps';
@@ -71,7 +71,7 @@ export function createCutoverActivities(deps: Deps) {
           // Every statement of the cutover runs on the bounded pools: inside the frozen window a
           // blackholed server must fail the step well before the lease runs out, not hang it.
           const pools = deps.frozenWindow;
-          const rows = rowsOf(deps, ref.unit);
+          const rows = await rowsOf(deps, ref.unit);
           const steps = liveCutoverSteps(plan, {
             directory: pools.directoryPool(),
             ownerPool: pools.shardPool(owner),
@@ -79,6 +79,8 @@ export function createCutoverActivities(deps: Deps) {
             ownerDsn: shardByName(deps.config, owner).dsn,
             tenantColumn: rows.column,
             unitValue: rows.value,
+            splitWays: rows.subUnit?.ways,
+            subUnit: subUnitStream(deps, rows),
             tables: () => listTenantTables(pools.shardPool(owner), rows.tables),
             // The pre-sync (outside the pause) works from the source's index and is fenced by the
             // move's slot like copy and soak (a cancel ends it, and removes a copy of it that lands

@@ -5,7 +5,20 @@ import { randomUUID } from 'node:crypto';
 import { shardByName } from '../../lib/config';
 import { z } from 'zod';
 import type { Deps } from '../deps';
-import { moveRef, rowsOf, unitTables, beat, activitySignal, parse, typed, typedByProgress, syncUnitBlobs, compareUnitBlobs, unitIndex } from './context';
+import {
+  moveRef,
+  rowsOf,
+  subUnitStream,
+  unitTables,
+  beat,
+  activitySignal,
+  parse,
+  typed,
+  typedByProgress,
+  syncUnitBlobs,
+  compareUnitBlobs,
+  unitIndex,
+} from './context';
 import { replicationNames } from '../../lib/ids';
 import { ensurePublicationAndSlot, applyChangesUntil, currentWalLsn, slotLagBytes } from '../../lib/cdc';
 import { copyTenantTable, copyProgress } from '../../lib/copy';
@@ -86,7 +99,7 @@ export function createDataActivities(deps: Deps) {
           const { from, to } = ends(ref, ref.direction);
           const names = replicationNames(ref.moveId, ref.direction);
           void to; // the receiving side was prepared by `shards prepare` (checked at plan)
-          const rows = rowsOf(deps, ref.unit);
+          const rows = await rowsOf(deps, ref.unit);
           const tables = await unitTables(deps, from, rows);
           // The row filter is the unit's predicate (lib/unit-rows.ts): `<column> = <value>`.
           const r = await ensurePublicationAndSlot(deps.shardPool(from), { ...names, tables, tenantColumn: rows.column, unit: rows.value });
@@ -101,7 +114,7 @@ export function createDataActivities(deps: Deps) {
       const ref = parse(copyInput, input);
       return typed(
         async () => {
-          const rows = rowsOf(deps, ref.unit);
+          const rows = await rowsOf(deps, ref.unit);
           const tables = await unitTables(deps, ref.source, rows);
           const table = tables.find((t) => `${t.schema}.${t.name}` === ref.table);
           if (!table) throw new Error(`table ${ref.table} vanished from ${ref.source}`);
@@ -203,6 +216,7 @@ export function createDataActivities(deps: Deps) {
           const fromShard = shardByName(deps.config, from);
           let beats = 0;
           let rowsCounted = 0;
+          const subUnit = subUnitStream(deps, await rowsOf(deps, ref.unit));
           const r = await applyChangesUntil({
             sourceDsn: fromShard.dsn,
             target: deps.shardPool(to),
@@ -210,6 +224,7 @@ export function createDataActivities(deps: Deps) {
             ...names,
             moveId: ref.moveId,
             stream: ref.direction,
+            subUnit,
             // The source's position now, asked on the round's own bounded session (a pool query could hang on a silent source).
             untilSourceNow: ref.mode === 'now',
             maxDurationMs: ref.maxDurationMs,
@@ -271,7 +286,7 @@ export function createDataActivities(deps: Deps) {
       return typed(
         async () => {
           const { from, to } = ends(ref, ref.direction);
-          const unitRowsSpec = rowsOf(deps, ref.unit);
+          const unitRowsSpec = await rowsOf(deps, ref.unit);
           const tables = await unitTables(deps, from, unitRowsSpec);
           const names = replicationNames(ref.moveId, ref.direction);
           const fromShard = shardByName(deps.config, from);
@@ -299,6 +314,7 @@ export function createDataActivities(deps: Deps) {
               ...names,
               moveId: ref.moveId,
               stream: ref.direction,
+              subUnit: subUnitStream(deps, unitRowsSpec),
               untilSourceNow: true,
               maxDurationMs: 15_000,
               maxTxBytes: deps.config.limits.applyMaxTxBytes,

@@ -59,7 +59,7 @@ export function createLifecycleActivities(deps: Deps) {
     // Before anything is deleted: this side's bucket is its own and the owner's is another one.
     await assertMayDelete(shardBucket(deps, side), shardBucket(deps, p.shard), `delete the copy of ${ref.unit} on ${side}`);
     const pool = deps.shardPool(side);
-    const rows = rowsOf(deps, ref.unit);
+    const rows = await rowsOf(deps, ref.unit);
     const tables = await unitTables(deps, side, rows);
     // Only the unit's rows: its predicate (lib/unit-rows.ts), a tenant's or a bucket's.
     await deleteTenantRows({
@@ -193,7 +193,8 @@ export function createLifecycleActivities(deps: Deps) {
             );
           }
           // Writes that bypassed the fence on the source since it stopped owning the unit.
-          const written = await unownedWritesSinceDisown(deps.shardPool(ref.source), ref.unit);
+          // A sub-unit's rows are audited as its tenant's (no checked unit in a replica session).
+          const written = await unownedWritesSinceDisown(deps.shardPool(ref.source), ref.unit, (await rowsOf(deps, ref.unit)).subUnit?.tenant);
           if (written.count > 0) {
             throw new ShardctlError(
               'PreconditionFailed',

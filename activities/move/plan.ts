@@ -27,6 +27,7 @@ import { assertBucketOf, blobCensus, sharedBucketProblems, unitBlobPrefix, type 
 import { shardByName } from '../../lib/config';
 import { ShardctlError } from '../../lib/errors';
 import { reserveHeadroom } from '../../lib/directory/reservations';
+import { subUnitProblems } from '../../lib/shard/sub-unit-move';
 
 /** Whether the config file (re-read: a `shards add` since this worker started) now names `shard`; a file that does not load names none. */
 function learnsShard(deps: Deps, shard: string): boolean {
@@ -128,7 +129,7 @@ export function createPlanActivities(deps: Deps) {
         const reasons: string[] = [];
         let rows: UnitRows;
         try {
-          rows = rowsOf(deps, unit);
+          rows = await rowsOf(deps, unit);
         } catch (e: any) {
           return { ok: false, reasons: [e?.message ?? String(e)], source: '', epoch: 0, moveId: '', tables: [] };
         }
@@ -182,6 +183,7 @@ export function createPlanActivities(deps: Deps) {
           if (rows.kind === 'tenant') reasons.push(...movabilityProblems(t, col));
           else reasons.push(...(await bucketTableProblems(deps.shardPool(p.shard), t, rows.dataset!)));
         }
+        if (rows.subUnit) reasons.push(...(await subUnitProblems(deps.shardPool(p.shard), p.shard, unit, rows.subUnit, src)));
         reasons.push(...schemaDiff(src, dst));
         // A column a sequence feeds on the source must be fed on the target too, or the tenant's
         // next insert without an explicit id fails on its new owner (DESIGN.md §5.9).

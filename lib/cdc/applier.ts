@@ -32,6 +32,7 @@ import {
   copyInSql,
 } from './statements';
 import { loadTargetTable } from './target-tables';
+import { subUnitVerdict, type SubUnitStream } from './sub-unit-filter';
 import { writeAppliedLsn } from './progress';
 import { recordTouched, deltaLockSql, deltaTrackingSql, MAX_TRACKED_KEYS_PER_TRANSACTION } from './delta';
 
@@ -44,6 +45,8 @@ export interface ApplyStats {
   rowsSkippedIncomplete: number;
   /** Of rowsApplied, INSERTs written by COPY (see InsertsByCopy) rather than by upsert. */
   rowsInsertedByCopy: number;
+  /** Changes of other sub-units than the one moved (a sub-unit move's stream carries its tenant's), not applied. */
+  rowsDropped: number;
 }
 
 /**
@@ -114,7 +117,14 @@ const beginApply = (statementTimeoutMs: number) =>
   ].join('; ');
 
 export class ChangeApplier {
-  readonly stats: ApplyStats = { transactionsApplied: 0, transactionsSkipped: 0, rowsApplied: 0, rowsSkippedIncomplete: 0, rowsInsertedByCopy: 0 };
+  readonly stats: ApplyStats = {
+    transactionsApplied: 0,
+    transactionsSkipped: 0,
+    rowsApplied: 0,
+    rowsSkippedIncomplete: 0,
+    rowsInsertedByCopy: 0,
+    rowsDropped: 0,
+  };
   /** A COPY lost its session (its client-side bound): the session must not be reused. */
   broken = false;
   /** The COPY in flight, if any: resolves to its failure (null: it succeeded). */
@@ -148,6 +158,8 @@ export class ChangeApplier {
     statementTimeoutMs = 0,
     /** Absent: every INSERT is an upsert. */
     private readonly byCopy?: InsertsByCopy,
+    /** A split tenant's sub-unit move: only its changes are applied, the other sub-units' dropped (sub-unit-filter.ts). */
+    private readonly subUnit?: SubUnitStream,
   ) {
     this.beginPositionSql = beginApply(statementTimeoutMs);
     this.beginSql = `${this.beginPositionSql}; ${deltaLockSql(moveId, stream)}; ${deltaTrackingSql(moveId, stream)}`;
@@ -217,6 +229,10 @@ export class ChangeApplier {
       );
     }
     if (tx.skip) return;
+    if (this.subUnit && subUnitVerdict(this.subUnit, msg) === 'drop') {
+      this.stats.rowsDropped++;
+      return;
+    }
     const plan = await this.planFor(msg.relation);
     try {
       if (msg.tag === 'insert') await this.queueInsert(plan, msg);
@@ -235,7 +251,8 @@ export class ChangeApplier {
    */
   applyInsertNow(msg: ChangeMessage): boolean {
     const tx = this.tx;
-    if (!tx || tx.skip || msg.tag !== 'insert' || this.pending.size !== 1) return false;
+    // A sub-unit's stream goes through apply(), which tells its rows from the other sub-units'.
+    if (!tx || tx.skip || msg.tag !== 'insert' || this.pending.size !== 1 || this.subUnit) return false;
     const raw = msg.raw;
     if (!raw || raw.hasUnchanged) return false;
     const plan = this.plans.get(msg.relation.relationOid);

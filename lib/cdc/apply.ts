@@ -11,6 +11,7 @@ import { boundQueries, LINK, nameTimeout, sessionSettings } from '../pg';
 import { ShardctlError } from '../errors';
 import { installShardSchema } from '../shard/schema';
 import { ApplyStats, ChangeApplier } from './applier';
+import type { SubUnitStream } from './sub-unit-filter';
 import { acquireApplyLock, releaseApplyLock, applyLockKey } from './apply-lock';
 import { compareLsn, isLsn, maxLsn, normalizeLsn } from './lsn';
 import { readAppliedLsn } from './progress';
@@ -55,6 +56,8 @@ export interface ApplyChangesOptions {
   moveId: string;
   /** Progress key in shardctl.move_progress, e.g. 'forward' or 'reverse'. */
   stream: string;
+  /** A split tenant's sub-unit move: apply only its changes (lib/cdc/sub-unit-filter.ts). */
+  subUnit?: SubUnitStream;
   /** Stop once the applied LSN is >= this (e.g. the source WAL position recorded after the fence). */
   untilLsn?: string;
   /** Stop at the source's WAL position when the round starts (asked on the round's own bounded session, so a silent source cannot hang the question). */
@@ -268,12 +271,20 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
     if (opts.stream === 'forward' && !upsertsOnly.has(streamKey)) {
       for (const t of await copyProgress(target, opts.moveId)) if (t.done && t.doneAtLsn) safeAfter.set(t.table, t.doneAtLsn);
     }
-    applier = new ChangeApplier(target, opts.moveId, opts.stream, stored ? normalizeLsn(stored) : null, applyQueryTimeoutMs, {
-      safeAfter,
-      client: targetClient,
-      timeoutMs: applyQueryTimeoutMs,
-      refuse: () => upsertsOnly.add(streamKey),
-    });
+    applier = new ChangeApplier(
+      target,
+      opts.moveId,
+      opts.stream,
+      stored ? normalizeLsn(stored) : null,
+      applyQueryTimeoutMs,
+      {
+        safeAfter,
+        client: targetClient,
+        timeoutMs: applyQueryTimeoutMs,
+        refuse: () => upsertsOnly.add(streamKey),
+      },
+      opts.subUnit,
+    );
     const a = applier;
     // The slot delivers nothing before its confirmed position, so we stand at least there (nothing
     // stored yet, or a stale row older than the slot). Never acknowledging below it matters: moving

@@ -6,6 +6,7 @@ import { inTransaction } from '../pg';
 import type { Pool } from 'pg';
 import type { TenantTable } from '../shard/tables';
 import { quoteIdent } from '../shard/tables';
+import { subUnitClauseSql } from '../shard/split-sql';
 import { validateTenantId } from '../ids';
 import { invalidInput } from '../errors';
 import { REPLICA_ROLE_SQL, assertCopyable, columnType } from './sql';
@@ -32,7 +33,7 @@ export async function deleteTenantRows(input: DeleteTenantRowsInput): Promise<{ 
     const pk = table.primaryKey.map(quoteIdent).join(', ');
     const sql =
       `delete from ${table.qualified} where (${pk}) in (select ${pk} from ${table.qualified}` +
-      ` where ${quoteIdent(tenantColumn)} = $1::${columnType(table, tenantColumn)} limit ${batchRows})`;
+      ` where ${quoteIdent(tenantColumn)} = $1::${columnType(table, tenantColumn)}${subUnitClauseSql(table.split)} limit ${batchRows})`;
     let rowsDeleted = 0;
     for (;;) {
       signal?.throwIfAborted();

@@ -4,6 +4,7 @@
 import { escapeLiteral } from 'pg';
 import type { TenantTable } from '../shard/tables';
 import { quoteIdent } from '../shard/tables';
+import { subUnitClauseSql } from '../shard/split-sql';
 import { invalidInput } from '../errors';
 
 /** A primary-key value tuple, each value in its `::text` form, in primary-key column order. */
@@ -66,7 +67,7 @@ export function batchKeyQuery(table: TenantTable, tenantColumn: string, hasLower
   const bound = hasLowerBound ? ` and (${cols('')}) > (${pk.map((c, i) => `$${i + 2}::${columnType(table, c)}`).join(', ')})` : '';
   return (
     `select ${pk.map((c, i) => `s.${quoteIdent(c)}::text as k${i}`).join(', ')} from ${table.qualified} s` +
-    ` where s.${quoteIdent(tenantColumn)} = $1::${columnType(table, tenantColumn)}${bound}` +
+    ` where s.${quoteIdent(tenantColumn)} = $1::${columnType(table, tenantColumn)}${subUnitClauseSql(table.split, 's')}${bound}` +
     (pick === 'last' ? ` order by ${cols(' desc')} limit 1` : ` order by ${cols('')} offset ${Math.trunc(pick.offset)} limit 1`)
   );
 }
@@ -83,7 +84,7 @@ export function copyOutSql(table: TenantTable, tenantColumn: string, unit: strin
   const pk = table.primaryKey;
   const tuple = (k: Key) => `(${k.map((v, i) => typedLiteral(v, columnType(table, pk[i]))).join(', ')})`;
   const where = [
-    `${quoteIdent(tenantColumn)} = ${typedLiteral(unit, columnType(table, tenantColumn))}`,
+    `${quoteIdent(tenantColumn)} = ${typedLiteral(unit, columnType(table, tenantColumn))}${subUnitClauseSql(table.split)}`,
     ...(lastKey ? [`(${list(pk)}) > ${tuple(lastKey)}`] : []),
     `(${list(pk)}) <= ${tuple(endKey)}`,
   ].join(' and ');
@@ -104,7 +105,7 @@ export function copyIntoTableSql(table: TenantTable, format: 'binary' | 'text'):
 export function targetRowsPastQuery(table: TenantTable, tenantColumn: string, hasLowerBound: boolean): string {
   const pk = table.primaryKey;
   const bound = hasLowerBound ? ` and (${list(pk)}) > (${pk.map((c, i) => `$${i + 2}::${columnType(table, c)}`).join(', ')})` : '';
-  return `select 1 from ${table.qualified} where ${quoteIdent(tenantColumn)} = $1::${columnType(table, tenantColumn)}${bound} limit 1`;
+  return `select 1 from ${table.qualified} where ${quoteIdent(tenantColumn)} = $1::${columnType(table, tenantColumn)}${subUnitClauseSql(table.split)}${bound} limit 1`;
 }
 
 export const STAGE_TABLE = 'shardctl_copy_stage';

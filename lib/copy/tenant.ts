@@ -3,6 +3,7 @@
 import type { Pool } from 'pg';
 import type { TenantTable } from '../shard/tables';
 import { quoteIdent } from '../shard/tables';
+import { subUnitClauseSql } from '../shard/split-sql';
 import { validateTenantId } from '../ids';
 import { columnType } from './sql';
 import { CopyTableInput, CopyTableResult, copyTenantTable, validateCopyInput } from './table';
@@ -30,7 +31,7 @@ export async function copyTenant(input: CopyTenantInput): Promise<{ tables: Copy
 export async function estimateRows(source: Pool, table: TenantTable, tenantColumn: string, unit: string): Promise<number> {
   validateTenantId(unit);
   const r = await source.query(
-    `select count(*)::bigint as n from ${table.qualified} where ${quoteIdent(tenantColumn)} = $1::${columnType(table, tenantColumn)}`,
+    `select count(*)::bigint as n from ${table.qualified} where ${quoteIdent(tenantColumn)} = $1::${columnType(table, tenantColumn)}${subUnitClauseSql(table.split)}`,
     [unit],
   );
   return Number(r.rows[0].n);

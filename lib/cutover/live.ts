@@ -9,6 +9,7 @@ import { measuredPauseMs, frozenForMs } from '../directory/moves';
 import { randomUUID } from 'node:crypto';
 import { freezeSource, unfreeze, acceptEpoch, disown, takeBackAcceptance, pinFreeze } from '../shard/fence';
 import { applyChangesUntil, currentWalLsn } from '../cdc';
+import type { SubUnitStream } from '../cdc/sub-unit-filter';
 import { openFinalApply, type FinalApply } from './final-apply';
 import { fingerprintUnit, fingerprintUnitKeys, fingerprintDiff } from '../validate/fingerprint';
 import { readDelta } from '../cdc/delta';
@@ -32,6 +33,10 @@ export interface LiveCutoverEnv {
   tenantColumn: string;
   /** Default: the unit's name (a tenant). */
   unitValue?: string;
+  /** A split tenant's sub-unit: its K, which the next owner's fence records when it accepts (acceptEpoch). */
+  splitWays?: number;
+  /** A split tenant's sub-unit: the stream filter its final apply keeps to (lib/cdc/sub-unit-filter.ts). */
+  subUnit?: SubUnitStream;
   tables(): Promise<TenantTable[]>;
   /**
    * The whole-prefix blob sync (lib/blobs/copy.ts): before the freeze, and the final delta of a unit
@@ -107,7 +112,7 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
     e.stop.abort(new Error('the cutover attempt ended before its final blob sync did'));
     await e.done.catch(() => {});
   }
-  const applyNames = { ...replicationNames(moveId, plan.direction), moveId, stream: plan.direction } as const;
+  const applyNames = { ...replicationNames(moveId, plan.direction), moveId, stream: plan.direction, subUnit: env.subUnit } as const;
   // Inside the frozen window every wait is bounded by the budget, not by the catch-up's own bounds
   // (a 10 s receive deadline, 30 s statements): a next owner that stops answering mid-apply must end
   // the attempt (and unfreeze) within the budget.
@@ -306,7 +311,7 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
       // bypassing its fence) is in its write audit instead: any since the delta started fails the compare.
       const bypass =
         keys && delta.tracked
-          ? unownedWritesSince(env.nextPool, unit, { snapshot: delta.sinceSnapshot, epochSeconds: delta.since })
+          ? unownedWritesSince(env.nextPool, env.subUnit?.tenant ?? unit, { snapshot: delta.sinceSnapshot, epochSeconds: delta.since })
           : Promise.resolve({ count: 0, example: null });
       const blobIndex = tables.find((t) => `${t.schema}.${t.name}` === BLOB_INDEX_QUALIFIED);
       // Bounded only when the whole-prefix sync of this attempt, just before the freeze, found the
@@ -386,7 +391,7 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
       if (freezeGen === undefined) throw new Error(`switch of ${unit} without a freeze of this attempt`);
       let accepted: Awaited<ReturnType<typeof acceptEpoch>>;
       try {
-        accepted = await acceptEpoch(env.nextPool, unit, newEpoch, freezeGen);
+        accepted = await acceptEpoch(env.nextPool, unit, newEpoch, freezeGen, env.splitWays);
       } catch (e: any) {
         // The next owner did not answer (down, partitioned, too slow): nothing is switched, so
         // fail open now instead of holding the pinned freeze until a later attempt takes it over

@@ -7,6 +7,8 @@ import type { Connections } from '../connections';
 import { countUnitRows, listTenantTables } from '../shard/tables';
 import { listBlobs, unitBlobPrefix } from '../blobs';
 import { unitRows } from '../unit-rows';
+import { parseUnit } from '../buckets/units';
+import { getSplit } from '../directory/splits';
 import { renderTable } from '../text-table';
 
 export interface DeletionPreview {
@@ -21,14 +23,19 @@ export interface DeletionPreview {
 
 export async function previewUnitDeletion(config: Config, conns: Connections, shard: string, unit: string): Promise<DeletionPreview> {
   const pool = conns.shardPool(shard);
-  const rows = unitRows(config, unit);
+  // A split tenant's sub-unit: its rows are the tenant's in its sub-unit of the directory's K.
+  const p = parseUnit(unit);
+  const split = p.kind === 'tenant' && p.path.length > 0 ? await getSplit(conns.directoryPool(), p.tenant) : undefined;
+  const rows = unitRows(config, unit, split);
   const tables = await listTenantTables(pool, rows.tables);
   const counted = [];
   for (const table of tables) counted.push({ table: `${table.schema}.${table.name}`, rows: await countUnitRows(pool, table, rows.column, rows.value) });
   const bucket = shardByName(config, shard).bucket;
-  // A tenant's objects under tenants/<id>/, a bucket unit's under datasets/<dataset>/<n>/.
-  const blobPrefix = unitBlobPrefix(unit);
-  const blobs = await listBlobs(conns.s3For(shard), bucket, blobPrefix);
+  // A tenant's objects under tenants/<id>/, a bucket unit's under datasets/<dataset>/<n>/; a split
+  // sub-unit has none (a split tenant holds no blobs).
+  const withBlobs = !rows.subUnit;
+  const blobPrefix = withBlobs ? unitBlobPrefix(unit) : '';
+  const blobs = withBlobs ? await listBlobs(conns.s3For(shard), bucket, blobPrefix) : [];
   return { unit, shard, bucket, blobPrefix, blobs: blobs.length, blobBytes: blobs.reduce((n, b) => n + b.size, 0), tables: counted };
 }
 

@@ -3,7 +3,7 @@
 // buckets of bucket-routed datasets (a bucket moves like a tenant; one of a dataset the config does
 // not name counts for load but is never planned, since no move could select its rows). A unit on a
 // shard outside the allowlist is never planned either: nothing may connect to that shard. Nor is a
-// split tenant's sub-unit (`tenant split`): its moves are not supported yet.
+// split tenant's sub-unit (`tenant split`): the planner does not plan sub-unit moves yet (an operator moves one with `move start --unit T:k`).
 // Node-only (reads the directory); the arithmetic is lib/rebalance/plan.ts.
 import type { Pool } from 'pg';
 import type { Queryable } from '../directory/db';
@@ -85,7 +85,10 @@ export async function planFromDirectory(
         : p.kind === 'bucket' && !datasets.has(bucketDataset(p.unit))
           ? { unmovable: `is a bucket of dataset ${bucketDataset(p.unit)}, which the config does not name` }
           : isSubUnit(p.unit)
-            ? { unmovable: 'is a split sub-unit: moving sub-units is not supported yet (docs/architecture.md, "Splitting a tenant")' }
+            ? {
+                unmovable:
+                  'is a split sub-unit: rebalance does not plan sub-unit moves yet (move it with `shardctl move start --unit`; docs/architecture.md, "Splitting a tenant")',
+              }
             : {}),
     })),
     scope,

@@ -76,6 +76,7 @@
 //    REPEATABLE READ / SERIALIZABLE (FOR SHARE).
 
 import { createHash } from 'node:crypto';
+import { splitIndexSql } from './split-sql';
 
 export const FENCE_LOCK_CLASS = 421;
 
@@ -314,10 +315,7 @@ export type RowUnitSql = (row: 'new' | 'old') => string;
 export function splitRowUnitSql(tenantColumn: string, splitColumn: string): RowUnitSql {
   const ways = 'shardctl.split_ways_of(shardctl.checked_unit())';
   return (row) => {
-    const digest = `pg_catalog.sha256(pg_catalog.convert_to((${row}.${quoteIdent(splitColumn)})::pg_catalog.text, 'UTF8'))`;
-    const half = `((('x' operator(pg_catalog.||) pg_catalog.encode(pg_catalog.substr(${digest}, 1, 8), 'hex'))::pg_catalog.bit(64) operator(pg_catalog.>>) 1)::pg_catalog.int8)`;
-    const low = `(pg_catalog.get_byte(${digest}, 7) operator(pg_catalog.&) 1)`;
-    const index = `((2 operator(pg_catalog.*) (${half} operator(pg_catalog.%) ${ways}) operator(pg_catalog.+) ${low}) operator(pg_catalog.%) ${ways})`;
+    const index = splitIndexSql(`${row}.${quoteIdent(splitColumn)}`, ways);
     return (
       `(case when ${ways} operator(pg_catalog.=) 0 then (${row}.${quoteIdent(tenantColumn)})::pg_catalog.text ` +
       `else (${row}.${quoteIdent(tenantColumn)})::pg_catalog.text operator(pg_catalog.||) ':' operator(pg_catalog.||) ${index}::pg_catalog.text end)`

@@ -81,6 +81,11 @@ export async function setUnitFence(
     leaseMs?: number;
     /** Raising for the cutover freeze of this directory generation: refused if a later freeze raised it. */
     freezeGen?: number;
+    /**
+     * A split tenant's sub-unit: the row records its K (`split_ways`, what the fence triggers read
+     * through split_ways_of) when it has none; a row's K is never changed (a split is never undone).
+     */
+    splitWays?: number;
   } = {},
 ): Promise<{ ok: boolean; current: FenceState | undefined; waitedMs: number }> {
   return inTransaction(pool, async (c) => {
@@ -139,16 +144,17 @@ export async function setUnitFence(
       return { ok: true, current, waitedMs };
     }
     await c.query(
-      `insert into shardctl.fence(unit, epoch, owned, frozen, freeze_token, accept_gen, frozen_until, freeze_gen, freeze_snapshot, updated_at)
-       values ($1, $2, $3, $4, $5, $6, pg_catalog.clock_timestamp() + $7::bigint * interval '1 millisecond', $8, $9::pg_snapshot, now())
+      `insert into shardctl.fence(unit, epoch, owned, frozen, freeze_token, accept_gen, frozen_until, freeze_gen, freeze_snapshot, split_ways, updated_at)
+       values ($1, $2, $3, $4, $5, $6, pg_catalog.clock_timestamp() + $7::bigint * interval '1 millisecond', $8, $9::pg_snapshot, $10, now())
        on conflict (unit) do update set epoch = excluded.epoch, owned = excluded.owned, frozen = excluded.frozen,
+         split_ways = coalesce(shardctl.fence.split_ways, excluded.split_ways),
          freeze_token = excluded.freeze_token, accept_gen = excluded.accept_gen, frozen_until = excluded.frozen_until,
          freeze_gen = greatest(shardctl.fence.freeze_gen, excluded.freeze_gen),
          -- raised from open: this freeze's snapshot; a takeover or re-raise keeps the earlier (older) one
          freeze_snapshot = case when excluded.frozen and (not shardctl.fence.frozen or shardctl.fence.freeze_snapshot is null)
                                 then excluded.freeze_snapshot else shardctl.fence.freeze_snapshot end,
          updated_at = now()`,
-      [next.unit, next.epoch, next.owned, next.frozen, token, acceptGen, leaseMs, opts.freezeGen ?? null, freezeSnapshot],
+      [next.unit, next.epoch, next.owned, next.frozen, token, acceptGen, leaseMs, opts.freezeGen ?? null, freezeSnapshot, opts.splitWays ?? null],
     );
     return { ok: true, current: await getUnitFence(c, next.unit), waitedMs };
   });
@@ -220,10 +226,11 @@ export function unfreeze(pool: Pool, unit: string, epoch: number, tokens?: strin
  * The new owner accepts writes at `epoch` (the switch's first half). With `gen` (the directory
  * generation of the accepting attempt's freeze), refused when an attempt of a later freeze already
  * accepted this epoch here: a superseded attempt cannot overwrite, and so later take back, the
- * acceptance of the attempt that will switch.
+ * acceptance of the attempt that will switch. A split tenant's sub-unit passes its K (`splitWays`):
+ * the new owner's fence must know it, or it would test the sub-unit's rows as the tenant's (SC403).
  */
-export function acceptEpoch(pool: Pool, unit: string, epoch: number, gen?: number) {
-  return setUnitFence(pool, { unit, epoch, owned: true, frozen: false }, { acceptGen: gen });
+export function acceptEpoch(pool: Pool, unit: string, epoch: number, gen?: number, splitWays?: number) {
+  return setUnitFence(pool, { unit, epoch, owned: true, frozen: false }, { acceptGen: gen, splitWays });
 }
 
 /**

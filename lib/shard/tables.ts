@@ -3,6 +3,7 @@
 // so copies and deletes are dependency-safe. Also says why a table cannot be moved.
 import { escapeIdentifier, type Pool, type PoolClient } from 'pg';
 import { ShardctlError } from '../errors';
+import { subUnitClauseSql, type TableSubUnit } from './split-sql';
 
 export interface TenantColumn {
   name: string;
@@ -21,6 +22,8 @@ export interface TenantTable {
   replicaIdentity: 'default' | 'full' | 'index' | 'nothing';
   /** Tenant tables this one references (qualified names). */
   references: string[];
+  /** A sub-unit move's part of this table (UnitTableSelector.subUnit): its rows are those of the tenant in sub-unit `index`. */
+  split?: TableSubUnit;
 }
 
 /** A quoted SQL identifier (pg's escapeIdentifier); refuses what no identifier can be. */
@@ -32,7 +35,7 @@ export function quoteIdent(s: string): string {
 
 /** How many rows of the unit the table holds on this shard. */
 export async function countUnitRows(db: Pool | PoolClient, t: TenantTable, column: string, unit: string): Promise<number> {
-  const r = await db.query(`select count(*) as n from ${t.qualified} where ${quoteIdent(column)} = $1`, [unit]);
+  const r = await db.query(`select count(*) as n from ${t.qualified} where ${quoteIdent(column)} = $1${subUnitClauseSql(t.split)}`, [unit]);
   return Number(r.rows[0].n);
 }
 
@@ -43,7 +46,7 @@ export async function countUnitRows(db: Pool | PoolClient, t: TenantTable, colum
 export async function estimateUnitBytes(db: Pool | PoolClient, t: TenantTable, column: string, unit: string, rows: number, sample = 1000): Promise<number> {
   if (rows <= 0) return 0;
   const r = await db.query(
-    `select count(*) as n, coalesce(sum(pg_column_size(s.*)), 0) as bytes from (select * from ${t.qualified} where ${quoteIdent(column)} = $1 limit $2) s`,
+    `select count(*) as n, coalesce(sum(pg_column_size(s.*)), 0) as bytes from (select * from ${t.qualified} where ${quoteIdent(column)} = $1${subUnitClauseSql(t.split)} limit $2) s`,
     [unit, sample],
   );
   const n = Number(r.rows[0].n);
@@ -66,6 +69,12 @@ export interface UnitTableSelector {
    * tenant table shardctl owns, outside the application's schemas and whatever `tables` names.
    */
   blobIndex?: boolean;
+  /**
+   * A split tenant's sub-unit (docs/architecture.md, "Splitting a tenant"): every table listed is
+   * annotated with its split column (`columns`, `schema.table` → column: config.tenant.splitColumns),
+   * and a table without one is refused (its rows' sub-unit is unknown).
+   */
+  subUnit?: { ways: number; index: number; columns: Record<string, string> };
 }
 
 /** The selector of a config's tenant tables: its tenant schemas (or tables), and the blob index. */
@@ -133,7 +142,19 @@ export async function listTenantTables(db: Pool | PoolClient, opts: UnitTableSel
   for (const c of cols.rows) byOid.get(c.oid)!.columns.push({ name: c.name, type: c.type, generated: c.generated, notNull: c.not_null });
   for (const p of pks.rows) byOid.get(p.oid)!.primaryKey = parsePgArray(p.cols);
   for (const f of fks.rows) if (f.oid !== f.ref) byOid.get(f.oid)!.references.push(byOid.get(f.ref)!.qualified);
+  if (opts.subUnit) for (const t of byOid.values()) t.split = tableSubUnit(t, opts.subUnit);
   return orderByDependencies([...byOid.values()]);
+}
+
+/** A table's sub-unit part, or InvalidInput when it has no split column (configured and present). */
+function tableSubUnit(t: TenantTable, s: NonNullable<UnitTableSelector['subUnit']>): TableSubUnit {
+  const name = `${t.schema}.${t.name}`;
+  const column = s.columns[name];
+  if (column === undefined)
+    throw new ShardctlError('InvalidInput', `${name} has no split column in config.tenant.splitColumns: a sub-unit's rows there are unknown`);
+  if (!t.columns.some((c) => c.name === column))
+    throw new ShardctlError('InvalidInput', `${name} has no column ${column} (its split column in config.tenant.splitColumns)`);
+  return { column, ways: s.ways, index: s.index };
 }
 
 function parsePgArray(v: unknown): string[] {

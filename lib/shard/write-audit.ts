@@ -142,15 +142,18 @@ export async function unownedWritesSince(
  * may not have carried before the switch: every one not visible in the snapshot of the freeze
  * that the switch followed (its transaction committed after the freeze began, whenever it began),
  * or, for a fence frozen by an older shardctl, since the fence last changed (the disown).
+ * `auditUnit`: the unit the audit names the rows by, when it is not `unit`: a replica session has
+ * no checked unit, so a split tenant's rows are audited as the tenant's, and a sub-unit's move
+ * counts every bypassing write of its tenant (more than its own rows: it errs on the side of refusing).
  */
-export async function unownedWritesSinceDisown(pool: Pool, unit: string): Promise<{ count: number; example: string | null }> {
+export async function unownedWritesSinceDisown(pool: Pool, unit: string, auditUnit = unit): Promise<{ count: number; example: string | null }> {
   const r = await pool.query(
     `select count(*)::int as n, min(w.application_name) as app
-       from shardctl.unowned_writes w join shardctl.fence f on f.unit = w.unit
-      where w.unit = $1
+       from shardctl.unowned_writes w join shardctl.fence f on f.unit = $1
+      where w.unit = $2
         and case when f.freeze_snapshot is not null and w.xid is not null then not pg_catalog.pg_visible_in_snapshot(w.xid, f.freeze_snapshot)
                  else w.at >= f.updated_at and not coalesce(w.owned, false) end`,
-    [unit],
+    [unit, auditUnit],
   );
   return { count: Number(r.rows[0].n), example: r.rows[0].app ?? null };
 }

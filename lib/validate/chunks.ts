@@ -6,6 +6,7 @@
 import type { TenantTable } from '../shard/tables';
 import { quoteIdent } from '../shard/tables';
 import { KeyColumn, compareUtf8, keyOrderFor, orderExpression } from './keys';
+import { subUnitClauseSql } from '../shard/split-sql';
 
 /** A primary-key range `(after, upTo]` of the range columns (null: open on that side). */
 export interface KeyRange {
@@ -66,7 +67,7 @@ export function chunkSql(table: TenantTable, tenantColumn: string, unit: string,
   const params = (from: number) => `(${cols.map((k, i) => `$${from + i}::${k.type}`).join(', ')})`;
   const where = (r: KeyRange) => {
     const values: unknown[] = [unit];
-    let sql = `r.${quoteIdent(tenantColumn)} = $1::${tenantType}`;
+    let sql = `r.${quoteIdent(tenantColumn)} = $1::${tenantType}${subUnitClauseSql(table.split, 'r')}`;
     if (r.after) {
       sql += ` and ${tuple('r')} > ${params(values.length + 1)}`;
       values.push(...r.after);

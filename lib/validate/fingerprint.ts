@@ -9,6 +9,7 @@ import type { TenantTable } from '../shard/tables';
 import { quoteIdent } from '../shard/tables';
 import { STABLE_TEXT_SETTINGS_SQL } from '../copy/sql';
 import { compareUtf8 } from './keys';
+import { subUnitClauseSql } from '../shard/split-sql';
 
 export interface TableFingerprint {
   table: string;
@@ -24,7 +25,7 @@ export function fingerprintSql(t: TenantTable, tenantColumn: string): string {
   const row = `row(${columns.map((c) => `x.${quoteIdent(c)}`).join(', ')})::text`;
   return (
     `select count(*)::bigint as n, coalesce(md5(string_agg(${row}, E'\\n' order by ${order})), '') as h` +
-    ` from ${t.qualified} x where x.${quoteIdent(tenantColumn)} = $1`
+    ` from ${t.qualified} x where x.${quoteIdent(tenantColumn)} = $1${subUnitClauseSql(t.split, 'x')}`
   );
 }
 
@@ -49,7 +50,7 @@ export function fingerprintKeysSql(t: TenantTable, tenantColumn: string): string
   return (
     `select count(*)::bigint as n, coalesce(md5(string_agg(${row}, E'\\n' order by ${order})), '') as h` +
     ` from (select distinct ${keyVals} from unnest($2::text[]) u) k` +
-    ` cross join lateral (select * from ${t.qualified} x where ${tc} = $1 and ${match} offset 0) x`
+    ` cross join lateral (select * from ${t.qualified} x where ${tc} = $1${subUnitClauseSql(t.split, 'x')} and ${match} offset 0) x`
   );
 }
 

@@ -36,8 +36,8 @@ describe('unit row predicate', () => {
     expect(() => unitRows(config, 'bucket:small:07')).toThrow(/not a bucket of small/);
   });
 
-  it('refuses split sub-units and names of no kind', () => {
-    expect(() => unitRows(config, 'acme:1')).toThrow(/sub-unit/);
+  it("refuses a sub-unit whose split is not given (K is the directory's), and names of no kind", () => {
+    expect(() => unitRows(config, 'acme:1')).toThrow(/split sub-unit, and the split of acme is not known/);
     expect(() => unitRows(config, 'Acme')).toThrow(/invalid tenant id/);
     expect(() => validateUnitName('bucket:events')).toThrow(/invalid tenant id|invalid unit/);
     expect(validateUnitName('bucket:events:0042')).toBe('bucket:events:0042');
