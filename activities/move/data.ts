@@ -5,14 +5,28 @@ import { randomUUID } from 'node:crypto';
 import { shardByName } from '../../lib/config';
 import { z } from 'zod';
 import type { Deps } from '../deps';
-import { moveRef, rowsOf, unitTables, beat, activitySignal, parse, typed, typedByProgress, syncUnitBlobs, compareUnitBlobs, unitIndex } from './context';
+import {
+  moveRef,
+  rowsOf,
+  unitTables,
+  beat,
+  activitySignal,
+  parse,
+  typed,
+  typedByProgress,
+  priorHeartbeat,
+  syncUnitBlobs,
+  compareUnitBlobs,
+  unitIndex,
+} from './context';
 import { replicationNames } from '../../lib/ids';
 import { ensurePublicationAndSlot, applyChangesUntil, currentWalLsn, slotLagBytes } from '../../lib/cdc';
 import { copyTenantTable, copyProgress } from '../../lib/copy';
 import { recordReverseStart, hasStreamProgress } from '../../lib/cdc/progress';
-import { startDelta } from '../../lib/cdc/delta';
+import { deltaTokenOf, startDelta } from '../../lib/cdc/delta';
 import { switchDetail } from '../../lib/directory/moves';
-import { validateTenant, formatMismatch, persistentMismatches } from '../../lib/validate';
+import { validateTenant, formatMismatch, persistentMismatches, type ValidationProgress } from '../../lib/validate';
+import { recordedValidation } from '../../lib/validate/progress';
 import { recordManifest, ensureManifestTable } from '../../lib/blobs';
 import { activityLog } from '../../lib/obs/log';
 
@@ -265,8 +279,13 @@ export function createDataActivities(deps: Deps) {
     /**
      * Every row, every column, both directions, plus blob manifests. Never throws on a mismatch.
      * Under live writes a mismatch must persist identically across rounds separated by a catch-up.
+     * Resumable: each key range found equal is recorded in the heartbeat with the delta token, and
+     * the next attempt compares only the rest, if the delta still runs under that token (tracking
+     * that started before the first range, so together they cover every row; lib/cdc/delta.ts).
      */
-    async validateMove(input: z.infer<typeof setupInput>): Promise<{ ok: boolean; mismatches: string[]; rows: number; rounds: number; deltaToken: string }> {
+    async validateMove(
+      input: z.infer<typeof setupInput>,
+    ): Promise<{ ok: boolean; mismatches: string[]; rows: number; rounds: number; deltaToken: string; resumedRows: number }> {
       const ref = parse(setupInput, input);
       return typed(
         async () => {
@@ -276,9 +295,19 @@ export function createDataActivities(deps: Deps) {
           const names = replicationNames(ref.moveId, ref.direction);
           const fromShard = shardByName(deps.config, from);
           // From here on the applier records every key it writes (lib/cdc/delta.ts): once this
-          // comparison passes, the cutover compares only those under the fence.
-          const deltaToken = randomUUID();
-          await startDelta(deps.shardPool(to), ref.moveId, ref.direction, deltaToken);
+          // comparison passes, the cutover compares only those under the fence. A resumed attempt
+          // keeps the tracking its ranges were compared under: a restart would forget the keys
+          // changed since them.
+          const prior = recordedValidation(priorHeartbeat());
+          const resume = prior !== undefined && (await deltaTokenOf(deps.shardPool(to), ref.moveId, ref.direction)) === prior.token;
+          const deltaToken = resume ? prior.token : randomUUID();
+          if (!resume) await startDelta(deps.shardPool(to), ref.moveId, ref.direction, deltaToken);
+          const progress: ValidationProgress = resume ? prior.tables : {};
+          const resumedRows = Object.values(progress).reduce((n, p) => n + p.rows, 0);
+          if (resume)
+            activityLog().info({ resumedRows, tables: Object.keys(progress).length }, 'validation resumes from the ranges the last attempt found equal');
+          let rounds = 1;
+          const beatProgress = () => beat({ round: rounds, validated: { token: deltaToken, tables: progress } });
           const check = () =>
             validateTenant({
               source: deps.shardPool(from),
@@ -287,11 +316,12 @@ export function createDataActivities(deps: Deps) {
               tenantColumn: unitRowsSpec.column,
               unit: unitRowsSpec.value,
               maxReport: 500,
+              progress,
+              onProgress: beatProgress,
             });
           let report = await check();
-          let rounds = 1;
           while (!report.ok && rounds < 5) {
-            beat({ round: rounds });
+            beatProgress();
             await applyChangesUntil({
               sourceDsn: fromShard.dsn,
               target: deps.shardPool(to),
@@ -303,8 +333,8 @@ export function createDataActivities(deps: Deps) {
               maxDurationMs: 15_000,
               maxTxBytes: deps.config.limits.applyMaxTxBytes,
             });
-            report = persistentMismatches(report, await check());
             rounds++;
+            report = persistentMismatches(report, await check());
           }
           beat();
           const mismatches: string[] = report.ok ? [] : formatMismatch(report).split('\n').filter(Boolean).slice(0, 20);
@@ -336,7 +366,7 @@ export function createDataActivities(deps: Deps) {
           deps.metrics?.validationMismatches.set({ unit: ref.unit, move_id: ref.moveId }, mismatches.length);
           if (mismatches.length) activityLog().warn({ mismatches: mismatches.length, first: mismatches[0] }, 'validation found differences');
           await deps.faultPoint('after-validate');
-          return { ok: mismatches.length === 0, mismatches, rows, rounds, deltaToken };
+          return { ok: mismatches.length === 0, mismatches, rows, rounds, deltaToken, resumedRows };
         },
         { doing: `validate ${flow(ref, ref.direction)}: every row and blob, both directions` },
       );

@@ -60,12 +60,15 @@ export interface CompareInput {
   /** Called with the table's equal ranges each time a range is found equal. */
   onEqual?: (p: EqualRanges) => void;
   onRange?: (e: RangeEvent) => void;
-  /** A range whose comparison fails with a connection error is redone on new sessions up to this many times. Default 3. */
+  /**
+   * A range whose comparison fails with a connection error is redone on new sessions, with half
+   * the rows each time, up to this many times. Default 5.
+   */
   reconnects?: number;
 }
 
 export const DEFAULT_CHUNK_ROWS = 20_000;
-export const DEFAULT_RANGE_RECONNECTS = 3;
+export const DEFAULT_RANGE_RECONNECTS = 5;
 
 /** Rows per FETCH adapt to keep each round trip near this many bytes (TOASTed values are large). */
 const FETCH_TARGET_BYTES = 8 * 1024 * 1024;
@@ -121,7 +124,7 @@ class SessionPair {
  * Compares the unit's rows of one table range by range, in key order: a range's boundary, its
  * hashes on both sides and, if they differ, its rows, each range within one snapshot per side.
  * A range cut by a connection error is redone from its start on new sessions (new snapshots),
- * at most `reconnects` times; any other error ends the comparison. Ranges compared in different
+ * with half the rows, at most `reconnects` times; any other error ends the comparison. Ranges compared in different
  * snapshots are sound for the same reason the source and target snapshots need not agree: what
  * changes after a range was compared reaches the target through the stream, whose delta (started
  * before the first range) the cutover compares under the fence.
@@ -159,11 +162,11 @@ export async function compareTenantRows(input: CompareInput): Promise<TableValid
   const sessions = new SessionPair(input.source, input.target);
 
   /** One range from `after`, ending at the next boundary or at `upTo`. */
-  const compareRange = async (after: string[] | null, upTo: string[] | null) => {
+  const compareRange = async (after: string[] | null, upTo: string[] | null, rows: number) => {
     const { src, tgt } = await sessions.open();
     let end = upTo;
     if (range) {
-      const b = await boundary(src, sql.boundary(after, chunkRows - 1, upTo));
+      const b = await boundary(src, sql.boundary(after, rows - 1, upTo));
       if (b) end = b;
     }
     const r: KeyRange = { after, upTo: end };
@@ -180,22 +183,28 @@ export async function compareTenantRows(input: CompareInput): Promise<TableValid
     return { range: r, s, t, diff };
   };
 
+  // A cut range is redone with half the rows (a link that closes every connection after so many
+  // bytes cuts a differing range's row read at the same place each time); each range after one
+  // that went through takes twice as many again, up to chunkRows.
+  let rows = chunkRows;
   try {
     for (const gap of gapsOf(equal)) {
       for (let after = gap.after; ;) {
         let step: Awaited<ReturnType<typeof compareRange>>;
         for (let attempt = 0; ; attempt++) {
           try {
-            step = await compareRange(after, gap.upTo);
+            step = await compareRange(after, gap.upTo, rows);
             break;
           } catch (err) {
             sessions.drop(err as Error);
             if (!isConnectionError(err) || attempt >= reconnects) throw err;
             retried++;
             input.onRange?.({ table: name, range: { after, upTo: gap.upTo }, outcome: 'cut' });
+            rows = Math.max(1, Math.floor(rows / 2));
             await sleep(100 * (attempt + 1));
           }
         }
+        rows = Math.min(chunkRows, rows * 2);
         hashed++;
         res.sourceRows += step.s.n;
         res.targetRows += step.t.n;
