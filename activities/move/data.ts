@@ -337,6 +337,9 @@ export function createDataActivities(deps: Deps) {
             report = persistentMismatches(report, await check());
           }
           beat();
+          const sum = (f: (r: NonNullable<(typeof report.tables)[number]['ranges']>) => number | undefined) =>
+            report.tables.reduce((n, t) => n + (t.ranges ? (f(t.ranges) ?? 0) : 0), 0);
+          activityLog().info({ rounds, rangesHashed: sum((r) => r.hashed), rangesRetried: sum((r) => r.retried), resumedRows }, 'validation compared the rows');
           const mismatches: string[] = report.ok ? [] : formatMismatch(report).split('\n').filter(Boolean).slice(0, 20);
           // Blobs: sync the delta first (new objects keep arriving before the fence), then compare;
           // like rows, only a difference that persists across rounds is reported.
