@@ -25,7 +25,7 @@ import { copyTenantTable, copyProgress } from '../../lib/copy';
 import { recordReverseStart, hasStreamProgress } from '../../lib/cdc/progress';
 import { deltaTokenOf, startDelta } from '../../lib/cdc/delta';
 import { switchDetail } from '../../lib/directory/moves';
-import { validateTenant, formatMismatch, persistentMismatches, type ValidationProgress } from '../../lib/validate';
+import { validateTenant, formatMismatch, persistentMismatches, type TenantValidation, type ValidationProgress } from '../../lib/validate';
 import { recordedValidation } from '../../lib/validate/progress';
 import { recordManifest, ensureManifestTable } from '../../lib/blobs';
 import { activityLog } from '../../lib/obs/log';
@@ -308,6 +308,15 @@ export function createDataActivities(deps: Deps) {
             activityLog().info({ resumedRows, tables: Object.keys(progress).length }, 'validation resumes from the ranges the last attempt found equal');
           let rounds = 1;
           const beatProgress = () => beat({ round: rounds, validated: { token: deltaToken, tables: progress } });
+          // Over every round of this attempt, for the log line below.
+          const compared = { rangesHashed: 0, rangesRetried: 0 };
+          const tally = (r: TenantValidation) => {
+            for (const t of r.tables) {
+              compared.rangesHashed += t.ranges?.hashed ?? 0;
+              compared.rangesRetried += t.ranges?.retried ?? 0;
+            }
+            return r;
+          };
           const check = () =>
             validateTenant({
               source: deps.shardPool(from),
@@ -318,7 +327,7 @@ export function createDataActivities(deps: Deps) {
               maxReport: 500,
               progress,
               onProgress: beatProgress,
-            });
+            }).then(tally);
           let report = await check();
           while (!report.ok && rounds < 5) {
             beatProgress();
@@ -337,9 +346,7 @@ export function createDataActivities(deps: Deps) {
             report = persistentMismatches(report, await check());
           }
           beat();
-          const sum = (f: (r: NonNullable<(typeof report.tables)[number]['ranges']>) => number | undefined) =>
-            report.tables.reduce((n, t) => n + (t.ranges ? (f(t.ranges) ?? 0) : 0), 0);
-          activityLog().info({ rounds, rangesHashed: sum((r) => r.hashed), rangesRetried: sum((r) => r.retried), resumedRows }, 'validation compared the rows');
+          activityLog().info({ rounds, ...compared, resumedRows }, 'validation compared the rows');
           const mismatches: string[] = report.ok ? [] : formatMismatch(report).split('\n').filter(Boolean).slice(0, 20);
           // Blobs: sync the delta first (new objects keep arriving before the fence), then compare;
           // like rows, only a difference that persists across rounds is reported.
