@@ -15,7 +15,7 @@ import * as H from '../helpers/move';
 import { shardByName } from '../../lib/config';
 import { openPool } from '../../lib/connections';
 import { listTenantTables, quoteIdent, TenantTable } from '../../lib/shard/tables';
-import { compareTenantRows, type EqualRanges, type RangeEvent } from '../../lib/validate';
+import { compareTenantRows, type CompareInput, type EqualRanges, type RangeEvent } from '../../lib/validate';
 import { DEFAULT_RANGE_RECONNECTS } from '../../lib/validate/compare';
 import { recordedValidation } from '../../lib/validate/progress';
 import { startDelta } from '../../lib/cdc/delta';
@@ -83,6 +83,10 @@ async function unitOnBoth(prefix: string): Promise<string> {
   return unit;
 }
 
+/** The unit's rows of `table` compared with its source read through the link, in ranges of CHUNK rows. */
+const compareViaLink = (unit: string, o: Partial<CompareInput> = {}) =>
+  compareTenantRows({ source: viaLink, target, table, tenantColumn: 'tenant_id', unit, chunkRows: CHUNK, ...o });
+
 /** Range comparisons per range (by where it starts), from the events. */
 function attemptsPerRange(events: RangeEvent[]): Map<string, number> {
   const n = new Map<string, number>();
@@ -101,7 +105,7 @@ describe('validation under repeated source cuts', () => {
     await link.limitData(LIMIT);
     const events: RangeEvent[] = [];
     try {
-      const r = await compareTenantRows({ source: viaLink, target, table, tenantColumn: 'tenant_id', unit, chunkRows: CHUNK, onRange: (e) => events.push(e) });
+      const r = await compareViaLink(unit, { onRange: (e) => events.push(e) });
       const cuts = events.filter((e) => e.outcome === 'cut').length;
       console.log(`validate-resume: ${r.ranges?.hashed} ranges, ${cuts} cut and redone, ${r.ranges?.retried ?? 0} retried`);
       expect(r).toMatchObject({ sourceRows: ROWS, targetRows: ROWS, missingCount: 0, extraCount: 0, differentCount: 1 });
@@ -135,9 +139,7 @@ describe('validation under repeated source cuts', () => {
     await link.limitData(LIMIT);
     const events: RangeEvent[] = [];
     try {
-      await expect(
-        compareTenantRows({ source: viaLink, target, table: only, tenantColumn: 'tenant_id', unit, chunkRows: CHUNK, onRange: (e) => events.push(e) }),
-      ).rejects.toThrow(/does not exist/);
+      await expect(compareViaLink(unit, { table: only, onRange: (e) => events.push(e) })).rejects.toThrow(/does not exist/);
       expect(events).toEqual([]);
     } finally {
       await link.heal();
@@ -151,13 +153,7 @@ describe('validation under repeated source cuts', () => {
     let recorded: EqualRanges | undefined;
     try {
       await expect(
-        compareTenantRows({
-          source: viaLink,
-          target,
-          table,
-          tenantColumn: 'tenant_id',
-          unit,
-          chunkRows: CHUNK,
+        compareViaLink(unit, {
           reconnects: 0,
           onRange: (e) => first.push(e),
           onEqual: (p) => (recorded = p),
@@ -172,16 +168,7 @@ describe('validation under repeated source cuts', () => {
     // Compared in key order: what was found equal is one range from the start.
     expect(recorded?.equal).toEqual([{ after: null, upTo: equalFirst.at(-1)!.range.upTo }]);
     const second: RangeEvent[] = [];
-    const r = await compareTenantRows({
-      source: viaLink,
-      target,
-      table,
-      tenantColumn: 'tenant_id',
-      unit,
-      chunkRows: CHUNK,
-      resume: recorded,
-      onRange: (e) => second.push(e),
-    });
+    const r = await compareViaLink(unit, { resume: recorded, onRange: (e) => second.push(e) });
     expect(r).toMatchObject({ sourceRows: ROWS, targetRows: ROWS, missingCount: 0, extraCount: 0, differentCount: 0 });
     expect(r.ranges).toMatchObject({ hashed: Math.ceil((ROWS - recorded!.rows) / CHUNK), read: 0, resumedRows: recorded!.rows });
     const again = second.filter((e) => equalFirst.some((f) => JSON.stringify(f.range) === JSON.stringify(e.range)));
