@@ -123,6 +123,15 @@ export function beat(details?: unknown): void {
   ctx.heartbeat(heartbeatDetails(s));
 }
 
+/** The last heartbeat's details of the previous attempt of this activity (undefined: a first attempt, or a direct call). */
+export function priorHeartbeat(): unknown {
+  try {
+    return Context.current().info.heartbeatDetails;
+  } catch {
+    return undefined; /* not in an activity context */
+  }
+}
+
 /** Says, in the heartbeat, what the activity is doing now (names only: tables, shards, steps). */
 export function doing(what: string): void {
   try {

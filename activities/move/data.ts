@@ -15,6 +15,7 @@ import {
   parse,
   typed,
   typedByProgress,
+  priorHeartbeat,
   syncUnitBlobs,
   compareUnitBlobs,
   unitIndex,
@@ -23,9 +24,10 @@ import { replicationNames } from '../../lib/ids';
 import { ensurePublicationAndSlot, applyChangesUntil, currentWalLsn, slotLagBytes } from '../../lib/cdc';
 import { copyTenantTable, copyProgress } from '../../lib/copy';
 import { recordReverseStart, hasStreamProgress } from '../../lib/cdc/progress';
-import { startDelta } from '../../lib/cdc/delta';
+import { deltaTokenOf, startDelta } from '../../lib/cdc/delta';
 import { switchDetail } from '../../lib/directory/moves';
-import { validateTenant, formatMismatch, persistentMismatches } from '../../lib/validate';
+import { validateTenant, formatMismatch, persistentMismatches, type TenantValidation, type ValidationProgress } from '../../lib/validate';
+import { recordedValidation } from '../../lib/validate/progress';
 import { recordManifest, ensureManifestTable } from '../../lib/blobs';
 import { activityLog } from '../../lib/obs/log';
 
@@ -280,8 +282,13 @@ export function createDataActivities(deps: Deps) {
     /**
      * Every row, every column, both directions, plus blob manifests. Never throws on a mismatch.
      * Under live writes a mismatch must persist identically across rounds separated by a catch-up.
+     * Resumable: each key range found equal is recorded in the heartbeat with the delta token, and
+     * the next attempt compares only the rest, if the delta still runs under that token (tracking
+     * that started before the first range, so together they cover every row; lib/cdc/delta.ts).
      */
-    async validateMove(input: z.infer<typeof setupInput>): Promise<{ ok: boolean; mismatches: string[]; rows: number; rounds: number; deltaToken: string }> {
+    async validateMove(
+      input: z.infer<typeof setupInput>,
+    ): Promise<{ ok: boolean; mismatches: string[]; rows: number; rounds: number; deltaToken: string; resumedRows: number }> {
       const ref = parse(setupInput, input);
       return typed(
         async () => {
@@ -291,9 +298,28 @@ export function createDataActivities(deps: Deps) {
           const names = replicationNames(ref.moveId, ref.direction);
           const fromShard = shardByName(deps.config, from);
           // From here on the applier records every key it writes (lib/cdc/delta.ts): once this
-          // comparison passes, the cutover compares only those under the fence.
-          const deltaToken = randomUUID();
-          await startDelta(deps.shardPool(to), ref.moveId, ref.direction, deltaToken);
+          // comparison passes, the cutover compares only those under the fence. A resumed attempt
+          // keeps the tracking its ranges were compared under: a restart would forget the keys
+          // changed since them.
+          const prior = recordedValidation(priorHeartbeat());
+          const resume = prior !== undefined && (await deltaTokenOf(deps.shardPool(to), ref.moveId, ref.direction)) === prior.token;
+          const deltaToken = resume ? prior.token : randomUUID();
+          if (!resume) await startDelta(deps.shardPool(to), ref.moveId, ref.direction, deltaToken);
+          const progress: ValidationProgress = resume ? prior.tables : {};
+          const resumedRows = Object.values(progress).reduce((n, p) => n + p.rows, 0);
+          if (resume)
+            activityLog().info({ resumedRows, tables: Object.keys(progress).length }, 'validation resumes from the ranges the last attempt found equal');
+          let rounds = 1;
+          const beatProgress = () => beat({ round: rounds, validated: { token: deltaToken, tables: progress } });
+          // Over every round of this attempt, for the log line below.
+          const compared = { rangesHashed: 0, rangesRetried: 0 };
+          const tally = (r: TenantValidation) => {
+            for (const t of r.tables) {
+              compared.rangesHashed += t.ranges?.hashed ?? 0;
+              compared.rangesRetried += t.ranges?.retried ?? 0;
+            }
+            return r;
+          };
           const check = () =>
             validateTenant({
               source: deps.shardPool(from),
@@ -302,11 +328,12 @@ export function createDataActivities(deps: Deps) {
               tenantColumn: unitRowsSpec.column,
               unit: unitRowsSpec.value,
               maxReport: 500,
-            });
+              progress,
+              onProgress: beatProgress,
+            }).then(tally);
           let report = await check();
-          let rounds = 1;
           while (!report.ok && rounds < 5) {
-            beat({ round: rounds });
+            beatProgress();
             await applyChangesUntil({
               sourceDsn: fromShard.dsn,
               target: deps.shardPool(to),
@@ -319,10 +346,11 @@ export function createDataActivities(deps: Deps) {
               maxDurationMs: 15_000,
               maxTxBytes: deps.config.limits.applyMaxTxBytes,
             });
-            report = persistentMismatches(report, await check());
             rounds++;
+            report = persistentMismatches(report, await check());
           }
           beat();
+          activityLog().info({ rounds, ...compared, resumedRows }, 'validation compared the rows');
           const mismatches: string[] = report.ok ? [] : formatMismatch(report).split('\n').filter(Boolean).slice(0, 20);
           // Blobs: sync the delta first (new objects keep arriving before the fence), then compare;
           // like rows, only a difference that persists across rounds is reported.
@@ -352,7 +380,7 @@ export function createDataActivities(deps: Deps) {
           deps.metrics?.validationMismatches.set({ unit: ref.unit, move_id: ref.moveId }, mismatches.length);
           if (mismatches.length) activityLog().warn({ mismatches: mismatches.length, first: mismatches[0] }, 'validation found differences');
           await deps.faultPoint('after-validate');
-          return { ok: mismatches.length === 0, mismatches, rows, rounds, deltaToken };
+          return { ok: mismatches.length === 0, mismatches, rows, rounds, deltaToken, resumedRows };
         },
         { doing: `validate ${flow(ref, ref.direction)}: every row and blob, both directions` },
       );

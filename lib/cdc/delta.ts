@@ -51,6 +51,12 @@ export async function startDelta(pool: Pool, moveId: string, stream: string, tok
   });
 }
 
+/** The token of the running tracking (null: none): a start under another token forgot what this one recorded. */
+export async function deltaTokenOf(pool: Pool, moveId: string, stream: string): Promise<string | null> {
+  const r = await pool.query<{ token: string | null }>('select token from shardctl.move_delta_since where move_id = $1 and stream = $2', [moveId, stream]);
+  return r.rows[0]?.token ?? null;
+}
+
 /**
  * Records the keys a target transaction wrote (table -> JSON arrays of the key's text values), if
  * tracking is on; `overflow` records that there were too many to list. Inside the apply

@@ -19,8 +19,11 @@ export interface ChunkSql {
   rows: (r: KeyRange) => { text: string; values: unknown[] };
   /** One row: `n` (rows) and `h` (their hash, as text) of the range. */
   hash: (r: KeyRange) => { text: string; values: unknown[] };
-  /** The range columns' text of the key `offset` rows past `after` (none: the range runs to the end). */
-  boundary: (after: string[] | null, offset: number) => { text: string; values: unknown[] };
+  /**
+   * The range columns' text of the key `offset` rows past `after`, at most `upTo` (none: the
+   * range runs to `upTo`, or to the end).
+   */
+  boundary: (after: string[] | null, offset: number, upTo?: string[] | null) => { text: string; values: unknown[] };
 }
 
 export function keyColumns(table: TenantTable): KeyColumn[] {
@@ -94,8 +97,8 @@ export function chunkSql(table: TenantTable, tenantColumn: string, unit: string,
         values: w.values,
       };
     },
-    boundary: (after, offset) => {
-      const w = where({ after, upTo: null });
+    boundary: (after, offset, upTo = null) => {
+      const w = where({ after, upTo });
       const select = cols.map((k) => `r.${quoteIdent(k.name)}::text`).join(', ');
       return {
         text: `select ${select} from ${table.qualified} r where ${w.sql} order by ${cols.map((k) => `r.${quoteIdent(k.name)}`).join(', ')} offset ${Math.trunc(offset)} limit 1`,
@@ -105,14 +108,48 @@ export function chunkSql(table: TenantTable, tenantColumn: string, unit: string,
   };
 }
 
-/** Ranges covering every key from boundaries in increasing order: (-inf, b1], (b1, b2], ..., (bn, +inf). */
-export function rangesFrom(boundaries: string[][]): KeyRange[] {
+/** A table's key ranges found equal on both sides, merged and in key order, and the source rows they hold. */
+export interface EqualRanges {
+  equal: KeyRange[];
+  rows: number;
+}
+
+const sameKey = (a: string[] | null, b: string[] | null) => (a === null || b === null ? a === b : a.length === b.length && a.every((v, i) => v === b[i]));
+
+/** The ranges not covered by `equal` (disjoint, in key order), in key order: what is left to compare. */
+export function gapsOf(equal: KeyRange[]): KeyRange[] {
   const out: KeyRange[] = [];
-  let after: string[] | null = null;
-  for (const b of boundaries) {
-    out.push({ after, upTo: b });
-    after = b;
+  let from: string[] | null = null;
+  for (const e of equal) {
+    if (!sameKey(e.after, from)) out.push({ after: from, upTo: e.after });
+    if (e.upTo === null) return out;
+    from = e.upTo;
   }
-  out.push({ after, upTo: null });
+  out.push({ after: from, upTo: null });
   return out;
+}
+
+/**
+ * `equal` with the range `r` (which lies in one of its gaps) added, neighbours that meet merged:
+ * a unit compared in order stays one range however many chunks it took.
+ */
+export function withEqual(equal: KeyRange[], r: KeyRange, cmp: (a: string[], b: string[]) => number): KeyRange[] {
+  const out = equal.map((e) => ({ ...e }));
+  let i = out.findIndex((e) => e.after !== null && r.upTo !== null && cmp(e.after, r.upTo) >= 0);
+  if (i < 0) i = out.length;
+  out.splice(i, 0, { ...r });
+  if (i + 1 < out.length && out[i].upTo !== null && sameKey(out[i].upTo, out[i + 1].after)) out.splice(i, 2, { after: out[i].after, upTo: out[i + 1].upTo });
+  if (i > 0 && out[i - 1].upTo !== null && sameKey(out[i - 1].upTo, out[i].after)) out.splice(i - 1, 2, { after: out[i - 1].after, upTo: out[i].upTo });
+  return out;
+}
+
+/**
+ * Whether recorded ranges fit the table's range columns (null: the table is one range): a
+ * record from another shape of key (a schema changed between attempts) is not resumed from.
+ */
+export function fitsRangeColumns(equal: KeyRange[], range: KeyColumn[] | null): boolean {
+  const width = range?.length ?? 0;
+  const ok = (k: string[] | null) => k === null || (width > 0 && k.length === width && k.every((v) => typeof v === 'string'));
+  if (width === 0) return equal.every((e) => e.after === null && e.upTo === null);
+  return equal.every((e) => ok(e.after) && ok(e.upTo));
 }
