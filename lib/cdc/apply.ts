@@ -346,6 +346,18 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
         }
       };
 
+      // A full group with more already waiting: sent without waiting for the target (see
+      // ChangeApplier.commitPipelined); the previous one is acknowledged once its outcome is read.
+      const commitPipelined = async () => {
+        const t0 = Date.now();
+        const before = a.applied;
+        if (await a.commitPipelined()) lastCommitMs = Date.now() - t0;
+        if (a.applied !== null && a.applied !== before) {
+          await s.acknowledge(a.applied);
+          await report();
+        }
+      };
+
       let sinceYield = 0;
       for (;;) {
         if (++sinceYield >= YIELD_EVERY_ITEMS) {
@@ -364,7 +376,7 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
         // Between source transactions only (the loop turns once per message).
         const throttled = !a.inTransaction && !!opts.rowsPerSecond && opts.rowsPerSecond > 0;
         if (throttled && !(untilLsn && compareLsn(a.pendingEnd ?? position(), untilLsn) >= 0)) {
-          const aheadMs = ((a.stats.rowsApplied + a.pendingRows) / opts.rowsPerSecond!) * 1000 - (now - startedAt);
+          const aheadMs = ((a.stats.rowsApplied + a.inFlightRows + a.pendingRows) / opts.rowsPerSecond!) * 1000 - (now - startedAt);
           if (aheadMs > 0) {
             await commitPending();
             // Throttled past the budget: stop here; the rest waits in the slot for the next round.
@@ -381,7 +393,10 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
           const idle = opts.idleStopMs !== undefined && caughtUpSince !== null && now - caughtUpSince >= opts.idleStopMs;
           const late = now >= deadline.softAt;
           // Group commit: the target transaction stays open only while more is already waiting.
-          if (a.pendingTransactions > 0 && (reachedUntil || idle || late || groupFull(a, lastCommitMs) || s.queuedItems === 0)) await commitPending();
+          if (a.pendingTransactions > 0 || a.commitInFlight) {
+            if (reachedUntil || idle || late || s.queuedItems === 0) await commitPending();
+            else if (a.pendingTransactions > 0 && groupFull(a, lastCommitMs)) await commitPipelined();
+          }
           if (reachedUntil || idle || late) {
             stopReason = reachedUntil ? 'until' : idle ? 'idle' : 'deadline';
             break;
