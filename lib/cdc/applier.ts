@@ -152,7 +152,9 @@ export class ChangeApplier {
   private touched = new Map<string, Set<string>>();
   private touchedCount = 0;
   /** The delta is tracked (asked at the open target transaction's BEGIN, under the delta lock): off, keys are not collected. */
-  private tracking = false;
+  private tracking: boolean | 'unknown' = false;
+  /** While tracking is unknown (a BEGIN not answered yet): the keys touched, as plan, key, plan, key, …; kept once it is known to be on. */
+  private unsure: (RelationPlan | (string | null)[])[] = [];
   private readonly beginSql: string;
   private readonly beginPositionSql: string;
 
@@ -233,12 +235,14 @@ export class ChangeApplier {
         // The previous group's COMMIT is still on the session: this BEGIN queues behind it, and the
         // group is built meanwhile. Until its answer says whether the delta is tracked, keys are
         // collected; the first statement sent waits for the answer (settle).
-        this.tracking = true;
+        this.tracking = 'unknown';
         // Chained (not queued in the client: node-postgres is dropping its query queue), sent once the COMMIT is answered.
         const begin = () => this.client.query(this.beginSql) as unknown as Promise<QueryResult<{ tracking: boolean }>>;
         const open = this.committing.sent.then(begin).then((r) => {
           this.tracking = trackingOf(r);
-          if (!this.tracking) this.dropTouched();
+          const unsure = this.unsure;
+          this.unsure = [];
+          for (let i = 0; i < unsure.length; i += 2) this.touch(unsure[i] as RelationPlan, unsure[i + 1] as (string | null)[]);
         });
         this.inflight = open.then(
           () => null,
@@ -371,7 +375,7 @@ export class ChangeApplier {
   async commitPipelined(): Promise<boolean> {
     if (this.tx) throw new Error('commitPipelined inside a source transaction');
     const g = this.group;
-    if (!g || g.lastEnd === null || this.tracking) return this.commitPending(); // a tracked group's keys are read at commit: as before
+    if (!g || g.lastEnd === null || this.tracking !== false) return this.commitPending(); // a tracked group's keys are recorded at commit: as before
     await this.flush();
     // Before this group's COMMIT can be sent: the previous one's outcome.
     await this.collectCommit();
@@ -428,6 +432,7 @@ export class ChangeApplier {
   private dropTouched(): void {
     this.touched = new Map();
     this.touchedCount = 0;
+    this.unsure = [];
   }
 
   /** Discards the open target transaction: everything since the last durable commit is redelivered later. */
@@ -501,6 +506,10 @@ export class ChangeApplier {
   /** Notes a key this transaction writes (or may write), for the stream's delta. */
   private touch(plan: RelationPlan, key: (string | null)[]): void {
     // Past the bound only the overflow is recorded (the cutover then compares the whole unit).
+    if (this.tracking === 'unknown') {
+      this.unsure.push(plan, key);
+      return;
+    }
     if (!this.tracking || ++this.touchedCount > MAX_TRACKED_KEYS_PER_TRANSACTION) return;
     let set = this.touched.get(plan.display);
     if (!set) this.touched.set(plan.display, (set = new Set()));
