@@ -377,8 +377,7 @@ export class ChangeApplier {
     const g = this.group;
     if (!g || g.lastEnd === null || this.tracking !== false) return this.commitPending(); // a tracked group's keys are recorded at commit: as before
     await this.flush();
-    // Before this group's COMMIT can be sent: the previous one's outcome.
-    await this.collectCommit();
+    await this.collectCommit(); // before this group's COMMIT can be sent: the previous one's outcome
     const last = this.inflight ?? Promise.resolve(null);
     this.inflight = null;
     g.rows -= this.flushMisses;
