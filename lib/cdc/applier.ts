@@ -1,6 +1,7 @@
 // The apply dispatcher: source transactions (Begin..Commit) are applied in the replica session role
 // inside a target transaction that commits them, whole, together with the applied LSN (DESIGN.md
-// §4.3); consecutive small source transactions may share one target transaction (group commit).
+// §4.3); consecutive small source transactions may share one target transaction (group commit),
+// and a full group's COMMIT may be in flight while the next group is built (commitPipelined).
 // Invariants: a transaction whose commit is at or before the stored LSN is skipped (redelivery never
 // double-applies); unchanged TOAST values are never written; TRUNCATE is refused, never applied;
 // a key's changes apply in source order. Changes are batched per table (multi-row upsert, DELETE

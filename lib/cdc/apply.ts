@@ -156,8 +156,9 @@ const RECORD_INTERVAL_MS = 1000;
 const PROGRESS_INTERVAL_MS = 500;
 /**
  * Group commit bounds: source transactions and rows per target transaction, and how long one stays
- * open. Each commit stalls the pipeline (the last COPY, the progress row and the commit's flush are
- * waited for with nothing else in flight), so a backlog goes in big groups: at 200 ms / 200
+ * open. A commit that waits stalls the pipeline (the last COPY, the progress row and the commit's
+ * flush with nothing else in flight; a full group with more queued is now pipelined instead,
+ * ChangeApplier.commitPipelined), so a backlog goes in big groups: at 200 ms / 200
  * transactions a 100-row-statement backlog committed every ~10k rows and spent a third of its time
  * there. The row bound keeps one group's keys under the delta's per-transaction bound (an insert
  * touches one key), so a tracked catch-up does not overflow into a whole-unit comparison.
