@@ -2363,4 +2363,32 @@ export const MUTATIONS: Mutation[] = [
     testFile: 'test/integration/validate-resume.test.ts',
     testName: 'an attempt whose delta was restarted since the last one',
   },
+  {
+    id: 'pipelined-commit-waits-previous',
+    guarantee:
+      "a pipelined group commit sends its COMMIT only once the previous group is known committed: a group the target refused must not be covered by a later group's progress row (§4.3, exactly-once)",
+    file: 'lib/cdc/applier.ts',
+    from: "await this.collectCommit(); // before this group's COMMIT can be sent: the previous one's outcome",
+    to: '// mutated: the previous outcome not read',
+    testFile: 'test/integration/cdc-pipelined-commit.test.ts',
+    testName: 'a group whose COMMIT the target refuses keeps every later group from committing',
+  },
+  {
+    id: 'pipelined-commit-rollback-answer',
+    guarantee: 'a pipelined group counts as applied only if its COMMIT answered COMMIT (an aborted transaction answers ROLLBACK, not an error)',
+    file: 'lib/cdc/applier.ts',
+    from: "if (c.value?.command !== 'COMMIT') {",
+    to: 'if (false) {',
+    testFile: 'test/unit/cdc-applier.test.ts',
+    testName: 'a group whose COMMIT did not commit keeps the next group from committing',
+  },
+  {
+    id: 'pipelined-begin-keeps-keys',
+    guarantee: 'a group begun behind a COMMIT in flight records in the delta every key it applied before its BEGIN answered that the delta is tracked',
+    file: 'lib/cdc/applier.ts',
+    from: 'this.unsure.push(plan, key);',
+    to: '// mutated: keys dropped while tracking is unknown',
+    testFile: 'test/integration/cdc-pipelined-commit.test.ts',
+    testName: 'a delta started while groups are pipelined records every key applied after the start',
+  },
 ];

@@ -1,6 +1,7 @@
 // The apply dispatcher: source transactions (Begin..Commit) are applied in the replica session role
 // inside a target transaction that commits them, whole, together with the applied LSN (DESIGN.md
-// §4.3); consecutive small source transactions may share one target transaction (group commit).
+// §4.3); consecutive small source transactions may share one target transaction (group commit),
+// and a full group's COMMIT may be in flight while the next group is built (commitPipelined).
 // Invariants: a transaction whose commit is at or before the stored LSN is skipped (redelivery never
 // double-applies); unchanged TOAST values are never written; TRUNCATE is refused, never applied;
 // a key's changes apply in source order. Changes are batched per table (multi-row upsert, DELETE
@@ -116,6 +117,16 @@ const beginApply = (statementTimeoutMs: number) =>
     "SELECT CASE WHEN current_setting('synchronous_commit') = 'off' THEN set_config('synchronous_commit', 'on', true) END",
   ].join('; ');
 
+interface Group {
+  lastEnd: string | null;
+  txns: number;
+  changed: number;
+  rows: number;
+  incomplete: number;
+  copied: number;
+  openedAt: number;
+}
+
 export class ChangeApplier {
   readonly stats: ApplyStats = {
     transactionsApplied: 0,
@@ -139,12 +150,22 @@ export class ChangeApplier {
   private flushMisses = 0;
   /** The open target transaction: the source transactions it holds, not yet durable. */
   /** `changed`: the source transactions among `txns` that changed rows (not only a logical message, e.g. another move's fence marker). */
-  private group: { lastEnd: string | null; txns: number; changed: number; rows: number; incomplete: number; copied: number; openedAt: number } | null = null;
+  private group: Group | null = null;
+  /**
+   * A group whose COMMIT was sent by commitPipelined() and whose outcome is not read yet: its
+   * last COPY, progress row and COMMIT are on the session, ahead of the next group's statements.
+   * It counts as applied only once collectCommit() has read all of them succeed, and the next
+   * group's COMMIT is never sent before that (should it have failed, the next group's progress
+   * row would cover source transactions that were never applied).
+   */
+  private committing: { done: Promise<void>; group: Group; sent: Promise<void> } | null = null;
   /** Keys written in the open target transaction, per table, for the stream's delta (delta.ts). */
   private touched = new Map<string, Set<string>>();
   private touchedCount = 0;
   /** The delta is tracked (asked at the open target transaction's BEGIN, under the delta lock): off, keys are not collected. */
-  private tracking = false;
+  private tracking: boolean | 'unknown' = false;
+  /** While tracking is unknown (a BEGIN not answered yet): the keys touched, as plan, key, plan, key, …; kept once it is known to be on. */
+  private unsure: (RelationPlan | (string | null)[])[] = [];
   private readonly beginSql: string;
   private readonly beginPositionSql: string;
 
@@ -172,7 +193,12 @@ export class ChangeApplier {
 
   /** A target transaction is open (a source transaction in hand, or a group awaiting commit). */
   get targetTransactionOpen(): boolean {
-    return this.group !== null;
+    return this.group !== null || this.committing !== null;
+  }
+
+  /** A group's COMMIT was sent (commitPipelined) and its outcome not read yet. */
+  get commitInFlight(): boolean {
+    return this.committing !== null;
   }
 
   /** Source transactions applied in the open target transaction but not yet committed there. */
@@ -185,9 +211,14 @@ export class ChangeApplier {
     return this.group?.rows ?? 0;
   }
 
+  /** Rows of the group whose COMMIT is in flight (commitPipelined): not in stats yet. */
+  get inFlightRows(): number {
+    return this.committing?.group.rows ?? 0;
+  }
+
   /** End LSN of the last source transaction in the open target transaction. */
   get pendingEnd(): string | null {
-    return this.group?.lastEnd ?? null;
+    return this.group?.lastEnd ?? this.committing?.group.lastEnd ?? null;
   }
 
   get pendingSinceMs(): number {
@@ -205,15 +236,35 @@ export class ChangeApplier {
   async begin(finalLsn: string): Promise<void> {
     if (this.tx) throw new ShardctlError('Conflict', `pgoutput protocol error: BEGIN ${finalLsn} inside the open transaction ${this.tx.finalLsn}`);
     // The stored LSN is a commit end (or a keepalive position): a commit that starts before it is already applied.
-    const upTo = this.group?.lastEnd ?? this.applied;
+    const upTo = this.group?.lastEnd ?? this.committing?.group.lastEnd ?? this.applied;
     const skip = upTo !== null && compareLsn(finalLsn, upTo) < 0;
     this.tx = { finalLsn, skip, rows: 0, incomplete: 0, byCopy: new Map() };
     if (!skip && !this.group) {
       this.group = { lastEnd: null, txns: 0, changed: 0, rows: 0, incomplete: 0, copied: 0, openedAt: Date.now() }; // before BEGIN: a failed BEGIN still needs a ROLLBACK
-      await this.settle();
-      const r = (await this.client.query(this.beginSql)) as unknown as QueryResult<{ tracking: boolean }> | QueryResult<{ tracking: boolean }>[];
       // Not known to be off (an unexpected answer): keys are collected, and recordTouched's own check decides.
-      this.tracking = (Array.isArray(r) ? r[r.length - 1] : r)?.rows?.[0]?.tracking !== false;
+      const trackingOf = (r: QueryResult<{ tracking: boolean }> | QueryResult<{ tracking: boolean }>[]) =>
+        (Array.isArray(r) ? r[r.length - 1] : r)?.rows?.[0]?.tracking !== false;
+      if (this.committing) {
+        // The previous group's COMMIT is still on the session: this BEGIN queues behind it, and the
+        // group is built meanwhile. Until its answer says whether the delta is tracked, keys are
+        // collected; the first statement sent waits for the answer (settle).
+        this.tracking = 'unknown';
+        // Chained (not queued in the client: node-postgres is dropping its query queue), sent once the COMMIT is answered.
+        const begin = () => this.client.query(this.beginSql) as unknown as Promise<QueryResult<{ tracking: boolean }>>;
+        const open = this.committing.sent.then(begin).then((r) => {
+          this.tracking = trackingOf(r);
+          const unsure = this.unsure;
+          this.unsure = [];
+          for (let i = 0; i < unsure.length; i += 2) this.touch(unsure[i] as RelationPlan, unsure[i + 1] as (string | null)[]);
+        });
+        this.inflight = open.then(
+          () => null,
+          (e) => e ?? new Error('BEGIN failed'),
+        );
+      } else {
+        await this.settle();
+        this.tracking = trackingOf((await this.client.query(this.beginSql)) as unknown as QueryResult<{ tracking: boolean }>);
+      }
     }
   }
 
@@ -289,7 +340,7 @@ export class ChangeApplier {
       return false;
     }
     const g = this.group!;
-    const upTo = g.lastEnd ?? this.applied;
+    const upTo = g.lastEnd ?? this.committing?.group.lastEnd ?? this.applied;
     if (upTo !== null && compareLsn(endLsn, upTo) <= 0) {
       throw new ShardctlError('Conflict', `commit ${endLsn} is not after the applied position ${upTo}: the stream went backwards`); // cannot happen given the BEGIN check
     }
@@ -305,13 +356,19 @@ export class ChangeApplier {
   async commitPending(): Promise<boolean> {
     if (this.tx) throw new Error('commitPending inside a source transaction');
     const g = this.group;
-    if (!g) return false;
+    if (!g) {
+      const collected = this.committing !== null;
+      await this.collectCommit();
+      return collected;
+    }
     if (g.lastEnd === null) {
+      await this.collectCommit();
       await this.rollback();
       return false;
     }
     await this.flush();
     await this.settle();
+    await this.collectCommit();
     g.rows -= this.flushMisses;
     g.incomplete += this.flushMisses;
     this.flushMisses = 0;
@@ -319,25 +376,91 @@ export class ChangeApplier {
     await writeAppliedLsn(this.client, this.moveId, this.stream, g.lastEnd, 'commit');
     await this.client.query('COMMIT');
     this.group = null;
-    this.touched = new Map();
-    this.touchedCount = 0;
+    this.dropTouched();
+    this.committed(g);
+    return true;
+  }
+
+  /**
+   * commitPending() without waiting for the target: the group's last COPY, its progress row and
+   * COMMIT are sent (in that order, on the one session) and the next group is built, and its
+   * statements queued behind them, while the target writes and flushes this one. Exactly-once is
+   * kept by order: the session runs them one after another, and the next group's COMMIT is sent
+   * only once this one's outcome was read and every part succeeded (collectCommit, here and in
+   * commitPending, recordPosition, rollback). Returns true if a group was sent; `applied` moves
+   * when the previous one is collected.
+   */
+  async commitPipelined(): Promise<boolean> {
+    if (this.tx) throw new Error('commitPipelined inside a source transaction');
+    const g = this.group;
+    if (!g || g.lastEnd === null || this.tracking !== false) return this.commitPending(); // a tracked group's keys are recorded at commit: as before
+    await this.flush();
+    await this.collectCommit(); // before this group's COMMIT can be sent: the previous one's outcome
+    const last = this.inflight ?? Promise.resolve(null);
+    this.inflight = null;
+    g.rows -= this.flushMisses;
+    g.incomplete += this.flushMisses;
+    this.flushMisses = 0;
+    const end = g.lastEnd;
+    // One after another on the session: the last COPY, the progress row (not after a failed COPY:
+    // the transaction is aborted), then COMMIT, which ends the transaction either way.
+    const progress = last.then((failed) => {
+      if (failed) throw failed;
+      return writeAppliedLsn(this.client, this.moveId, this.stream, end, 'commit');
+    });
+    const sendCommit = () => this.client.query('COMMIT') as Promise<QueryResult>;
+    const commit = progress.then(sendCommit, sendCommit);
+    const done = Promise.allSettled([progress, commit]).then(([p, c]) => {
+      if (p.status === 'rejected') throw p.reason;
+      if (c.status === 'rejected') throw c.reason;
+      // An aborted transaction answers COMMIT with ROLLBACK, not an error.
+      if (c.value?.command !== 'COMMIT') {
+        throw new ShardctlError('Unavailable', `the target did not commit the group ending at ${end} (it answered ${c.value?.command})`, { lsn: end }, true);
+      }
+    });
+    done.catch(() => {}); // read by collectCommit
+    const sent = commit.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.committing = { done, group: g, sent };
+    this.group = null;
+    this.dropTouched();
+    return true;
+  }
+
+  /** Reads the outcome of the group commitPipelined() sent (throws its failure): it is applied from here on. */
+  private async collectCommit(): Promise<void> {
+    const c = this.committing;
+    if (!c) return;
+    this.committing = null;
+    await c.done;
+    this.committed(c.group);
+  }
+
+  private committed(g: Group): void {
     this.applied = g.lastEnd;
     this.stats.transactionsApplied += g.changed;
     this.stats.rowsApplied += g.rows;
     this.stats.rowsSkippedIncomplete += g.incomplete;
     this.stats.rowsInsertedByCopy += g.copied;
-    return true;
+  }
+
+  private dropTouched(): void {
+    this.touched = new Map();
+    this.touchedCount = 0;
+    this.unsure = [];
   }
 
   /** Discards the open target transaction: everything since the last durable commit is redelivered later. */
   async rollback(): Promise<void> {
-    const open = this.group !== null;
+    const open = this.group !== null || this.committing !== null;
     this.tx = null;
     this.group = null;
     this.pending = new Map();
     this.flushMisses = 0;
-    this.touched = new Map();
-    this.touchedCount = 0;
+    this.dropTouched();
+    await this.collectCommit().catch(() => {}); // a group sent before: applied if it committed, else redelivered
     await this.settle().catch(() => {}); // its failure is what is being rolled back
     if (open) await this.client.query('ROLLBACK');
   }
@@ -349,6 +472,7 @@ export class ChangeApplier {
    */
   async recordPosition(lsn: string): Promise<boolean> {
     if (this.tx || this.group) throw new Error('recordPosition with a transaction open');
+    await this.collectCommit();
     if (this.applied !== null && compareLsn(lsn, this.applied) <= 0) return false;
     await this.settle();
     await this.client.query(this.beginPositionSql);
@@ -399,6 +523,10 @@ export class ChangeApplier {
   /** Notes a key this transaction writes (or may write), for the stream's delta. */
   private touch(plan: RelationPlan, key: (string | null)[]): void {
     // Past the bound only the overflow is recorded (the cutover then compares the whole unit).
+    if (this.tracking === 'unknown') {
+      this.unsure.push(plan, key);
+      return;
+    }
     if (!this.tracking || ++this.touchedCount > MAX_TRACKED_KEYS_PER_TRANSACTION) return;
     let set = this.touched.get(plan.display);
     if (!set) this.touched.set(plan.display, (set = new Set()));

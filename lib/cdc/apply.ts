@@ -159,8 +159,9 @@ const RECORD_INTERVAL_MS = 1000;
 const PROGRESS_INTERVAL_MS = 500;
 /**
  * Group commit bounds: source transactions and rows per target transaction, and how long one stays
- * open. Each commit stalls the pipeline (the last COPY, the progress row and the commit's flush are
- * waited for with nothing else in flight), so a backlog goes in big groups: at 200 ms / 200
+ * open. A commit that waits stalls the pipeline (the last COPY, the progress row and the commit's
+ * flush with nothing else in flight; a full group with more queued is now pipelined instead,
+ * ChangeApplier.commitPipelined), so a backlog goes in big groups: at 200 ms / 200
  * transactions a 100-row-statement backlog committed every ~10k rows and spent a third of its time
  * there. The row bound keeps one group's keys under the delta's per-transaction bound (an insert
  * touches one key), so a tracked catch-up does not overflow into a whole-unit comparison.
@@ -357,6 +358,18 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
         }
       };
 
+      // A full group with more already waiting: sent without waiting for the target (see
+      // ChangeApplier.commitPipelined); the previous one is acknowledged once its outcome is read.
+      const commitPipelined = async () => {
+        const t0 = Date.now();
+        const before = a.applied;
+        if (await a.commitPipelined()) lastCommitMs = Date.now() - t0;
+        if (a.applied !== null && a.applied !== before) {
+          await s.acknowledge(a.applied);
+          await report();
+        }
+      };
+
       let sinceYield = 0;
       for (;;) {
         if (++sinceYield >= YIELD_EVERY_ITEMS) {
@@ -375,7 +388,7 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
         // Between source transactions only (the loop turns once per message).
         const throttled = !a.inTransaction && !!opts.rowsPerSecond && opts.rowsPerSecond > 0;
         if (throttled && !(untilLsn && compareLsn(a.pendingEnd ?? position(), untilLsn) >= 0)) {
-          const aheadMs = ((a.stats.rowsApplied + a.pendingRows) / opts.rowsPerSecond!) * 1000 - (now - startedAt);
+          const aheadMs = ((a.stats.rowsApplied + a.inFlightRows + a.pendingRows) / opts.rowsPerSecond!) * 1000 - (now - startedAt);
           if (aheadMs > 0) {
             await commitPending();
             // Throttled past the budget: stop here; the rest waits in the slot for the next round.
@@ -392,7 +405,10 @@ export async function applyChangesUntil(opts: ApplyChangesOptions): Promise<Appl
           const idle = opts.idleStopMs !== undefined && caughtUpSince !== null && now - caughtUpSince >= opts.idleStopMs;
           const late = now >= deadline.softAt;
           // Group commit: the target transaction stays open only while more is already waiting.
-          if (a.pendingTransactions > 0 && (reachedUntil || idle || late || groupFull(a, lastCommitMs) || s.queuedItems === 0)) await commitPending();
+          if (a.pendingTransactions > 0 || a.commitInFlight) {
+            if (reachedUntil || idle || late || s.queuedItems === 0) await commitPending();
+            else if (a.pendingTransactions > 0 && groupFull(a, lastCommitMs)) await commitPipelined();
+          }
           if (reachedUntil || idle || late) {
             stopReason = reachedUntil ? 'until' : idle ? 'idle' : 'deadline';
             break;

@@ -230,6 +230,56 @@ describe('ChangeApplier', () => {
     expect(a.stats).toMatchObject({ rowsApplied: 10, rowsInsertedByCopy: 10 });
   });
 
+  it('pipelined group commit: the next group is sent behind a COMMIT in flight, and counts as applied only once that COMMIT answered', async () => {
+    const { client, log } = answeringClient([]);
+    const a = new ChangeApplier(client, 'm1', 'forward', null);
+    await a.begin('0/100');
+    await a.apply({ tag: 'insert', relation: rel, newTuple: ['acme', '1', 'x'] });
+    await a.commit('0/180');
+    expect(await a.commitPipelined()).toBe(true);
+    expect(a.applied).toBeNull(); // sent, not known durable
+    expect(a.commitInFlight).toBe(true);
+    expect(a.pendingEnd).toBe('0/180');
+    await a.begin('0/170'); // before the group in flight: skipped, not applied twice
+    expect(await a.commit('0/178')).toBe(false);
+    await a.begin('0/200');
+    await a.apply({ tag: 'insert', relation: rel, newTuple: ['acme', '2', 'y'] });
+    await a.commit('0/280');
+    expect(await a.commitPending()).toBe(true);
+    expect(a.applied).toBe('0/280');
+    expect(a.stats).toMatchObject({ transactionsApplied: 2, transactionsSkipped: 1, rowsApplied: 2 });
+    const texts = log.map((l) => l.text.split(/[ ;]/)[0] + (l.text.includes('move_progress') ? `:${l.values![2]}` : ''));
+    expect(texts.filter((t) => /^(BEGIN|INSERT|insert|COMMIT)/.test(t))).toEqual([
+      'BEGIN',
+      'INSERT',
+      'insert:0/180',
+      'COMMIT',
+      'BEGIN',
+      'INSERT',
+      'insert:0/280',
+      'COMMIT',
+    ]);
+  });
+
+  it('pipelined group commit: a group whose COMMIT did not commit keeps the next group from committing (its progress would cover the lost one)', async () => {
+    const { client, log } = answeringClient(['ROLLBACK']);
+    const a = new ChangeApplier(client, 'm1', 'forward', null);
+    await a.begin('0/100');
+    await a.apply({ tag: 'insert', relation: rel, newTuple: ['acme', '1', 'x'] });
+    await a.commit('0/180');
+    await a.commitPipelined();
+    await a.begin('0/200');
+    await a.apply({ tag: 'insert', relation: rel, newTuple: ['acme', '2', 'y'] });
+    await a.commit('0/280');
+    await expect(a.commitPending()).rejects.toThrow(/did not commit the group ending at 0\/180 \(it answered ROLLBACK\)/);
+    expect(log.filter((l) => l.text === 'COMMIT')).toHaveLength(1); // the second group's COMMIT never sent
+    expect(log.some((l) => l.text.includes('move_progress') && l.values![2] === '0/280')).toBe(false);
+    await a.rollback();
+    expect(log[log.length - 1].text).toBe('ROLLBACK');
+    expect(a.applied).toBeNull();
+    expect(a.stats.transactionsApplied).toBe(0);
+  });
+
   it('leaves to apply() an insert whose key its batch holds, or that joins other pending changes, so source order stands', async () => {
     const { client, log, copies } = fakeCopyClient({ independentKeys: true });
     const a = new ChangeApplier(client, 'm1', 'forward', null, 0, { safeAfter: new Map([['public.docs', '0/10']]), client, timeoutMs: 5000, refuse: () => {} });
@@ -310,4 +360,16 @@ function fakeCopyClient(opts: { independentKeys?: boolean } = {}) {
     return q;
   };
   return { ...base, copies };
+}
+
+/** fakeClient with the delta untracked, whose COMMITs answer, in turn, the commands given (then COMMIT), as a server does: an aborted transaction's COMMIT answers ROLLBACK. */
+function answeringClient(commits: string[]) {
+  const base = fakeClient();
+  const query = (base.client as any).query.bind(base.client);
+  (base.client as any).query = async (q: any, values?: unknown[]) => {
+    const r = await query(q, values);
+    if (typeof q === 'string' && q.startsWith('BEGIN')) return { ...r, rows: [{ tracking: false }] }; // the delta is not tracked
+    return q === 'COMMIT' ? { ...r, command: commits.shift() ?? 'COMMIT' } : r;
+  };
+  return base;
 }
