@@ -513,6 +513,9 @@ export class Router {
     }
     this.m.transactions++;
     const tx = wrapTxClient(client);
+    // eslint-disable-next-line @typescript-eslint/no-this-alias -- the route's lazy getter below
+    const self = this;
+    const tenantColumn = this.config.tenant.column;
     let broken: Error | undefined;
     try {
       // BEGIN and the route check in one round trip (a simple-query batch): nothing of fn's runs
@@ -521,12 +524,16 @@ export class Router {
       await client.query(openTransactionSql(p, mode, isolation, Math.max(1, Math.ceil(deadline - Date.now())))).catch((e: unknown) => {
         throw openFailure(e, p.shard);
       });
-      const blobs = p.unit.startsWith('bucket:')
-        ? NO_BUCKET_BLOBS
-        : tenantBlobs(tx.client, p.unit, this.bucketOf(p.shard), {
-            tenantColumn: this.config.tenant.column,
-          });
-      const route: TenantRoute = { unit: p.unit, shard: p.shard, epoch: p.epoch, blobs };
+      // The blob helper is built on first use: most transactions never touch it.
+      let blobs: TenantBlobs | undefined;
+      const route: TenantRoute = {
+        unit: p.unit,
+        shard: p.shard,
+        epoch: p.epoch,
+        get blobs() {
+          return (blobs ??= p.unit.startsWith('bucket:') ? NO_BUCKET_BLOBS : tenantBlobs(tx.client, p.unit, self.bucketOf(p.shard), { tenantColumn }));
+        },
+      };
       const result = await fn(tx.client, route);
       const done = await client.query('commit');
       if (done.command === 'ROLLBACK') throw this.abortedAtCommit(p.unit, tx.firstError());
