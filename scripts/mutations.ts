@@ -170,6 +170,15 @@ export const MUTATIONS: Mutation[] = [
     testName: 'is one simple query that answers no row (the check is a CALL)',
   },
   {
+    id: 'router-tx-client-refuses-release',
+    guarantee: "the client handed to a tenant callback cannot release the router's connection: it stays in its fenced transaction until the router ends it",
+    file: 'lib/router/tx-client.ts',
+    from: "if (prop === 'release') return refuseRelease;",
+    to: "if (prop === 'release') return t.release.bind(t);",
+    testFile: 'test/integration/router.test.ts',
+    testName: 'the client handed to fn refuses release',
+  },
+  {
     id: 'freeze-pin',
     guarantee: 'a source that loses the unit never reopens when its freeze lease runs out: the switch pins the freeze first (§5.1, §5.4)',
     file: 'lib/shard/fence.ts',

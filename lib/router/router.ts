@@ -508,6 +508,9 @@ export class Router {
     }
     this.m.transactions++;
     const tx = wrapTxClient(client);
+    // eslint-disable-next-line @typescript-eslint/no-this-alias -- the route's lazy getter below
+    const self = this;
+    const tenantColumn = this.config.tenant.column;
     let broken: Error | undefined;
     let commitSent = false;
     try {
@@ -517,9 +520,17 @@ export class Router {
       await client.query(openTransactionSql(p, mode, isolation, Math.max(1, Math.ceil(deadline - Date.now())))).catch((e: unknown) => {
         throw openFailure(e, p.shard);
       });
-      // A bucket unit's objects live under datasets/<dataset>/<n>/ (put/get/delete; its index calls are refused).
-      const blobs = tenantBlobs(tx.client, p.unit, this.bucketOf(p.shard), { tenantColumn: this.config.tenant.column });
-      const route: TenantRoute = { unit: p.unit, shard: p.shard, epoch: p.epoch, blobs };
+      // The blob helper is built on first use: most transactions never touch it. A bucket unit's
+      // objects live under datasets/<dataset>/<n>/ (put/get/delete; its index calls are refused).
+      let blobs: TenantBlobs | undefined;
+      const route: TenantRoute = {
+        unit: p.unit,
+        shard: p.shard,
+        epoch: p.epoch,
+        get blobs() {
+          return (blobs ??= tenantBlobs(tx.client, p.unit, self.bucketOf(p.shard), { tenantColumn }));
+        },
+      };
       const result = await fn(tx.client, route);
       commitSent = true;
       const done = await client.query('commit');

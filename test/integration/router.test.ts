@@ -553,6 +553,17 @@ describe('router: transaction contract', () => {
     expect(() => leaked!.query('select 1')).toThrow(TypeError);
   });
 
+  it("the client handed to fn refuses release: its connection stays the router's until the transaction ends", async () => {
+    const t = await newTenant('rt-release');
+    const router = await newRouter();
+    const got = await router.withTenant(t, grantAll, 'read', async (tx) => {
+      expect(() => tx.release()).toThrow(/belongs to the router/);
+      // Still this transaction's connection: the unit set by the opening is there.
+      return (await tx.query("select current_setting('shardctl.unit') as unit")).rows[0].unit;
+    });
+    expect(got).toBe(t);
+  });
+
   it('sets unit and epoch for the transaction and runs reads read-only', async () => {
     const t = await newTenant('rt-settings');
     const router = await newRouter();
