@@ -165,6 +165,8 @@ interface Work {
   headroom: number;
   exclude: Set<string>;
   only?: Set<string>;
+  /** Every load, byte count and reservation is ≥ 0: a unit bigger than a shard's usable budget cannot fit it however full. */
+  nonNegative: boolean;
 }
 
 const usable = (s: PlanShard, headroom: number) => s.capacity * (1 - headroom);
@@ -243,17 +245,38 @@ function start(shards: readonly PlanShard[], units: readonly PlanUnit[], opts: P
     headroom: opts.headroomFraction ?? 0,
     exclude: new Set(opts.exclude ?? []),
     only: opts.units ? new Set(opts.units) : undefined,
+    nonNegative: true,
   };
-  for (const u of [...units].sort((a, b) => (a.unit < b.unit ? -1 : 1))) {
+  // By name (a directory listing usually is already: then no sort); per shard, one running total
+  // (not six map updates per unit), written into the maps once.
+  let inOrder = true;
+  for (let i = 1; i < units.length && inOrder; i++) inOrder = units[i - 1].unit < units[i].unit;
+  const byName = inOrder ? units : [...units].sort((a, b) => (a.unit < b.unit ? -1 : 1));
+  const acc = new Map<string, { init: number; load: number; bytes: number; n: number; on: Set<PlanUnit> }>();
+  for (const u of byName) {
     w.units.set(u.unit, u);
     w.at.set(u.unit, u.shard);
-    add(w.initial, u.shard, u.load);
-    add(w.initialBytes, u.shard, bytesOf(u));
-    add(w.cur, u.shard, u.load);
-    add(w.curBytes, u.shard, bytesOf(u));
-    if (!w.on.has(u.shard)) w.on.set(u.shard, new Set());
-    w.on.get(u.shard)!.add(u);
-    add(w.count, u.shard, 1);
+    let a = acc.get(u.shard);
+    if (!a) {
+      a = { init: w.initial.get(u.shard) ?? 0, load: 0, bytes: 0, n: 0, on: w.on.get(u.shard) ?? new Set() };
+      acc.set(u.shard, a);
+    }
+    a.init += u.load;
+    a.load += u.load;
+    a.bytes += bytesOf(u);
+    a.n++;
+    a.on.add(u);
+    if (u.load < 0 || bytesOf(u) < 0) w.nonNegative = false;
+  }
+  for (const s of shards) if ((s.reserved ?? 0) < 0) w.nonNegative = false;
+  for (const [k, a] of acc) {
+    // Summed in the same order as one add per unit (initial from the reservation): the same totals.
+    w.initial.set(k, a.init);
+    w.initialBytes.set(k, a.bytes);
+    w.cur.set(k, a.load);
+    w.curBytes.set(k, a.bytes);
+    w.on.set(k, a.on);
+    w.count.set(k, a.n);
   }
   return w;
 }
@@ -290,10 +313,12 @@ function bestTarget(w: Work, u: PlanUnit, candidates: Iterable<PlanShard>): Plan
 
 /** Units on a shard they may not stay on (not open, or dedicated to another tenant), largest first. */
 function evacuate(w: Work, problems: string[], mustLeave: (u: PlanUnit, s: PlanShard | undefined) => string | undefined, maxMoves: number) {
-  const leaving = [...w.units.values()]
-    .map((u) => ({ u, why: mustLeave(u, w.shards.get(w.at.get(u.unit)!)) }))
-    .filter((x): x is { u: PlanUnit; why: string } => !!x.why)
-    .sort((a, b) => b.u.load - a.u.load || bytesOf(b.u) - bytesOf(a.u) || (a.u.unit < b.u.unit ? -1 : 1));
+  const leaving: { u: PlanUnit; why: string }[] = [];
+  for (const u of w.units.values()) {
+    const why = mustLeave(u, w.shards.get(w.at.get(u.unit)!));
+    if (why) leaving.push({ u, why });
+  }
+  leaving.sort((a, b) => b.u.load - a.u.load || bytesOf(b.u) - bytesOf(a.u) || (a.u.unit < b.u.unit ? -1 : 1));
   let heap: TargetHeap | undefined;
   for (const { u, why } of leaving) {
     if (!movable(w, u)) {
@@ -376,11 +401,22 @@ function cheapestCover(cands: readonly PlanUnit[], need: { ops: number; bytes: n
 class TargetHeap {
   private heap: { util: number; name: string; stamp: number }[] = [];
   private stamps = new Map<string, number>();
+  /** The largest usable budgets among its shards: a unit over either fits none of them (loads ≥ 0), found without popping them all. */
+  private readonly maxOps: number;
+  private readonly maxBytes: number;
   constructor(
     private readonly w: Work,
     shards: readonly PlanShard[],
   ) {
-    for (const s of shards) this.push(s);
+    let ops = Number.NEGATIVE_INFINITY;
+    let bytes = Number.NEGATIVE_INFINITY;
+    for (const s of shards) {
+      this.push(s);
+      ops = Math.max(ops, usable(s, w.headroom));
+      bytes = Math.max(bytes, usableBytes(s, w.headroom));
+    }
+    this.maxOps = ops;
+    this.maxBytes = bytes;
   }
   push(s: PlanShard) {
     const stamp = (this.stamps.get(s.name) ?? 0) + 1;
@@ -390,6 +426,7 @@ class TargetHeap {
   }
   /** The lowest-utilisation shard `u` fits on (other than its own), or undefined; every live entry stays. */
   take(u: PlanUnit): PlanShard | undefined {
+    if (this.w.nonNegative && (u.load > this.maxOps + 1e-9 || bytesOf(u) > this.maxBytes + 1e-9)) return undefined;
     const popped: { util: number; name: string; stamp: number }[] = [];
     let found: PlanShard | undefined;
     while (this.heap.length) {
