@@ -156,23 +156,40 @@ interface WUnit extends PlanUnit {
   moved: boolean;
 }
 
+interface Tally {
+  /** Load now, as the directory says (with reservations), and bytes. */
+  initial: number;
+  initialBytes: number;
+  /** Load and bytes of the units planned into it (what it may hold mid-plan before any leaves). */
+  incoming: number;
+  incomingBytes: number;
+  /** Load and bytes of the units (planned) on it, reservations left out. */
+  cur: number;
+  curBytes: number;
+  /** Units (planned) on it: the tie-break that spreads units of equal load (buckets at load 0). */
+  count: number;
+}
+
+const tally = (initial: number): Tally => ({ initial, initialBytes: 0, incoming: 0, incomingBytes: 0, cur: 0, curBytes: 0, count: 0 });
+
+/** Its tally, made (all zero) for a shard name not seen yet. */
+function tallyOf(w: Work, shard: string): Tally {
+  let t = w.tally.get(shard);
+  if (!t) {
+    t = tally(0);
+    w.tally.set(shard, t);
+  }
+  return t;
+}
+
 interface Work {
   shards: Map<string, PlanShard>;
   /** Every unit, by name. */
   units: WUnit[];
-  /** Load now, as the directory says, per shard (with reservations). */
-  initial: Map<string, number>;
-  initialBytes: Map<string, number>;
-  /** Load and bytes of the units planned into each shard (what it may hold mid-plan before any leaves). */
-  incoming: Map<string, number>;
-  incomingBytes: Map<string, number>;
-  /** Load and bytes of the units (planned) on each shard, reservations left out. */
-  cur: Map<string, number>;
-  curBytes: Map<string, number>;
+  /** Per shard name (the inventory's, and any a unit names): its running totals, one lookup for all. */
+  tally: Map<string, Tally>;
   /** Units (planned) on each shard, in the order they came there. */
   on: Map<string, WUnit[]>;
-  /** Units (planned) on each shard: the tie-break that spreads units of equal load (buckets at load 0). */
-  count: Map<string, number>;
   moves: PlannedMove[];
   headroom: number;
   exclude: Set<string>;
@@ -208,10 +225,11 @@ function eligible(unit: PlanUnit, shard: PlanShard): boolean {
 /** May `unit` be placed on `shard`: eligible, and room for its load and bytes even mid-plan. */
 function fits(w: Work, unit: WUnit, shard: PlanShard): boolean {
   if (!eligible(unit, shard)) return false;
-  const worst = (w.initial.get(shard.name) ?? 0) + (w.incoming.get(shard.name) ?? 0) + unit.load;
+  const t = w.tally.get(shard.name);
+  const worst = (t?.initial ?? 0) + (t?.incoming ?? 0) + unit.load;
   if (worst > usable(shard, w.headroom) + 1e-9) return false;
   if (!shard.capacityBytes) return true;
-  const worstBytes = (w.initialBytes.get(shard.name) ?? 0) + (w.incomingBytes.get(shard.name) ?? 0) + bytesOf(unit);
+  const worstBytes = (t?.initialBytes ?? 0) + (t?.incomingBytes ?? 0) + bytesOf(unit);
   return worstBytes <= usableBytes(shard, w.headroom) + 1e-9;
 }
 
@@ -219,41 +237,35 @@ function movable(u: WUnit): boolean {
   return u.free && !u.moved;
 }
 
-const add = (m: Map<string, number>, k: string, d: number) => m.set(k, (m.get(k) ?? 0) + d);
-
 function addMove(w: Work, u: WUnit, to: string, reason: string) {
   const from = u.at;
   w.moves.push({ unit: u.unit, from, to, load: u.load, bytes: bytesOf(u), ...(u.rows !== undefined ? { rows: u.rows } : {}), reason });
   u.at = to;
   u.moved = true;
-  add(w.incoming, to, u.load);
-  add(w.incomingBytes, to, bytesOf(u));
-  add(w.cur, from, -u.load);
-  add(w.cur, to, u.load);
-  add(w.curBytes, from, -bytesOf(u));
-  add(w.curBytes, to, bytesOf(u));
+  const f = tallyOf(w, from);
+  const t = tallyOf(w, to);
+  t.incoming += u.load;
+  t.incomingBytes += bytesOf(u);
+  f.cur -= u.load;
+  t.cur += u.load;
+  f.curBytes -= bytesOf(u);
+  t.curBytes += bytesOf(u);
   const off = w.on.get(from);
   const i = off ? off.indexOf(u) : -1;
   if (i >= 0) off!.splice(i, 1);
   const onto = w.on.get(to);
   if (onto) onto.push(u);
   else w.on.set(to, [u]);
-  add(w.count, from, -1);
-  add(w.count, to, 1);
+  f.count--;
+  t.count++;
 }
 
 function start(shards: readonly PlanShard[], units: readonly PlanUnit[], opts: PlanOptions): Work {
   const w: Work = {
     shards: new Map(shards.map((s) => [s.name, s])),
     units: [],
-    initial: new Map(shards.map((s) => [s.name, s.reserved ?? 0])),
-    initialBytes: new Map(),
-    incoming: new Map(),
-    incomingBytes: new Map(),
-    cur: new Map(),
-    curBytes: new Map(),
+    tally: new Map(shards.map((s) => [s.name, tally(s.reserved ?? 0)])),
     on: new Map(shards.map((s) => [s.name, []])),
-    count: new Map(),
     moves: [],
     headroom: opts.headroomFraction ?? 0,
     exclude: new Set(opts.exclude ?? []),
@@ -265,7 +277,7 @@ function start(shards: readonly PlanShard[], units: readonly PlanUnit[], opts: P
   let inOrder = true;
   for (let i = 1; i < units.length && inOrder; i++) inOrder = units[i - 1].unit < units[i].unit;
   const byName = inOrder ? units : [...units].sort((a, b) => (a.unit < b.unit ? -1 : 1));
-  const acc = new Map<string, { init: number; load: number; bytes: number; n: number; on: WUnit[] }>();
+  const acc = new Map<string, { t: Tally; on: WUnit[] }>();
   for (const p of byName) {
     // Written out field by field (not a spread): every record has the one shape, read fast.
     const u: WUnit = {
@@ -284,31 +296,25 @@ function start(shards: readonly PlanShard[], units: readonly PlanUnit[], opts: P
     w.units.push(u);
     let a = acc.get(u.shard);
     if (!a) {
-      a = { init: w.initial.get(u.shard) ?? 0, load: 0, bytes: 0, n: 0, on: w.on.get(u.shard) ?? [] };
+      a = { t: tallyOf(w, u.shard), on: w.on.get(u.shard) ?? [] };
       acc.set(u.shard, a);
     }
-    a.init += u.load;
-    a.load += u.load;
-    a.bytes += bytesOf(u);
-    a.n++;
+    // Summed in the same order as one map update per unit was: the same floating-point totals.
+    a.t.initial += u.load;
+    a.t.initialBytes += u.bytes;
+    a.t.cur += u.load;
+    a.t.curBytes += u.bytes;
+    a.t.count++;
     a.on.push(u);
     if (u.load < 0 || bytesOf(u) < 0) w.nonNegative = false;
   }
   for (const s of shards) if ((s.reserved ?? 0) < 0) w.nonNegative = false;
-  for (const [k, a] of acc) {
-    // Summed in the same order as one add per unit (initial from the reservation): the same totals.
-    w.initial.set(k, a.init);
-    w.initialBytes.set(k, a.bytes);
-    w.cur.set(k, a.load);
-    w.curBytes.set(k, a.bytes);
-    w.on.set(k, a.on);
-    w.count.set(k, a.n);
-  }
+  for (const [k, a] of acc) w.on.set(k, a.on);
   return w;
 }
 
 const curUtil = (w: Work, s: PlanShard, extraLoad = 0, extraBytes = 0) =>
-  utilisation(s, (w.cur.get(s.name) ?? 0) + extraLoad, (w.curBytes.get(s.name) ?? 0) + extraBytes);
+  utilisation(s, (w.tally.get(s.name)?.cur ?? 0) + extraLoad, (w.tally.get(s.name)?.curBytes ?? 0) + extraBytes);
 
 /** The eligible shard (other than the unit's own) with the lowest utilisation after taking `u`, then fewer units; undefined: none has room. */
 function bestTarget(w: Work, u: WUnit, candidates: Iterable<PlanShard>): PlanShard | undefined {
@@ -316,7 +322,7 @@ function bestTarget(w: Work, u: WUnit, candidates: Iterable<PlanShard>): PlanSha
   const here = u.at;
   for (const s of candidates) {
     if (s.name === here || !fits(w, u, s)) continue;
-    const c = { s, util: curUtil(w, s, u.load, bytesOf(u)), n: w.count.get(s.name) ?? 0 };
+    const c = { s, util: curUtil(w, s, u.load, bytesOf(u)), n: w.tally.get(s.name)?.count ?? 0 };
     if (!best) {
       best = c;
       continue;
@@ -385,8 +391,8 @@ function balanceSet(w: Work): PlanShard[] {
 
 /** What a shard holds beyond its usable budgets (load, bytes), each ≥ 0. */
 function overBy(w: Work, s: PlanShard): { ops: number; bytes: number } {
-  const ops = Math.max(0, (w.cur.get(s.name) ?? 0) + (s.reserved ?? 0) - usable(s, w.headroom));
-  const bytes = s.capacityBytes ? Math.max(0, (w.curBytes.get(s.name) ?? 0) - usableBytes(s, w.headroom)) : 0;
+  const ops = Math.max(0, (w.tally.get(s.name)?.cur ?? 0) + (s.reserved ?? 0) - usable(s, w.headroom));
+  const bytes = s.capacityBytes ? Math.max(0, (w.tally.get(s.name)?.curBytes ?? 0) - usableBytes(s, w.headroom)) : 0;
   return { ops: ops > 1e-9 ? ops : 0, bytes: bytes > 1e-9 ? bytes : 0 };
 }
 
@@ -660,7 +666,7 @@ const PROBE_TARGETS = 16;
 function balance(w: Work, tol: number, maxMoves: number): boolean {
   const set = balanceSet(w);
   if (set.length < 2) return true;
-  const loads = new Map(set.map((s) => [s.name, w.cur.get(s.name) ?? 0]));
+  const loads = new Map(set.map((s) => [s.name, w.tally.get(s.name)?.cur ?? 0]));
   const total = [...loads.values()].reduce((a, b) => a + b, 0);
   const mean = total / set.reduce((a, s) => a + s.capacity, 0);
   if (!Number.isFinite(mean)) return true;
@@ -671,27 +677,28 @@ function balance(w: Work, tol: number, maxMoves: number): boolean {
   let v = set.reduce((a, s) => a + viol(s, loads.get(s.name)!), 0);
   // A source from which no move improved is not tried again (nothing moves onto a shard above
   // the mean): each round costs O(shards) plus a few binary searches.
-  const exhausted = new Set<string>();
-  // Each shard's utilisation, kept up to date as moves land (no allocation per round).
-  const keyed = set.map((s) => ({ s, util: loads.get(s.name)! / s.capacity }));
+  // (`exhausted` on its entry.) Each shard's load and utilisation, kept up to date as moves land
+  // (no allocation per round), and its place in name order (ties by a number, not a string).
+  const rank = new Map([...set].sort((a, b) => (a.name < b.name ? -1 : 1)).map((s, i) => [s.name, i]));
+  type Entry = { s: PlanShard; util: number; load: number; rank: number; exhausted: boolean };
+  const keyed: Entry[] = set.map((s) => ({ s, util: loads.get(s.name)! / s.capacity, load: loads.get(s.name)!, rank: rank.get(s.name)!, exhausted: false }));
   const entry = new Map(keyed.map((x) => [x.s.name, x]));
-  const byUtil = (x: { s: PlanShard; util: number }, y: { s: PlanShard; util: number }) => x.util - y.util || (x.s.name < y.s.name ? -1 : 1);
+  const byUtil = (x: Entry, y: Entry) => x.util - y.util || x.rank - y.rank;
   while (v > 1e-9) {
     if (w.moves.length >= maxMoves) return false;
     // The most loaded source not yet exhausted, by a scan.
-    let src: { s: PlanShard; util: number } | undefined;
-    for (const x of keyed) if (x.util > mean + 1e-12 && !exhausted.has(x.s.name) && (!src || byUtil(x, src) > 0)) src = x;
+    let src: Entry | undefined;
+    for (const x of keyed) if (x.util > mean + 1e-12 && !x.exhausted && (!src || byUtil(x, src) > 0)) src = x;
     if (!src) return false;
     const from = src.s;
     const isUnder = (x: { util: number }) => x.util < mean - 1e-12;
     // The least loaded targets first (a partial selection); all of them only when those give nothing.
     const few = leastOf(keyed, PROBE_TARGETS + 1, byUtil, isUnder);
     const arr = sorted.get(from.name)!;
-    const lf = loads.get(from.name)!;
+    const lf = src.load;
     let best: { u: WUnit; to: PlanShard; d: number } | undefined;
-    const tryTargets = (targets: readonly { s: PlanShard }[], probes: number) => {
-      for (const { s: to } of targets) {
-        const lt = loads.get(to.name)!;
+    const tryTargets = (targets: readonly Entry[], probes: number) => {
+      for (const { s: to, load: lt } of targets) {
         const ideal = Math.min(lf - from.capacity * mean, to.capacity * mean - lt);
         const at = upperBound(arr, ideal + 1e-12);
         const probe = (i: number) => {
@@ -718,22 +725,23 @@ function balance(w: Work, tol: number, maxMoves: number): boolean {
     if (!best && few.length > PROBE_TARGETS) tryTargets(keyed.filter(isUnder).sort(byUtil), 2);
     if (!best) {
       // No move off it improves now; its load only falls from here, so it is not tried again.
-      exhausted.add(from.name);
+      src.exhausted = true;
       continue;
     }
     if (!best) return false;
     const b: { u: WUnit; to: PlanShard; d: number } & { from: PlanShard } = { ...(best as { u: WUnit; to: PlanShard; d: number }), from };
-    const fromLoad = loads.get(b.from.name)!;
+    const fromLoad = src.load;
     addMove(
       w,
       b.u,
       b.to.name,
       `${b.from.name} load ${fmt(fromLoad)} (${pct(fromLoad / b.from.capacity)}) is above the fleet mean ${pct(mean)} by more than ${pct(tol)}; ${b.to.name} is below it`,
     );
-    loads.set(b.from.name, fromLoad - b.u.load);
-    loads.set(b.to.name, loads.get(b.to.name)! + b.u.load);
-    entry.get(b.from.name)!.util = loads.get(b.from.name)! / b.from.capacity;
-    entry.get(b.to.name)!.util = loads.get(b.to.name)! / b.to.capacity;
+    const dst = entry.get(b.to.name)!;
+    src.load = fromLoad - b.u.load;
+    dst.load += b.u.load;
+    src.util = src.load / b.from.capacity;
+    dst.util = dst.load / b.to.capacity;
     arr.splice(arr.indexOf(b.u), 1);
     v += b.d;
   }
