@@ -8,6 +8,7 @@
 //   npx tsx bench/planner.ts [--shards 1000] [--units 100000] [--runs 5] [--zipf 1.1] [--headroom 0.3] [--seed 1]
 //   npm run bench -- --only planner
 import os from 'node:os';
+import { PerformanceObserver } from 'node:perf_hooks';
 import { planMoves, type PlanShard, type PlanUnit, type RebalancePlan } from '../lib/rebalance/plan';
 import { xorshift32 } from '../test/helpers/xorshift';
 
@@ -139,7 +140,7 @@ export function quality(f: Fleet, p: RebalancePlan, headroom: number): Quality {
 const gib = (n: number) => `${(n / 2 ** 30).toFixed(1)} GiB`;
 const pct = (f: number) => `${(f * 100).toFixed(1)}%`;
 
-export function runPlannerBench(): void {
+export async function runPlannerBench(): Promise<void> {
   const nShards = arg('shards', 1000);
   const nUnits = arg('units', 100_000);
   const runs = Math.max(1, arg('runs', 5));
@@ -151,17 +152,34 @@ export function runPlannerBench(): void {
   const built = performance.now() - t0;
   const times: number[] = [];
   const cpu: number[] = [];
+  const gcMs: number[] = [];
+  const gcCount: number[] = [];
+  // Garbage-collection pauses (the `gc` performance entries, delivered after the synchronous plan):
+  // the share of a plan spent collecting what it allocated.
+  const gcs: { start: number; duration: number }[] = [];
+  const obs = new PerformanceObserver((list) => {
+    for (const e of list.getEntries()) gcs.push({ start: e.startTime, duration: e.duration });
+  });
+  obs.observe({ entryTypes: ['gc'] });
   let plan: RebalancePlan | undefined;
   for (let i = 0; i < runs; i++) {
     const t = performance.now();
     const c = process.cpuUsage();
     plan = planMoves(fleet.shards, fleet.units, { kind: 'rebalance' }, { headroomFraction: headroom });
     const used = process.cpuUsage(c);
-    times.push(performance.now() - t);
+    const end = performance.now();
+    times.push(end - t);
     // CPU time of this process (user + system, garbage collection included): on a busy machine
     // the wall time also counts the time other processes held the CPU.
     cpu.push((used.user + used.system) / 1000);
+    await new Promise((r) => setTimeout(r, 100));
+    const mine = gcs.filter((g) => g.start >= t && g.start <= end);
+    gcMs.push(mine.reduce((a, g) => a + g.duration, 0));
+    gcCount.push(mine.length);
   }
+  obs.disconnect();
+  const gcShare = gcMs.map((g, i) => g / times[i]).sort((a, b) => a - b);
+  const gcPauses = [...gcCount].sort((a, b) => a - b);
   times.sort((a, b) => a - b);
   cpu.sort((a, b) => a - b);
   const q = quality(fleet, plan!, headroom);
@@ -177,6 +195,9 @@ export function runPlannerBench(): void {
     `  planMoves (rebalance), ${runs} run(s): wall best ${ms(times[0])}, median ${ms(times[mid])}, worst ${ms(times[runs - 1])}; CPU best ${ms(cpu[0])}, median ${ms(cpu[mid])}, worst ${ms(cpu[runs - 1])}`,
   );
   console.log(
+    `  garbage collection per plan: median ${gcPauses[mid]} pause(s), ${pct(gcShare[mid])} of the wall time (best ${pct(gcShare[0])}, worst ${pct(gcShare[runs - 1])})`,
+  );
+  console.log(
     `  plan: ${q.moves} moves, ${gib(q.bytesMoved)} moved for ${gib(q.bytesOverHeadroomBefore)} held over the headroom (ratio ${(q.bytesMoved / Math.max(1, q.bytesOverHeadroomBefore)).toFixed(2)})`,
   );
   console.log(
@@ -187,4 +208,4 @@ export function runPlannerBench(): void {
   );
 }
 
-if (require.main === module) runPlannerBench();
+if (require.main === module) void runPlannerBench();

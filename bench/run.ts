@@ -70,7 +70,7 @@ async function main() {
   const only = new Set((arg('only') ?? SECTIONS.join(',')).split(','));
   // The planner's figures are pure CPU (no stack, no baseline to interleave): its own report.
   if (only.has('planner')) {
-    runPlannerBench();
+    await runPlannerBench();
     only.delete('planner');
     if (!only.size) return;
   }

@@ -1654,6 +1654,25 @@ export const MUTATIONS: Mutation[] = [
     testName: 'drains bucket units (load 0) spread over the other shards by unit count, never onto a dedicated shard',
   },
   {
+    id: 'planner-plan-pinned',
+    guarantee: "the planner's speed-ups leave its plans unchanged: the same fleet gives the same whole plan as before them (issue 13)",
+    file: 'lib/rebalance/plan.ts',
+    // A speed-up that changes the plan: half as many units tried either side of the ideal size.
+    from: 'const PROBE = 8;',
+    to: 'const PROBE = 4;',
+    testFile: 'test/unit/rebalance-plan-pinned.test.ts',
+    testName: 'gives the same whole plan as before its speed-ups',
+  },
+  {
+    id: 'planner-input-order',
+    guarantee: 'the plan does not depend on the order the units are listed in (the planner orders them by name itself) (issue 13)',
+    file: 'lib/rebalance/plan.ts',
+    from: '  const byName = inOrder ? units : [...units].sort((a, b) => (a.unit < b.unit ? -1 : 1));',
+    to: '  const byName = units;',
+    testFile: 'test/unit/rebalance-plan-pinned.test.ts',
+    testName: 'gives the same plan whatever order the units come in',
+  },
+  {
     id: 'planner-bytes-capacity',
     guarantee:
       'no plan puts a shard over its usable byte budget (capacityBytes × (1 − headroom)), even if every incoming move lands before any outgoing one (issue 13)',
@@ -1731,8 +1750,8 @@ export const MUTATIONS: Mutation[] = [
     id: 'plan-unmovable-unit',
     guarantee: 'the planner never plans a unit no move could carry (a bucket of a dataset the config does not name), and names it (issue 13)',
     file: 'lib/rebalance/plan.ts',
-    from: "  return u.state !== 'moving' && !u.unmovable && !w.moved.has(u.unit)",
-    to: "  return u.state !== 'moving' && !w.moved.has(u.unit)",
+    from: "      free: p.state !== 'moving' && !p.unmovable && !w.exclude.has(p.unit)",
+    to: "      free: p.state !== 'moving' && !w.exclude.has(p.unit)",
     testFile: 'test/unit/rebalance-plan.test.ts',
     testName: 'never plans an unmovable unit (a bucket of a dataset the config does not name) and names it when it had to leave',
   },

@@ -149,29 +149,60 @@ export interface PlanMeasurement {
 
 export const DEFAULT_TOLERANCE = 0.2;
 
+/**
+ * A unit as the planner tracks it (one record per unit, not maps keyed by its name: at 100,000
+ * units those lookups were most of a plan's time): its fields, where it is planned to be, whether
+ * this run may move it at all, and whether it has moved.
+ */
+interface WUnit extends PlanUnit {
+  bytes: number;
+  /** Its current (planned) shard. */
+  at: string;
+  /** Not moving, not unmovable, not excluded, and inside `units` when given. */
+  free: boolean;
+  moved: boolean;
+}
+
+interface Tally {
+  /** Load now, as the directory says (with reservations), and bytes. */
+  initial: number;
+  initialBytes: number;
+  /** Load and bytes of the units planned into it (what it may hold mid-plan before any leaves). */
+  incoming: number;
+  incomingBytes: number;
+  /** Load and bytes of the units (planned) on it, reservations left out. */
+  cur: number;
+  curBytes: number;
+  /** Units (planned) on it: the tie-break that spreads units of equal load (buckets at load 0). */
+  count: number;
+}
+
+const tally = (initial: number): Tally => ({ initial, initialBytes: 0, incoming: 0, incomingBytes: 0, cur: 0, curBytes: 0, count: 0 });
+
+/** Its tally, made (all zero) for a shard name not seen yet. */
+function tallyOf(w: Work, shard: string): Tally {
+  let t = w.tally.get(shard);
+  if (!t) {
+    t = tally(0);
+    w.tally.set(shard, t);
+  }
+  return t;
+}
+
 interface Work {
   shards: Map<string, PlanShard>;
-  /** Current (planned) shard of every unit. */
-  at: Map<string, string>;
-  units: Map<string, PlanUnit>;
-  /** Load now, as the directory says, per shard (with reservations). */
-  initial: Map<string, number>;
-  initialBytes: Map<string, number>;
-  /** Load and bytes of the units planned into each shard (what it may hold mid-plan before any leaves). */
-  incoming: Map<string, number>;
-  incomingBytes: Map<string, number>;
-  /** Load and bytes of the units (planned) on each shard, reservations left out. */
-  cur: Map<string, number>;
-  curBytes: Map<string, number>;
-  /** Units (planned) on each shard. */
-  on: Map<string, Set<PlanUnit>>;
-  moved: Set<string>;
-  /** Units (planned) on each shard: the tie-break that spreads units of equal load (buckets at load 0). */
-  count: Map<string, number>;
+  /** Every unit, by name. */
+  units: WUnit[];
+  /** Per shard name (the inventory's, and any a unit names): its running totals, one lookup for all. */
+  tally: Map<string, Tally>;
+  /** Units (planned) on each shard, in the order they came there. */
+  on: Map<string, WUnit[]>;
   moves: PlannedMove[];
   headroom: number;
   exclude: Set<string>;
   only?: Set<string>;
+  /** Every load, byte count and reservation is ≥ 0: a unit bigger than a shard's usable budget cannot fit it however full. */
+  nonNegative: boolean;
 }
 
 const usable = (s: PlanShard, headroom: number) => s.capacity * (1 - headroom);
@@ -199,82 +230,106 @@ function eligible(unit: PlanUnit, shard: PlanShard): boolean {
 }
 
 /** May `unit` be placed on `shard`: eligible, and room for its load and bytes even mid-plan. */
-function fits(w: Work, unit: PlanUnit, shard: PlanShard): boolean {
+function fits(w: Work, unit: WUnit, shard: PlanShard): boolean {
   if (!eligible(unit, shard)) return false;
-  const worst = (w.initial.get(shard.name) ?? 0) + (w.incoming.get(shard.name) ?? 0) + unit.load;
+  const t = w.tally.get(shard.name);
+  const worst = (t?.initial ?? 0) + (t?.incoming ?? 0) + unit.load;
   if (worst > usable(shard, w.headroom) + 1e-9) return false;
   if (!shard.capacityBytes) return true;
-  const worstBytes = (w.initialBytes.get(shard.name) ?? 0) + (w.incomingBytes.get(shard.name) ?? 0) + bytesOf(unit);
+  const worstBytes = (t?.initialBytes ?? 0) + (t?.incomingBytes ?? 0) + bytesOf(unit);
   return worstBytes <= usableBytes(shard, w.headroom) + 1e-9;
 }
 
-function movable(w: Work, u: PlanUnit): boolean {
-  return u.state !== 'moving' && !u.unmovable && !w.moved.has(u.unit) && !w.exclude.has(u.unit) && (!w.only || w.only.has(u.unit));
+function movable(u: WUnit): boolean {
+  return u.free && !u.moved;
 }
 
-const add = (m: Map<string, number>, k: string, d: number) => m.set(k, (m.get(k) ?? 0) + d);
-
-function addMove(w: Work, u: PlanUnit, to: string, reason: string) {
-  const from = w.at.get(u.unit)!;
+function addMove(w: Work, u: WUnit, to: string, reason: string) {
+  const from = u.at;
   w.moves.push({ unit: u.unit, from, to, load: u.load, bytes: bytesOf(u), ...(u.rows !== undefined ? { rows: u.rows } : {}), reason });
-  w.at.set(u.unit, to);
-  w.moved.add(u.unit);
-  add(w.incoming, to, u.load);
-  add(w.incomingBytes, to, bytesOf(u));
-  add(w.cur, from, -u.load);
-  add(w.cur, to, u.load);
-  add(w.curBytes, from, -bytesOf(u));
-  add(w.curBytes, to, bytesOf(u));
-  w.on.get(from)?.delete(u);
-  if (!w.on.has(to)) w.on.set(to, new Set());
-  w.on.get(to)!.add(u);
-  add(w.count, from, -1);
-  add(w.count, to, 1);
+  u.at = to;
+  u.moved = true;
+  const f = tallyOf(w, from);
+  const t = tallyOf(w, to);
+  t.incoming += u.load;
+  t.incomingBytes += bytesOf(u);
+  f.cur -= u.load;
+  t.cur += u.load;
+  f.curBytes -= bytesOf(u);
+  t.curBytes += bytesOf(u);
+  const off = w.on.get(from);
+  const i = off ? off.indexOf(u) : -1;
+  if (i >= 0) off!.splice(i, 1);
+  const onto = w.on.get(to);
+  if (onto) onto.push(u);
+  else w.on.set(to, [u]);
+  f.count--;
+  t.count++;
 }
 
 function start(shards: readonly PlanShard[], units: readonly PlanUnit[], opts: PlanOptions): Work {
   const w: Work = {
     shards: new Map(shards.map((s) => [s.name, s])),
-    at: new Map(),
-    units: new Map(),
-    initial: new Map(shards.map((s) => [s.name, s.reserved ?? 0])),
-    initialBytes: new Map(),
-    incoming: new Map(),
-    incomingBytes: new Map(),
-    cur: new Map(),
-    curBytes: new Map(),
-    on: new Map(shards.map((s) => [s.name, new Set<PlanUnit>()])),
-    moved: new Set(),
-    count: new Map(),
+    units: [],
+    tally: new Map(shards.map((s) => [s.name, tally(s.reserved ?? 0)])),
+    on: new Map(shards.map((s) => [s.name, []])),
     moves: [],
     headroom: opts.headroomFraction ?? 0,
     exclude: new Set(opts.exclude ?? []),
     only: opts.units ? new Set(opts.units) : undefined,
+    nonNegative: true,
   };
-  for (const u of [...units].sort((a, b) => (a.unit < b.unit ? -1 : 1))) {
-    w.units.set(u.unit, u);
-    w.at.set(u.unit, u.shard);
-    add(w.initial, u.shard, u.load);
-    add(w.initialBytes, u.shard, bytesOf(u));
-    add(w.cur, u.shard, u.load);
-    add(w.curBytes, u.shard, bytesOf(u));
-    if (!w.on.has(u.shard)) w.on.set(u.shard, new Set());
-    w.on.get(u.shard)!.add(u);
-    add(w.count, u.shard, 1);
+  // By name (a directory listing usually is already: then no sort); per shard, one running total
+  // (not six map updates per unit), written into the maps once.
+  let inOrder = true;
+  for (let i = 1; i < units.length && inOrder; i++) inOrder = units[i - 1].unit < units[i].unit;
+  const byName = inOrder ? units : [...units].sort((a, b) => (a.unit < b.unit ? -1 : 1));
+  const acc = new Map<string, { t: Tally; on: WUnit[] }>();
+  for (const p of byName) {
+    // Written out field by field (not a spread): every record has the one shape, read fast.
+    const u: WUnit = {
+      unit: p.unit,
+      shard: p.shard,
+      load: p.load,
+      bytes: bytesOf(p),
+      rows: p.rows,
+      state: p.state,
+      regions: p.regions,
+      unmovable: p.unmovable,
+      at: p.shard,
+      free: p.state !== 'moving' && !p.unmovable && !w.exclude.has(p.unit) && (!w.only || w.only.has(p.unit)),
+      moved: false,
+    };
+    w.units.push(u);
+    let a = acc.get(u.shard);
+    if (!a) {
+      a = { t: tallyOf(w, u.shard), on: w.on.get(u.shard) ?? [] };
+      acc.set(u.shard, a);
+    }
+    // Summed in the same order as one map update per unit was: the same floating-point totals.
+    a.t.initial += u.load;
+    a.t.initialBytes += u.bytes;
+    a.t.cur += u.load;
+    a.t.curBytes += u.bytes;
+    a.t.count++;
+    a.on.push(u);
+    if (u.load < 0 || bytesOf(u) < 0) w.nonNegative = false;
   }
+  for (const s of shards) if ((s.reserved ?? 0) < 0) w.nonNegative = false;
+  for (const [k, a] of acc) w.on.set(k, a.on);
   return w;
 }
 
 const curUtil = (w: Work, s: PlanShard, extraLoad = 0, extraBytes = 0) =>
-  utilisation(s, (w.cur.get(s.name) ?? 0) + extraLoad, (w.curBytes.get(s.name) ?? 0) + extraBytes);
+  utilisation(s, (w.tally.get(s.name)?.cur ?? 0) + extraLoad, (w.tally.get(s.name)?.curBytes ?? 0) + extraBytes);
 
 /** The eligible shard (other than the unit's own) with the lowest utilisation after taking `u`, then fewer units; undefined: none has room. */
-function bestTarget(w: Work, u: PlanUnit, candidates: Iterable<PlanShard>): PlanShard | undefined {
+function bestTarget(w: Work, u: WUnit, candidates: Iterable<PlanShard>): PlanShard | undefined {
   let best: { s: PlanShard; util: number; n: number } | undefined;
-  const here = w.at.get(u.unit);
+  const here = u.at;
   for (const s of candidates) {
     if (s.name === here || !fits(w, u, s)) continue;
-    const c = { s, util: curUtil(w, s, u.load, bytesOf(u)), n: w.count.get(s.name) ?? 0 };
+    const c = { s, util: curUtil(w, s, u.load, bytesOf(u)), n: w.tally.get(s.name)?.count ?? 0 };
     if (!best) {
       best = c;
       continue;
@@ -296,20 +351,22 @@ function bestTarget(w: Work, u: PlanUnit, candidates: Iterable<PlanShard>): Plan
 }
 
 /** Units on a shard they may not stay on (not open, or dedicated to another tenant), largest first. */
-function evacuate(w: Work, problems: string[], mustLeave: (u: PlanUnit, s: PlanShard | undefined) => string | undefined, maxMoves: number) {
-  const leaving = [...w.units.values()]
-    .map((u) => ({ u, why: mustLeave(u, w.shards.get(w.at.get(u.unit)!)) }))
-    .filter((x): x is { u: PlanUnit; why: string } => !!x.why)
-    .sort((a, b) => b.u.load - a.u.load || bytesOf(b.u) - bytesOf(a.u) || (a.u.unit < b.u.unit ? -1 : 1));
+function evacuate(w: Work, problems: string[], mustLeave: (u: WUnit, s: PlanShard | undefined) => string | undefined, maxMoves: number) {
+  const leaving: { u: WUnit; why: string }[] = [];
+  for (const u of w.units) {
+    const why = mustLeave(u, w.shards.get(u.at));
+    if (why) leaving.push({ u, why });
+  }
+  leaving.sort((a, b) => b.u.load - a.u.load || bytesOf(b.u) - bytesOf(a.u) || (a.u.unit < b.u.unit ? -1 : 1));
   let heap: TargetHeap | undefined;
   for (const { u, why } of leaving) {
-    if (!movable(w, u)) {
+    if (!movable(u)) {
       const stays = u.unmovable ?? (u.state === 'moving' ? 'is moving already' : 'is excluded from this run');
-      problems.push(`${u.unit} must leave ${w.at.get(u.unit)} (${why}) but ${stays}`);
+      problems.push(`${u.unit} must leave ${u.at} (${why}) but ${stays}`);
       continue;
     }
     if (w.moves.length >= maxMoves) {
-      problems.push(`${u.unit} must leave ${w.at.get(u.unit)} (${why}) but the plan is at its limit of ${maxMoves} moves`);
+      problems.push(`${u.unit} must leave ${u.at} (${why}) but the plan is at its limit of ${maxMoves} moves`);
       continue;
     }
     // A unit with a size takes the least utilised shard it fits (a heap); a unit of none the fewest units (a scan).
@@ -323,11 +380,11 @@ function evacuate(w: Work, problems: string[], mustLeave: (u: PlanUnit, s: PlanS
     const to = sized ? heap!.take(u) : bestTarget(w, u, w.shards.values());
     if (!to) {
       problems.push(
-        `no open shard has room for ${u.unit} (load ${u.load}${u.bytes ? `, ${u.bytes} bytes` : ''}), which must leave ${w.at.get(u.unit)} (${why}): add a shard or raise capacity`,
+        `no open shard has room for ${u.unit} (load ${u.load}${u.bytes ? `, ${u.bytes} bytes` : ''}), which must leave ${u.at} (${why}): add a shard or raise capacity`,
       );
       continue;
     }
-    const from = w.shards.get(w.at.get(u.unit)!);
+    const from = w.shards.get(u.at);
     addMove(w, u, to.name, why);
     heap?.push(to);
     if (from?.status === 'open') heap?.push(from);
@@ -341,8 +398,8 @@ function balanceSet(w: Work): PlanShard[] {
 
 /** What a shard holds beyond its usable budgets (load, bytes), each ≥ 0. */
 function overBy(w: Work, s: PlanShard): { ops: number; bytes: number } {
-  const ops = Math.max(0, (w.cur.get(s.name) ?? 0) + (s.reserved ?? 0) - usable(s, w.headroom));
-  const bytes = s.capacityBytes ? Math.max(0, (w.curBytes.get(s.name) ?? 0) - usableBytes(s, w.headroom)) : 0;
+  const ops = Math.max(0, (w.tally.get(s.name)?.cur ?? 0) + (s.reserved ?? 0) - usable(s, w.headroom));
+  const bytes = s.capacityBytes ? Math.max(0, (w.tally.get(s.name)?.curBytes ?? 0) - usableBytes(s, w.headroom)) : 0;
   return { ops: ops > 1e-9 ? ops : 0, bytes: bytes > 1e-9 ? bytes : 0 };
 }
 
@@ -350,17 +407,17 @@ function overBy(w: Work, s: PlanShard): { ops: number; bytes: number } {
  * The units whose moves relieve `need` with the fewest bytes (greedy): the cheapest single unit
  * covering all of it, or units by what they relieve per byte until covered, whichever is fewer bytes.
  */
-function cheapestCover(cands: readonly PlanUnit[], need: { ops: number; bytes: number }): PlanUnit[] {
-  const covers = (u: PlanUnit) => u.load >= need.ops - 1e-9 && bytesOf(u) >= need.bytes - 1e-9;
-  const relief = (u: PlanUnit, n: { ops: number; bytes: number }) =>
+function cheapestCover(cands: readonly WUnit[], need: { ops: number; bytes: number }): WUnit[] {
+  const covers = (u: WUnit) => u.load >= need.ops - 1e-9 && bytesOf(u) >= need.bytes - 1e-9;
+  const relief = (u: WUnit, n: { ops: number; bytes: number }) =>
     (n.ops > 0 ? Math.min(u.load, n.ops) / n.ops : 0) + (n.bytes > 0 ? Math.min(bytesOf(u), n.bytes) / n.bytes : 0);
-  let single: PlanUnit | undefined;
+  let single: WUnit | undefined;
   for (const u of cands) if (covers(u) && (!single || bytesOf(u) < bytesOf(single) || (bytesOf(u) === bytesOf(single) && u.load < single.load))) single = u;
   const ranked = cands
     .filter((u) => relief(u, need) > 0)
     .map((u) => ({ u, r: relief(u, need) / Math.max(bytesOf(u), 1) }))
     .sort((a, b) => b.r - a.r || bytesOf(a.u) - bytesOf(b.u) || (a.u.unit < b.u.unit ? -1 : 1));
-  const seq: PlanUnit[] = [];
+  const seq: WUnit[] = [];
   const left = { ...need };
   let seqBytes = 0;
   for (const { u } of ranked) {
@@ -383,11 +440,22 @@ function cheapestCover(cands: readonly PlanUnit[], need: { ops: number; bytes: n
 class TargetHeap {
   private heap: { util: number; name: string; stamp: number }[] = [];
   private stamps = new Map<string, number>();
+  /** The largest usable budgets among its shards: a unit over either fits none of them (loads ≥ 0), found without popping them all. */
+  private readonly maxOps: number;
+  private readonly maxBytes: number;
   constructor(
     private readonly w: Work,
     shards: readonly PlanShard[],
   ) {
-    for (const s of shards) this.push(s);
+    let ops = Number.NEGATIVE_INFINITY;
+    let bytes = Number.NEGATIVE_INFINITY;
+    for (const s of shards) {
+      this.push(s);
+      ops = Math.max(ops, usable(s, w.headroom));
+      bytes = Math.max(bytes, usableBytes(s, w.headroom));
+    }
+    this.maxOps = ops;
+    this.maxBytes = bytes;
   }
   push(s: PlanShard) {
     const stamp = (this.stamps.get(s.name) ?? 0) + 1;
@@ -396,7 +464,8 @@ class TargetHeap {
     this.up(this.heap.length - 1);
   }
   /** The lowest-utilisation shard `u` fits on (other than its own), or undefined; every live entry stays. */
-  take(u: PlanUnit): PlanShard | undefined {
+  take(u: WUnit): PlanShard | undefined {
+    if (this.w.nonNegative && (u.load > this.maxOps + 1e-9 || bytesOf(u) > this.maxBytes + 1e-9)) return undefined;
     const popped: { util: number; name: string; stamp: number }[] = [];
     let found: PlanShard | undefined;
     while (this.heap.length) {
@@ -404,7 +473,7 @@ class TargetHeap {
       if (this.stamps.get(top.name) !== top.stamp) continue;
       popped.push(top);
       const s = this.w.shards.get(top.name)!;
-      if (s.name !== this.w.at.get(u.unit) && fits(this.w, u, s)) {
+      if (s.name !== u.at && fits(this.w, u, s)) {
         found = s;
         break;
       }
@@ -464,17 +533,17 @@ function relieve(w: Work, problems: string[], maxMoves: number) {
   over.sort((a, b) => curUtil(w, b) - curUtil(w, a) || (a.name < b.name ? -1 : 1));
   const heap = new TargetHeap(w, set);
   for (const s of over) {
-    const tried = new Set<PlanUnit>();
+    const tried = new Set<WUnit>();
     let stuck = false;
     while (!stuck) {
       const need = overBy(w, s);
       if (need.ops <= 0 && need.bytes <= 0) break;
-      const cands = [...(w.on.get(s.name) ?? [])].filter((u) => movable(w, u) && !tried.has(u) && (u.load > 0 || bytesOf(u) > 0));
+      const cands = [...(w.on.get(s.name) ?? [])].filter((u) => movable(u) && !tried.has(u) && (u.load > 0 || bytesOf(u) > 0));
       const pick = cheapestCover(cands, need);
       if (!pick.length) {
         // Units this run may not move (rebalance --units, or excluded after a failure) are named
         // as the reason when there are any: they, not the fleet's room, are what keeps it over.
-        const held = [...(w.on.get(s.name) ?? [])].filter((u) => !tried.has(u) && !movable(w, u) && (u.load > 0 || bytesOf(u) > 0)).length;
+        const held = [...(w.on.get(s.name) ?? [])].filter((u) => !tried.has(u) && !movable(u) && (u.load > 0 || bytesOf(u) > 0)).length;
         problems.push(
           `${s.name} stays over its headroom (${pct(curUtil(w, s))} > ${pct(1 - w.headroom)}): ` +
             (held > 0 && (w.only || w.exclude.size > 0)
@@ -525,8 +594,8 @@ function dedicatedNeeds(w: Work): DedicatedNeed[] {
     return f;
   };
   const out: DedicatedNeed[] = [];
-  for (const u of w.units.values()) {
-    const s = w.shards.get(w.at.get(u.unit)!);
+  for (const u of w.units) {
+    const s = w.shards.get(u.at);
     if (!s || s.dedicatedTo === u.unit) continue;
     const f = floorOf(u);
     // No shared shard inside its residency at all: a residency problem (named by evacuate), not its size.
@@ -578,7 +647,7 @@ function leastOf<T>(xs: readonly T[], k: number, cmp: (a: T, b: T) => number, ke
 }
 
 /** First index in `arr` (sorted by load ascending) whose load is > x. */
-function upperBound(arr: readonly PlanUnit[], x: number): number {
+function upperBound(arr: readonly WUnit[], x: number): number {
   let lo = 0;
   let hi = arr.length;
   while (lo < hi) {
@@ -589,7 +658,7 @@ function upperBound(arr: readonly PlanUnit[], x: number): number {
   return lo;
 }
 
-const byLoadThenBytes = (a: PlanUnit, b: PlanUnit) => a.load - b.load || bytesOf(a) - bytesOf(b) || (a.unit < b.unit ? -1 : 1);
+const byLoadThenBytes = (a: WUnit, b: WUnit) => a.load - b.load || bytesOf(a) - bytesOf(b) || (a.unit < b.unit ? -1 : 1);
 /** How many units either side of the ideal size are tried for a pair (those that do not fit are skipped). */
 const PROBE = 8;
 /** How many more targets a source tries once it has a candidate move. */
@@ -604,43 +673,44 @@ const PROBE_TARGETS = 16;
 function balance(w: Work, tol: number, maxMoves: number): boolean {
   const set = balanceSet(w);
   if (set.length < 2) return true;
-  const loads = new Map(set.map((s) => [s.name, w.cur.get(s.name) ?? 0]));
+  const loads = new Map(set.map((s) => [s.name, w.tally.get(s.name)?.cur ?? 0]));
   const total = [...loads.values()].reduce((a, b) => a + b, 0);
   const mean = total / set.reduce((a, s) => a + s.capacity, 0);
   if (!Number.isFinite(mean)) return true;
-  const sorted = new Map<string, PlanUnit[]>(
-    set.map((s) => [s.name, [...(w.on.get(s.name) ?? [])].filter((u) => movable(w, u) && u.load > 0).sort(byLoadThenBytes)]),
+  const sorted = new Map<string, WUnit[]>(
+    set.map((s) => [s.name, [...(w.on.get(s.name) ?? [])].filter((u) => movable(u) && u.load > 0).sort(byLoadThenBytes)]),
   );
   const viol = (s: PlanShard, l: number) => bandViolation(s, l, mean, tol);
   let v = set.reduce((a, s) => a + viol(s, loads.get(s.name)!), 0);
   // A source from which no move improved is not tried again (nothing moves onto a shard above
   // the mean): each round costs O(shards) plus a few binary searches.
-  const exhausted = new Set<string>();
-  // Each shard's utilisation, kept up to date as moves land (no allocation per round).
-  const keyed = set.map((s) => ({ s, util: loads.get(s.name)! / s.capacity }));
+  // (`exhausted` on its entry.) Each shard's load and utilisation, kept up to date as moves land
+  // (no allocation per round), and its place in name order (ties by a number, not a string).
+  const rank = new Map([...set].sort((a, b) => (a.name < b.name ? -1 : 1)).map((s, i) => [s.name, i]));
+  type Entry = { s: PlanShard; util: number; load: number; rank: number; exhausted: boolean };
+  const keyed: Entry[] = set.map((s) => ({ s, util: loads.get(s.name)! / s.capacity, load: loads.get(s.name)!, rank: rank.get(s.name)!, exhausted: false }));
   const entry = new Map(keyed.map((x) => [x.s.name, x]));
-  const byUtil = (x: { s: PlanShard; util: number }, y: { s: PlanShard; util: number }) => x.util - y.util || (x.s.name < y.s.name ? -1 : 1);
+  const byUtil = (x: Entry, y: Entry) => x.util - y.util || x.rank - y.rank;
   while (v > 1e-9) {
     if (w.moves.length >= maxMoves) return false;
     // The most loaded source not yet exhausted, by a scan.
-    let src: { s: PlanShard; util: number } | undefined;
-    for (const x of keyed) if (x.util > mean + 1e-12 && !exhausted.has(x.s.name) && (!src || byUtil(x, src) > 0)) src = x;
+    let src: Entry | undefined;
+    for (const x of keyed) if (x.util > mean + 1e-12 && !x.exhausted && (!src || byUtil(x, src) > 0)) src = x;
     if (!src) return false;
     const from = src.s;
     const isUnder = (x: { util: number }) => x.util < mean - 1e-12;
     // The least loaded targets first (a partial selection); all of them only when those give nothing.
     const few = leastOf(keyed, PROBE_TARGETS + 1, byUtil, isUnder);
     const arr = sorted.get(from.name)!;
-    const lf = loads.get(from.name)!;
-    let best: { u: PlanUnit; to: PlanShard; d: number } | undefined;
-    const tryTargets = (targets: readonly { s: PlanShard }[], probes: number) => {
-      for (const { s: to } of targets) {
-        const lt = loads.get(to.name)!;
+    const lf = src.load;
+    let best: { u: WUnit; to: PlanShard; d: number } | undefined;
+    const tryTargets = (targets: readonly Entry[], probes: number) => {
+      for (const { s: to, load: lt } of targets) {
         const ideal = Math.min(lf - from.capacity * mean, to.capacity * mean - lt);
         const at = upperBound(arr, ideal + 1e-12);
         const probe = (i: number) => {
           const u = arr[i];
-          if (!movable(w, u) || !fits(w, u, to)) return false;
+          if (!movable(u) || !fits(w, u, to)) return false;
           const d = viol(from, lf - u.load) + viol(to, lt + u.load) - viol(from, lf) - viol(to, lt);
           if (d >= -1e-9) return true;
           // Most improvement first; then the lighter unit, fewer bytes (less to copy), then by name: deterministic.
@@ -662,22 +732,23 @@ function balance(w: Work, tol: number, maxMoves: number): boolean {
     if (!best && few.length > PROBE_TARGETS) tryTargets(keyed.filter(isUnder).sort(byUtil), 2);
     if (!best) {
       // No move off it improves now; its load only falls from here, so it is not tried again.
-      exhausted.add(from.name);
+      src.exhausted = true;
       continue;
     }
     if (!best) return false;
-    const b: { u: PlanUnit; to: PlanShard; d: number } & { from: PlanShard } = { ...(best as { u: PlanUnit; to: PlanShard; d: number }), from };
-    const fromLoad = loads.get(b.from.name)!;
+    const b: { u: WUnit; to: PlanShard; d: number } & { from: PlanShard } = { ...(best as { u: WUnit; to: PlanShard; d: number }), from };
+    const fromLoad = src.load;
     addMove(
       w,
       b.u,
       b.to.name,
       `${b.from.name} load ${fmt(fromLoad)} (${pct(fromLoad / b.from.capacity)}) is above the fleet mean ${pct(mean)} by more than ${pct(tol)}; ${b.to.name} is below it`,
     );
-    loads.set(b.from.name, fromLoad - b.u.load);
-    loads.set(b.to.name, loads.get(b.to.name)! + b.u.load);
-    entry.get(b.from.name)!.util = loads.get(b.from.name)! / b.from.capacity;
-    entry.get(b.to.name)!.util = loads.get(b.to.name)! / b.to.capacity;
+    const dst = entry.get(b.to.name)!;
+    src.load = fromLoad - b.u.load;
+    dst.load += b.u.load;
+    src.util = src.load / b.from.capacity;
+    dst.util = dst.load / b.to.capacity;
     arr.splice(arr.indexOf(b.u), 1);
     v += b.d;
   }
@@ -697,9 +768,9 @@ function summarize(w: Work): ShardSummary[] {
     x.n++;
     m.set(k, x);
   };
-  for (const u of w.units.values()) {
+  for (const u of w.units) {
     bump(before, u.shard, u);
-    bump(after, w.at.get(u.unit)!, u);
+    bump(after, u.at, u);
   }
   const none = { load: 0, bytes: 0, n: 0 };
   return [...w.shards.values()]
@@ -758,12 +829,12 @@ export function planMoves(shards: readonly PlanShard[], units: readonly PlanUnit
     shards = shards.map((x) => (x.name === choice.shard ? { ...x, dedicatedTo: t.unit } : x));
   }
   const w = start(shards, units, opts);
-  if (scope.kind === 'drain') evacuate(w, problems, (u) => (w.at.get(u.unit) === scope.shard ? `${scope.shard} is draining` : undefined), maxMoves);
+  if (scope.kind === 'drain') evacuate(w, problems, (u) => (u.at === scope.shard ? `${scope.shard} is draining` : undefined), maxMoves);
   else if (scope.kind === 'isolate') {
     // The tenant first (onto its dedicated shard, if it is elsewhere), then the others off that shard.
-    const t = w.units.get(scope.tenant)!;
+    const t = w.units.find((u) => u.unit === scope.tenant)!;
     if (t.shard !== dedicate!.shard) {
-      if (!movable(w, t)) problems.push(`${t.unit} ${t.state === 'moving' ? 'is moving already' : 'is excluded from this run'}`);
+      if (!movable(t)) problems.push(`${t.unit} ${t.state === 'moving' ? 'is moving already' : 'is excluded from this run'}`);
       else addMove(w, t, dedicate!.shard, `isolate ${t.unit} on ${dedicate!.shard}, which holds no other unit`);
     }
     evacuate(w, problems, (u, s) => (s?.name === dedicate!.shard && u.unit !== t.unit ? `${s.name} is being dedicated to ${t.unit}` : undefined), maxMoves);
