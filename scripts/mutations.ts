@@ -2186,7 +2186,7 @@ export const MUTATIONS: Mutation[] = [
     guarantee:
       'a router transaction whose connection breaks before COMMIT was sent runs again on a new connection within the deadline, and commits once (issue 14)',
     file: 'lib/router/router.ts',
-    from: 'if (!commitSent && isConnectionError(err)) {',
+    from: 'if (!commitSent && broken && isConnectionError(err)) {',
     to: 'if (false) {',
     testFile: 'test/integration/router-connection-lost.test.ts',
     testName: 'runs fn again on a new connection and commits the write once',

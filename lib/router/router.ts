@@ -554,10 +554,11 @@ export class Router {
       await client.query('rollback').catch((e: Error) => {
         broken = e;
       });
-      // The connection broke before COMMIT was sent: the server rolled the transaction back, so
-      // the loop may run fn again on a new connection (a break at COMMIT stays as it is: unknown).
-      if (!commitSent && isConnectionError(err)) {
-        broken ??= err instanceof Error ? err : new Error(String(err));
+      // The transaction's own connection broke (its ROLLBACK failed too) before COMMIT was sent:
+      // the server rolled the transaction back, so the loop may run fn again on a new connection.
+      // A break at COMMIT stays as it is (unknown); a connection error of something else fn called
+      // (its own connection alive) is fn's to handle and reaches the caller unchanged.
+      if (!commitSent && broken && isConnectionError(err)) {
         throw Object.assign(new Error(`shard ${p.shard}: the connection broke before commit (${err?.message ?? err}); nothing was committed`, { cause: err }), {
           code: CONNECTION_LOST,
         });
