@@ -30,7 +30,7 @@ export const PG_SETTINGS: Record<string, string> = {
   max_replication_slots: '32',
   max_wal_senders: '32',
   max_slot_wal_keep_size: '1GB',
-  max_connections: '200',
+  max_connections: '400',
   shared_buffers: '64MB',
   fsync: 'on',
   synchronous_commit: 'on',
