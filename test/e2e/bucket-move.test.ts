@@ -126,20 +126,8 @@ const asSorted = (m: Map<string, number[]>) => new Map([...m].sort(([a], [b]) =>
 
 /** An open write transaction on `shard` for the unit at `epoch`, as an outdated router would send it: 'ok' or the SQLSTATE. */
 async function tryOldEpochWrite(shard: string, bucket: number, epoch: number): Promise<string> {
-  const c = await shardPool(shard).connect();
-  try {
-    await c.query('begin');
-    await c.query(`call shardctl.open_unit_write($1, $2)`, [unitOf(bucket), epoch]);
-    const key = keysOfBucket(bucket, 1, 'stale')[0];
-    await c.query(`insert into ${schema}.events(bucket, key, n, payload) values ($1, $2, 1, 'stale')`, [bucket, key]);
-    await c.query('rollback');
-    return 'ok';
-  } catch (e: any) {
-    await c.query('rollback').catch(() => {});
-    return e.code ?? String(e);
-  } finally {
-    c.release();
-  }
+  const key = keysOfBucket(bucket, 1, 'stale')[0];
+  return H.inUnitTx(shard, unitOf(bucket), epoch, `insert into ${schema}.events(bucket, key, n, payload) values ($1, $2, 1, 'stale')`, [bucket, key]);
 }
 
 function keysOfBucket(bucket: number, count: number, prefix: string): string[] {
