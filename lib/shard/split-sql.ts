@@ -3,7 +3,7 @@
 // sub-unit move's row predicate uses (with K the directory's, a constant), so the rows a move
 // copies, compares and deletes are exactly those the fence counts as the sub-unit's. Pure.
 
-const quoteIdent = (ident: string) => `"${ident.replace(/"/g, '""')}"`;
+import { escapeIdentifier } from 'pg';
 
 /**
  * stable_hash(`value` as text) mod `ways` (lib/buckets/hash.ts computes the same in Node), written
@@ -38,6 +38,6 @@ export function subUnitClauseSql(split: TableSubUnit | undefined, alias?: string
   if (!Number.isInteger(ways) || ways < 2 || !Number.isInteger(index) || index < 0 || index >= ways) {
     throw new Error(`sub-unit ${index} of ${ways} ways is no sub-unit`);
   }
-  const col = `${alias ? `${alias}.` : ''}${quoteIdent(split.column)}`;
+  const col = `${alias ? `${alias}.` : ''}${escapeIdentifier(split.column)}`;
   return ` and ${splitIndexSql(col, String(ways))} operator(pg_catalog.=) ${index}`;
 }
