@@ -25,8 +25,9 @@ type Change = Extract<PgoutputMessage, { tag: 'insert' | 'update' | 'delete' }>;
 /** 'keep' a change of the moved sub-unit, 'drop' one of another sub-unit; throws when it cannot tell or the row changes sub-unit. */
 export function subUnitVerdict(f: SubUnitStream, msg: Change): 'keep' | 'drop' {
   const rel = msg.relation;
-  if (msg.tag === 'insert') return verdict(f, rel, unitOf(f, rel, msg.newTuple, null, 'INSERT'));
-  if (msg.tag === 'delete') return verdict(f, rel, unitOf(f, rel, msg.oldTuple, null, 'DELETE'));
+  const verdict = (unit: string) => (unit === f.unit ? 'keep' : 'drop');
+  if (msg.tag === 'insert') return verdict(unitOf(f, rel, msg.newTuple, null, 'INSERT'));
+  if (msg.tag === 'delete') return verdict(unitOf(f, rel, msg.oldTuple, null, 'DELETE'));
   const after = unitOf(f, rel, msg.newTuple, msg.oldTuple, 'UPDATE');
   if (msg.oldTuple) {
     const before = unitOf(f, rel, msg.oldTuple, null, 'UPDATE');
@@ -38,12 +39,7 @@ export function subUnitVerdict(f: SubUnitStream, msg: Change): 'keep' | 'drop' {
       );
     }
   }
-  return verdict(f, rel, after);
-}
-
-function verdict(f: SubUnitStream, rel: Relation, unit: string): 'keep' | 'drop' {
-  void rel;
-  return unit === f.unit ? 'keep' : 'drop';
+  return verdict(after);
 }
 
 /** The row's sub-unit; `fallback` (an UPDATE's old key) supplies a split column the new tuple left unchanged. */
