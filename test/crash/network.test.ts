@@ -622,8 +622,11 @@ describe.concurrent('network faults under live traffic', () => {
         source: 'shard-a',
         target: 'shard-c',
         workerVia: ['temporal'],
-        // Paced so the copy is still running when the cut comes.
-        move: { rowsPerSecond: 40 },
+        // Paced so the copy is still running when the cut comes: each table copies at most 10 rows a
+        // second (the throttle is per table), so the events table (135 seeded rows plus loadgen's)
+        // takes ≥ 13 s and the whole copy (one table at a time when throttled) ~30 s. At 40 rows/s it
+        // had ended before the cut once on a loaded machine (CI after stop 32: no activity retried).
+        move: { rowsPerSecond: 10 },
         drive: async (c) => {
           await H.waitFor(c.h, (s) => s.phase === 'copy', 60_000);
           // Rows on their way, not only the copy's set-up (its slot can take seconds on a loaded machine).
@@ -638,12 +641,17 @@ describe.concurrent('network faults under live traffic', () => {
             ).rows[0].n > 0;
           for (const t0 = Date.now(); !(await landed()); await sleep(100))
             if (Date.now() - t0 > 60_000) throw new Error(`no row of ${c.tenant} reached ${c.target} within 60 s of the copy phase`);
+          // The case is about a copy cut mid-way: one that had ended before the cut would prove nothing here.
+          const left = (await c.h.query(M.statusQuery)).tables.filter((t) => !t.done).map((t) => t.table);
+          expect(left, 'tables not yet copied just before the cut').not.toEqual([]);
           const link = c.w1Links.temporal;
           await link.blackhole();
           const cutAt = Date.now();
           await c.second();
           while (Date.now() - cutAt < 25_000) await sleep(250);
           await link.heal();
+          // The throttle paces the catch-up too: lifted, so the applier outruns the traffic's 40 writes/s.
+          await c.h.executeUpdate(M.throttleUpdate, { args: [{ actor: 'test', rowsPerSecond: 0 }] });
         },
         after: async (c) => {
           const retried = await retriedActivities(c.h);
