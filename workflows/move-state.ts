@@ -21,6 +21,8 @@ export interface Carried {
   cutoverAbortsInRow?: number;
   /** The operators' reasons for the verbs audited when they end, not when asked (absent in older runs). */
   reasons?: { cancel?: string; rollback?: string; retire?: string };
+  /** Validations this move asked for (absent in older runs): names each, so a retried one resumes its own progress only. */
+  validations?: number;
 }
 
 /** The status a move starts with (also the base of the tests' status fixtures). */

@@ -346,8 +346,14 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
         enter('validate');
       }
       if (st.phase === 'validate') {
+        // Each validation the move asks for has its own name: its retries (a new scheduling by step()
+        // too) resume the ranges it recorded on the target; a later one (after a mismatch was fixed,
+        // after a wait for approval) compares everything again. patched: older histories send none.
+        const validation = patched('validation-progress-row') ? `v${(carried.validations = (carried.validations ?? 0) + 1)}` : undefined;
         const v = await step('validate', () =>
-          long.validateMove.executeWithOptions({ summary: 'validate every row and blob, both directions' }, [{ ...ref(), direction: 'forward' }]),
+          long.validateMove.executeWithOptions({ summary: 'validate every row and blob, both directions' }, [
+            { ...ref(), direction: 'forward', ...(validation ? { validation } : {}) },
+          ]),
         );
         st.validation = { ok: v.ok, mismatches: v.mismatches };
         st.deltaToken = v.deltaToken;

@@ -24,10 +24,10 @@ import { replicationNames } from '../../lib/ids';
 import { ensurePublicationAndSlot, applyChangesUntil, currentWalLsn, slotLagBytes } from '../../lib/cdc';
 import { copyTenantTable, copyProgress } from '../../lib/copy';
 import { recordReverseStart, hasStreamProgress } from '../../lib/cdc/progress';
-import { deltaTokenOf, startDelta } from '../../lib/cdc/delta';
+import { deltaTokenOf, readValidated, saveValidated, startDelta } from '../../lib/cdc/delta';
 import { switchDetail } from '../../lib/directory/moves';
 import { validateTenant, formatMismatch, persistentMismatches, type TenantValidation, type ValidationProgress } from '../../lib/validate';
-import { recordedValidation } from '../../lib/validate/progress';
+import { recordedValidation, rowsIn, type RecordedValidation } from '../../lib/validate/progress';
 import { recordManifest, ensureManifestTable } from '../../lib/blobs';
 import { activityLog } from '../../lib/obs/log';
 
@@ -45,6 +45,8 @@ const flow = (ref: { source: string; target: string }, dir: 'forward' | 'reverse
 };
 
 const setupInput = moveRef.extend({ direction });
+/** `validation` names the move's request (v1, v2, ...): its attempts resume the ranges it recorded. Absent from older workflows. */
+const validateInput = setupInput.extend({ validation: z.string().min(1).max(40).optional() });
 const copyInput = moveRef.extend({
   table: z.string().min(1),
   /** At most this many rows per batch; absent: batches sized in bytes only (lib/copy/batch-size.ts). */
@@ -287,9 +289,9 @@ export function createDataActivities(deps: Deps) {
      * that started before the first range, so together they cover every row; lib/cdc/delta.ts).
      */
     async validateMove(
-      input: z.infer<typeof setupInput>,
+      input: z.infer<typeof validateInput>,
     ): Promise<{ ok: boolean; mismatches: string[]; rows: number; rounds: number; deltaToken: string; resumedRows: number }> {
-      const ref = parse(setupInput, input);
+      const ref = parse(validateInput, input);
       return typed(
         async () => {
           const { from, to } = ends(ref, ref.direction);
@@ -301,16 +303,44 @@ export function createDataActivities(deps: Deps) {
           // comparison passes, the cutover compares only those under the fence. A resumed attempt
           // keeps the tracking its ranges were compared under: a restart would forget the keys
           // changed since them.
-          const prior = recordedValidation(priorHeartbeat());
-          const resume = prior !== undefined && (await deltaTokenOf(deps.shardPool(to), ref.moveId, ref.direction)) === prior.token;
+          // What an earlier attempt found equal: in this attempt's heartbeat details (a retry of the same
+          // scheduling), or in the row beside the tracking (any attempt of the same named validation,
+          // written at every range). Either counts only under the tracking that runs now; the larger wins.
+          const targetPool = deps.shardPool(to);
+          const running = await deltaTokenOf(targetPool, ref.moveId, ref.direction);
+          const saved = ref.validation ? await readValidated(targetPool, ref.moveId, ref.direction, ref.validation) : undefined;
+          const prior = [recordedValidation(priorHeartbeat()), saved && recordedValidation({ validated: saved })]
+            .filter((p): p is RecordedValidation => p !== undefined && p.token === running)
+            .sort((a, b) => rowsIn(b.tables) - rowsIn(a.tables))[0];
+          const resume = prior !== undefined;
           const deltaToken = resume ? prior.token : randomUUID();
-          if (!resume) await startDelta(deps.shardPool(to), ref.moveId, ref.direction, deltaToken);
+          if (!resume) await startDelta(targetPool, ref.moveId, ref.direction, deltaToken);
           const progress: ValidationProgress = resume ? prior.tables : {};
-          const resumedRows = Object.values(progress).reduce((n, p) => n + p.rows, 0);
+          const resumedRows = rowsIn(progress);
           if (resume)
             activityLog().info({ resumedRows, tables: Object.keys(progress).length }, 'validation resumes from the ranges the last attempt found equal');
           let rounds = 1;
-          const beatProgress = () => beat({ round: rounds, validated: { token: deltaToken, tables: progress } });
+          // The row is written after every range (one write in flight; the latest progress wins); a
+          // failed write is logged only: it costs a later attempt time, never a row unchecked.
+          let saving: Promise<void> | undefined;
+          let unsaved = false;
+          const saveProgress = () => {
+            if (!ref.validation) return;
+            unsaved = true;
+            saving ??= (async () => {
+              while (unsaved) {
+                unsaved = false;
+                await saveValidated(targetPool, ref.moveId, ref.direction, deltaToken, ref.validation!, progress).catch((err: Error) =>
+                  activityLog().warn({ err: err.message }, 'validation could not record its progress on the target'),
+                );
+              }
+              saving = undefined;
+            })();
+          };
+          const beatProgress = () => {
+            beat({ round: rounds, validated: { token: deltaToken, tables: progress } });
+            saveProgress();
+          };
           // Over every round of this attempt, for the log line below.
           const compared = { rangesHashed: 0, rangesRetried: 0 };
           const tally = (r: TenantValidation) => {
@@ -350,6 +380,7 @@ export function createDataActivities(deps: Deps) {
             report = persistentMismatches(report, await check());
           }
           beat();
+          await saving;
           activityLog().info({ rounds, ...compared, resumedRows }, 'validation compared the rows');
           const mismatches: string[] = report.ok ? [] : formatMismatch(report).split('\n').filter(Boolean).slice(0, 20);
           // Blobs: sync the delta first (new objects keep arriving before the fence), then compare;

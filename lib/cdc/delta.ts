@@ -45,7 +45,7 @@ export async function startDelta(pool: Pool, moveId: string, stream: string, tok
     await c.query('delete from shardctl.move_delta where move_id = $1 and stream = $2', [moveId, stream]);
     await c.query(
       `insert into shardctl.move_delta_since(move_id, stream, since, token, since_snapshot) values ($1, $2, now(), $3, pg_catalog.pg_current_snapshot())
-       on conflict (move_id, stream) do update set since = now(), token = excluded.token, since_snapshot = excluded.since_snapshot`,
+       on conflict (move_id, stream) do update set since = now(), token = excluded.token, since_snapshot = excluded.since_snapshot, validated = null`,
       [moveId, stream, token],
     );
   });
@@ -55,6 +55,35 @@ export async function startDelta(pool: Pool, moveId: string, stream: string, tok
 export async function deltaTokenOf(pool: Pool, moveId: string, stream: string): Promise<string | null> {
   const r = await pool.query<{ token: string | null }>('select token from shardctl.move_delta_since where move_id = $1 and stream = $2', [moveId, stream]);
   return r.rows[0]?.token ?? null;
+}
+
+/**
+ * Records, beside the tracking, the ranges validation `name` found equal under `token`: only while
+ * that tracking still runs (a restart under another token made them worthless, and this writes
+ * nothing). The next attempt of the same validation, a new activity scheduling included, resumes
+ * from them (readValidated); a heartbeat reaches Temporal only every few seconds, this row at once.
+ */
+export async function saveValidated(pool: Pool, moveId: string, stream: string, token: string, name: string, tables: unknown): Promise<void> {
+  await pool.query('update shardctl.move_delta_since set validated = $4 where move_id = $1 and stream = $2 and token = $3', [
+    moveId,
+    stream,
+    token,
+    JSON.stringify({ name, tables }),
+  ]);
+}
+
+/**
+ * What validation `name` recorded under the tracking that runs now: its token and ranges, or
+ * undefined (nothing recorded, another validation's, or tracking restarted since).
+ */
+export async function readValidated(pool: Pool, moveId: string, stream: string, name: string): Promise<{ token: string; tables: unknown } | undefined> {
+  const r = await pool.query<{ token: string | null; validated: { name?: unknown; tables?: unknown } | null }>(
+    'select token, validated from shardctl.move_delta_since where move_id = $1 and stream = $2',
+    [moveId, stream],
+  );
+  const row = r.rows[0];
+  if (!row?.token || !row.validated || row.validated.name !== name) return undefined;
+  return { token: row.token, tables: row.validated.tables };
 }
 
 /**

@@ -107,6 +107,9 @@ create table if not exists shardctl.move_delta_since (
 ${addColumnOnce('shardctl.move_delta_since', 'token', 'text')}
 -- The start's snapshot: a fence-bypassing write on the target not visible in it is new (by commit).
 ${addColumnOnce('shardctl.move_delta_since', 'since_snapshot', 'pg_snapshot')}
+-- The key ranges a validation found equal under this start (its name, per table): a retried
+-- validation of the same name resumes from them (lib/cdc/delta.ts, saveValidated). A restart clears it.
+${addColumnOnce('shardctl.move_delta_since', 'validated', 'jsonb')}
 create table if not exists shardctl.move_delta (
   move_id text not null,
   stream text not null,

@@ -23,3 +23,8 @@ export function recordedValidation(details: unknown): RecordedValidation | undef
   const r = recorded.safeParse(details);
   return r.success ? r.data.validated : undefined;
 }
+
+/** Rows in the ranges recorded equal, over every table. */
+export function rowsIn(tables: ValidationProgress): number {
+  return Object.values(tables).reduce((n, p) => n + p.rows, 0);
+}

@@ -17,8 +17,8 @@ import { openPool } from '../../lib/connections';
 import { listTenantTables, quoteIdent, TenantTable } from '../../lib/shard/tables';
 import { compareTenantRows, type CompareInput, type EqualRanges, type RangeEvent } from '../../lib/validate';
 import { DEFAULT_RANGE_RECONNECTS } from '../../lib/validate/compare';
-import { recordedValidation } from '../../lib/validate/progress';
-import { startDelta } from '../../lib/cdc/delta';
+import { recordedValidation, rowsIn } from '../../lib/validate/progress';
+import { readValidated, startDelta } from '../../lib/cdc/delta';
 import { isConnectionError } from '../../lib/directory/db';
 import { createDeps, type Deps } from '../../activities/deps';
 import { createActivities, type Activities } from '../../activities';
@@ -199,12 +199,12 @@ describe('validateMove resumed on a new attempt', () => {
    * Attempt 1 of validateMove through the worker's source link, which goes down once a heartbeat
    * records public.events equal: the attempt fails; returns its last heartbeat.
    */
-  async function cutAttempt(ref: (typeof refs)[number]): Promise<unknown> {
+  async function cutAttempt(ref: (typeof refs)[number], validation?: string): Promise<unknown> {
     let last: unknown;
     let cut: Promise<unknown> | undefined;
     await workerLink.latency(30);
     try {
-      const failed = await runAsAttempt(() => cutAct.validateMove({ ...ref, direction: 'forward' }), {
+      const failed = await runAsAttempt(() => cutAct.validateMove({ ...ref, direction: 'forward', validation }), {
         onBeat: (d) => {
           last = d;
           if (!cut && recordedValidation(d)?.tables['public.events']) cut = workerLink.down();
@@ -257,14 +257,44 @@ describe('validateMove resumed on a new attempt', () => {
 
   it('an attempt whose delta was restarted since the last one (a superseded delivery) does not resume: it compares the whole unit under a new token', async () => {
     const { ref } = await caughtUp('vrs');
-    const beat1 = await cutAttempt(ref);
+    const beat1 = await cutAttempt(ref, 'v1');
     const rec = recordedValidation(beat1)!;
     expect(Object.keys(rec.tables).length).toBeGreaterThan(0);
     await startDelta(target, ref.moveId, 'forward', 'a-superseded-validation');
-    const v = await runAsAttempt(() => act.validateMove({ ...ref, direction: 'forward' }), { heartbeatDetails: beat1 });
+    // Neither the heartbeat nor the row beside the tracking (the restart cleared it) is resumed.
+    const v = await runAsAttempt(() => act.validateMove({ ...ref, direction: 'forward', validation: 'v1' }), { heartbeatDetails: beat1 });
     expect(v).toMatchObject({ ok: true, resumedRows: 0 });
     expect(v.deltaToken).not.toBe(rec.token);
     expect(v.deltaToken).not.toBe('a-superseded-validation');
+    await act.cancelMove({ ...ref, epoch: 1, actor: 'validate-resume-test' });
+  });
+
+  it('a new scheduling of the same validation (no heartbeat: the workflow retried the step) resumes from the ranges recorded on the target, under the same tracking', async () => {
+    const { ref } = await caughtUp('vrr');
+    const beat1 = await cutAttempt(ref, 'v1');
+    const rec = recordedValidation(beat1)!;
+    expect(rec.tables['public.events'].rows).toBeGreaterThan(0);
+    // The row beside the tracking holds at least what the last heartbeat did (it is written at every range).
+    const saved = await readValidated(target, ref.moveId, 'forward', 'v1');
+    expect(saved?.token).toBe(rec.token);
+    const savedRows = rowsIn(recordedValidation({ validated: saved })!.tables);
+    expect(savedRows).toBeGreaterThanOrEqual(rowsIn(rec.tables));
+    const v = await runAsAttempt(() => act.validateMove({ ...ref, direction: 'forward', validation: 'v1' }));
+    expect(v).toMatchObject({ ok: true, deltaToken: rec.token, resumedRows: savedRows });
+    await act.cancelMove({ ...ref, epoch: 1, actor: 'validate-resume-test' });
+  });
+
+  it("another validation of the move (v2: after a fixed mismatch or a wait for approval) never resumes v1's ranges: it compares everything under a new tracking", async () => {
+    const { ref } = await caughtUp('vrn');
+    const beat1 = await cutAttempt(ref, 'v1');
+    const rec = recordedValidation(beat1)!;
+    expect(Object.keys(rec.tables).length).toBeGreaterThan(0);
+    expect(await readValidated(target, ref.moveId, 'forward', 'v1')).toBeDefined();
+    const v = await runAsAttempt(() => act.validateMove({ ...ref, direction: 'forward', validation: 'v2' }));
+    expect(v).toMatchObject({ ok: true, resumedRows: 0 });
+    expect(v.deltaToken).not.toBe(rec.token);
+    // v2's start cleared v1's ranges: nothing of v1's is left to resume.
+    expect(await readValidated(target, ref.moveId, 'forward', 'v1')).toBeUndefined();
     await act.cancelMove({ ...ref, epoch: 1, actor: 'validate-resume-test' });
   });
 });
