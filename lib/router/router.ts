@@ -263,15 +263,33 @@ export class Router {
    * (the shard's CHECK refuses any other). The transaction may write only rows of that bucket.
    */
   async withKey<T>(dataset: string, key: string, grant: Grant, mode: Mode, fn: KeyFn<T>, opts: TenantCallOptions = {}): Promise<T> {
+    const ds = this.datasetOf(dataset);
+    assertGrantCoversDataset(grant, ds.name);
+    const bucket = bucketOf(key, ds.buckets);
+    const unit = bucketUnitName(ds.name, bucket, ds.buckets);
+    return this.withUnit(unit, mode, (tx, route) => fn(tx, { ...route, bucket }), opts);
+  }
+
+  /**
+   * Runs `fn` in a transaction on the shard owning bucket `bucket` of dataset `dataset` (unit
+   * `bucket:<dataset>:<n>`), fenced and retried exactly as withKey: for work that names a bucket
+   * rather than one key, e.g. a job worker claiming a bucket unit's jobs (lib/jobs/queue.ts).
+   */
+  async withBucket<T>(dataset: string, bucket: number, grant: Grant, mode: Mode, fn: KeyFn<T>, opts: TenantCallOptions = {}): Promise<T> {
+    const ds = this.datasetOf(dataset);
+    assertGrantCoversDataset(grant, ds.name);
+    const unit = bucketUnitName(ds.name, bucket, ds.buckets);
+    return this.withUnit(unit, mode, (tx, route) => fn(tx, { ...route, bucket }), opts);
+  }
+
+  /** The configured dataset named `dataset` (config.datasets); InvalidInput when there is none. */
+  datasetOf(dataset: string): Readonly<Config['datasets'][number]> {
     const ds = this.config.datasets.find((d) => d.name === dataset);
     if (!ds)
       throw invalidInput(
         `unknown dataset ${JSON.stringify(String(dataset).slice(0, 40))} (config.datasets: ${this.config.datasets.map((d) => d.name).join(', ') || 'none'})`,
       );
-    assertGrantCoversDataset(grant, ds.name);
-    const bucket = bucketOf(key, ds.buckets);
-    const unit = bucketUnitName(ds.name, bucket, ds.buckets);
-    return this.withUnit(unit, mode, (tx, route) => fn(tx, { ...route, bucket }), opts);
+    return ds;
   }
 
   private async withUnit<T>(unit: string, mode: Mode, fn: TenantFn<T>, opts: TenantCallOptions): Promise<T> {

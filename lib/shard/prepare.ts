@@ -12,7 +12,7 @@ import { DEMO_SCHEMA_SQL } from '../demo/schema';
 import { installShardSchema } from './schema';
 import { listTenantTables, movabilityProblems, tenantTableSelector, TenantTable } from './tables';
 import { blobIndexDdl } from '../blobs/index-table';
-import { bucketTableProblems, checkRoutingHash, recordDatasetBuckets } from './datasets';
+import { bucketTableProblems, checkRoutingHash, jobsTableProblems, recordDatasetBuckets } from './datasets';
 import { bucketUnitSqlExpr, datasetTables } from '../unit-rows';
 import type { S3Client } from '@aws-sdk/client-s3';
 import { s3ClientFor } from '../s3';
@@ -110,6 +110,12 @@ export async function prepareShard(
         tables.push(t);
         problems.push(...(await bucketTableProblems(c, t, ds)));
       }
+      problems.push(
+        ...jobsTableProblems(
+          ds,
+          [...claimed].filter(([, d]) => d === ds.name).map(([q]) => q),
+        ),
+      );
     }
     await dropUnusedRowCheck(c, config.tenant.column);
     await c.query(
