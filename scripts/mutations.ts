@@ -264,6 +264,35 @@ export const MUTATIONS: Mutation[] = [
     testName: 'moves one bucket under live router writes',
   },
   {
+    id: 'bucket-jobs-claim-own-bucket',
+    guarantee: "a bucket unit's job claim takes only its bucket's jobs (issue 13: jobs follow the unit that owns them)",
+    file: 'lib/jobs/queue.ts',
+    from: "where ${q.unitColumn} = $1 and state = 'queued' and run_at <= now()",
+    to: "where ${q.unitColumn} >= $1 and state = 'queued' and run_at <= now()",
+    testFile: 'test/integration/bucket-jobs.test.ts',
+    testName: 'a claim of a bucket unit takes only that bucket',
+  },
+  {
+    id: 'bucket-jobs-unit-epoch',
+    guarantee:
+      "a bucket's job calls run in a transaction opened for that bucket's unit at its epoch, so each acked job runs exactly once across a move and its retire (§3: jobs go through the same gate; issue 13)",
+    file: 'lib/router/router.ts',
+    from: 'const unit = bucketUnitName(ds.name, bucket, ds.buckets);\n    return this.withUnit(unit, mode, (tx, route) => fn(tx, { ...route, bucket }), opts);\n  }\n\n  /** The configured',
+    to: 'const unit = bucketUnitName(ds.name, (bucket + 1) % ds.buckets, ds.buckets);\n    return this.withUnit(unit, mode, (tx, route) => fn(tx, { ...route, bucket }), opts);\n  }\n\n  /** The configured',
+    testFile: 'test/e2e/bucket-jobs.test.ts',
+    testName: 'a bucket moved under live enqueues and two job workers',
+  },
+  {
+    id: 'bucket-jobs-table-in-dataset',
+    guarantee:
+      "shards prepare names a dataset's jobs table that is not one of its tables (its jobs would be neither fenced per bucket nor moved with it; issue 13)",
+    file: 'lib/shard/prepare.ts',
+    from: 'problems.push(...jobsTableProblems(ds, mine));',
+    to: 'void jobsTableProblems;',
+    testFile: 'test/integration/bucket-jobs.test.ts',
+    testName: 'names one a bucket move would leave behind',
+  },
+  {
     id: 'fence-mark-proven',
     guarantee:
       "a transaction's check mark counts only with its proof: a mark set by hand is checked like any unrouted write (§3: every writer goes through the gate)",

@@ -110,12 +110,8 @@ export async function prepareShard(
         tables.push(t);
         problems.push(...(await bucketTableProblems(c, t, ds)));
       }
-      problems.push(
-        ...jobsTableProblems(
-          ds,
-          [...claimed].filter(([, d]) => d === ds.name).map(([q]) => q),
-        ),
-      );
+      const mine = [...claimed].filter(([, d]) => d === ds.name).map(([q]) => q);
+      problems.push(...jobsTableProblems(ds, mine));
     }
     await dropUnusedRowCheck(c, config.tenant.column);
     await c.query(
