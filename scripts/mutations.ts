@@ -2270,7 +2270,8 @@ export const MUTATIONS: Mutation[] = [
   },
   {
     id: 'bucket-blob-index-refused',
-    guarantee: "the blob index is refused for a bucket unit (a bucket's move does not carry shardctl.blob_index, so its rows would stay behind) (issue 13)",
+    guarantee:
+      "a bucket unit's blob index keeps names per key: its index calls on a route without a key (withBucket) are refused, never written to the tenant-keyed shardctl.blob_index, which a bucket's move does not carry (issue 13)",
     file: 'lib/blobs/fenced.ts',
     from: 'if (isBucket)',
     to: 'if (isBucket && false)',

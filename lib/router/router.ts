@@ -37,7 +37,8 @@ import { ScatterOptions, ScatterPlan, ScatterResult, ShardTarget, planScatter, r
 import { validateShardName } from '../ids';
 import type { S3Client } from '@aws-sdk/client-s3';
 import { s3ClientFor } from '../s3';
-import { tenantBlobs, type PutBlobOptions, type TenantBlobs } from '../blobs/fenced';
+import { tenantBlobs, type PutBlobOptions, type TenantBlobs, type TenantBlobsOptions } from '../blobs/fenced';
+import { bucketIndexScope } from '../blobs/index-table';
 import type { BlobVersion } from '../blobs/index-table';
 
 export type { Mode, Isolation } from './open-tx';
@@ -267,7 +268,9 @@ export class Router {
     assertGrantCoversDataset(grant, ds.name);
     const bucket = bucketOf(key, ds.buckets);
     const unit = bucketUnitName(ds.name, bucket, ds.buckets);
-    return this.withUnit(unit, mode, (tx, route) => fn(tx, { ...route, bucket }), opts);
+    // route.blobs' index methods name the key's blobs in the dataset's index (moved with the bucket).
+    const index = { scope: bucketIndexScope(ds, bucket, key), key };
+    return this.withUnit(unit, mode, (tx, route) => fn(tx, { ...route, bucket }), opts, index);
   }
 
   /**
@@ -292,7 +295,7 @@ export class Router {
     return ds;
   }
 
-  private async withUnit<T>(unit: string, mode: Mode, fn: TenantFn<T>, opts: TenantCallOptions): Promise<T> {
+  private async withUnit<T>(unit: string, mode: Mode, fn: TenantFn<T>, opts: TenantCallOptions, index?: TenantBlobsOptions['index']): Promise<T> {
     if (mode !== 'read' && mode !== 'write') throw invalidInput(`mode must be 'read' or 'write', got ${JSON.stringify(String(mode))}`);
     const deadlineMs = opts.deadlineMs ?? this.config.limits.routerDeadlineMs;
     const budget = opts.retryBudget ?? this.config.limits.routerRetryBudget;
@@ -311,7 +314,7 @@ export class Router {
     for (;;) {
       let err: unknown;
       try {
-        return await this.attempt(placement, mode, fn, opts.isolation, deadline);
+        return await this.attempt(placement, mode, fn, opts.isolation, deadline, index);
       } catch (e) {
         err = e;
       }
@@ -515,7 +518,14 @@ export class Router {
 
   // ---- one attempt ------------------------------------------------------------------------
 
-  private async attempt<T>(p: Placement, mode: Mode, fn: TenantFn<T>, isolation: Isolation | undefined, deadline: number): Promise<T> {
+  private async attempt<T>(
+    p: Placement,
+    mode: Mode,
+    fn: TenantFn<T>,
+    isolation: Isolation | undefined,
+    deadline: number,
+    index?: TenantBlobsOptions['index'],
+  ): Promise<T> {
     let client: PoolClient;
     try {
       client = await this.poolFor(p.shard).connect();
@@ -539,14 +549,14 @@ export class Router {
         throw openFailure(e, p.shard);
       });
       // The blob helper is built on first use: most transactions never touch it. A bucket unit's
-      // objects live under datasets/<dataset>/<n>/ (put/get/delete; its index calls are refused).
+      // objects live under datasets/<dataset>/<n>/ (its index calls name the key's blobs under withKey only).
       let blobs: TenantBlobs | undefined;
       const route: TenantRoute = {
         unit: p.unit,
         shard: p.shard,
         epoch: p.epoch,
         get blobs() {
-          return (blobs ??= tenantBlobs(tx.client, p.unit, self.bucketOf(p.shard), { tenantColumn }));
+          return (blobs ??= tenantBlobs(tx.client, p.unit, self.bucketOf(p.shard), { tenantColumn, index }));
         },
       };
       const result = await fn(tx.client, route);

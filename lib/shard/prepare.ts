@@ -11,7 +11,7 @@ import { ShardctlError } from '../errors';
 import { DEMO_SCHEMA_SQL } from '../demo/schema';
 import { installShardSchema } from './schema';
 import { listTenantTables, movabilityProblems, tenantTableSelector, TenantTable } from './tables';
-import { blobIndexDdl } from '../blobs/index-table';
+import { blobIndexDdl, bucketBlobIndexDdl } from '../blobs/index-table';
 import { bucketTableProblems, checkRoutingHash, jobsTableProblems, recordDatasetBuckets } from './datasets';
 import { bucketUnitSqlExpr, datasetTables } from '../unit-rows';
 import type { S3Client } from '@aws-sdk/client-s3';
@@ -92,6 +92,8 @@ export async function prepareShard(
     for (const ds of config.datasets) {
       const dsAudit = writeAuditSchemaSql(ds.bucketColumn, { name: ds.name, rowUnit: (row) => bucketUnitSqlExpr(ds, row) });
       await c.query(dsAudit.sql);
+      // The dataset's blob index: one of its tables (fenced, audited and moved like them).
+      await c.query(bucketBlobIndexDdl(ds));
       for (const t of await listTenantTables(c, datasetTables(config, ds))) {
         const other = claimed.get(t.qualified);
         if (other) {
