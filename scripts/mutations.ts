@@ -2259,6 +2259,25 @@ export const MUTATIONS: Mutation[] = [
     testName: 'moves a bucket with its objects under live object writes',
   },
   {
+    id: 'bucket-blob-index-moves',
+    guarantee:
+      "a bucket unit's blob index (shardctl.blob_index_<dataset>) is one of its dataset's tables: fenced per bucket unit and moved, retired and rolled back with the bucket, so every acked index write is on the final owner (issue 13)",
+    file: 'lib/unit-rows.ts',
+    from: 'indexTable: bucketBlobIndexTable(ds.name),',
+    to: 'indexTable: undefined,',
+    testFile: 'test/e2e/bucket-blob-index.test.ts',
+    testName: 'a bucket moved under live index writes, overwrites and unlinks',
+  },
+  {
+    id: 'bucket-blob-index-gc-scope',
+    guarantee: "the collector of a bucket unit reads that bucket's index rows: it never deletes an object a live row of the bucket names (issue 13, §2)",
+    file: 'lib/blobs/index-table.ts',
+    from: 'return ds ? bucketIndexScope(ds, p.bucket) : undefined;',
+    to: 'return ds ? bucketIndexScope(ds, (p.bucket + 1) % 65536) : undefined;',
+    testFile: 'test/integration/bucket-blob-index.test.ts',
+    testName: 'the collector works per bucket unit',
+  },
+  {
     id: 'bucket-blob-prefix-exact',
     guarantee:
       "every copy, validate and delete of a bucket unit's objects is held to exactly datasets/<dataset>/<n>/ (never a deeper or a dataset-wide prefix) (issue 13)",
