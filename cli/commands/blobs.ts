@@ -10,7 +10,7 @@ import { listPlacements } from '../../lib/directory/placements';
 import { shardByName } from '../../lib/config';
 import { parseDurationMs } from '../../lib/duration';
 import { ShardctlError, invalidInput } from '../../lib/errors';
-import { parseUnit } from '../../lib/buckets/units';
+import { unitRows } from '../../lib/unit-rows';
 import { collectableUnits } from '../../lib/blobs/gc-loop';
 import { validateShardName, validateTenantId } from '../../lib/ids';
 import { examples } from '../help';
@@ -41,7 +41,8 @@ export function register(program: Command) {
       const operator = operatorOf(o);
       const graceMs = parseDurationMs(o.grace, '--grace');
       if (o.tenant !== undefined && o.unit !== undefined) throw invalidInput('give --tenant or --unit, not both');
-      const tenant = o.tenant !== undefined ? validateTenantId(o.tenant) : o.unit !== undefined ? (parseUnit(o.unit), o.unit) : undefined;
+      // A unit of a configured kind, spelled canonically (a bucket of a configured dataset, zero-padded).
+      const tenant = o.tenant !== undefined ? validateTenantId(o.tenant) : o.unit !== undefined ? unitRows(config, o.unit).unit : undefined;
       const shard = o.shard === undefined ? undefined : validateShardName(o.shard);
       const out = await withConnections(config, { requireCurrentSchema: true }, async (conns) => {
         const deps: GcDeps = {

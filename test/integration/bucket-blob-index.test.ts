@@ -18,6 +18,7 @@ import { hashObject, listBlobs, unitBlobPrefix } from '../../lib/blobs';
 import { collectTenantBlobs, type GcDeps } from '../../lib/blobs/gc';
 import { collectableUnits } from '../../lib/blobs/gc-loop';
 import type { S3Client } from '@aws-sdk/client-s3';
+import { runCli, configFile } from '../helpers/cli';
 
 const SHARD = 'shard-c';
 const B = 8;
@@ -140,6 +141,24 @@ describe('the blob index of a bucket unit', () => {
       expect((await router.withKey(dataset, k2, grant, 'read', (_tx, route) => route.blobs.read('c')))?.toString()).toBe('live');
       // Bucket 7's objects were not touched.
       expect((await listBlobs(s3, bucketName(), unitBlobPrefix(unitOf(7)))).map((e) => e.key)).toContain(other.key);
+      // The CLI: --unit collects one bucket unit (dry run: nothing deleted); a bucket name that is not canonical, or both options, are refused.
+      await router.withKey(dataset, k1, grant, 'write', (_tx, route) => route.blobs.write('a', 'v3')); // supersedes v2
+      const f = configFile(config);
+      try {
+        const env = { SHARDCTL_CONFIG: f.file };
+        const dryCli = await runCli(['blobs', 'gc', '--unit', unitOf(6), '--grace', '0s', '--dry-run', '--json'], { env });
+        expect(dryCli.code, dryCli.stderr).toBe(0);
+        expect(JSON.parse(dryCli.stdout)).toMatchObject({ dryRun: true, tenants: [{ tenant: unitOf(6), shard: SHARD, collected: [current.key] }] });
+        expect((await listBlobs(s3, bucketName(), unitBlobPrefix(unitOf(6)))).map((e) => e.key)).toContain(current.key);
+        const padded = await runCli(['blobs', 'gc', '--unit', `bucket:${dataset}:06`, '--dry-run'], { env }); // B = 8: the bucket is `6`
+        expect(padded.code).toBe(2);
+        expect(padded.stderr).toMatch(/not a bucket of/);
+        const both = await runCli(['blobs', 'gc', '--unit', unitOf(6), '--tenant', 'acme', '--dry-run'], { env });
+        expect(both.code).toBe(2);
+        expect(both.stderr).toMatch(/--tenant or --unit, not both/);
+      } finally {
+        f.remove();
+      }
       // Not on a shard that does not own the unit.
       await expect(collectTenantBlobs(gcDeps(), { tenant: unitOf(6), graceMs: 0, shard: 'shard-a', operator: { actor: 'test' } })).rejects.toMatchObject({
         type: 'PreconditionFailed',
