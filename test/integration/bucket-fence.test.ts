@@ -46,7 +46,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await shardPool(SHARD)
-    .query(`drop schema if exists ${schema} cascade`)
+    .query(`drop schema if exists ${schema} cascade; drop table if exists shardctl.blob_index_${dataset}`)
     .catch(() => {});
   await closePools();
 });
