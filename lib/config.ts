@@ -119,6 +119,15 @@ export const configSchema = z
             bucketColumn: z.string().min(1).default('bucket'),
             /** The dataset's tables; default: every table in tenant.schemas with both columns and no tenant column. */
             tables: z.array(z.string().min(1)).optional(),
+            /**
+             * The dataset's job queue (`schema.table`, one of its tables, shaped by
+             * `datasetJobsTableSql`): its bucket units' jobs, claimed per bucket unit
+             * (lib/jobs/queue.ts). Absent: the dataset has no jobs.
+             */
+            jobsTable: z
+              .string()
+              .regex(/^[a-z_][a-z0-9_]{0,62}\.[a-z_][a-z0-9_]{0,62}$/, 'schema.table, lower-case identifiers')
+              .optional(),
           })
           .strict(),
       )
@@ -242,6 +251,9 @@ export function parseConfig(raw: unknown, source = 'config', opts: { baseDir?: s
     }
     if (d.bucketColumn === res.data.tenant.column || d.bucketColumn === d.column) {
       throw bad(`bucketColumn ${d.bucketColumn} must differ from the tenant column and from the key column ${d.column}`);
+    }
+    if (d.jobsTable !== undefined && d.tables !== undefined && !d.tables.includes(d.jobsTable)) {
+      throw bad(`jobsTable ${d.jobsTable} is not one of the dataset's tables (${d.tables.join(', ')}): a bucket move would leave its jobs behind`);
     }
   });
   return res.data;

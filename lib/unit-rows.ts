@@ -89,9 +89,21 @@ function subUnitRows(config: UnitRowsConfig, unit: string, tenant: string, path:
   };
 }
 
-/** The tables of a dataset: those with its bucket and key columns and without the tenant column. */
+/** The tables of a dataset: those with its bucket and key columns and without the tenant column, and its blob index. */
 export function datasetTables(config: UnitRowsConfig, ds: DatasetConfig): UnitTableSelector {
-  return { column: ds.bucketColumn, alsoColumn: ds.column, withoutColumn: config.tenant.column, schemas: config.tenant.schemas, tables: ds.tables };
+  return {
+    column: ds.bucketColumn,
+    alsoColumn: ds.column,
+    withoutColumn: config.tenant.column,
+    schemas: config.tenant.schemas,
+    tables: ds.tables,
+    indexTable: bucketBlobIndexTable(ds.name),
+  };
+}
+
+/** The blob index of bucketed dataset `dataset` (lib/blobs/index-table.ts): one of its tables, in schema shardctl. */
+export function bucketBlobIndexTable(dataset: string): string {
+  return `shardctl.blob_index_${dataset}`;
 }
 
 const quoteIdent = (s: string) => `"${s.replace(/"/g, '""')}"`;

@@ -264,6 +264,35 @@ export const MUTATIONS: Mutation[] = [
     testName: 'moves one bucket under live router writes',
   },
   {
+    id: 'bucket-jobs-claim-own-bucket',
+    guarantee: "a bucket unit's job claim takes only its bucket's jobs (issue 13: jobs follow the unit that owns them)",
+    file: 'lib/jobs/queue.ts',
+    from: "where ${q.unitColumn} = $1 and state = 'queued' and run_at <= now()",
+    to: "where ${q.unitColumn} >= $1 and state = 'queued' and run_at <= now()",
+    testFile: 'test/integration/bucket-jobs.test.ts',
+    testName: 'a claim of a bucket unit takes only that bucket',
+  },
+  {
+    id: 'bucket-jobs-unit-epoch',
+    guarantee:
+      "a bucket's job calls run in a transaction opened for that bucket's unit at its epoch, so each acked job runs exactly once across a move and its retire (§3: jobs go through the same gate; issue 13)",
+    file: 'lib/router/router.ts',
+    from: 'const unit = bucketUnitName(ds.name, bucket, ds.buckets);\n    return this.withUnit(unit, mode, (tx, route) => fn(tx, { ...route, bucket }), opts);\n  }\n\n  /** The configured',
+    to: 'const unit = bucketUnitName(ds.name, (bucket + 1) % ds.buckets, ds.buckets);\n    return this.withUnit(unit, mode, (tx, route) => fn(tx, { ...route, bucket }), opts);\n  }\n\n  /** The configured',
+    testFile: 'test/e2e/bucket-jobs.test.ts',
+    testName: 'a bucket moved under live enqueues and two job workers',
+  },
+  {
+    id: 'bucket-jobs-table-in-dataset',
+    guarantee:
+      "shards prepare names a dataset's jobs table that is not one of its tables (its jobs would be neither fenced per bucket nor moved with it; issue 13)",
+    file: 'lib/shard/prepare.ts',
+    from: 'problems.push(...jobsTableProblems(ds, mine));',
+    to: 'void jobsTableProblems;',
+    testFile: 'test/integration/bucket-jobs.test.ts',
+    testName: 'names one a bucket move would leave behind',
+  },
+  {
     id: 'fence-mark-proven',
     guarantee:
       "a transaction's check mark counts only with its proof: a mark set by hand is checked like any unrouted write (§3: every writer goes through the gate)",
@@ -2230,6 +2259,25 @@ export const MUTATIONS: Mutation[] = [
     testName: 'moves a bucket with its objects under live object writes',
   },
   {
+    id: 'bucket-blob-index-moves',
+    guarantee:
+      "a bucket unit's blob index (shardctl.blob_index_<dataset>) is one of its dataset's tables: fenced per bucket unit and moved, retired and rolled back with the bucket, so every acked index write is on the final owner (issue 13)",
+    file: 'lib/unit-rows.ts',
+    from: 'indexTable: bucketBlobIndexTable(ds.name),',
+    to: 'indexTable: undefined,',
+    testFile: 'test/e2e/bucket-blob-index.test.ts',
+    testName: 'a bucket moved under live index writes, overwrites and unlinks',
+  },
+  {
+    id: 'bucket-blob-index-gc-scope',
+    guarantee: "the collector of a bucket unit reads that bucket's index rows: it never deletes an object a live row of the bucket names (issue 13, §2)",
+    file: 'lib/blobs/index-table.ts',
+    from: 'return ds ? bucketIndexScope(ds, p.bucket) : undefined;',
+    to: 'return ds ? bucketIndexScope(ds, (p.bucket + 1) % 65536) : undefined;',
+    testFile: 'test/integration/bucket-blob-index.test.ts',
+    testName: 'the collector works per bucket unit',
+  },
+  {
     id: 'bucket-blob-prefix-exact',
     guarantee:
       "every copy, validate and delete of a bucket unit's objects is held to exactly datasets/<dataset>/<n>/ (never a deeper or a dataset-wide prefix) (issue 13)",
@@ -2241,7 +2289,8 @@ export const MUTATIONS: Mutation[] = [
   },
   {
     id: 'bucket-blob-index-refused',
-    guarantee: "the blob index is refused for a bucket unit (a bucket's move does not carry shardctl.blob_index, so its rows would stay behind) (issue 13)",
+    guarantee:
+      "a bucket unit's blob index keeps names per key: its index calls on a route without a key (withBucket) are refused, never written to the tenant-keyed shardctl.blob_index, which a bucket's move does not carry (issue 13)",
     file: 'lib/blobs/fenced.ts',
     from: 'if (isBucket)',
     to: 'if (isBucket && false)',

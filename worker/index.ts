@@ -150,6 +150,7 @@ export async function startWorker(config: Config, opts: WorkerOptions = {}): Pro
       ? startBlobCollector(
           {
             tenantColumn: config.tenant.column,
+            datasets: config.datasets,
             directoryPool: () => deps.directoryPool(),
             shardPool: (s) => deps.shardPool(s),
             bucketOf: (s) => ({ shard: s, s3: deps.s3For(s), bucket: shardByName(config, s).bucket }),

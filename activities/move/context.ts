@@ -9,7 +9,7 @@ import { activityLog } from '../../lib/obs/log';
 import { replicationNames } from '../../lib/ids';
 import { sameS3Endpoint } from '../../lib/s3';
 import { syncIndexedBlobDelta, type IndexDeltaOptions, type IndexDeltaResult } from '../../lib/blobs/index-delta';
-import { indexedObjectHashes } from '../../lib/blobs/index-table';
+import { indexedObjectHashes, unitIndexScope } from '../../lib/blobs/index-table';
 import type { Pool } from 'pg';
 import { shardByName } from '../../lib/config';
 import { z } from 'zod';
@@ -80,9 +80,9 @@ export function hasBlobs(unit: string): boolean {
 }
 
 /**
- * Whether the unit's blobs may be indexed (shardctl.blob_index, keyed by the tenant column, which
- * only a tenant's move carries): a bucket unit's objects are synced, validated and retired by
- * prefix, never from an index (an index read for it would name nothing and skip its objects).
+ * Whether the cutover's window may take the bounded delta of the unit's index rows (shardctl.blob_index,
+ * a tenant's): a bucket unit's index (shardctl.blob_index_<dataset>, keyed by bucket, key and name)
+ * feeds the syncs' `referenced` (unitIndex) but its window syncs the whole prefix.
  */
 export function hasBlobIndex(unit: string): boolean {
   const p = parseUnit(unit);
@@ -402,8 +402,9 @@ export type UnitIndex = ReadonlyMap<string, { sha256: string; size: number }>;
 
 /** The unit's blob index on `shard` (one query), or undefined when the shard has none or the unit has no blobs. */
 export async function unitIndex(deps: Deps, shard: string, unit: string): Promise<UnitIndex | undefined> {
-  if (!hasBlobIndex(unit)) return undefined;
-  return indexedObjectHashes(deps.shardPool(shard), deps.config.tenant.column, unit);
+  const scope = unitIndexScope(deps.config, unit);
+  if (!scope) return undefined;
+  return indexedObjectHashes(deps.shardPool(shard), scope);
 }
 
 /**

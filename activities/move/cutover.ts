@@ -92,8 +92,9 @@ export function createCutoverActivities(deps: Deps) {
                 signal,
                 ...(o?.fromIndex ? { index: true as const, move: { moveId: ref.moveId, direction: ref.direction } } : {}),
               }),
-            // Only an indexed unit's window may take the bounded delta of its index rows: a bucket
-            // unit's objects are named by no index row, so its window syncs its whole prefix.
+            // Only a tenant's window may take the bounded delta of its index rows: a bucket unit's
+            // index names blobs per key (shardctl.blob_index_<dataset>), which the delta's names do
+            // not carry, so its window syncs its whole prefix.
             ...(hasBlobIndex(ref.unit)
               ? {
                   syncChangedBlobs: (names: readonly string[], seen?: IndexDeltaOptions['seenAtDestination']) =>

@@ -27,9 +27,11 @@ import {
   lockIndexShared,
   looksLikeVersionName,
   newVersionId,
+  tenantIndexScope,
   upsertIndexRow,
   versionKeyOf,
   type BlobVersion,
+  type IndexScope,
 } from './index-table';
 
 export interface PutBlobOptions {
@@ -57,8 +59,13 @@ export interface TenantBlobs {
 
 export interface TenantBlobsOptions {
   signal?: AbortSignal;
-  /** The tenant column (config tenant.column); the index's methods need it. */
+  /** The tenant column (config tenant.column): a tenant's index rows (shardctl.blob_index), unless `index` is given. */
   tenantColumn?: string;
+  /**
+   * Where the index's methods keep this route's blob names: one key's rows of a bucket's dataset
+   * index (`bucketIndexScope(ds, bucket, key)`, with `key`, whose folder its version objects go in).
+   */
+  index?: { scope: IndexScope; key: string };
 }
 
 const MAX_NAME_BYTES = 900;
@@ -101,17 +108,18 @@ export function tenantBlobs(client: Pick<PoolClient, 'query'>, unit: string, buc
   // collector cannot look at the index between this put's upload and its row's commit.
   let indexLocked: Promise<unknown> | undefined;
   const lockIndex = () => (indexLocked ??= writable().then(() => lockIndexShared(tx, unit)));
-  // A bucket unit has no blob index yet (its rows would sit in the tenant-keyed shardctl.blob_index,
-  // which a bucket's move does not carry): its objects go through put/get/delete only.
+  // A bucket unit's blob names live per key in its dataset's index (shardctl.blob_index_<dataset>,
+  // moved with the bucket): only a route opened for one key (withKey) has them.
   const isBucket = parseUnit(unit).kind === 'bucket';
-  const column = () => {
+  const scope = (): IndexScope => {
+    if (opts.index) return opts.index.scope;
     if (isBucket)
       throw new ShardctlError(
         'PreconditionFailed',
-        `the blob index is not supported for bucket units yet (${unit}): use route.blobs.put/get/delete, and keep the object key in the row`,
+        `the blob index of bucket unit ${unit} keeps names per key: use route.blobs under router.withKey (the key's blobs), not a route without a key`,
       );
     if (!opts.tenantColumn) throw invalidInput('the blob index needs the tenant column (tenantBlobs opts.tenantColumn)');
-    return opts.tenantColumn;
+    return tenantIndexScope(opts.tenantColumn, unit);
   };
   const checkedName = (name: string) => {
     blobKeyOf(unit, name);
@@ -154,7 +162,7 @@ export function tenantBlobs(client: Pick<PoolClient, 'query'>, unit: string, buc
       return { key };
     },
     async write(name, body, putOpts = {}) {
-      const col = column();
+      const where = scope();
       checkedName(name);
       await lockIndex();
       const bytes = typeof body === 'string' ? Buffer.from(body, 'utf8') : body;
@@ -166,18 +174,18 @@ export function tenantBlobs(client: Pick<PoolClient, 'query'>, unit: string, buc
         sha256: createHash('sha256').update(bytes).digest('hex'),
         contentType: putOpts.contentType ?? 'application/octet-stream',
       };
-      v.key = versionKeyOf(unit, name, v.version);
+      v.key = versionKeyOf(unit, name, v.version, opts.index?.key);
       // Create-only: a version key is never overwritten (an existing one would be a bug, not a retry).
       await bucket.s3.send(
         new PutObjectCommand({ Bucket: bucket.bucket, Key: v.key, Body: bytes, ContentType: v.contentType!, Metadata: putOpts.metadata, IfNoneMatch: '*' }),
         { abortSignal: signal },
       );
-      await upsertIndexRow(tx, col, unit, v);
+      await upsertIndexRow(tx, where, v);
       return v;
     },
-    stat: (name) => findIndexRow(tx, column(), unit, checkedName(name)),
+    stat: (name) => findIndexRow(tx, scope(), checkedName(name)),
     async read(name) {
-      const v = await findIndexRow(tx, column(), unit, checkedName(name));
+      const v = await findIndexRow(tx, scope(), checkedName(name));
       if (!v) return undefined;
       const r = await bucket.s3.send(new GetObjectCommand({ Bucket: bucket.bucket, Key: v.key }), { abortSignal: signal }).catch((e) => {
         if (isNotFound(e)) {
@@ -191,10 +199,10 @@ export function tenantBlobs(client: Pick<PoolClient, 'query'>, unit: string, buc
       return Buffer.from(await r.Body!.transformToByteArray());
     },
     async unlink(name) {
-      const col = column();
+      const where = scope();
       checkedName(name);
       await writable();
-      return deleteIndexRow(tx, col, unit, name);
+      return deleteIndexRow(tx, where, name);
     },
   };
 }

@@ -1,5 +1,6 @@
 // The blob collector run by the worker (issue 15: garbage is collected without an operator): every
-// `intervalMs` one pass collects, tenant by tenant, the version objects no index row names on each
+// `intervalMs` one pass collects, unit by unit (every tenant, and every bucket unit of a configured
+// dataset), the version objects no index row names on each
 // tenant's owner (./gc's collectTenantBlobs, with all of its checks: the owner only, the unit
 // active with no move holding a reservation for it, the index lock held exclusively, nothing an
 // index row names and nothing younger than `graceMs` deleted). A tenant that may not be collected
@@ -10,6 +11,7 @@
 import type { Logger } from 'pino';
 import { listPlacements } from '../directory/placements';
 import { ShardctlError } from '../errors';
+import { parseUnit } from '../buckets/units';
 import { collectTenantBlobs, type GcDeps, type GcReport } from './gc';
 
 /** The collector's identity in the audit log. */
@@ -34,12 +36,25 @@ export interface BlobCollectorOptions {
   onPass?: (p: CollectorPass) => void;
 }
 
+/** The units a pass collects: every tenant the directory places, and every bucket unit of a dataset in `deps.datasets`. */
+export async function collectableUnits(deps: GcDeps): Promise<string[]> {
+  const datasets = new Set((deps.datasets ?? []).map((d) => d.name));
+  const { placements } = await listPlacements(deps.directoryPool());
+  return placements
+    .filter((p) => {
+      if (p.kind === 'tenant') return !p.unit.includes(':'); // a split's sub-units hold no blobs
+      const u = parseUnit(p.unit);
+      return u.kind === 'bucket' && datasets.has(u.dataset);
+    })
+    .map((p) => p.unit);
+}
+
 /**
- * One pass over every tenant the directory places (see the module comment), or over `tenants`
- * only (those of them it places): a pass's length follows the fleet, so a test of its rules names
- * its own tenants rather than wait for every other one's.
+ * One pass over every unit collectableUnits names (see the module comment), or over `units` only
+ * (those of them it names): a pass's length follows the fleet, so a test of its rules names its own
+ * units rather than wait for every other one's.
  */
-export async function collectorPass(deps: GcDeps, o: Pick<BlobCollectorOptions, 'graceMs' | 'log'> & { tenants?: string[] }): Promise<CollectorPass> {
+export async function collectorPass(deps: GcDeps, o: Pick<BlobCollectorOptions, 'graceMs' | 'log'> & { units?: string[] }): Promise<CollectorPass> {
   const pass: CollectorPass = { ran: false, collected: [], skipped: [], failed: [] };
   const dir = deps.directoryPool();
   const c = await dir.connect();
@@ -48,9 +63,10 @@ export async function collectorPass(deps: GcDeps, o: Pick<BlobCollectorOptions, 
     if (!(await c.query(`select pg_try_advisory_lock(${PASS_LOCK_SQL}) as ok`)).rows[0].ok) return pass;
     pass.ran = true;
     try {
-      const { placements } = await listPlacements(dir, { kind: 'tenant' });
-      const only = o.tenants && new Set(o.tenants);
-      for (const p of only ? placements.filter((x) => only.has(x.unit)) : placements) {
+      const only = o.units && new Set(o.units);
+      for (const unit of await collectableUnits(deps)) {
+        if (only && !only.has(unit)) continue;
+        const p = { unit };
         try {
           const r = await collectTenantBlobs(deps, {
             tenant: p.unit,

@@ -1,5 +1,6 @@
 // The blob collector (`shardctl blobs gc`): deletes, from the bucket of the shard that owns a
-// tenant, the version objects (lib/blobs/index-table.ts) that no committed index row names — the
+// unit (a tenant, or a bucket unit of a dataset: its index is shardctl.blob_index_<dataset>, its
+// objects under datasets/<dataset>/<n>/), the version objects (lib/blobs/index-table.ts) that no committed index row names — the
 // superseded and deleted versions, and uploads whose transaction never committed. It runs only on
 // the owner: the directory must place the unit there, active, with no move in flight, the bucket's
 // marker must name that shard, and the shard's own fence must accept a write of the unit at the
@@ -15,23 +16,25 @@ import type { Pool } from 'pg';
 import { ListObjectsV2Command, type S3Client } from '@aws-sdk/client-s3';
 import { ShardctlError, invalidInput } from '../errors';
 import { appendAudit } from '../directory/audit';
-import { validateTenantId } from '../ids';
 import { getPlacement } from '../directory/placements';
 import { listOpenReservations } from '../directory/reservations';
 import { openTransactionSql } from '../router/open-tx';
 import { assertBucketOf, type ShardBucket } from './marker';
 import { deleteKeys } from './delete';
-import { tenantBlobPrefix } from './prefix';
-import { hasBlobIndex, isVersionKey, lockIndexExclusive, missingIndex, referencedKeys } from './index-table';
+import { unitBlobPrefix } from './prefix';
+import { hasBlobIndex, isVersionKey, lockIndexExclusive, missingIndex, referencedKeys, unitIndexScope } from './index-table';
 
 export interface GcDeps {
   tenantColumn: string;
+  /** The configured datasets (config.datasets): a bucket unit's index table and columns. */
+  datasets?: readonly { name: string; column: string; bucketColumn: string }[];
   directoryPool(): Pool;
   shardPool(shard: string): Pool;
   bucketOf(shard: string): ShardBucket;
 }
 
 export interface GcOptions {
+  /** The unit: a tenant, or a bucket unit `bucket:<dataset>:<n>` of a configured dataset. */
   tenant: string;
   /** Keep unreferenced objects younger than this (by the shard's clock against the object's LastModified). */
   graceMs: number;
@@ -126,12 +129,14 @@ async function ownerOf(deps: GcDeps, tenant: string, asked: string | undefined) 
 
 /** Collects one tenant's unreferenced version objects on its owner (see the module comment). */
 export async function collectTenantBlobs(deps: GcDeps, opts: GcOptions): Promise<GcReport> {
-  const tenant = validateTenantId(opts.tenant);
+  const tenant = opts.tenant;
+  const scope = unitIndexScope({ tenant: { column: deps.tenantColumn }, datasets: deps.datasets ?? [] }, tenant);
+  if (!scope) throw invalidInput(`${tenant} has no blob index to collect by: gc takes a tenant or a bucket unit of a configured dataset`);
   if (!Number.isFinite(opts.graceMs) || opts.graceMs < 0) throw invalidInput(`the grace period must be a non-negative duration, got ${opts.graceMs}`);
   const p = await ownerOf(deps, tenant, opts.shard);
   const bucket = deps.bucketOf(p.shard);
   await assertBucketOf(bucket, `collect ${tenant}'s blobs`);
-  const prefix = tenantBlobPrefix(tenant);
+  const prefix = unitBlobPrefix(tenant);
   const listed = await listWithTimes(bucket.s3, bucket.bucket, prefix);
 
   const c = await deps.shardPool(p.shard).connect();
@@ -149,10 +154,10 @@ export async function collectTenantBlobs(deps: GcDeps, opts: GcOptions): Promise
         { tenant, shard: p.shard, epoch: p.epoch, code: e?.code },
       );
     });
-    if (!(await hasBlobIndex(c))) throw missingIndex(p.shard);
+    if (!(await hasBlobIndex(c, scope.table))) throw missingIndex(p.shard, scope.table);
     await lockIndexExclusive(c, tenant);
     const now = new Date((await c.query<{ now: Date }>('select now() as now')).rows[0].now);
-    const referenced = await referencedKeys(c, deps.tenantColumn, tenant);
+    const referenced = await referencedKeys(c, scope);
     const report: GcReport = {
       tenant,
       shard: p.shard,

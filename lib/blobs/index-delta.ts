@@ -16,7 +16,7 @@
 import type { Pool } from 'pg';
 import { ShardctlError } from '../errors';
 import { allowConcurrentRequests, forEachLimit } from './concurrency';
-import { indexRowsNamed, type BlobVersion } from './index-table';
+import { indexRowsNamed, tenantIndexScope, type BlobVersion } from './index-table';
 import { headBlob, type BlobEntry } from './list';
 import { ledgerEntries, outOfBandChange, recordLedger, type LedgerEntry, type OutOfBandObject } from './ledger';
 import { assertBucketOf } from './marker';
@@ -80,7 +80,7 @@ export async function syncIndexedBlobDelta(opts: IndexDeltaOptions): Promise<Ind
     assertBucketOf(src, `copy the changed blobs of ${unit} from ${src.shard}`, signal),
     assertBucketOf(dst, `copy the changed blobs of ${unit} into ${dst.shard}`, signal),
     // The destination's rows: after the final apply they are the source's, and what the new owner will serve.
-    indexRowsNamed(opts.dstPool, opts.tenantColumn, unit, [...new Set(opts.names)]),
+    indexRowsNamed(opts.dstPool, tenantIndexScope(opts.tenantColumn, unit), [...new Set(opts.names)]),
   ]);
   if (srcMarker.id === dstMarker.id) {
     throw new ShardctlError(

@@ -1,7 +1,9 @@
-// The fenced job worker: claims, completes and releases rows of the demo `jobs` table through
-// the router, so every state change carries the unit's epoch and is gated by the shard fence
-// like any other write (a frozen unit's jobs stay queued; a moved unit's jobs are worked on
-// the new owner). Claims use FOR UPDATE SKIP LOCKED: two workers never claim the same job.
+// The fenced job worker: claims, completes and releases jobs of routing units through the
+// router — a tenant's rows of the demo `jobs` table, a bucket unit's rows of its dataset's jobs
+// table (lib/jobs/queue.ts, which holds every statement) — so every state change carries the
+// unit's epoch and is gated by the shard fence like any other write (a frozen unit's jobs stay
+// queued; a moved unit's jobs are worked on the new owner). Claims use FOR UPDATE SKIP LOCKED:
+// two workers never claim the same job.
 //
 // Leases: a claimed job is held for leaseMs (mandatory, default 60 s), renewed while its handler
 // runs; every lease time is the shard's now(), at claim, renewal and expiry alike. A job whose
@@ -11,46 +13,19 @@
 // as the lease lasts: the job is never left running behind a worker that finished it. The lease
 // must outlast the cutover's fence budget (a frozen unit renews nothing).
 import { setTimeout as delay } from 'node:timers/promises';
-import type { PoolClient } from 'pg';
 import { ShardctlError, invalidInput } from '../errors';
 import type { Grant } from '../router/grant';
 import type { Router, TenantCallOptions } from '../router/router';
+import { bucketJobQueue, claimQueued, insertKeyJob, requeueExpired, tenantJobQueue, updateHeld, type Job, type JobQueue } from './queue';
 
-export type JobState = 'queued' | 'running' | 'done' | 'failed' | 'dead';
+export type { Job, JobState } from './queue';
+export { datasetJobsTableSql } from './queue';
 
 /** A job's lease when the worker names none. */
 export const DEFAULT_JOB_LEASE_MS = 60_000;
 
-export interface Job {
-  tenantId: string;
-  id: string;
-  kind: string;
-  state: JobState;
-  runAt: Date;
-  attempts: number;
-  payload: unknown;
-  lockedBy: string | null;
-  /** Why its last attempt ended without completing it (a handler error, an expired lease). */
-  lastError: string | null;
-}
-
-const JOB_COLUMNS = 'tenant_id, id, kind, state, run_at, attempts, payload, locked_by, last_error';
 const MAX_ERROR_CHARS = 500;
 const errorText = (e: unknown) => String((e as Error)?.message ?? e).slice(0, MAX_ERROR_CHARS);
-
-function toJob(r: any): Job {
-  return {
-    tenantId: r.tenant_id,
-    id: r.id,
-    kind: r.kind,
-    state: r.state,
-    runAt: r.run_at,
-    attempts: Number(r.attempts),
-    payload: r.payload,
-    lockedBy: r.locked_by,
-    lastError: r.last_error ?? null,
-  };
-}
 
 const WORKER_ID_RE = /^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$/;
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -65,6 +40,11 @@ function checkJobId(id: unknown): string {
   return id;
 }
 
+function checkKind(kind: unknown): string {
+  if (typeof kind !== 'string' || kind.length === 0 || kind.length > 200) throw invalidInput('job kind must be a non-empty string of at most 200 characters');
+  return kind;
+}
+
 export interface EnqueueOptions extends TenantCallOptions {
   /** Not before this time (default now). */
   runAt?: Date;
@@ -72,7 +52,7 @@ export interface EnqueueOptions extends TenantCallOptions {
 
 /** Queues one job for the tenant; returns its id. */
 export async function enqueueJob(router: Router, tenant: string, grant: Grant, kind: string, payload: unknown, opts: EnqueueOptions = {}): Promise<string> {
-  if (typeof kind !== 'string' || kind.length === 0 || kind.length > 200) throw invalidInput('job kind must be a non-empty string of at most 200 characters');
+  checkKind(kind);
   const body = JSON.stringify(payload ?? {});
   return router.withTenant(
     tenant,
@@ -89,47 +69,45 @@ export async function enqueueJob(router: Router, tenant: string, grant: Grant, k
   );
 }
 
+/**
+ * Queues one job of bucketed dataset `dataset` for `key`: a row of the dataset's jobs table in
+ * the key's bucket, written through the router at the bucket unit's epoch; returns its id.
+ */
+export function enqueueKeyJob(
+  router: Router,
+  dataset: string,
+  key: string,
+  grant: Grant,
+  kind: string,
+  payload: unknown,
+  opts: EnqueueOptions = {},
+): Promise<string> {
+  checkKind(kind);
+  return insertKeyJob(router, dataset, key, grant, kind, JSON.stringify(payload ?? {}), opts.runAt ?? null, opts);
+}
+
 export interface ClaimOptions extends TenantCallOptions {
   workerId: string;
   limit: number;
 }
 
-/**
- * Claims up to `limit` due queued jobs of the tenant in one fenced write transaction: they
- * become running, locked by the worker, attempts + 1. The candidate set is a MATERIALIZED CTE
- * so the LIMIT ... SKIP LOCKED subquery is evaluated exactly once.
- */
-export async function claimJobs(router: Router, tenant: string, grant: Grant, opts: ClaimOptions): Promise<Job[]> {
-  const workerId = checkWorkerId(opts.workerId);
-  if (!Number.isInteger(opts.limit) || opts.limit < 1 || opts.limit > 10_000) throw invalidInput('limit must be an integer in 1..10000');
-  return router.withTenant(
-    tenant,
-    grant,
-    'write',
-    async (tx) => {
-      const r = await tx.query(
-        `with picked as materialized (
-           select tenant_id, id from public.jobs
-            where tenant_id = $1 and state = 'queued' and run_at <= now()
-            order by run_at limit $2
-            for update skip locked)
-         update public.jobs j
-            set state = 'running', locked_by = $3, attempts = j.attempts + 1, updated_at = now()
-           from picked p
-          where j.tenant_id = p.tenant_id and j.id = p.id
-         returning ${JOB_COLUMNS.split(', ')
-           .map((c) => `j.${c}`)
-           .join(', ')}`,
-        [tenant, opts.limit, workerId],
-      );
-      return r.rows.map(toJob);
-    },
-    opts,
-  );
+function checkLimit(limit: number): number {
+  if (!Number.isInteger(limit) || limit < 1 || limit > 10_000) throw invalidInput('limit must be an integer in 1..10000');
+  return limit;
 }
 
-async function transition(router: Router, tenant: string, grant: Grant, opts: TenantCallOptions, sql: string, params: unknown[]): Promise<boolean> {
-  return router.withTenant(tenant, grant, 'write', async (tx: PoolClient) => (await tx.query(sql, params)).rowCount === 1, opts);
+/** Claims up to `limit` due queued jobs of the tenant (see claimQueued). */
+export async function claimJobs(router: Router, tenant: string, grant: Grant, opts: ClaimOptions): Promise<Job[]> {
+  return claimFrom(tenantJobQueue(router, tenant, grant), opts);
+}
+
+/** Claims up to `limit` due queued jobs of bucket `bucket` of `dataset`, at the bucket unit's epoch. */
+export async function claimBucketJobs(router: Router, dataset: string, bucket: number, grant: Grant, opts: ClaimOptions): Promise<Job[]> {
+  return claimFrom(bucketJobQueue(router, dataset, bucket, grant), opts);
+}
+
+function claimFrom(q: JobQueue, opts: ClaimOptions): Promise<Job[]> {
+  return claimQueued(q, checkWorkerId(opts.workerId), checkLimit(opts.limit), opts);
 }
 
 export interface JobRef extends TenantCallOptions {
@@ -137,95 +115,81 @@ export interface JobRef extends TenantCallOptions {
   workerId: string;
 }
 
-/** Ends a job the worker holds in a final state; false when the worker no longer holds it. */
-function finishHeld(router: Router, tenant: string, grant: Grant, ref: JobRef & { error?: string }, state: 'done' | 'failed'): Promise<boolean> {
-  return transition(
-    router,
-    tenant,
-    grant,
-    ref,
-    `update public.jobs set state = $4, locked_by = null, updated_at = now(), last_error = coalesce($5, last_error)
-      where tenant_id = $1 and id = $2 and state = 'running' and locked_by = $3`,
-    [tenant, checkJobId(ref.id), checkWorkerId(ref.workerId), state, ref.error ?? null],
-  );
+const FINISH_SQL = 'state = $4, locked_by = null, updated_at = now(), last_error = coalesce($5, last_error)';
+const RENEW_SQL = 'updated_at = now()';
+const RELEASE_SQL = `state = 'queued', locked_by = null, run_at = now() + make_interval(secs => $4::double precision / 1000), updated_at = now(),
+            last_error = coalesce($5, last_error)`;
+
+function held(q: JobQueue, set: string, ref: JobRef, extra: unknown[]): Promise<boolean> {
+  return updateHeld(q, set, checkJobId(ref.id), checkWorkerId(ref.workerId), extra, ref);
 }
 
 /** Extends the lease of a job the worker holds (the shard's now()); false when it no longer holds it. */
-export function renewJobLease(router: Router, tenant: string, grant: Grant, ref: JobRef): Promise<boolean> {
-  return transition(
-    router,
-    tenant,
-    grant,
-    ref,
-    `update public.jobs set updated_at = now() where tenant_id = $1 and id = $2 and state = 'running' and locked_by = $3`,
-    [tenant, checkJobId(ref.id), checkWorkerId(ref.workerId)],
-  );
+export function renewLease(q: JobQueue, ref: JobRef): Promise<boolean> {
+  return held(q, RENEW_SQL, ref, []);
 }
 
 /** Marks a job the worker holds as done; false when the worker no longer holds it. */
-export function completeJob(router: Router, tenant: string, grant: Grant, ref: JobRef): Promise<boolean> {
-  return finishHeld(router, tenant, grant, ref, 'done');
+export function complete(q: JobQueue, ref: JobRef): Promise<boolean> {
+  return held(q, FINISH_SQL, ref, ['done', null]);
 }
 
 /** Puts a job the worker holds back in the queue (after `delayMs`); false when not held. */
-export function releaseJob(router: Router, tenant: string, grant: Grant, ref: JobRef & { delayMs?: number; error?: string }): Promise<boolean> {
+export function release(q: JobQueue, ref: JobRef & { delayMs?: number; error?: string }): Promise<boolean> {
   const delayMs = ref.delayMs ?? 0;
   if (!Number.isFinite(delayMs) || delayMs < 0) throw invalidInput('delayMs must be a non-negative number');
-  return transition(
-    router,
-    tenant,
-    grant,
-    ref,
-    `update public.jobs set state = 'queued', locked_by = null, run_at = now() + make_interval(secs => $4::double precision / 1000), updated_at = now(),
-            last_error = coalesce($5, last_error)
-      where tenant_id = $1 and id = $2 and state = 'running' and locked_by = $3`,
-    [tenant, checkJobId(ref.id), checkWorkerId(ref.workerId), delayMs, ref.error ?? null],
-  );
+  return held(q, RELEASE_SQL, ref, [delayMs, ref.error ?? null]);
 }
 
 /** Gives up on a job the worker holds (no more attempts); false when not held. */
-export function failJob(router: Router, tenant: string, grant: Grant, ref: JobRef & { error?: string }): Promise<boolean> {
-  return finishHeld(router, tenant, grant, ref, 'failed');
+export function fail(q: JobQueue, ref: JobRef & { error?: string }): Promise<boolean> {
+  return held(q, FINISH_SQL, ref, ['failed', ref.error ?? null]);
 }
 
-/**
- * Jobs left running longer than `leaseMs` (their worker died, by the shard's clock): back to the
- * queue, or to the dead-letter state `dead` once they were claimed `maxAttempts` times, each
- * with the reason as its last error. One fenced transaction.
- */
+/** Extends the lease of a tenant's job the worker holds; false when it no longer holds it. */
+export function renewJobLease(router: Router, tenant: string, grant: Grant, ref: JobRef): Promise<boolean> {
+  return renewLease(tenantJobQueue(router, tenant, grant), ref);
+}
+
+/** Marks a tenant's job the worker holds as done; false when the worker no longer holds it. */
+export function completeJob(router: Router, tenant: string, grant: Grant, ref: JobRef): Promise<boolean> {
+  return complete(tenantJobQueue(router, tenant, grant), ref);
+}
+
+/** Puts a tenant's job the worker holds back in the queue (after `delayMs`); false when not held. */
+export function releaseJob(router: Router, tenant: string, grant: Grant, ref: JobRef & { delayMs?: number; error?: string }): Promise<boolean> {
+  return release(tenantJobQueue(router, tenant, grant), ref);
+}
+
+/** Gives up on a tenant's job the worker holds (no more attempts); false when not held. */
+export function failJob(router: Router, tenant: string, grant: Grant, ref: JobRef & { error?: string }): Promise<boolean> {
+  return fail(tenantJobQueue(router, tenant, grant), ref);
+}
+
+/** Re-queues (or dead-letters) a tenant's jobs whose lease expired (see requeueExpired). */
 export async function requeueExpiredJobs(
   router: Router,
   tenant: string,
   grant: Grant,
   opts: TenantCallOptions & { leaseMs: number; maxAttempts: number },
 ): Promise<{ requeued: number; dead: number }> {
+  return requeueFrom(tenantJobQueue(router, tenant, grant), opts);
+}
+
+function requeueFrom(q: JobQueue, opts: TenantCallOptions & { leaseMs: number; maxAttempts: number }): Promise<{ requeued: number; dead: number }> {
   if (!(opts.leaseMs > 0)) throw invalidInput('leaseMs must be positive');
   if (!Number.isInteger(opts.maxAttempts) || opts.maxAttempts < 1) throw invalidInput('maxAttempts must be a positive integer');
-  return router.withTenant(
-    tenant,
-    grant,
-    'write',
-    async (tx) => {
-      const r = await tx.query(
-        `update public.jobs set state = case when attempts >= $3 then 'dead' else 'queued' end, locked_by = null, updated_at = now(),
-                last_error = 'lease expired: worker ' || coalesce(locked_by, '?') || ' stopped without finishing attempt ' || attempts ||
-                             case when attempts >= $3 then ' of ' || $3 || ' (dead-letter)' else '' end
-          where tenant_id = $1 and state = 'running' and updated_at < now() - make_interval(secs => $2::double precision / 1000)
-          returning state`,
-        [tenant, opts.leaseMs, opts.maxAttempts],
-      );
-      const dead = r.rows.filter((x) => x.state === 'dead').length;
-      return { requeued: r.rows.length - dead, dead };
-    },
-    opts,
-  );
+  return requeueExpired(q, opts.leaseMs, opts.maxAttempts, opts);
 }
 
 export type JobHandler = (job: Job, ctx: { signal: AbortSignal }) => Promise<void>;
 
 export interface JobWorkerOptions {
   router: Router;
-  tenants: readonly string[];
+  /** Tenants whose jobs this worker runs. */
+  tenants?: readonly string[];
+  /** Bucket units whose jobs this worker runs (a dataset's jobs table, one claim per bucket unit). */
+  buckets?: readonly { dataset: string; bucket: number }[];
   grant: Grant;
   workerId: string;
   /** Sleep between rounds that found nothing (or after a refusal). */
@@ -247,7 +211,7 @@ export interface JobWorkerOptions {
   /** Per-call router options (e.g. a short deadline so a frozen unit does not stall others). */
   call?: TenantCallOptions;
   /** Errors the loop survived (refusals, handler failures, anything unexpected). */
-  onError?: (err: unknown, ctx: { tenant: string; jobId?: string }) => void;
+  onError?: (err: unknown, ctx: { unit: string; jobId?: string }) => void;
 }
 
 export interface JobWorkerStats {
@@ -271,9 +235,14 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
   return delay(Math.max(0, ms), undefined, { signal }).catch(() => {});
 }
 
+/** Every bucket of a dataset with B buckets, for JobWorkerOptions.buckets. */
+export function allBuckets(dataset: string, buckets: number): { dataset: string; bucket: number }[] {
+  return Array.from({ length: buckets }, (_, bucket) => ({ dataset, bucket }));
+}
+
 /**
- * Polls the tenants round-robin until `signal` aborts. A refused call (Frozen, StaleRoute,
- * DirectoryUnavailable) is a pause, not a failure: the tenant is skipped for this round and
+ * Polls the units' queues round-robin until `signal` aborts. A refused call (Frozen, StaleRoute,
+ * DirectoryUnavailable) is a pause, not a failure: the unit is skipped for this round and
  * the loop goes on. Handler errors release the job with a delay, or fail it after maxAttempts.
  * A refused completion is retried within the lease; past it, the job is re-queued — never lost.
  */
@@ -285,29 +254,34 @@ export async function runJobWorker(o: JobWorkerOptions): Promise<JobWorkerStats>
   const leaseMs = o.leaseMs ?? DEFAULT_JOB_LEASE_MS;
   if (!Number.isFinite(leaseMs) || leaseMs <= 0) throw invalidInput('leaseMs must be a positive number of milliseconds (a lease is mandatory)');
   if (!Number.isInteger(maxAttempts) || maxAttempts < 1) throw invalidInput('maxAttempts must be a positive integer');
+  const queues: JobQueue[] = [
+    ...(o.tenants ?? []).map((t) => tenantJobQueue(o.router, t, o.grant)),
+    ...(o.buckets ?? []).map((b) => bucketJobQueue(o.router, b.dataset, b.bucket, o.grant)),
+  ];
+  if (queues.length === 0) throw invalidInput('a job worker needs tenants or buckets to work on');
   const call = o.call ?? {};
-  const report = (err: unknown, tenant: string, jobId?: string) => {
+  const report = (err: unknown, unit: string, jobId?: string) => {
     if (isRefusal(err)) stats.refusals++;
     else stats.errors++;
-    o.onError?.(err, { tenant, jobId });
+    o.onError?.(err, { unit, jobId });
   };
   while (!o.signal.aborted) {
     let worked = false;
     let refused = false;
-    for (const tenant of o.tenants) {
+    for (const q of queues) {
       if (o.signal.aborted) break;
       try {
-        const expired = await requeueExpiredJobs(o.router, tenant, o.grant, { ...call, leaseMs, maxAttempts });
+        const expired = await requeueFrom(q, { ...call, leaseMs, maxAttempts });
         stats.requeued += expired.requeued;
         stats.dead += expired.dead;
         const claimedAt = Date.now();
-        const jobs = await claimJobs(o.router, tenant, o.grant, { ...call, workerId, limit: batch });
+        const jobs = await claimQueued(q, workerId, batch, call);
         stats.claimed += jobs.length;
         if (jobs.length) worked = true;
-        for (const job of jobs) await runOne(o, job, claimedAt, tenant, workerId, maxAttempts, leaseMs, call, stats, report);
+        for (const job of jobs) await runOne(o, q, job, claimedAt, workerId, maxAttempts, leaseMs, call, stats, report);
       } catch (err) {
         if (isRefusal(err)) refused = true;
-        report(err, tenant);
+        report(err, q.unit);
       }
     }
     if (!worked || refused) await sleep(o.pollMs, o.signal);
@@ -317,30 +291,31 @@ export async function runJobWorker(o: JobWorkerOptions): Promise<JobWorkerStats>
 
 async function runOne(
   o: JobWorkerOptions,
+  q: JobQueue,
   job: Job,
   claimedAt: number,
-  tenant: string,
   workerId: string,
   maxAttempts: number,
   leaseMs: number,
   call: TenantCallOptions,
   stats: JobWorkerStats,
-  report: (err: unknown, tenant: string, jobId?: string) => void,
+  report: (err: unknown, unit: string, jobId?: string) => void,
 ): Promise<void> {
   const ref = { ...call, id: job.id, workerId };
+  const unit = q.unit;
   // When the lease was last taken or renewed (by our clock; the shard's decides expiry).
   let leasedAt = claimedAt;
   // A job of a batch waits for the ones before it: renew its lease before starting it.
   if (Date.now() - leasedAt > leaseMs / 3) {
     try {
       const renewedAt = Date.now();
-      if (!(await renewJobLease(o.router, tenant, o.grant, ref))) {
+      if (!(await renewLease(q, ref))) {
         stats.leasesLost++;
         return; // re-queued meanwhile: another worker runs it
       }
       leasedAt = renewedAt;
     } catch (e) {
-      report(e, tenant, job.id);
+      report(e, unit, job.id);
       return; // still ours; its lease expires and it is re-queued
     }
   }
@@ -355,13 +330,13 @@ async function runOne(
       if (!renewing || job$.signal.aborted) break;
       try {
         const renewedAt = Date.now();
-        if (await renewJobLease(o.router, tenant, o.grant, ref)) leasedAt = renewedAt;
+        if (await renewLease(q, ref)) leasedAt = renewedAt;
         else {
           stats.leasesLost++;
           job$.abort(new ShardctlError('Conflict', `job ${job.id}: its lease was lost (re-queued after ${leaseMs} ms without renewal)`));
         }
       } catch (e) {
-        report(e, tenant, job.id); // frozen or unreachable: try again at the next renewal
+        report(e, unit, job.id); // frozen or unreachable: try again at the next renewal
       }
     }
   })();
@@ -377,15 +352,15 @@ async function runOne(
     await renewals;
   }
   if (failure !== undefined) {
-    report(failure, tenant, job.id);
+    report(failure, unit, job.id);
     try {
       if (job.attempts >= maxAttempts) {
-        if (await failJob(o.router, tenant, o.grant, { ...ref, error: errorText(failure) })) stats.failed++;
-      } else if (await releaseJob(o.router, tenant, o.grant, { ...ref, delayMs: o.retryDelayMs ?? 1000, error: errorText(failure) })) {
+        if (await fail(q, { ...ref, error: errorText(failure) })) stats.failed++;
+      } else if (await release(q, { ...ref, delayMs: o.retryDelayMs ?? 1000, error: errorText(failure) })) {
         stats.released++;
       }
     } catch (e) {
-      report(e, tenant, job.id);
+      report(e, unit, job.id);
     }
     return;
   }
@@ -393,11 +368,11 @@ async function runOne(
   // long as the claim's lease lasts. Past it the job may be re-queued and run again: at least once.
   for (;;) {
     try {
-      if (await completeJob(o.router, tenant, o.grant, ref)) stats.completed++;
+      if (await complete(q, ref)) stats.completed++;
       else stats.leasesLost++;
       return;
     } catch (err) {
-      report(err, tenant, job.id);
+      report(err, unit, job.id);
       if (!isRefusal(err) || Date.now() - leasedAt > leaseMs || o.signal.aborted) return;
       await sleep(o.pollMs, o.signal);
     }

@@ -10,7 +10,7 @@ import { shardByName } from '../config';
 import { hashObject } from '../blobs/hash';
 import { isNotFound } from '../blobs/list';
 import { forEachLimit } from '../blobs/concurrency';
-import { findIndexRow } from '../blobs/index-table';
+import { findIndexRow, tenantIndexScope } from '../blobs/index-table';
 import { blobNameOf } from '../blobs/fenced';
 import { foldLog, KeyExpectation, RowState, type UnlinkedBlob } from './expect';
 import { readLog, LogRecord, LoadTable } from './log';
@@ -169,7 +169,7 @@ export async function verifyRecords(records: LogRecord[], opts: VerifyOptions): 
       let want = b.sha256;
       if (b.indexed) {
         const accepts = b.alsoAccepts ? { alsoAccepts: b.alsoAccepts } : {};
-        const v = await findIndexRow(own.shardPool(shard), config.tenant.column, b.tenant, blobNameOf(b.tenant, b.blobKey));
+        const v = await findIndexRow(own.shardPool(shard), tenantIndexScope(config.tenant.column, b.tenant), blobNameOf(b.tenant, b.blobKey));
         if (!v) {
           // An unknown delete may have unlinked it: no row is then one of the outcomes allowed.
           if (!b.mayBeUnlinked) report.blobMissing.push({ ...finding, ...accepts, reason: 'not in the blob index' });
@@ -220,7 +220,7 @@ export async function verifyRecords(records: LogRecord[], opts: VerifyOptions): 
 
 /** The owner's index row of a name that must have none (getBlob resolves a name through this row). */
 async function unlinkedFinding(pool: Pool, tenantColumn: string, shard: string, u: UnlinkedBlob): Promise<UnlinkedBlobFinding | undefined> {
-  const v = await findIndexRow(pool, tenantColumn, u.tenant, blobNameOf(u.tenant, u.blobKey));
+  const v = await findIndexRow(pool, tenantIndexScope(tenantColumn, u.tenant), blobNameOf(u.tenant, u.blobKey));
   if (!v) return undefined;
   return { ...u, shard, objectKey: v.key, actualSha256: v.sha256, reason: 'deleted but in the blob index' };
 }

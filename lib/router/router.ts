@@ -37,7 +37,8 @@ import { ScatterOptions, ScatterPlan, ScatterResult, ShardTarget, planScatter, r
 import { validateShardName } from '../ids';
 import type { S3Client } from '@aws-sdk/client-s3';
 import { s3ClientFor } from '../s3';
-import { tenantBlobs, type PutBlobOptions, type TenantBlobs } from '../blobs/fenced';
+import { tenantBlobs, type PutBlobOptions, type TenantBlobs, type TenantBlobsOptions } from '../blobs/fenced';
+import { bucketIndexScope } from '../blobs/index-table';
 import type { BlobVersion } from '../blobs/index-table';
 
 export type { Mode, Isolation } from './open-tx';
@@ -263,18 +264,38 @@ export class Router {
    * (the shard's CHECK refuses any other). The transaction may write only rows of that bucket.
    */
   async withKey<T>(dataset: string, key: string, grant: Grant, mode: Mode, fn: KeyFn<T>, opts: TenantCallOptions = {}): Promise<T> {
+    const ds = this.datasetOf(dataset);
+    assertGrantCoversDataset(grant, ds.name);
+    const bucket = bucketOf(key, ds.buckets);
+    const unit = bucketUnitName(ds.name, bucket, ds.buckets);
+    // route.blobs' index methods name the key's blobs in the dataset's index (moved with the bucket).
+    const index = { scope: bucketIndexScope(ds, bucket, key), key };
+    return this.withUnit(unit, mode, (tx, route) => fn(tx, { ...route, bucket }), opts, index);
+  }
+
+  /**
+   * Runs `fn` in a transaction on the shard owning bucket `bucket` of dataset `dataset` (unit
+   * `bucket:<dataset>:<n>`), fenced and retried exactly as withKey: for work that names a bucket
+   * rather than one key, e.g. a job worker claiming a bucket unit's jobs (lib/jobs/queue.ts).
+   */
+  async withBucket<T>(dataset: string, bucket: number, grant: Grant, mode: Mode, fn: KeyFn<T>, opts: TenantCallOptions = {}): Promise<T> {
+    const ds = this.datasetOf(dataset);
+    assertGrantCoversDataset(grant, ds.name);
+    const unit = bucketUnitName(ds.name, bucket, ds.buckets);
+    return this.withUnit(unit, mode, (tx, route) => fn(tx, { ...route, bucket }), opts);
+  }
+
+  /** The configured dataset named `dataset` (config.datasets); InvalidInput when there is none. */
+  datasetOf(dataset: string): Readonly<Config['datasets'][number]> {
     const ds = this.config.datasets.find((d) => d.name === dataset);
     if (!ds)
       throw invalidInput(
         `unknown dataset ${JSON.stringify(String(dataset).slice(0, 40))} (config.datasets: ${this.config.datasets.map((d) => d.name).join(', ') || 'none'})`,
       );
-    assertGrantCoversDataset(grant, ds.name);
-    const bucket = bucketOf(key, ds.buckets);
-    const unit = bucketUnitName(ds.name, bucket, ds.buckets);
-    return this.withUnit(unit, mode, (tx, route) => fn(tx, { ...route, bucket }), opts);
+    return ds;
   }
 
-  private async withUnit<T>(unit: string, mode: Mode, fn: TenantFn<T>, opts: TenantCallOptions): Promise<T> {
+  private async withUnit<T>(unit: string, mode: Mode, fn: TenantFn<T>, opts: TenantCallOptions, index?: TenantBlobsOptions['index']): Promise<T> {
     if (mode !== 'read' && mode !== 'write') throw invalidInput(`mode must be 'read' or 'write', got ${JSON.stringify(String(mode))}`);
     const deadlineMs = opts.deadlineMs ?? this.config.limits.routerDeadlineMs;
     const budget = opts.retryBudget ?? this.config.limits.routerRetryBudget;
@@ -293,7 +314,7 @@ export class Router {
     for (;;) {
       let err: unknown;
       try {
-        return await this.attempt(placement, mode, fn, opts.isolation, deadline);
+        return await this.attempt(placement, mode, fn, opts.isolation, deadline, index);
       } catch (e) {
         err = e;
       }
@@ -497,7 +518,14 @@ export class Router {
 
   // ---- one attempt ------------------------------------------------------------------------
 
-  private async attempt<T>(p: Placement, mode: Mode, fn: TenantFn<T>, isolation: Isolation | undefined, deadline: number): Promise<T> {
+  private async attempt<T>(
+    p: Placement,
+    mode: Mode,
+    fn: TenantFn<T>,
+    isolation: Isolation | undefined,
+    deadline: number,
+    index?: TenantBlobsOptions['index'],
+  ): Promise<T> {
     let client: PoolClient;
     try {
       client = await this.poolFor(p.shard).connect();
@@ -521,14 +549,14 @@ export class Router {
         throw openFailure(e, p.shard);
       });
       // The blob helper is built on first use: most transactions never touch it. A bucket unit's
-      // objects live under datasets/<dataset>/<n>/ (put/get/delete; its index calls are refused).
+      // objects live under datasets/<dataset>/<n>/ (its index calls name the key's blobs under withKey only).
       let blobs: TenantBlobs | undefined;
       const route: TenantRoute = {
         unit: p.unit,
         shard: p.shard,
         epoch: p.epoch,
         get blobs() {
-          return (blobs ??= tenantBlobs(tx.client, p.unit, self.bucketOf(p.shard), { tenantColumn }));
+          return (blobs ??= tenantBlobs(tx.client, p.unit, self.bucketOf(p.shard), { tenantColumn, index }));
         },
       };
       const result = await fn(tx.client, route);

@@ -74,3 +74,18 @@ export async function bucketTableProblems(db: Pool | PoolClient, t: TenantTable,
   }
   return out;
 }
+
+/**
+ * Why a dataset's jobs table (config.datasets[].jobsTable) would not move with its buckets (empty
+ * when it would): it must be one of the dataset's tables (`tables`: their quoted qualified names
+ * on this shard), so its rows are fenced per bucket unit and carried, validated and retired with
+ * the bucket's rows (lib/jobs/queue.ts).
+ */
+export function jobsTableProblems(ds: { name: string; jobsTable?: string }, tables: readonly string[]): string[] {
+  if (!ds.jobsTable) return [];
+  const [schema, table] = ds.jobsTable.split('.');
+  if (tables.includes(`"${schema}"."${table}"`)) return [];
+  return [
+    `jobs table ${ds.jobsTable} of dataset ${ds.name} is not one of its tables on this shard (missing, without its key and bucket columns, or not in datasets[].tables): its bucket units' jobs would be neither fenced nor moved with them`,
+  ];
+}

@@ -11,8 +11,8 @@ import { ShardctlError } from '../errors';
 import { DEMO_SCHEMA_SQL } from '../demo/schema';
 import { installShardSchema } from './schema';
 import { listTenantTables, movabilityProblems, tenantTableSelector, TenantTable } from './tables';
-import { blobIndexDdl } from '../blobs/index-table';
-import { bucketTableProblems, checkRoutingHash, recordDatasetBuckets } from './datasets';
+import { blobIndexDdl, bucketBlobIndexDdl } from '../blobs/index-table';
+import { bucketTableProblems, checkRoutingHash, jobsTableProblems, recordDatasetBuckets } from './datasets';
 import { bucketUnitSqlExpr, datasetTables } from '../unit-rows';
 import type { S3Client } from '@aws-sdk/client-s3';
 import { s3ClientFor } from '../s3';
@@ -92,6 +92,8 @@ export async function prepareShard(
     for (const ds of config.datasets) {
       const dsAudit = writeAuditSchemaSql(ds.bucketColumn, { name: ds.name, rowUnit: (row) => bucketUnitSqlExpr(ds, row) });
       await c.query(dsAudit.sql);
+      // The dataset's blob index: one of its tables (fenced, audited and moved like them).
+      await c.query(bucketBlobIndexDdl(ds));
       for (const t of await listTenantTables(c, datasetTables(config, ds))) {
         const other = claimed.get(t.qualified);
         if (other) {
@@ -110,6 +112,8 @@ export async function prepareShard(
         tables.push(t);
         problems.push(...(await bucketTableProblems(c, t, ds)));
       }
+      const mine = [...claimed].filter(([, d]) => d === ds.name).map(([q]) => q);
+      problems.push(...jobsTableProblems(ds, mine));
     }
     await dropUnusedRowCheck(c, config.tenant.column);
     await c.query(

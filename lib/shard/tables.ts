@@ -70,6 +70,11 @@ export interface UnitTableSelector {
    */
   blobIndex?: boolean;
   /**
+   * Also this table of shardctl's (a bucketed dataset's blob index, `shardctl.blob_index_<dataset>`),
+   * when the shard has it and it has the selector's columns, whatever `schemas` and `tables` say.
+   */
+  indexTable?: string;
+  /**
    * A split tenant's sub-unit (docs/architecture.md, "Splitting a tenant"): every table listed is
    * annotated with its split column (`columns`, `schema.table` → column: config.tenant.splitColumns),
    * and a table without one is refused (its rows' sub-unit is unknown).
@@ -87,16 +92,17 @@ export async function listTenantTables(db: Pool | PoolClient, opts: UnitTableSel
     `select c.oid, n.nspname as schema, c.relname as name, c.relreplident as ri
        from pg_class c join pg_namespace n on n.oid = c.relnamespace
       where c.relkind in ('r', 'p') and not c.relispartition
-        and (n.nspname = any($1::text[]) or ($5 and c.oid = to_regclass('shardctl.blob_index')))
+        and (n.nspname = any($1::text[]) or ($5 and c.oid = to_regclass('shardctl.blob_index')) or c.oid = to_regclass($6::text))
         and exists (select 1 from pg_attribute a where a.attrelid = c.oid and a.attname = $2 and a.attnum > 0 and not a.attisdropped)
         and ($3::name is null or exists (select 1 from pg_attribute a where a.attrelid = c.oid and a.attname = $3 and a.attnum > 0 and not a.attisdropped))
         and ($4::name is null or not exists (select 1 from pg_attribute a where a.attrelid = c.oid and a.attname = $4 and a.attnum > 0 and not a.attisdropped))
       order by n.nspname, c.relname`,
-    [opts.schemas, opts.column, opts.alsoColumn ?? null, opts.withoutColumn ?? null, opts.blobIndex === true],
+    [opts.schemas, opts.column, opts.alsoColumn ?? null, opts.withoutColumn ?? null, opts.blobIndex === true, opts.indexTable ?? null],
   );
   let rows = rels.rows;
   if (opts.tables?.length) {
-    const index = (r: { schema: string; name: string }) => opts.blobIndex === true && r.schema === 'shardctl' && r.name === 'blob_index';
+    const index = (r: { schema: string; name: string }) =>
+      (opts.blobIndex === true && r.schema === 'shardctl' && r.name === 'blob_index') || `${r.schema}.${r.name}` === opts.indexTable;
     const wanted = new Set(opts.tables.map((t) => (t.includes('.') ? t : `${opts.schemas[0]}.${t}`)));
     const found = new Set(rows.map((r) => `${r.schema}.${r.name}`));
     for (const r of rows) if (index(r)) wanted.add(`${r.schema}.${r.name}`);

@@ -66,7 +66,7 @@ afterAll(async () => {
   await worker?.shutdown();
   for (const s of ['shard-a', 'shard-b', 'shard-c'])
     await shardPool(s)
-      .query(`drop schema if exists ${schema} cascade`)
+      .query(`drop schema if exists ${schema} cascade; drop table if exists shardctl.blob_index_${dataset}`)
       .catch(() => {});
   await closePools();
 });

@@ -76,7 +76,7 @@ afterAll(async () => {
   file?.remove();
   for (const s of SHARDS)
     await shardPool(s)
-      .query(`drop schema if exists ${schema} cascade`)
+      .query(`drop schema if exists ${schema} cascade; drop table if exists shardctl.blob_index_${dataset}`)
       .catch(() => {});
   await closePools();
 });

@@ -78,14 +78,14 @@ describe('the blob collector without an operator', () => {
       // Passes over this case's two tenants: a whole pass takes as long as the shared stack's fleet
       // is big (thousands of tenants late in a CI run: it once outran the case's 120 s).
       const tenants = [tenant, moving.tenant];
-      const young = await collectorPass(gcDeps, { graceMs: 3_600_000, tenants });
+      const young = await collectorPass(gcDeps, { graceMs: 3_600_000, units: tenants });
       expect(young.ran).toBe(true);
       expect(young.collected.find((r) => r.tenant === tenant)).toMatchObject({ young: 3, referenced: 1, notVersions: 1, collected: [] });
       expect(await keysOn(tenant)).toHaveLength(5);
       // Nothing deleted, nothing audited.
       expect(await gcEntries(tenant)).toEqual([]);
 
-      const pass = await collectorPass(gcDeps, { graceMs: 0, tenants });
+      const pass = await collectorPass(gcDeps, { graceMs: 0, units: tenants });
       expect(pass.collected.find((r) => r.tenant === tenant)?.collected).toHaveLength(3);
       expect(await keysOn(tenant)).toEqual([...(await referenced(tenant)), own].sort());
       expect(pass.skipped.find((s) => s.tenant === moving.tenant)?.reason).toMatch(/is in flight; run gc after it ends/);
@@ -94,7 +94,7 @@ describe('the blob collector without an operator', () => {
       expect(entries).toHaveLength(1);
       expect(entries[0]).toMatchObject({ actor: COLLECTOR_ACTOR, detail: { deleted: 3 } });
       // A pass with nothing left to delete records nothing.
-      await collectorPass(gcDeps, { graceMs: 0, tenants });
+      await collectorPass(gcDeps, { graceMs: 0, units: tenants });
       expect(await gcEntries(tenant)).toHaveLength(1);
     } finally {
       await releaseReservation(directoryPool(), ref.moveId, { actor: 'gc-loop-test', reason: 'test over' });

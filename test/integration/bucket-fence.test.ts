@@ -46,7 +46,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await shardPool(SHARD)
-    .query(`drop schema if exists ${schema} cascade`)
+    .query(`drop schema if exists ${schema} cascade; drop table if exists shardctl.blob_index_${dataset}`)
     .catch(() => {});
   await closePools();
 });
@@ -123,7 +123,7 @@ describe('bucketed dataset tables on a shard', () => {
     expect(r.rows[0]).toEqual({ unit: unitOf(7), owned: true });
   });
 
-  it("the router routes a key to its bucket's owner with the bucket's epoch, hands over the bucket, keeps its blobs under its own prefix, and refuses a grant without the dataset and the blob index for a bucket", async () => {
+  it("the router routes a key to its bucket's owner with the bucket's epoch, hands over the bucket, keeps its blobs under its own prefix, and refuses a grant without the dataset and the blob index on a bucket's route without a key", async () => {
     const router = await Router.create(config);
     try {
       const key = keyIn(9, 'r');
@@ -134,14 +134,15 @@ describe('bucketed dataset tables on a shard', () => {
       });
       expect(seen).toEqual({ unit: unitOf(9), shard: SHARD, epoch: 1, bucket: 9 });
       await expect(router.withKey(dataset, key, { tenants: '*' }, 'read', async () => 1)).rejects.toMatchObject({ type: 'Forbidden' });
-      // A bucket unit's objects live under datasets/<dataset>/<n>/ (put/get/delete); its index calls are refused before any I/O.
+      // A bucket unit's objects live under datasets/<dataset>/<n>/ (put/get/delete); its index keeps names per key,
+      // so a route opened for the bucket without a key (withBucket) refuses the index calls before any I/O.
       const put = await router.withKey(dataset, key, grant, 'write', (_tx, route) => route.blobs.put('x', 'y'));
       expect(put.key).toBe(`datasets/${dataset}/09/x`);
       expect((await router.withKey(dataset, key, grant, 'read', (_tx, route) => route.blobs.get('x')))?.toString()).toBe('y');
       await router.withKey(dataset, key, grant, 'write', (_tx, route) => route.blobs.delete('x'));
       for (const call of [(b: any) => b.write('x', 'y'), (b: any) => b.read('x'), (b: any) => b.stat('x'), (b: any) => b.unlink('x')])
-        await expect(router.withKey(dataset, key, grant, 'write', (_tx, route) => call(route.blobs))).rejects.toThrow(
-          /blob index is not supported for bucket units yet/,
+        await expect(router.withBucket(dataset, 9, grant, 'write', (_tx, route) => call(route.blobs))).rejects.toThrow(
+          /keeps names per key: use route.blobs under router.withKey/,
         );
       await expect(router.withKey('nope', key, grant, 'read', async () => 1)).rejects.toThrow(/unknown dataset/);
     } finally {

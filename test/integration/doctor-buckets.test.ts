@@ -47,7 +47,7 @@ beforeAll(async () => {
 afterAll(async () => {
   cfg?.remove();
   const p = shardPool(SHARD);
-  await p.query(`drop schema if exists ${schema} cascade`).catch(() => {});
+  await p.query(`drop schema if exists ${schema} cascade; drop table if exists shardctl.blob_index_${dataset}`).catch(() => {});
   await p.query(`delete from shardctl.fence where unit like $1`, [`bucket:${dataset}:%`]).catch(() => {});
   await p.query(`delete from shardctl.settings where key = $1`, [`dataset.${dataset}.buckets`]).catch(() => {});
   await fleet?.close();

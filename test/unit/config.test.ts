@@ -100,6 +100,16 @@ describe('configuration', () => {
     raw.datasets = [{ name: 'events', column: 'tenant_id', buckets: 64 }];
     expect(() => parseConfig(raw)).toThrowError(/datasets\.0: column tenant_id is the tenant column/);
   });
+
+  it("accepts a dataset's jobs table among its tables, and refuses one its tables leave out or that is not schema.table", () => {
+    const raw = good();
+    raw.datasets = [{ name: 'events', column: 'device_id', buckets: 64, tables: ['app.events', 'app.jobs'], jobsTable: 'app.jobs' }];
+    expect(parseConfig(raw).datasets[0].jobsTable).toBe('app.jobs');
+    raw.datasets = [{ name: 'events', column: 'device_id', buckets: 64, tables: ['app.events'], jobsTable: 'app.jobs' }];
+    expect(() => parseConfig(raw)).toThrowError(/datasets\.0: jobsTable app\.jobs is not one of the dataset's tables \(app\.events\)/);
+    raw.datasets = [{ name: 'events', column: 'device_id', buckets: 64, jobsTable: 'jobs' }];
+    expect(() => parseConfig(raw)).toThrowError(/datasets\.0\.jobsTable: schema\.table/);
+  });
 });
 
 describe('secrets from files', () => {
