@@ -355,6 +355,13 @@ export class RawTuple {
     return out;
   }
 
+  /** Whether a value at `indexes` is NULL or an unchanged TOAST datum (datumsAt without making strings). */
+  lacksAny(indexes: readonly number[]): boolean {
+    this.locate();
+    for (let k = 0; k < indexes.length; k++) if (colEnd[indexes[k]] < 0) return true;
+    return false;
+  }
+
   /** Room writeCopyLine may need at most: every byte escaped, plus separators and `\N`s. */
   get copyLineBound(): number {
     return 2 * this.buf.length + 2;
