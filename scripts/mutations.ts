@@ -1182,6 +1182,15 @@ export const MUTATIONS: Mutation[] = [
     testName: 'leaves to apply() an insert lacking a key value, which refuses it with the reason',
   },
   {
+    id: 'stream-unknown-message-fails',
+    guarantee: 'a replication message the stream cannot read fails the round instead of being skipped: no change is ever applied around a gap (§4.3)',
+    file: 'lib/cdc/stream.ts',
+    from: 'throw new Error(`unknown replication message 0x${kind?.toString(16)} from the walsender`);',
+    to: 'return;',
+    testFile: 'test/unit/cdc-stream-handler.test.ts',
+    testName: 'fails the stream on a message it cannot read, never skipping it',
+  },
+  {
     id: 'copy-inserts-copyable',
     guarantee: 'COPY never writes a table where it would differ from INSERT: row-level security (refused) or an INSERT rule (ignored) (§4.3)',
     file: 'lib/cdc/target-tables.ts',

@@ -120,8 +120,10 @@ export class PgoutputDecoder {
     return this.relations.get(oid);
   }
 
-  decode(buf: Buffer): PgoutputMessage {
+  /** The message in `buf` from `start` on (a replication message's header before it is skipped, not copied). */
+  decode(buf: Buffer, start = 0): PgoutputMessage {
     const r = new Reader(buf);
+    r.off = start;
     const tag = String.fromCharCode(r.u8());
     switch (tag) {
       case 'B':
