@@ -100,6 +100,53 @@ function sampleCpu(source: Pool, target: Pool): { stop: () => Promise<{ walsende
   };
 }
 
+/**
+ * CPU seconds of the source's side while pgbench writes: its backends (application_name
+ * bench-pgbench), the pgbench process itself, and the source server's WAL writer, checkpointer and
+ * background writer (what the writes cost the machine, to set against the apply's CPU per row).
+ */
+function sampleSourceCpu(source: Pool): { stop: () => Promise<{ backends: number; pgbench: number; background: number }> } {
+  const first = new Map<number, number>();
+  const last = new Map<number, number>();
+  const role = new Map<number, 'backends' | 'pgbench' | 'background'>();
+  const note = (pid: number, r: 'backends' | 'pgbench' | 'background') => {
+    const c = cpuOf(pid);
+    if (c === null) return;
+    if (!first.has(pid)) first.set(pid, c);
+    last.set(pid, c);
+    role.set(pid, r);
+  };
+  let running = true;
+  const loop = (async () => {
+    while (running) {
+      const r = await source.query<{ pid: number; bg: boolean }>(
+        `select pid, backend_type <> 'client backend' as bg from pg_stat_activity
+          where application_name = 'bench-pgbench' or backend_type in ('walwriter', 'checkpointer', 'background writer')`,
+      );
+      for (const { pid, bg } of r.rows) note(pid, bg ? 'background' : 'backends');
+      for (const d of fs.readdirSync('/proc')) {
+        if (!/^\d+$/.test(d)) continue;
+        try {
+          const stat = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
+          if (stat.includes('(pgbench)') && Number(stat.split(') ')[1].split(' ')[1]) === process.pid) note(Number(d), 'pgbench');
+        } catch {
+          // gone
+        }
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  })();
+  return {
+    stop: async () => {
+      running = false;
+      await loop;
+      const sum = { backends: 0, pgbench: 0, background: 0 };
+      for (const [pid, c] of last) sum[role.get(pid)!] += c - first.get(pid)!;
+      return sum;
+    },
+  };
+}
+
 async function main() {
   const rows = Number(arg('rows', '30000'));
   const rounds = Number(arg('rounds', '3'));
@@ -146,7 +193,11 @@ async function main() {
         proto.commitPipelined = v === 'serial' ? proto.commitPending : pipelined;
         if (v === 'no-audit') for (const t of TABLES) await target.query(`drop trigger if exists ${WRITE_AUDIT_TRIGGER} on ${SCHEMA}.${t}`);
         else await prepareShard(target, benchConfig);
+        const src = sampleSourceCpu(sampler.source);
         const wr = await runPgbench(a.dsn, script, cu.clients, writeSeconds);
+        const srcCpu = await src.stop();
+        const rowsWritten = wr.transactions * (workload === '100-row statements' ? 100 : 1);
+        const usw = (sec: number) => ((sec * 1e6) / rowsWritten).toFixed(1);
         for (const k of Object.keys(waits) as (keyof typeof waits)[]) waits[k] = 0;
         const cpu0 = process.cpuUsage();
         const s = sampleCpu(sampler.source, sampler.target);
@@ -159,7 +210,10 @@ async function main() {
           `round ${r + 1} ${v.padEnd(9)} pgbench ${(wr.transactions / wr.seconds).toFixed(0)} tx/s, applied ${(ap.transactions / ap.seconds).toFixed(0)} tx/s: ` +
             `${((ap.transactions / ap.seconds / (wr.transactions / wr.seconds)) as number).toFixed(2)}x in ${ap.seconds.toFixed(1)} s; ` +
             `waits stream ${(waits.stream / 1000).toFixed(1)} s, copy ${(waits.copy / 1000).toFixed(1)} s, commit ${(waits.commit / 1000).toFixed(1)} s; ` +
-            `CPU us/row: this ${us((self.user + self.system) / 1e6)}, walsender ${us(cpu.walsender)}, target ${us(cpu.target)}; load ${os.loadavg()[0].toFixed(1)}`,
+            `CPU us/row: this ${us((self.user + self.system) / 1e6)}, walsender ${us(cpu.walsender)}, target ${us(cpu.target)} ` +
+            `(sum ${us((self.user + self.system) / 1e6 + cpu.walsender + cpu.target)}); ` +
+            `writing it: backends ${usw(srcCpu.backends)}, pgbench ${usw(srcCpu.pgbench)}, WAL/bg writers ${usw(srcCpu.background)} ` +
+            `(sum ${usw(srcCpu.backends + srcCpu.pgbench + srcCpu.background)}); load ${os.loadavg()[0].toFixed(1)}`,
         );
       }
     }

@@ -90,11 +90,17 @@ interface Batch {
   /** Per row: `set` values, then (delete, update) the key; insert: the tuple's bytes, when it came from the wire. */
   rows: ((string | null)[] | RawTuple)[];
 }
-/** A table's pending batches; `keys`: every key they hold (a repeat ends them all). */
+/**
+ * A table's pending batches; `keys`: every key they hold (a repeat ends them all), except the
+ * insert batch's rows from `unkeyedFrom` on, queued by applyInsertNow with the delta untracked:
+ * their keys are decoded only if another change of the table is queued (keyAll), which a catch-up
+ * of inserts alone never does.
+ */
 interface TableBatches {
   plan: RelationPlan;
   batches: Map<string, Batch>;
   keys: Set<string>;
+  unkeyedFrom: number | null;
   rows: number;
   bytes: number;
 }
@@ -307,19 +313,27 @@ export class ChangeApplier {
     const raw = msg.raw;
     if (!raw || raw.hasUnchanged) return false;
     const plan = this.plans.get(msg.relation.relationOid);
-    if (!plan || tx.byCopy.get(plan) !== true) return false;
+    if (!plan || this.insertsByCopy(tx, plan) !== true) return false;
     const t = this.pending.get(plan);
     const size = raw.buf.length;
     if (!t || t.batches.size !== 1 || t.rows >= MAX_COPY_BATCH_ROWS || t.bytes + size > MAX_BATCH_BYTES) return false;
     const b = t.batches.get('insert');
     if (!b) return false;
-    const key = raw.datumsAt(plan.pkSrc);
-    for (const v of key) if (typeof v !== 'string') return false; // apply() refuses it, with the reason
-    const keyText = key.length === 1 ? (key[0] as string) : key.join('\u0000');
-    if (t.keys.has(keyText)) return false;
-    if (this.tracking) this.touch(plan, key as string[]);
+    if (this.tracking === false) {
+      // The key is not decoded (keyAll does, should another change of the table follow). Its
+      // batch is the table's only one, so any later change of this key joins a later batch or
+      // ends this one; an insert cannot repeat a key with nothing removing it in between.
+      if (raw.lacksAny(plan.pkSrc)) return false; // apply() refuses it, with the reason
+      t.unkeyedFrom ??= b.rows.length;
+    } else {
+      const key = raw.datumsAt(plan.pkSrc);
+      for (const v of key) if (typeof v !== 'string') return false; // apply() refuses it, with the reason
+      const keyText = key.length === 1 ? (key[0] as string) : key.join('\u0000');
+      if (t.keys.has(keyText)) return false;
+      this.touch(plan, key as string[]);
+      t.keys.add(keyText);
+    }
     b.rows.push(raw);
-    t.keys.add(keyText);
     t.rows++;
     t.bytes += size;
     tx.rows++;
@@ -538,13 +552,7 @@ export class ChangeApplier {
    * By COPY, a row from the wire stays bytes (only its key is decoded): copyBatch writes it as is.
    */
   private async queueInsert(plan: RelationPlan, msg: Extract<ChangeMessage, { tag: 'insert' }>): Promise<void> {
-    const tx = this.tx!;
-    let byCopy = tx.byCopy.get(plan);
-    if (byCopy === undefined) {
-      const after = plan.copyable ? this.byCopy?.safeAfter.get(plan.display) : undefined;
-      tx.byCopy.set(plan, (byCopy = after !== undefined && compareLsn(tx.finalLsn, after) > 0));
-    }
-    if (!byCopy) return this.queueUpsert(plan, msg.newTuple);
+    if (!this.insertsByCopy(this.tx!, plan)) return this.queueUpsert(plan, msg.newTuple);
     const raw = msg.raw;
     if (raw && !raw.hasUnchanged) {
       const key = values(plan, plan.pk, raw.datumsAt(plan.pkSrc), 'insert key', true);
@@ -553,6 +561,16 @@ export class ChangeApplier {
     const row = msg.newTuple;
     const key = values(plan, plan.pk, row, 'insert key');
     await this.enqueue(plan, 'insert', plan.writable, values(plan, plan.writable, row, 'insert'), key);
+  }
+
+  /** Whether the transaction's inserts into `plan` go by COPY (see InsertsByCopy), decided once per table. */
+  private insertsByCopy(tx: NonNullable<ChangeApplier['tx']>, plan: RelationPlan): boolean {
+    let byCopy = tx.byCopy.get(plan);
+    if (byCopy === undefined) {
+      const after = plan.copyable ? this.byCopy?.safeAfter.get(plan.display) : undefined;
+      tx.byCopy.set(plan, (byCopy = after !== undefined && compareLsn(tx.finalLsn, after) > 0));
+    }
+    return byCopy;
   }
 
   /** A full row, written by key. */
@@ -585,12 +603,14 @@ export class ChangeApplier {
     if (t) {
       let otherKind = false;
       for (const id of t.batches.keys()) otherKind ||= id !== batchId;
-      if (t.keys.has(keyText) || t.rows >= maxRows || t.bytes + size > MAX_BATCH_BYTES || (otherKind && !independent)) {
+      const full = t.rows >= maxRows || t.bytes + size > MAX_BATCH_BYTES || (otherKind && !independent);
+      if (!full) keyAll(t); // only batches that go on need every key
+      if (t.keys.has(keyText) || full) {
         await this.flushTable(plan);
         t = undefined;
       }
     }
-    if (!t) this.pending.set(plan, (t = { plan, batches: new Map(), keys: new Set(), rows: 0, bytes: 0 }));
+    if (!t) this.pending.set(plan, (t = { plan, batches: new Map(), keys: new Set(), unkeyedFrom: null, rows: 0, bytes: 0 }));
     let b = t.batches.get(batchId);
     if (!b) t.batches.set(batchId, (b = { kind, set, rows: [] }));
     b.rows.push(kind === 'upsert' || kind === 'insert' || vals instanceof RawTuple ? vals : [...vals, ...key]);
@@ -740,6 +760,18 @@ export class ChangeApplier {
     if (r.rowCount! > 0) this.tx!.rows++;
     else this.tx!.incomplete++;
   }
+}
+
+/** Adds to `t.keys` the keys of the insert rows applyInsertNow queued without them. */
+function keyAll(t: TableBatches): void {
+  if (t.unkeyedFrom === null) return;
+  const rows = t.batches.get('insert')!.rows;
+  const pkSrc = t.plan.pkSrc;
+  for (let i = t.unkeyedFrom; i < rows.length; i++) {
+    const key = (rows[i] as RawTuple).datumsAt(pkSrc) as string[];
+    t.keys.add(key.length === 1 ? key[0] : key.join('\u0000'));
+  }
+  t.unkeyedFrom = null;
 }
 
 /** The values of `cols` from a tuple (`byPosition`: the tuple holds exactly those, in that order). */

@@ -120,8 +120,10 @@ export class PgoutputDecoder {
     return this.relations.get(oid);
   }
 
-  decode(buf: Buffer): PgoutputMessage {
+  /** The message in `buf` from `start` on (a replication message's header before it is skipped, not copied). */
+  decode(buf: Buffer, start = 0): PgoutputMessage {
     const r = new Reader(buf);
+    r.off = start;
     const tag = String.fromCharCode(r.u8());
     switch (tag) {
       case 'B':
@@ -353,6 +355,13 @@ export class RawTuple {
       out[k] = e === NULL_VALUE ? null : e === UNCHANGED_VALUE ? UNCHANGED_TOAST : this.buf.toString('utf8', colStart[i], e);
     }
     return out;
+  }
+
+  /** Whether a value at `indexes` is NULL or an unchanged TOAST datum (datumsAt without making strings). */
+  lacksAny(indexes: readonly number[]): boolean {
+    this.locate();
+    for (let k = 0; k < indexes.length; k++) if (colEnd[indexes[k]] < 0) return true;
+    return false;
   }
 
   /** Room writeCopyLine may need at most: every byte escaped, plus separators and `\N`s. */

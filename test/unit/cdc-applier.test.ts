@@ -297,6 +297,42 @@ describe('ChangeApplier', () => {
     expect(copies[0].data.split('\n').filter(Boolean)).toHaveLength(9);
     expect(log.find((l) => l.text.startsWith('INSERT'))!.values).toEqual(['acme', '3', 'again']);
   });
+
+  it('with the delta untracked, queues inserts without decoding their keys, and a later change of one of those keys still applies after it', async () => {
+    const { client, log, copies } = fakeCopyClient({ independentKeys: true, untracked: true });
+    const a = new ChangeApplier(client, 'm1', 'forward', null, 0, { safeAfter: new Map([['public.docs', '0/10']]), client, timeoutMs: 5000, refuse: () => {} });
+    await a.begin('0/100');
+    await a.apply(wireInsert('1', 'x'));
+    for (let i = 2; i <= 9; i++) expect(a.applyInsertNow(wireInsert(String(i), `v${i}`))).toBe(true);
+    await a.commit('0/180');
+    await a.begin('0/200'); // the next source transaction's inserts join the same batch, the first one too
+    expect(a.applyInsertNow(wireInsert('10', 'v10'))).toBe(true);
+    await a.apply({ tag: 'update', relation: docs, oldKind: null, oldTuple: null, newTuple: ['acme', '5', 'changed'] });
+    await a.apply({ tag: 'delete', relation: docs, oldKind: 'K', oldTuple: ['acme', '3', null] });
+    expect(a.applyInsertNow(wireInsert('3', 'again'))).toBe(false); // other changes are pending beside the inserts
+    await a.apply(wireInsert('3', 'again'));
+    await a.commit('0/280');
+    await a.commitPending();
+    const writes = log.filter((l) => /^(INSERT|DELETE|COPY)/.test(l.text));
+    expect(writes.map((w) => w.text.split(' ')[0])).toEqual(['COPY', 'INSERT', 'DELETE', 'INSERT']);
+    expect(copies[0].data).toBe(['acme\t1\tx', ...Array.from({ length: 9 }, (_, k) => `acme\t${k + 2}\tv${k + 2}`)].join('\n') + '\n');
+    expect(writes[1].values).toEqual(['acme', '5', 'changed']);
+    expect(writes[2].values).toEqual(['acme', '3']);
+    expect(writes[3].values).toEqual(['acme', '3', 'again']);
+    expect(a.stats).toMatchObject({ transactionsApplied: 2, rowsApplied: 13, rowsInsertedByCopy: 10 });
+  });
+
+  it('with the delta untracked, leaves to apply() an insert lacking a key value, which refuses it with the reason', async () => {
+    const { client, copies } = fakeCopyClient({ independentKeys: true, untracked: true });
+    const a = new ChangeApplier(client, 'm1', 'forward', null, 0, { safeAfter: new Map([['public.docs', '0/10']]), client, timeoutMs: 5000, refuse: () => {} });
+    await a.begin('0/100');
+    await a.apply(wireInsert('1', 'x'));
+    expect(a.applyInsertNow(wireInsert('2', 'y'))).toBe(true);
+    const keyless = wireInsert(null, 'z');
+    expect(a.applyInsertNow(keyless)).toBe(false);
+    await expect(a.apply(keyless)).rejects.toThrow(/carries no value for key column id/);
+    expect(copies).toHaveLength(0);
+  });
 });
 
 const docs: Relation = { ...rel, columns: rel.columns.map((c) => ({ ...c })) };
@@ -318,22 +354,24 @@ function u16(v: number) {
   return b;
 }
 /** An INSERT of (acme, id, big) as the decoder gives it from the wire (its bytes kept). */
-function wireInsert(id: string, big: string | null): Extract<PgoutputMessage, { tag: 'insert' }> {
-  const text = (v: string) => Buffer.concat([Buffer.from('t'), u32(Buffer.byteLength(v)), Buffer.from(v)]);
-  const msg = decoder.decode(
-    Buffer.concat([Buffer.from('I'), u32(docs.relationOid), Buffer.from('N'), u16(3), text('acme'), text(id), big === null ? Buffer.from('n') : text(big)]),
-  );
+function wireInsert(id: string | null, big: string | null): Extract<PgoutputMessage, { tag: 'insert' }> {
+  const text = (v: string | null) => (v === null ? Buffer.from('n') : Buffer.concat([Buffer.from('t'), u32(Buffer.byteLength(v)), Buffer.from(v)]));
+  const msg = decoder.decode(Buffer.concat([Buffer.from('I'), u32(docs.relationOid), Buffer.from('N'), u16(3), text('acme'), text(id), text(big)]));
   if (msg.tag !== 'insert' || !msg.raw) throw new Error('expected an insert with its bytes');
   return msg;
 }
 
 /** fakeClient, plus COPY FROM STDIN as pg-copy-streams drives it (the statement and the data it sent). */
-function fakeCopyClient(opts: { independentKeys?: boolean } = {}) {
+function fakeCopyClient(opts: { independentKeys?: boolean; untracked?: boolean } = {}) {
   const base = fakeClient(opts);
   const copies: { sql: string; data: string }[] = [];
   const query = (base.client as any).query.bind(base.client);
   (base.client as any).query = (q: any, values?: unknown[]) => {
-    if (!q || typeof q.handleCopyInResponse !== 'function') return query(q, values);
+    if (!q || typeof q.handleCopyInResponse !== 'function') {
+      if (opts.untracked && typeof q === 'string' && q.startsWith('BEGIN'))
+        return query(q, values).then((r: object) => ({ ...r, rows: [{ tracking: false }] }));
+      return query(q, values);
+    }
     base.log.push({ text: q.text });
     const chunks: Buffer[] = [];
     const copy = { sql: q.text as string, data: '' };
