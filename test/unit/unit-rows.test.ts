@@ -22,7 +22,14 @@ describe('unit row predicate', () => {
   it('a bucket selects its dataset tables by bucket column = n, never tables with the tenant column', () => {
     const r = unitRows(config, 'bucket:events:0042');
     expect(r).toMatchObject({ kind: 'bucket', column: 'bucket', value: '42' });
-    expect(r.tables).toEqual({ column: 'bucket', alsoColumn: 'device_id', withoutColumn: 'tenant_id', schemas: ['public', 'app'], tables: undefined });
+    expect(r.tables).toEqual({
+      column: 'bucket',
+      alsoColumn: 'device_id',
+      withoutColumn: 'tenant_id',
+      schemas: ['public', 'app'],
+      tables: undefined,
+      indexTable: 'shardctl.blob_index_events',
+    });
     expect(unitRowPredicateSql(r)).toBe(`"bucket" = 42`);
     const s = unitRows(config, 'bucket:small:7');
     expect(s.tables.tables).toEqual(['app.small']);
