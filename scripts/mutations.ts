@@ -2110,13 +2110,14 @@ export const MUTATIONS: Mutation[] = [
     testName: 'a stale route is refused (SC421) and retried on the sub-unit',
   },
   {
-    id: 'split-sub-unit-never-planned',
-    guarantee: 'a split sub-unit is never planned by rebalance or drain: the planner does not plan sub-unit moves yet (issue 13, splits)',
+    id: 'rebalance-measures-sub-units',
+    guarantee:
+      "rebalance plan measures a split tenant per sub-unit (rows, bytes, writes in the window by the fence's index), so a hot sub-unit is seen as hot (issue 13, splits)",
     file: 'lib/rebalance/fleet.ts',
-    from: '          : isSubUnit(p.unit)',
-    to: '          : false && isSubUnit(p.unit)',
+    from: 'await measureShard(measure.shardPool(s.name), config, s.name, { ...measure, splits })',
+    to: 'await measureShard(measure.shardPool(s.name), config, s.name, { ...measure, splits: new Map() })',
     testFile: 'test/integration/tenant-split.test.ts',
-    testName: 'the rebalancer plans no sub-unit',
+    testName: 'rebalance plan measures a split tenant per sub-unit',
   },
   {
     id: 'split-null-column-refused',
