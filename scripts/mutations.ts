@@ -2166,6 +2166,15 @@ export const MUTATIONS: Mutation[] = [
     testName: "verify checks every acknowledged write on its sub-unit's owner",
   },
   {
+    id: 'dedicated-shard-keeps-sub-units',
+    guarantee: "a shard dedicated to a tenant keeps that tenant's sub-units once it is split, and still sheds every other unit (issue 13, splits)",
+    file: 'lib/rebalance/plan.ts',
+    from: '  if (s.dedicatedTo && !isUnitOfTenant(u.unit, s.dedicatedTo)) return',
+    to: '  if (s.dedicatedTo && s.dedicatedTo !== u.unit) return',
+    testFile: 'test/unit/rebalance-plan.test.ts',
+    testName: 'keeps the sub-units of its tenant (they are the tenant)',
+  },
+  {
     id: 'split-name-never-placed',
     guarantee: "a split tenant's name is never placed again, so no second shard can accept its rows (issue 13, splits)",
     file: 'lib/directory/placements.ts',

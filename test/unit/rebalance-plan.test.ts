@@ -378,3 +378,17 @@ describe("rebalance plan with a split tenant's sub-units", () => {
     expect(new Set(plan.moves.map((m) => m.to))).toEqual(new Set(['b', 'c']));
   });
 });
+
+describe('a shard dedicated to a tenant that was split afterwards', () => {
+  it('keeps the sub-units of its tenant (they are the tenant), and still sheds any other unit', () => {
+    const shards = [shard('a', 100, 'open', 'hot'), shard('b', 100)];
+    const units = [unit('hot:0', 'a', 5), unit('hot:1', 'a', 5), unit('x', 'a', 1), unit('hotx:0', 'a', 1)];
+    const plan = planMoves(shards, units, { kind: 'rebalance' }, { headroomFraction: 0.1, tolerance: 10 });
+    expect(plan.moves.map((m) => m.unit).sort()).toEqual(['hotx:0', 'x']);
+    expect(plan.problems).toEqual([]);
+    // A sub-unit of hot elsewhere may go onto hot's shard; another tenant's may not.
+    const back = planMoves(shards, [unit('hot:2', 'b', 1), unit('u', 'b', 1)], { kind: 'drain', shard: 'b' }, { headroomFraction: 0.1 });
+    expect(back.moves.map((m) => [m.unit, m.to])).toEqual([['hot:2', 'a']]);
+    expect(back.problems.join('\n')).toContain('no open shard has room for u');
+  });
+});
