@@ -822,6 +822,17 @@ export function planMoves(shards: readonly PlanShard[], units: readonly PlanUnit
   let dedicate: RebalancePlan['dedicate'];
   if (scope.kind === 'isolate') {
     const t = units.find((u) => u.unit === scope.tenant);
+    const subUnits = t ? 0 : units.filter((u) => isUnitOfTenant(u.unit, scope.tenant)).length;
+    if (!t && subUnits)
+      return {
+        scope,
+        moves: [],
+        shards: [],
+        balanced: false,
+        problems: [
+          `tenant ${scope.tenant} is split into ${subUnits} sub-units (${scope.tenant}:0 ..): isolating a split tenant is not supported yet; move its sub-units with \`shardctl move start --unit\` or let the rebalancer place them`,
+        ],
+      };
     if (!t) return { scope, moves: [], shards: [], balanced: false, problems: [`tenant ${scope.tenant} is not in the directory`] };
     const choice = scope.to
       ? namedIsolationShard(shards, units, t, scope.to, opts.headroomFraction ?? 0)

@@ -392,3 +392,16 @@ describe('a shard dedicated to a tenant that was split afterwards', () => {
     expect(back.problems.join('\n')).toContain('no open shard has room for u');
   });
 });
+
+describe('tenant isolate of a split tenant', () => {
+  it('is refused naming the split and what to do instead, planning nothing', () => {
+    const shards = [shard('a', 100), shard('b', 100)];
+    const units = [unit('hot:0', 'a', 5), unit('hot:1', 'a', 5), unit('x', 'a', 1)];
+    const plan = planMoves(shards, units, { kind: 'isolate', tenant: 'hot' }, { headroomFraction: 0.1 });
+    expect(plan.moves).toEqual([]);
+    expect(plan.problems).toEqual([
+      'tenant hot is split into 2 sub-units (hot:0 ..): isolating a split tenant is not supported yet; move its sub-units with `shardctl move start --unit` or let the rebalancer place them',
+    ]);
+    expect(planMoves(shards, units, { kind: 'isolate', tenant: 'nope' }).problems).toEqual(['tenant nope is not in the directory']);
+  });
+});
