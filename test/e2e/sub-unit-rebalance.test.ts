@@ -9,7 +9,9 @@
 // --plan` moves them through the move workflow while both writers go on. Asserts: every
 // acknowledged write of loadgen is on its sub-unit's owner now (`loadgen verify`, per sub-unit),
 // every acknowledged hot row is on T:1's new owner and none on shard-a, T:1's writes landed on
-// both shards and its siblings' on shard-a or their planned shard only, nothing failed.
+// both shards and its siblings' on shard-a or their planned shard only, nothing failed. Then
+// `shards drain shard-a` moves the sub-units left there, each on its own, under loadgen again,
+// and closes it: loadgen verify clean per sub-unit, none of the tenant's rows left on shard-a.
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -20,7 +22,8 @@ import { closePools, shardPool } from '../helpers/stack';
 import { configFile, runCli } from '../helpers/cli';
 import { prepareAllShards } from '../../lib/shard/prepare';
 import { splitTenant } from '../../lib/tenant-split';
-import { setShardCapacity } from '../../lib/directory/shards';
+import { getShard, setShardCapacity } from '../../lib/directory/shards';
+import { rebalanceInputFor, startRebalance } from '../../lib/rebalance/start';
 import { getPlacement } from '../../lib/directory/placements';
 import { tenantUnitForRow } from '../../lib/buckets/route';
 import { Router } from '../../lib/router';
@@ -236,6 +239,59 @@ describe("the rebalancer moves a split tenant's hot sub-unit", () => {
         cfg.remove();
         await router.close();
       }
+    },
+  );
+
+  it(
+    'shards drain moves every sub-unit left on shard-a off it, each on its own (never T), under loadgen writes to every sub-unit, and closes shard-a: loadgen verify clean per sub-unit',
+    { timeout: 400_000 },
+    async () => {
+      const left = Array.from({ length: WAYS }, (_, k) => `${tenant}:${k}`);
+      const before = new Map<string, string>();
+      for (const u of left) before.set(u, (await getPlacement(fleet.directory, u))!.shard);
+      const onA = left.filter((u) => before.get(u) === 'shard-a');
+      expect(onA.length, 'the first case left siblings on shard-a').toBeGreaterThan(0);
+      const logFile = path.join(dir, 'drain.jsonl');
+      const load = startLoadgen({
+        config: fleet.config,
+        tenants: [tenant],
+        rate: 20,
+        durationMs: 380_000,
+        logFile,
+        concurrency: 3,
+        schema,
+        blobOps: false,
+        bodyBytes: 4000,
+      });
+      try {
+        await new Promise((r) => setTimeout(r, 1500));
+        const input = rebalanceInputFor(fleet.config, { scope: { kind: 'drain', shard: 'shard-a' }, requestedBy: 'test', soakSeconds: 1 });
+        const h = await startRebalance(fleet.t.client, fleet.tq, input, fleet.config.temporal.rebalanceWorkflowId);
+        const st: RebalanceStatus = await h.result();
+        expect(st.problems).toEqual([]);
+        expect(st.phase).toBe('done');
+        expect(st.moves.map((m) => [m.unit, m.from, m.state]).sort()).toEqual(onA.map((u) => [u, 'shard-a', 'done']).sort());
+        expect(st.drain).toEqual({ shard: 'shard-a', closed: true, reasons: [] });
+        for (const u of left) expect((await getPlacement(fleet.directory, u))!.shard).not.toBe('shard-a');
+        expect(await getShard(fleet.directory, 'shard-a')).toMatchObject({ status: 'closed', units: 0 });
+        await new Promise((r) => setTimeout(r, 1500));
+      } finally {
+        load.stop();
+      }
+      const stats = await load.done;
+      expect(stats.writes.ack).toBeGreaterThan(30);
+      expect(stats.writes.refused + stats.writes.unknown, JSON.stringify(stats.errorsByType)).toBe(0);
+      const report = await verifyLog({ logFile, config: fleet.config, schema });
+      expect({ ok: report.ok, missing: report.missing, wrongValue: report.wrongValue }, JSON.stringify(report).slice(0, 2000)).toEqual({
+        ok: true,
+        missing: [],
+        wrongValue: [],
+      });
+      for (const u of left) expect(report.checkedByUnit[u], `${u} checked`).toBeGreaterThan(0);
+      for (const u of left) expect(report.owners[u].shard).not.toBe('shard-a');
+      // No row of the tenant is left on the closed shard (each move's retire deleted its sub-unit's).
+      for (const t of TABLES)
+        expect((await shardPool('shard-a').query(`select count(*)::int as n from ${schema}.${t} where tenant_id = $1`, [tenant])).rows[0].n, t).toBe(0);
     },
   );
 });
