@@ -2175,6 +2175,16 @@ export const MUTATIONS: Mutation[] = [
     testName: 'keeps the sub-units of its tenant (they are the tenant)',
   },
   {
+    id: 'prepare-replaces-fence-in-place',
+    guarantee:
+      'prepare replaces a fence trigger of our kind in place (CREATE OR REPLACE: writers wait a moment, readers not at all); only another kind is dropped first (issue 13, splits)',
+    file: 'lib/shard/prepare.ts',
+    from: '  if (r.rows[0].other_kind > 0)',
+    to: '  if (r.rows[0].other_kind >= 0)',
+    testFile: 'test/integration/split-null-fence.test.ts',
+    testName: 'in place (a reader is not waited for)',
+  },
+  {
     id: 'split-name-never-placed',
     guarantee: "a split tenant's name is never placed again, so no second shard can accept its rows (issue 13, splits)",
     file: 'lib/directory/placements.ts',

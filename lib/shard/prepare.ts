@@ -215,12 +215,21 @@ export async function fenceStatus(db: Pool | PoolClient, config: Config): Promis
 /**
  * Installs the fence on one tenant table, replacing an older one: its two row triggers (which
  * its partitions inherit, present and future). Takes the table's lock; run inside prepare's
- * transaction.
+ * transaction. Replacing triggers of our kind (AFTER ROW, the same events: a changed WHEN or
+ * arguments) is a CREATE OR REPLACE, whose SHARE ROW EXCLUSIVE lock waits for writers but not for
+ * readers; only another kind is dropped first (DROP TRIGGER takes ACCESS EXCLUSIVE).
  */
 export async function installTableFence(c: PoolClient, qualified: string, column: string, rowUnit?: RowUnitSql): Promise<void> {
   // Dropped first: an older shardctl's BEFORE trigger of that name has clones on the partitions
-  // that CREATE OR REPLACE would not turn into AFTER triggers.
-  for (const name of [FENCE_TRIGGER_NAME, FENCE_OLD_ROWS_TRIGGER]) await c.query(`drop trigger if exists ${name} on ${qualified}`);
+  // that CREATE OR REPLACE would not turn into AFTER triggers. A missing one is created.
+  const r = await c.query(
+    `with tree as (select $1::regclass::oid as relid union select relid::oid from pg_partition_tree($1::regclass))
+     select count(*) filter (where (tg.tgname = $2 and tg.tgtype <> $3) or (tg.tgname = $4 and tg.tgtype <> $5))::int as other_kind
+       from tree join pg_trigger tg on tg.tgrelid = tree.relid and tg.tgname in ($2, $4)`,
+    [qualified, FENCE_TRIGGER_NAME, NEW_ROWS_TRIGGER_TYPE, FENCE_OLD_ROWS_TRIGGER, OLD_ROWS_TRIGGER_TYPE],
+  );
+  if (r.rows[0].other_kind > 0)
+    for (const name of [FENCE_TRIGGER_NAME, FENCE_OLD_ROWS_TRIGGER]) await c.query(`drop trigger if exists ${name} on ${qualified}`);
   for (const sql of fenceTriggersSql(qualified, column, rowUnit)) await c.query(sql);
 }
 

@@ -149,7 +149,7 @@ describe("a split tenant's row with a NULL split column", () => {
     expect((await splitTenant(deps(), { tenant, ways: WAYS, actor: 'test' })).epoch).toBe(epoch + 1);
   });
 
-  it("a shard fenced by the previous release (which let it pass) is upgraded by re-running prepare: only the split tables' triggers are replaced, then it is refused; a second re-run changes nothing and takes no table lock", async () => {
+  it("a shard fenced by the previous release (which let it pass) is upgraded by re-running prepare: only the split tables' triggers are replaced, in place (a reader is not waited for), then it is refused; a second re-run changes nothing and takes no table lock", async () => {
     const { tenant } = await newTenant();
     const { epoch } = await splitTenant(deps(), { tenant, ways: WAYS, actor: 'test' });
     const unit = `${tenant}:2`;
@@ -160,7 +160,18 @@ describe("a split tenant's row with a NULL split column", () => {
     // The hole this release closes, on the previous release's fence.
     expect(await write(unit, epoch, `insert into ${schema}.notes(tenant_id, id, tag) values ($1, 10, null)`, [tenant])).toEqual({ code: 'ok' });
 
-    const up = await prepareShard(pool, config);
+    // The upgrade replaces the triggers in place (CREATE OR REPLACE, SHARE ROW EXCLUSIVE): a reader
+    // mid-transaction on both tables does not hold it up (a DROP TRIGGER would wait for it: ACCESS EXCLUSIVE).
+    const reader = await pool.connect();
+    let up;
+    try {
+      await reader.query('begin');
+      await reader.query(`select count(*) from ${schema}.notes, ${schema}.tags`);
+      up = await prepareShard(pool, config, { lockTimeoutMs: 2000 });
+    } finally {
+      await reader.query('rollback').catch(() => {});
+      reader.release();
+    }
     expect(up.changed.filter((t) => t.startsWith(schema)).sort()).toEqual([`${schema}.notes`, `${schema}.tags`]);
     expect(await write(unit, epoch, `insert into ${schema}.notes(tenant_id, id, tag) values ($1, 11, null)`, [tenant])).toMatchObject({ code: 'SC403' });
     expect(await notesOf(tenant)).toEqual([[10, null]]);
