@@ -14,7 +14,6 @@ import { MAX_SPLIT_WAYS, parseUnit, splitUnitName } from './buckets/units';
 import { getPlacement } from './directory/placements';
 import { getSplit, splitPlacement } from './directory/splits';
 import { listTenantTables, tenantTableSelector } from './shard/tables';
-import { fenceVersion } from './shard/fence-sql';
 import { hasTableFence, tenantRowUnit } from './shard/prepare';
 import { disownSplitTenant, installSubUnitFences, removeSubUnitFences } from './shard/split';
 
@@ -65,8 +64,16 @@ export async function splitProblems(pool: Pool, config: Config, tenant: string):
       out.push(`${name} has no column ${col} (its split column in config.tenant.splitColumns)`);
       continue;
     }
-    if (!(await hasTableFence(pool, t.qualified, config.tenant.column, fenceVersion(tenantRowUnit(config, t))))) {
+    if (!(await hasTableFence(pool, t.qualified, config.tenant.column, tenantRowUnit(config, t)))) {
       out.push(`${name}'s fence does not read its split column ${col}: run \`shardctl shards prepare\``);
+    }
+    // A row with a NULL split column would be in no sub-unit: no move would ever carry it.
+    if (t.columns.find((c) => c.name === col)?.notNull === false) {
+      const nulls = await pool.query(`select 1 from ${t.qualified} where ${quoteIdent(config.tenant.column)} = $1 and ${quoteIdent(col)} is null limit 1`, [
+        tenant,
+      ]);
+      if (nulls.rowCount)
+        out.push(`${name} holds rows of tenant ${tenant} whose split column ${col} is NULL (such a row is in no sub-unit): give them a value first`);
     }
   }
   const blobs = await pool.query(`select 1 from shardctl.blob_index where ${quoteIdent(config.tenant.column)} = $1 limit 1`, [tenant]).catch((e: any) => {

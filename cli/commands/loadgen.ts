@@ -31,6 +31,9 @@ interface LoadgenCliOptions {
   readFraction: string;
   intents?: boolean;
   blobWrites: string;
+  /** false with --no-blobs. */
+  blobs: boolean;
+  schema?: string;
   json?: boolean;
   config?: string;
 }
@@ -52,6 +55,11 @@ export function register(program: Command) {
       "how blob ops write objects: 'direct' (an object under the key the row names) or 'index' (a version recorded in shardctl.blob_index by the row's transaction)",
       'direct',
     )
+    .option(
+      '--no-blobs',
+      "no blob ops (a split tenant holds no blobs); a split tenant's rows carry their id as split key (config.tenant.splitColumns names id)",
+    )
+    .option('--schema <name>', "the schema of loadgen's tables accounts, documents, events (default public)")
     .option('--json', 'print the summary (or the verify report) as JSON')
     .action(async (_o: unknown, cmd: Command) => {
       const o = cmd.optsWithGlobals() as LoadgenCliOptions;
@@ -93,6 +101,8 @@ export function register(program: Command) {
           readFraction,
           intents: !!o.intents,
           blobWrites,
+          blobOps: o.blobs !== false,
+          ...(o.schema ? { schema: o.schema } : {}),
           signal: stop.signal,
         });
         const stats = await h.done;
@@ -114,6 +124,7 @@ export function register(program: Command) {
     'loadgen --tenants acme,globex --rate 50 --duration 2m --log load.jsonl',
     'loadgen --tenants acme --rate 20 --duration 30s --log load.jsonl --intents --json',
     'loadgen --tenants acme --rate 50 --duration 1m --log load.jsonl --blob-writes index',
+    'loadgen --tenants hot --rate 50 --duration 1m --log load.jsonl --no-blobs   # hot split: each row routed to its sub-unit by its id',
   );
 
   const verify = lg
@@ -123,12 +134,13 @@ export function register(program: Command) {
     )
     // Listed here for its --help; whichever command parses them, optsWithGlobals() sees them.
     .option('--log <file>', 'the JSONL outcome log to check')
+    .option('--schema <name>', "the schema of loadgen's tables (as given to loadgen)")
     .option('--json', 'print the report as JSON')
     .action(async (_o: unknown, cmd: Command) => {
       const o = cmd.optsWithGlobals() as LoadgenCliOptions;
       if (!o.log) throw invalidInput('--log is required: shardctl loadgen verify --log FILE');
       const config = loadConfig({ file: o.config });
-      const report = await verifyLog({ logFile: o.log, config });
+      const report = await verifyLog({ logFile: o.log, config, ...(o.schema ? { schema: o.schema } : {}) });
       console.log(o.json ? JSON.stringify(report) : formatVerifyReport(report));
       if (!report.ok) process.exitCode = EXIT.failure;
     });
@@ -145,6 +157,14 @@ export function formatVerifyReport(r: VerifyReport): string {
     }`,
     `  unknown outcomes: ${r.unknownOutcomes} (${r.ambiguousKeys} keys accepted in either state)`,
   ];
+  // A split tenant's keys are checked on their sub-unit's owner: how many per unit.
+  if (Object.keys(r.checkedByUnit).some((u) => u.includes(':')))
+    lines.push(
+      `  checked per unit: ${Object.entries(r.checkedByUnit)
+        .sort(([a], [b]) => (a < b ? -1 : 1))
+        .map(([u, n]) => `${u} ${n}`)
+        .join(', ')}`,
+    );
   const show = (title: string, xs: unknown[]) => {
     if (!xs.length) return;
     lines.push(`  ${title}: ${xs.length}`);

@@ -68,6 +68,21 @@ export function parseUnit(unit: string): ParsedUnit {
   return { kind: 'tenant', tenant: validateTenantId(tenant), path: rest.map(Number) };
 }
 
+/**
+ * Whether `unit` is tenant `tenant`'s: the tenant itself, or one of its sub-units once it is split
+ * (a shard dedicated to a tenant holds its sub-units too). Never throws: a name that is no unit is no one's.
+ */
+export function isUnitOfTenant(unit: string, tenant: string): boolean {
+  if (unit === tenant) return true;
+  if (!unit.startsWith(`${tenant}:`)) return false;
+  try {
+    const p = parseUnit(unit);
+    return p.kind === 'tenant' && p.tenant === tenant;
+  } catch {
+    return false;
+  }
+}
+
 /** Splits in force: unit → K (the unit was split into unit:0 .. unit:K-1 and is no longer active). */
 export type Splits = ReadonlyMap<string, number>;
 

@@ -3,6 +3,7 @@
 // its units weigh plus what moves in flight reserve on it (lib/directory/reservations.ts): every check counts both.
 import { ShardctlError } from '../errors';
 import { residencyProblem, withinResidency, type Residency } from './residency';
+import { isUnitOfTenant } from '../buckets/units';
 
 export interface ShardLoad {
   name: string;
@@ -62,7 +63,8 @@ export function moveTargetProblems(s: ShardLoad, unit: string, expectedLoad: num
   if (s.status !== 'open') reasons.push(`target ${s.name} is ${s.status}, not open`);
   const outside = residencyProblem(s, unit, residency);
   if (outside) reasons.push(outside);
-  if (s.dedicatedTo && s.dedicatedTo !== unit) reasons.push(`target ${s.name} is dedicated to tenant ${s.dedicatedTo}: no other unit moves there`);
+  if (s.dedicatedTo && !isUnitOfTenant(unit, s.dedicatedTo))
+    reasons.push(`target ${s.name} is dedicated to tenant ${s.dedicatedTo}: no other unit moves there`);
   else if (s.class === 'dedicated' && !s.dedicatedTo)
     reasons.push(`target ${s.name} is a dedicated-class shard, kept for an isolated tenant: use \`shardctl tenant isolate --tenant ${unit}\``);
   const usable = usableCapacity(s.capacity, headroomFraction);

@@ -52,6 +52,8 @@ export interface LogRecord {
   latencyMs?: number;
   /** The shard the transaction ran on, when known. */
   shard?: string;
+  /** The unit the transaction was opened for, when the router says (a split tenant's sub-unit `T:k`). */
+  unit?: string;
 }
 
 export class LogWriter {

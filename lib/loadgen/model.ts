@@ -2,7 +2,7 @@
 // columns and the verifier reads them back. Each write checks it touched exactly one row, so
 // an ack also proves the row was where the writer believed it was.
 import { createHash, randomBytes } from 'node:crypto';
-import type { PoolClient } from 'pg';
+import { escapeIdentifier, type PoolClient } from 'pg';
 import { ShardctlError } from '../errors';
 import type { LoadTable } from './log';
 import type { RowState } from './expect';
@@ -48,10 +48,17 @@ function expectOneRow(n: number | null, what: string): void {
   if (n !== 1) throw new ShardctlError('Conflict', `loadgen ${what} touched ${n ?? 0} rows, expected 1`, { loadgenRowMissing: true });
 }
 
-export async function applyWrite(tx: PoolClient, tenant: string, w: WriteSpec): Promise<void> {
+/** The schema loadgen's tables live in unless told otherwise (the demo schema's). */
+export const LOAD_SCHEMA = 'public';
+
+/** `schema.table`, the schema quoted (loadgen's table names are its own constants). */
+const tableIn = (schema: string, table: LoadTable) => `${escapeIdentifier(schema)}.${table}`;
+
+export async function applyWrite(tx: PoolClient, tenant: string, w: WriteSpec, schema = LOAD_SCHEMA): Promise<void> {
   const what = `${w.op} ${w.table} ${w.key}`;
+  const t = (table: LoadTable) => tableIn(schema, table);
   if (w.op === 'delete') {
-    const r = await tx.query(`delete from public.${w.table} where tenant_id = $1 and id = $2`, [tenant, w.key]);
+    const r = await tx.query(`delete from ${t(w.table)} where tenant_id = $1 and id = $2`, [tenant, w.key]);
     return expectOneRow(r.rowCount, what);
   }
   let r;
@@ -59,12 +66,17 @@ export async function applyWrite(tx: PoolClient, tenant: string, w: WriteSpec): 
     case 'accounts':
       r =
         w.op === 'insert'
-          ? await tx.query('insert into public.accounts (tenant_id, id, name, balance) values ($1, $2, $3, $4)', [tenant, w.key, accountName(w.key), w.version])
-          : await tx.query('update public.accounts set balance = $3, updated_at = now() where tenant_id = $1 and id = $2', [tenant, w.key, w.version]);
+          ? await tx.query(`insert into ${t('accounts')} (tenant_id, id, name, balance) values ($1, $2, $3, $4)`, [
+              tenant,
+              w.key,
+              accountName(w.key),
+              w.version,
+            ])
+          : await tx.query(`update ${t('accounts')} set balance = $3, updated_at = now() where tenant_id = $1 and id = $2`, [tenant, w.key, w.version]);
       break;
     case 'documents':
       if (w.op === 'insert') {
-        r = await tx.query('insert into public.documents (tenant_id, id, title, body, version) values ($1, $2, $3, $4, $5)', [
+        r = await tx.query(`insert into ${t('documents')} (tenant_id, id, title, body, version) values ($1, $2, $3, $4, $5)`, [
           tenant,
           w.key,
           documentTitle(w.key, w.version),
@@ -72,14 +84,14 @@ export async function applyWrite(tx: PoolClient, tenant: string, w: WriteSpec): 
           w.version,
         ]);
       } else if (w.body === undefined) {
-        r = await tx.query('update public.documents set version = $3, title = $4, updated_at = now() where tenant_id = $1 and id = $2', [
+        r = await tx.query(`update ${t('documents')} set version = $3, title = $4, updated_at = now() where tenant_id = $1 and id = $2`, [
           tenant,
           w.key,
           w.version,
           documentTitle(w.key, w.version),
         ]);
       } else {
-        r = await tx.query('update public.documents set version = $3, title = $4, body = $5, updated_at = now() where tenant_id = $1 and id = $2', [
+        r = await tx.query(`update ${t('documents')} set version = $3, title = $4, body = $5, updated_at = now() where tenant_id = $1 and id = $2`, [
           tenant,
           w.key,
           w.version,
@@ -91,12 +103,12 @@ export async function applyWrite(tx: PoolClient, tenant: string, w: WriteSpec): 
     case 'events':
       r =
         w.op === 'insert'
-          ? await tx.query(`insert into public.events (tenant_id, id, kind, payload) values ($1, $2, 'loadgen.event', $3::jsonb)`, [
+          ? await tx.query(`insert into ${t('events')} (tenant_id, id, kind, payload) values ($1, $2, 'loadgen.event', $3::jsonb)`, [
               tenant,
               w.key,
               JSON.stringify(eventPayload(w.key, w.version)),
             ])
-          : await tx.query('update public.events set payload = $3::jsonb where tenant_id = $1 and id = $2', [
+          : await tx.query(`update ${t('events')} set payload = $3::jsonb where tenant_id = $1 and id = $2`, [
               tenant,
               w.key,
               JSON.stringify(eventPayload(w.key, w.version)),
@@ -107,8 +119,12 @@ export async function applyWrite(tx: PoolClient, tenant: string, w: WriteSpec): 
 }
 
 /** Points the document at an object (blob_put) or at none (blob_delete, `null`). */
-export async function setDocumentBlob(tx: PoolClient, tenant: string, key: string, blobKey: string | null): Promise<void> {
-  const r = await tx.query('update public.documents set blob_key = $3, updated_at = now() where tenant_id = $1 and id = $2', [tenant, key, blobKey]);
+export async function setDocumentBlob(tx: PoolClient, tenant: string, key: string, blobKey: string | null, schema = LOAD_SCHEMA): Promise<void> {
+  const r = await tx.query(`update ${tableIn(schema, 'documents')} set blob_key = $3, updated_at = now() where tenant_id = $1 and id = $2`, [
+    tenant,
+    key,
+    blobKey,
+  ]);
   expectOneRow(r.rowCount, `${blobKey === null ? 'blob_delete' : 'blob_put'} documents ${key}`);
 }
 
@@ -124,15 +140,21 @@ export interface ObservedRow {
 }
 
 /** Reads rows of `keys` with columns reduced to comparable values (body as its sha256). */
-export async function readRows(db: { query: PoolClient['query'] }, tenant: string, table: LoadTable, keys: string[]): Promise<Map<string, ObservedRow>> {
+export async function readRows(
+  db: { query: PoolClient['query'] },
+  tenant: string,
+  table: LoadTable,
+  keys: string[],
+  schema = LOAD_SCHEMA,
+): Promise<Map<string, ObservedRow>> {
   const out = new Map<string, ObservedRow>();
   if (!keys.length) return out;
   const sql = {
-    accounts: `select id::text as key, balance::text as value, name from public.accounts where tenant_id = $1 and id = any($2::uuid[])`,
+    accounts: `select id::text as key, balance::text as value, name from ${tableIn(schema, 'accounts')} where tenant_id = $1 and id = any($2::uuid[])`,
     documents: `select id::text as key, version as value, title, blob_key,
                        encode(sha256(convert_to(body, 'UTF8')), 'hex') as body_sha
-                  from public.documents where tenant_id = $1 and id = any($2::uuid[])`,
-    events: `select id::text as key, payload->'v' as value, kind, payload from public.events where tenant_id = $1 and id = any($2::uuid[])`,
+                  from ${tableIn(schema, 'documents')} where tenant_id = $1 and id = any($2::uuid[])`,
+    events: `select id::text as key, payload->'v' as value, kind, payload from ${tableIn(schema, 'events')} where tenant_id = $1 and id = any($2::uuid[])`,
   }[table];
   const r = await db.query(sql, [tenant, keys]);
   for (const row of r.rows) {

@@ -59,6 +59,8 @@ export interface PlanOptions {
    * new version of that name (an overwrite), where direct writes give it a new key.
    */
   overwriteInPlace?: boolean;
+  /** false: no blob_put / blob_delete (a split tenant has no blobs: its blob writes would be refused). */
+  blobOps?: boolean;
 }
 
 export class SlotPlanner {
@@ -108,7 +110,7 @@ export class SlotPlanner {
     if (live.size < 2 || (live.size < this.opts.maxLiveKeys && x < 0.3)) return this.insert(tenant, table);
     const [key, state] = this.pick([...live.entries()]);
     if (x > (live.size >= this.opts.maxLiveKeys ? 0.5 : 0.85)) return { kind: 'write', tenant, table, key, op: 'delete', after: { present: false } };
-    if (table === 'documents' && this.rnd() < 0.35) {
+    if (table === 'documents' && this.opts.blobOps !== false && this.rnd() < 0.35) {
       // A document with an object: replace it by a new version (overwrite) or delete it.
       if (state.blobKey && this.rnd() < 0.4) return this.blobDelete(tenant, key, state);
       return this.blobPut(tenant, key, state);

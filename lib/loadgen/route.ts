@@ -18,7 +18,7 @@ export interface TenantRouter {
     grant: TenantGrant,
     mode: 'read' | 'write',
     fn: (tx: PoolClient, route?: unknown) => Promise<T>,
-    opts?: { deadlineMs?: number; retryBudget?: number },
+    opts?: { deadlineMs?: number; retryBudget?: number; splitKey?: string },
   ): Promise<T>;
 }
 
@@ -64,6 +64,18 @@ export interface Placement {
   shard: string;
   epoch: number;
   state: string;
+}
+
+/**
+ * The owners now of `tenants`' rows: each unsplit tenant's placement, and a split tenant's
+ * sub-units' (`splits`: tenant → K, from the directory), so a row's owner is the placement of
+ * `tenantUnitForRow(tenant, its split key, splits)`. A tenant with neither is an error naming it.
+ */
+export async function currentOwners(directory: Pool, tenants: string[]): Promise<{ placements: Map<string, Placement>; splits: Map<string, number> }> {
+  const sp = await directory.query('select unit, ways from shardctl.splits where unit = any($1::text[])', [tenants]);
+  const splits = new Map<string, number>(sp.rows.map((r) => [r.unit, Number(r.ways)]));
+  const units = tenants.flatMap((t) => (splits.has(t) ? Array.from({ length: splits.get(t)! }, (_, k) => `${t}:${k}`) : [t]));
+  return { placements: await currentPlacements(directory, units), splits };
 }
 
 /** Current owners from the directory; a tenant without a unit is an error naming it. */

@@ -8,8 +8,8 @@ import type { Config } from '../config';
 import { validateTenantId } from '../ids';
 import { invalidInput } from '../errors';
 import { classifyFailure, errorMessage, errorTypeOf } from './classify';
-import { LogWriter, blobWritesOf, type BlobWrites } from './log';
-import { applyWrite, diffRow, observedState, readRows, setDocumentBlob } from './model';
+import { LOAD_TABLES, LogWriter, blobWritesOf, type BlobWrites, type LoadTable } from './log';
+import { LOAD_SCHEMA, applyWrite, diffRow, observedState, readRows, setDocumentBlob } from './model';
 import { PlannedRead, PlannedWrite, SlotPlanner } from './plan';
 import { S3For, blobsOfTransaction, shardOfTransaction, TenantGrant, TenantRouter } from './route';
 import { blobNameOf } from '../blobs/fenced';
@@ -50,6 +50,26 @@ export interface LoadgenOptions {
    * An overwrite is then a new version of the document's name, not a new name.
    */
   blobWrites?: BlobWrites;
+  /** The schema of loadgen's tables (accounts, documents, events); default `public` (the demo schema). */
+  schema?: string;
+  /** false: no blob ops (a split tenant's blob writes are refused: it may hold no blobs). Default true. */
+  blobOps?: boolean;
+}
+
+/**
+ * The loadgen tables whose rows carry their split key: those config.tenant.splitColumns gives a
+ * split column, which must be `id` (the row's key, known before the write; the router names the
+ * sub-unit from it, and verify finds the row's owner by it). Any other split column is refused.
+ */
+export function loadSplitTables(config: Pick<Config, 'tenant'>, schema = LOAD_SCHEMA): Set<LoadTable> {
+  const out = new Set<LoadTable>();
+  for (const table of LOAD_TABLES) {
+    const col = config.tenant.splitColumns?.[`${schema}.${table}`];
+    if (col === undefined) continue;
+    if (col !== 'id') throw invalidInput(`loadgen writes ${schema}.${table} with its id as the split key, but config.tenant.splitColumns names ${col}`);
+    out.add(table);
+  }
+  return out;
 }
 
 export interface LoadgenHandle {
@@ -108,6 +128,10 @@ export function startLoadgen(opts: LoadgenOptions): LoadgenHandle {
     return t;
   };
   const routerOpts = opts.deadlineMs ? { deadlineMs: opts.deadlineMs } : undefined;
+  const schema = opts.schema ?? LOAD_SCHEMA;
+  const splitTables = loadSplitTables(opts.config, schema);
+  // A row's split key is its id: the router opens the transaction for the row's sub-unit when its tenant is split (ignored otherwise).
+  const callOpts = (table: LoadTable, key: string) => (splitTables.has(table) ? { ...routerOpts, splitKey: key } : routerOpts);
   const clients = ownedClients(opts.config, { s3For: opts.s3For });
   let ownRouter: Router | undefined;
   let router: TenantRouter = opts.router!;
@@ -130,6 +154,7 @@ export function startLoadgen(opts: LoadgenOptions): LoadgenHandle {
     if (opts.intents) log.append({ ...base, status: 'pending' });
     let commitSent = false;
     let shard: string | undefined;
+    let unit: string | undefined;
     const t0 = performance.now();
     try {
       await router.withTenant(
@@ -139,6 +164,8 @@ export function startLoadgen(opts: LoadgenOptions): LoadgenHandle {
         async (tx, route) => {
           commitSent = false;
           shard = shardOfTransaction(opts.config, tx, route);
+          const routed = (route as { unit?: unknown } | undefined)?.unit;
+          unit = typeof routed === 'string' ? routed : undefined;
           if (w.blob) {
             // The object goes into the bucket of the shard this transaction runs on, fenced by it
             // and before the row naming it can commit there: an acked blob_key never points at a
@@ -147,17 +174,22 @@ export function startLoadgen(opts: LoadgenOptions): LoadgenHandle {
             const name = blobNameOf(w.tenant, w.blob.blobKey);
             if (indexed) await blobs.write(name, w.blob.content);
             else await blobs.put(name, w.blob.content);
-            await setDocumentBlob(tx, w.tenant, w.key, w.blob.blobKey);
+            await setDocumentBlob(tx, w.tenant, w.key, w.blob.blobKey, schema);
           } else if (w.blobDelete) {
-            await setDocumentBlob(tx, w.tenant, w.key, null);
+            await setDocumentBlob(tx, w.tenant, w.key, null, schema);
             // Through the index the name goes with the row, atomically.
             if (indexed) await blobsOfTransaction(opts.config, tx, route, w.tenant, clients.s3For).unlink(blobNameOf(w.tenant, w.blobDelete.blobKey));
           } else {
-            await applyWrite(tx, w.tenant, { table: w.table, op: w.op as 'insert' | 'update' | 'delete', key: w.key, version: w.version ?? 0, body: w.body });
+            await applyWrite(
+              tx,
+              w.tenant,
+              { table: w.table, op: w.op as 'insert' | 'update' | 'delete', key: w.key, version: w.version ?? 0, body: w.body },
+              schema,
+            );
           }
           commitSent = true;
         },
-        routerOpts,
+        callOpts(w.table, w.key),
       );
       const latencyMs = Math.round((performance.now() - t0) * 10) / 10;
       lat.write.add(latencyMs);
@@ -170,13 +202,19 @@ export function startLoadgen(opts: LoadgenOptions): LoadgenHandle {
       if (w.blobDelete && shard && !indexed) {
         const name = blobNameOf(w.tenant, w.blobDelete.blobKey);
         objectDeleted = await router
-          .withTenant(w.tenant, grant, 'write', (tx, route) => blobsOfTransaction(opts.config, tx, route, w.tenant, clients.s3For).delete(name), routerOpts)
+          .withTenant(
+            w.tenant,
+            grant,
+            'write',
+            (tx, route) => blobsOfTransaction(opts.config, tx, route, w.tenant, clients.s3For).delete(name),
+            callOpts(w.table, w.key),
+          )
           .then(
             () => true as const,
             (e) => (classifyFailure(e, true) === 'refused' ? false : ('unknown' as const)),
           );
       }
-      log.append({ ...base, status: 'ack', latencyMs, shard, ...(objectDeleted !== undefined ? { objectDeleted } : {}) });
+      log.append({ ...base, status: 'ack', latencyMs, shard, ...(unit ? { unit } : {}), ...(objectDeleted !== undefined ? { objectDeleted } : {}) });
       planner.settle(w, 'ack');
       stats.writes.ack++;
       byOp[w.op].ack++;
@@ -185,7 +223,7 @@ export function startLoadgen(opts: LoadgenOptions): LoadgenHandle {
       lat.write.add(latencyMs);
       const status = classifyFailure(e, commitSent);
       const errorType = countError(e);
-      log.append({ ...base, status, error: errorMessage(e), errorType, latencyMs, shard });
+      log.append({ ...base, status, error: errorMessage(e), errorType, latencyMs, shard, ...(unit ? { unit } : {}) });
       // A write that found its row missing proves the slot's view is wrong: stop using the key.
       planner.settle(w, errorType === 'RowMissing' ? 'unknown' : status);
       stats.writes[status]++;
@@ -196,7 +234,7 @@ export function startLoadgen(opts: LoadgenOptions): LoadgenHandle {
   async function runRead(r: PlannedRead) {
     const t0 = performance.now();
     try {
-      const rows = await router.withTenant(r.tenant, grant, 'read', (tx) => readRows(tx, r.tenant, r.table, [r.key]), routerOpts);
+      const rows = await router.withTenant(r.tenant, grant, 'read', (tx) => readRows(tx, r.tenant, r.table, [r.key], schema), callOpts(r.table, r.key));
       lat.read.add(Math.round((performance.now() - t0) * 10) / 10);
       stats.reads.ok++;
       const got = rows.get(r.key);
@@ -229,6 +267,7 @@ export function startLoadgen(opts: LoadgenOptions): LoadgenHandle {
       bodyBytes: opts.bodyBytes ?? 24_000,
       maxLiveKeys: 40,
       overwriteInPlace: indexed,
+      blobOps: opts.blobOps !== false,
     });
     for (;;) {
       const due = started + ticket++ * intervalMs;

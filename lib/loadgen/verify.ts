@@ -15,7 +15,9 @@ import { blobNameOf } from '../blobs/fenced';
 import { foldLog, KeyExpectation, RowState, type UnlinkedBlob } from './expect';
 import { readLog, LogRecord, LoadTable } from './log';
 import { diffRow, ObservedRow, observedState, readRows } from './model';
-import { currentPlacements, Placement, S3For } from './route';
+import { currentOwners, Placement, S3For } from './route';
+import { tenantUnitForRow } from '../buckets/route';
+import { invalidInput } from '../errors';
 import { ownedClients } from './clients';
 import { checkUnit, UnitBaseline, UnitFinding } from './baseline';
 
@@ -67,6 +69,9 @@ export interface VerifyReport {
   records: number;
   /** Keys checked against the owner shard. */
   checked: number;
+  /** Keys checked per unit: the tenant, or a split tenant's sub-unit the key's row belongs to. */
+  checkedByUnit: Record<string, number>;
+  /** Each unit's owner: the tenants', and a split tenant's sub-units'. */
   owners: Record<string, Placement>;
   missing: RowFinding[];
   wrongValue: RowFinding[];
@@ -100,6 +105,8 @@ export interface VerifyOptions {
   concurrency?: number;
   /** Baselines (snapshotUnit) of tenants to check whole: seeded rows and objects too. */
   baselines?: UnitBaseline[];
+  /** The schema of loadgen's tables (as loadgen's own `schema`); default `public`. */
+  schema?: string;
 }
 
 export async function verifyLog(opts: VerifyOptions): Promise<VerifyReport> {
@@ -114,12 +121,19 @@ export async function verifyRecords(records: LogRecord[], opts: VerifyOptions): 
     const tenants = [...new Set(exp.keys.map((k) => k.tenant))];
     const baselines = opts.baselines ?? [];
     for (const b of baselines) if (!tenants.includes(b.tenant)) tenants.push(b.tenant);
-    const owners = tenants.length ? await currentPlacements(own.directory(), tenants) : new Map<string, Placement>();
+    const { placements: owners, splits } = tenants.length
+      ? await currentOwners(own.directory(), tenants)
+      : { placements: new Map<string, Placement>(), splits: new Map<string, number>() };
+    // A key's owner: its tenant's, or for a split tenant its row's sub-unit's (the key is its split key, as loadgen wrote it).
+    const unitOf = (tenant: string, key: string) => (splits.has(tenant) ? tenantUnitForRow(tenant, key, splits) : tenant);
+    const shardOf = (tenant: string, key: string) => owners.get(unitOf(tenant, key))!.shard;
+    for (const b of baselines) if (splits.has(b.tenant)) throw invalidInput(`tenant ${b.tenant} is split: a baseline checks a whole tenant, not its sub-units`);
     const report: VerifyReport = {
       ok: false,
       logFile: opts.logFile,
       records: exp.records,
       checked: 0,
+      checkedByUnit: {},
       owners: Object.fromEntries(owners),
       missing: [],
       wrongValue: [],
@@ -137,13 +151,14 @@ export async function verifyRecords(records: LogRecord[], opts: VerifyOptions): 
     };
     const groups = new Map<string, KeyExpectation[]>();
     for (const k of exp.keys) {
-      const g = `${k.tenant}\u0000${k.table}`;
+      const g = `${unitOf(k.tenant, k.key)}\u0000${k.table}`;
       if (!groups.has(g)) groups.set(g, []);
       groups.get(g)!.push(k);
     }
     for (const keys of groups.values()) {
       const { tenant, table } = keys[0];
-      const shard = owners.get(tenant)!.shard;
+      const unit = unitOf(tenant, keys[0].key);
+      const shard = owners.get(unit)!.shard;
       for (let i = 0; i < keys.length; i += 1000) {
         const batch = keys.slice(i, i + 1000);
         const rows = await readRows(
@@ -151,15 +166,17 @@ export async function verifyRecords(records: LogRecord[], opts: VerifyOptions): 
           tenant,
           table,
           batch.map((k) => k.key),
+          opts.schema,
         );
         for (const k of batch) {
           report.checked++;
+          report.checkedByUnit[unit] = (report.checkedByUnit[unit] ?? 0) + 1;
           judgeKey(report, k, shard, rows.get(k.key));
         }
       }
     }
     await forEachLimit(exp.blobs, opts.concurrency ?? 8, async (b) => {
-      const shard = owners.get(b.tenant)!.shard;
+      const shard = shardOf(b.tenant, b.key);
       const bucket = shardByName(config, shard).bucket;
       report.blobsChecked++;
       const finding = { tenant: b.tenant, key: b.key, blobKey: b.blobKey, bucket, expectedSha256: b.sha256 };
@@ -192,7 +209,7 @@ export async function verifyRecords(records: LogRecord[], opts: VerifyOptions): 
     });
     report.blobMissing.sort((a, b) => (a.blobKey < b.blobKey ? -1 : 1));
     await forEachLimit(exp.blobsUnlinked, opts.concurrency ?? 8, async (u) => {
-      const shard = owners.get(u.tenant)!.shard;
+      const shard = shardOf(u.tenant, u.key);
       report.unlinkedChecked++;
       const f = await unlinkedFinding(own.shardPool(shard), config.tenant.column, shard, u);
       if (f) report.blobPresentButDeleted.push(f);

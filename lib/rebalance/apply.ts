@@ -14,6 +14,7 @@ import { listOpenReservations } from '../directory/reservations';
 import { listResidency } from '../directory/policy';
 import { residencyProblem } from '../directory/residency';
 import { validateUnitName } from '../unit-rows';
+import { isUnitOfTenant } from '../buckets/units';
 import type { PlannedInputMove } from '../../workflows/rebalance-messages';
 
 /** The moves of a plan file's text: `{moves: [...]}` as `rebalance plan --json` prints it (or `{plan: {moves}}`). */
@@ -74,7 +75,8 @@ export function planMoveProblems(moves: readonly PlannedInputMove[], now: Direct
       if (!s) why.push(`target ${m.to} is not in the directory's shards (\`shardctl shards add\`)`);
       else {
         if (s.status !== 'open') why.push(`target ${m.to} is ${s.status}, not open`);
-        if (s.dedicatedTo && s.dedicatedTo !== m.unit) why.push(`target ${m.to} is dedicated to tenant ${s.dedicatedTo}: no other unit moves there`);
+        if (s.dedicatedTo && !isUnitOfTenant(m.unit, s.dedicatedTo))
+          why.push(`target ${m.to} is dedicated to tenant ${s.dedicatedTo}: no other unit moves there`);
         else if (s.class === 'dedicated' && !s.dedicatedTo) why.push(`target ${m.to} is a dedicated-class shard, kept for an isolated tenant`);
         const outside = residencyProblem(s, m.unit, now.residency.get(m.unit) ?? null);
         if (outside) why.push(outside);

@@ -2,8 +2,9 @@
 // dedication from the shards table) and every unit's placement and expected load: tenants and the
 // buckets of bucket-routed datasets (a bucket moves like a tenant; one of a dataset the config does
 // not name counts for load but is never planned, since no move could select its rows). A unit on a
-// shard outside the allowlist is never planned either: nothing may connect to that shard. Nor is a
-// split tenant's sub-unit (`tenant split`): the planner does not plan sub-unit moves yet (an operator moves one with `move start --unit T:k`).
+// shard outside the allowlist is never planned either: nothing may connect to that shard. A split
+// tenant (`tenant split`) is its sub-units `T:k`, each a unit of its own (the directory holds no T),
+// measured per sub-unit (lib/rebalance/measure.ts) and moved like any unit.
 // Node-only (reads the directory); the arithmetic is lib/rebalance/plan.ts.
 import type { Pool } from 'pg';
 import type { Queryable } from '../directory/db';
@@ -12,6 +13,7 @@ import { listShards } from '../directory/shards';
 import { listPlacements } from '../directory/placements';
 import { listOpenReservations } from '../directory/reservations';
 import { listResidency } from '../directory/policy';
+import { listSplits } from '../directory/splits';
 import { parseUnit } from '../buckets/units';
 import { measuredCopies } from '../directory/moves';
 import { estimateCopy } from '../move-progress';
@@ -37,7 +39,10 @@ export async function planFromDirectory(
   const shards = (await listShards(directory)).filter((s) => known.has(s.name));
   // Measured sizes, per shard of the allowlist (one at a time: a plan is not a load test).
   const measured = new Map<string, ShardMeasurement>();
-  if (measure) for (const s of shards) measured.set(s.name, await measureShard(measure.shardPool(s.name), config, s.name, measure));
+  if (measure) {
+    const splits = new Map([...(await listSplits(directory))].map(([t, x]) => [t, x.ways]));
+    for (const s of shards) measured.set(s.name, await measureShard(measure.shardPool(s.name), config, s.name, { ...measure, splits }));
+  }
   const sizeOf = (unit: string, shard: string) => {
     const m = measured.get(shard);
     if (!m || m.error) return {};
@@ -84,12 +89,7 @@ export async function planFromDirectory(
           }
         : p.kind === 'bucket' && !datasets.has(bucketDataset(p.unit))
           ? { unmovable: `is a bucket of dataset ${bucketDataset(p.unit)}, which the config does not name` }
-          : isSubUnit(p.unit)
-            ? {
-                unmovable:
-                  'is a split sub-unit: rebalance does not plan sub-unit moves yet (move it with `shardctl move start --unit`; docs/architecture.md, "Splitting a tenant")',
-              }
-            : {}),
+          : {}),
     })),
     scope,
     { ...opts, headroomFraction: opts.headroomFraction ?? config.limits.headroomFraction },
@@ -101,7 +101,7 @@ export async function planFromDirectory(
   const e = estimateCopy({ rows: 0, bytes: 0 }, rate, config.limits.rowsPerSecond);
   plan.measurement = {
     method:
-      `rows and bytes per unit from each tenant table (count and pg_column_size grouped by unit; a table over ${measure.sampleRows ?? SAMPLE_ROWS} rows by a TABLESAMPLE SYSTEM block sample, scaled), its on-disk size shared pro rata; ` +
+      `rows and bytes per unit from each tenant table (count and pg_column_size grouped by unit, a split tenant's by sub-unit; a table over ${measure.sampleRows ?? SAMPLE_ROWS} rows by a TABLESAMPLE SYSTEM block sample, scaled), its on-disk size shared pro rata; ` +
       (measure.windowMs
         ? `writes per shard from pg_stat_user_tables deltas over ${measure.windowMs} ms; writes per unit from the rows whose xmin is a transaction id assigned in that window (inserted or updated, counted once; deletes not counted); a unit's load is its directory expected load, or its measured writes/s when higher (loadSource)`
         : 'writes not measured (no window): every load is the directory expected load'),
@@ -138,11 +138,6 @@ export async function planFromDirectory(
   for (const m of measured.values())
     if (m.error) plan.problems.push(`${m.shard} could not be measured (${m.error}): its units are planned by the directory's expected load, with no bytes`);
   return plan;
-}
-
-function isSubUnit(unit: string): boolean {
-  const p = parseUnit(unit);
-  return p.kind === 'tenant' && p.path.length > 0;
 }
 
 function bucketDataset(unit: string): string {

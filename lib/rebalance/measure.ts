@@ -23,10 +23,15 @@
 // id before the window opened. So it is a floor of the unit's row writes, in the same scale for
 // every unit (sampled tables scaled by 100 / p like the rows). An xid 2^32 ids older that wrapped
 // into the window's range would be counted: a frozen row that old sits beside ~4 billion newer ids.
+// A split tenant's rows count for their sub-unit (`T:k`, by the fence's own index expression,
+// lib/shard/split-sql.ts, with the directory's K), rows, bytes and writes alike, so a hot sub-unit
+// is seen as hot and its siblings as they are (a row whose split column is NULL counts for `T:`,
+// which names no unit).
 import type { Pool } from 'pg';
 import type { Config } from '../config';
 import { listTenantTables, quoteIdent, tenantTableSelector, type TenantTable } from '../shard/tables';
 import { bucketUnitSqlExpr, datasetTables } from '../unit-rows';
+import { splitIndexSql } from '../shard/split-sql';
 
 /** Rows read per table at most before sampling takes over. */
 export const SAMPLE_ROWS = 100_000;
@@ -134,14 +139,14 @@ export async function measureShard(
   pool: Pool,
   config: Config,
   shard: string,
-  opts: { sampleRows?: number; windowMs?: number } = {},
+  opts: { sampleRows?: number; windowMs?: number; splits?: ReadonlyMap<string, number> } = {},
 ): Promise<ShardMeasurement> {
   const sampleRows = opts.sampleRows ?? SAMPLE_ROWS;
   const out: ShardMeasurement = { shard, units: new Map(), exactTables: [], sampledTables: [], writesPerSecond: null };
   try {
     const tables: { t: TenantTable; expr: string }[] = (await listTenantTables(pool, tenantTableSelector(config.tenant))).map((t) => ({
       t,
-      expr: `(x.${quoteIdent(config.tenant.column)})::text`,
+      expr: tenantUnitExpr(config.tenant.column, config.tenant.splitColumns?.[`${t.schema}.${t.name}`], opts.splits),
     }));
     for (const ds of config.datasets) {
       for (const t of await listTenantTables(pool, datasetTables(config, ds)).catch(() => [])) tables.push({ t, expr: bucketUnitSqlExpr(ds, 'x') });
@@ -184,3 +189,20 @@ export async function measureShard(
   }
   return out;
 }
+
+/**
+ * A tenant table's row unit over alias x: the tenant column, or for a split tenant (`splits`:
+ * tenant → K) on a table with a split column `T:<the fence's sub-unit index with K a constant>`.
+ */
+export function tenantUnitExpr(tenantColumn: string, splitColumn: string | undefined, splits: ReadonlyMap<string, number> | undefined): string {
+  const tenant = `(x.${quoteIdent(tenantColumn)})::text`;
+  if (splitColumn === undefined || !splits?.size) return tenant;
+  const arms = [...splits].map(([t, ways]) => {
+    if (!Number.isInteger(ways) || ways < 2) throw new Error(`tenant ${t} is split ${ways} ways: no split`);
+    const index = splitIndexSql(`x.${quoteIdent(splitColumn)}`, String(ways));
+    return `when ${quoteLiteral(t)} then ${quoteLiteral(`${t}:`)} || coalesce((${index})::text, '')`;
+  });
+  return `(case ${tenant} ${arms.join(' ')} else ${tenant} end)`;
+}
+
+const quoteLiteral = (s: string) => `'${s.replace(/'/g, "''")}'`;

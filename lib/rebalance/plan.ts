@@ -20,6 +20,7 @@
 // Cost: O(units · log units + moves · shards · log units) (bench/planner.ts: 1,000 shards, 100,000 units).
 
 import { withinResidency } from '../directory/residency';
+import { isUnitOfTenant } from '../buckets/units';
 
 export interface PlanShard {
   name: string;
@@ -224,8 +225,9 @@ function resides(unit: PlanUnit, shard: PlanShard): boolean {
 function eligible(unit: PlanUnit, shard: PlanShard): boolean {
   if (shard.status !== 'open') return false;
   if (!resides(unit, shard)) return false;
-  if (shard.dedicatedTo && shard.dedicatedTo !== unit.unit) return false;
-  if (shard.class === 'dedicated' && shard.dedicatedTo !== unit.unit) return false;
+  // A shard dedicated to a tenant holds its sub-units too, once it is split.
+  if (shard.dedicatedTo && !isUnitOfTenant(unit.unit, shard.dedicatedTo)) return false;
+  if (shard.class === 'dedicated' && !(shard.dedicatedTo && isUnitOfTenant(unit.unit, shard.dedicatedTo))) return false;
   return true;
 }
 
@@ -596,7 +598,7 @@ function dedicatedNeeds(w: Work): DedicatedNeed[] {
   const out: DedicatedNeed[] = [];
   for (const u of w.units) {
     const s = w.shards.get(u.at);
-    if (!s || s.dedicatedTo === u.unit) continue;
+    if (!s || (s.dedicatedTo && isUnitOfTenant(u.unit, s.dedicatedTo))) continue;
     const f = floorOf(u);
     // No shared shard inside its residency at all: a residency problem (named by evacuate), not its size.
     if (!f.shards.length) continue;
@@ -800,7 +802,7 @@ function summarize(w: Work): ShardSummary[] {
 function stayProblem(u: PlanUnit, s: PlanShard | undefined): string | undefined {
   if (!s) return `shard ${u.shard} is not in the inventory`;
   if (s.status !== 'open') return `${s.name} is ${s.status}`;
-  if (s.dedicatedTo && s.dedicatedTo !== u.unit) return `${s.name} is dedicated to ${s.dedicatedTo}`;
+  if (s.dedicatedTo && !isUnitOfTenant(u.unit, s.dedicatedTo)) return `${s.name} is dedicated to ${s.dedicatedTo}`;
   if (s.class === 'dedicated' && !s.dedicatedTo) return `${s.name} is a dedicated-class shard, kept for an isolated tenant`;
   if (!resides(u, s)) return `${s.name} (${s.region ? `region ${s.region}` : 'no region recorded'}) is outside ${u.unit}'s residency ${u.regions!.join(', ')}`;
   return undefined;
@@ -820,6 +822,17 @@ export function planMoves(shards: readonly PlanShard[], units: readonly PlanUnit
   let dedicate: RebalancePlan['dedicate'];
   if (scope.kind === 'isolate') {
     const t = units.find((u) => u.unit === scope.tenant);
+    const subUnits = t ? 0 : units.filter((u) => isUnitOfTenant(u.unit, scope.tenant)).length;
+    if (!t && subUnits)
+      return {
+        scope,
+        moves: [],
+        shards: [],
+        balanced: false,
+        problems: [
+          `tenant ${scope.tenant} is split into ${subUnits} sub-units (${scope.tenant}:0 ..): isolating a split tenant is not supported yet; move its sub-units with \`shardctl move start --unit\` or let the rebalancer place them`,
+        ],
+      };
     if (!t) return { scope, moves: [], shards: [], balanced: false, problems: [`tenant ${scope.tenant} is not in the directory`] };
     const choice = scope.to
       ? namedIsolationShard(shards, units, t, scope.to, opts.headroomFraction ?? 0)

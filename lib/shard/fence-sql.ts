@@ -201,12 +201,19 @@ end
 $fn$;
 
 -- The fence triggers' function: fired (by their WHEN) only for a row of another unit.
--- Arguments: the tenant column, which row ('new' or 'old'), the fence version.
+-- Arguments: the tenant column, which row ('new' or 'old'), the fence version, and on a table with
+-- a split column that column: in a sub-unit's transaction a row whose split column is NULL is of
+-- no sub-unit (no move would carry it), and is refused saying so.
 create or replace function shardctl.refuse_row_of_unit() returns trigger
 language plpgsql volatile ${PINNED_SEARCH_PATH} as $fn$
 declare
   v_row jsonb := pg_catalog.to_jsonb(case when tg_argv[1] = 'old' then old else new end);
 begin
+  if tg_nargs > 3 and v_row ->> tg_argv[3] is null then
+    raise exception 'shardctl: % of a row of tenant % whose split column %.%.% is NULL, in a transaction opened for sub-unit %: a row of a split tenant needs its split column (a NULL one is in no sub-unit, and no move would carry it)',
+      pg_catalog.lower(tg_op), v_row ->> tg_argv[0], tg_table_schema, tg_table_name, tg_argv[3], pg_catalog.current_setting('shardctl.checked', true)
+      using errcode = 'SC403';
+  end if;
   raise exception 'shardctl: % of a row of unit % in a transaction opened for unit %', pg_catalog.lower(tg_op),
     v_row ->> tg_argv[0], pg_catalog.current_setting('shardctl.checked', true)
     using errcode = 'SC403';
@@ -298,7 +305,10 @@ const quoteLiteral = (s: string) => `'${s.replace(/'/g, "''")}'`;
  * A row's unit as SQL over `new` or `old`: the tenant column itself for tenant tables; for a
  * bucketed dataset's table the unit name built from its bucket column (lib/unit-rows.ts).
  */
-export type RowUnitSql = (row: 'new' | 'old') => string;
+export type RowUnitSql = ((row: 'new' | 'old') => string) & {
+  /** A tenant table's split column (splitRowUnitSql): passed to the triggers, which name it when it is NULL. */
+  splitColumn?: string;
+};
 
 /**
  * A row's unit on a tenant table with a split column (docs/architecture.md, "Splitting a tenant"):
@@ -314,13 +324,17 @@ export type RowUnitSql = (row: 'new' | 'old') => string;
  */
 export function splitRowUnitSql(tenantColumn: string, splitColumn: string): RowUnitSql {
   const ways = 'shardctl.split_ways_of(shardctl.checked_unit())';
-  return (row) => {
+  // A NULL split column's index is NULL, and so would be the unit and the WHEN's test: the row
+  // would pass in any sub-unit's transaction. `T:` (no index) is no sub-unit's name: refused.
+  // (COALESCE is syntax, not a function: nothing on a search_path can shadow it.)
+  const unitOf = (row: 'new' | 'old') => {
     const index = splitIndexSql(`${row}.${quoteIdent(splitColumn)}`, ways);
     return (
       `(case when ${ways} operator(pg_catalog.=) 0 then (${row}.${quoteIdent(tenantColumn)})::pg_catalog.text ` +
-      `else (${row}.${quoteIdent(tenantColumn)})::pg_catalog.text operator(pg_catalog.||) ':' operator(pg_catalog.||) ${index}::pg_catalog.text end)`
+      `else (${row}.${quoteIdent(tenantColumn)})::pg_catalog.text operator(pg_catalog.||) ':' operator(pg_catalog.||) coalesce(${index}::pg_catalog.text, '') end)`
     );
   };
+  return Object.assign(unitOf, { splitColumn });
 }
 
 /** The two fence triggers of one tenant table (row triggers: partitions inherit them). */
@@ -333,8 +347,13 @@ function triggersSql(qualified: string, column: string, version: string, rowUnit
   const trigger = (name: string, events: string, row: 'new' | 'old') =>
     `create or replace trigger ${name} after ${events} on ${qualified} for each row
       when (${unitOf(row)} operator(pg_catalog.<>) shardctl.checked_unit())
-      execute function shardctl.refuse_row_of_unit(${quoteLiteral(column)}, '${row}', '${version}')`;
+      execute function shardctl.refuse_row_of_unit(${fenceTriggerArgs(column, row, version, rowUnit).map(quoteLiteral).join(', ')})`;
   return [trigger(FENCE_TRIGGER_NAME, 'insert or update', 'new'), trigger(FENCE_OLD_ROWS_TRIGGER, 'update or delete', 'old')];
+}
+
+/** The fence triggers' arguments: tenant (or bucket) column, which row, version, and the split column when there is one. */
+export function fenceTriggerArgs(column: string, row: 'new' | 'old', version: string, rowUnit?: RowUnitSql): string[] {
+  return rowUnit?.splitColumn === undefined ? [column, row, version] : [column, row, version, rowUnit.splitColumn];
 }
 
 /** The version of a table's triggers (FENCE_VERSION for tenant tables; one per dataset otherwise). */

@@ -17,7 +17,7 @@ import { bucketUnitSqlExpr, datasetTables } from '../unit-rows';
 import type { S3Client } from '@aws-sdk/client-s3';
 import { s3ClientFor } from '../s3';
 import { ensureBucketMarker } from '../blobs/marker';
-import { FENCE_OLD_ROWS_TRIGGER, FENCE_TRIGGER_NAME, FENCE_VERSION, fenceTriggersSql, fenceVersion, splitRowUnitSql, type RowUnitSql } from './fence-sql';
+import { FENCE_OLD_ROWS_TRIGGER, FENCE_TRIGGER_NAME, fenceTriggerArgs, fenceTriggersSql, fenceVersion, splitRowUnitSql, type RowUnitSql } from './fence-sql';
 
 export { FENCE_TRIGGER_NAME } from './fence-sql';
 
@@ -79,7 +79,7 @@ export async function prepareShard(
       // `changed` names each table whose shardctl triggers (fence or write audit) this run created or repaired.
       const auditChanged = await installWriteAudit(c, t, audit.fn);
       const rowUnit = tenantRowUnit(config, t);
-      if (await hasTableFence(c, t.qualified, config.tenant.column, fenceVersion(rowUnit))) {
+      if (await hasTableFence(c, t.qualified, config.tenant.column, rowUnit)) {
         if (auditChanged) changed.push(displayName(t));
         continue;
       }
@@ -105,7 +105,7 @@ export async function prepareShard(
         claimed.set(t.qualified, ds.name);
         const rowUnit = (row: 'new' | 'old') => bucketUnitSqlExpr(ds, row);
         const auditChanged = await installWriteAudit(c, t, dsAudit.fn);
-        if (!(await hasTableFence(c, t.qualified, ds.bucketColumn, fenceVersion(rowUnit)))) {
+        if (!(await hasTableFence(c, t.qualified, ds.bucketColumn, rowUnit))) {
           await installTableFence(c, t.qualified, ds.bucketColumn, rowUnit);
           changed.push(displayName(t));
         } else if (auditChanged) changed.push(displayName(t));
@@ -204,14 +204,13 @@ export async function fenceStatus(db: Pool | PoolClient, config: Config): Promis
   const tables = await listTenantTables(db, tenantTableSelector(config.tenant));
   const fenced: string[] = [];
   const unfenced: string[] = [];
-  for (const t of tables)
-    ((await hasTableFence(db, t.qualified, config.tenant.column, fenceVersion(tenantRowUnit(config, t)))) ? fenced : unfenced).push(displayName(t));
+  for (const t of tables) ((await hasTableFence(db, t.qualified, config.tenant.column, tenantRowUnit(config, t))) ? fenced : unfenced).push(displayName(t));
   for (const ds of config.datasets) {
-    const version = fenceVersion((row) => bucketUnitSqlExpr(ds, row));
+    const rowUnit = (row: 'new' | 'old') => bucketUnitSqlExpr(ds, row);
     // Configured dataset tables missing here are not this shard's to report (plan names them missing on a target).
     for (const t of await listTenantTables(db, datasetTables(config, ds)).catch(() => [])) {
       tables.push(t);
-      ((await hasTableFence(db, t.qualified, ds.bucketColumn, version)) ? fenced : unfenced).push(displayName(t));
+      ((await hasTableFence(db, t.qualified, ds.bucketColumn, rowUnit)) ? fenced : unfenced).push(displayName(t));
     }
   }
   return { schemaInstalled: r.rows[0].installed, tenantTables: tables.map(displayName), fenced, unfenced };
@@ -220,12 +219,21 @@ export async function fenceStatus(db: Pool | PoolClient, config: Config): Promis
 /**
  * Installs the fence on one tenant table, replacing an older one: its two row triggers (which
  * its partitions inherit, present and future). Takes the table's lock; run inside prepare's
- * transaction.
+ * transaction. Replacing triggers of our kind (AFTER ROW, the same events: a changed WHEN or
+ * arguments) is a CREATE OR REPLACE, whose SHARE ROW EXCLUSIVE lock waits for writers but not for
+ * readers; only another kind is dropped first (DROP TRIGGER takes ACCESS EXCLUSIVE).
  */
 export async function installTableFence(c: PoolClient, qualified: string, column: string, rowUnit?: RowUnitSql): Promise<void> {
   // Dropped first: an older shardctl's BEFORE trigger of that name has clones on the partitions
-  // that CREATE OR REPLACE would not turn into AFTER triggers.
-  for (const name of [FENCE_TRIGGER_NAME, FENCE_OLD_ROWS_TRIGGER]) await c.query(`drop trigger if exists ${name} on ${qualified}`);
+  // that CREATE OR REPLACE would not turn into AFTER triggers. A missing one is created.
+  const r = await c.query(
+    `with tree as (select $1::regclass::oid as relid union select relid::oid from pg_partition_tree($1::regclass))
+     select count(*) filter (where (tg.tgname = $2 and tg.tgtype <> $3) or (tg.tgname = $4 and tg.tgtype <> $5))::int as other_kind
+       from tree join pg_trigger tg on tg.tgrelid = tree.relid and tg.tgname in ($2, $4)`,
+    [qualified, FENCE_TRIGGER_NAME, NEW_ROWS_TRIGGER_TYPE, FENCE_OLD_ROWS_TRIGGER, OLD_ROWS_TRIGGER_TYPE],
+  );
+  if (r.rows[0].other_kind > 0)
+    for (const name of [FENCE_TRIGGER_NAME, FENCE_OLD_ROWS_TRIGGER]) await c.query(`drop trigger if exists ${name} on ${qualified}`);
   for (const sql of fenceTriggersSql(qualified, column, rowUnit)) await c.query(sql);
 }
 
@@ -234,8 +242,9 @@ export async function installTableFence(c: PoolClient, qualified: string, column
  * timing, events, arguments of this version, a WHEN clause), enabled for origin sessions. A
  * missing, disabled, replica-only or older trigger says no.
  */
-export async function hasTableFence(db: Pool | PoolClient, qualified: string, column: string, version = FENCE_VERSION): Promise<boolean> {
-  const args = (row: string) => [column, row, version].map((a) => Buffer.concat([Buffer.from(a, 'utf8'), Buffer.from([0])]));
+export async function hasTableFence(db: Pool | PoolClient, qualified: string, column: string, rowUnit?: RowUnitSql): Promise<boolean> {
+  const version = fenceVersion(rowUnit);
+  const args = (row: 'new' | 'old') => fenceTriggerArgs(column, row, version, rowUnit).map((a) => Buffer.concat([Buffer.from(a, 'utf8'), Buffer.from([0])]));
   const r = await db.query(
     `with tree as (select $1::regclass::oid as relid union select relid::oid from pg_partition_tree($1::regclass)),
           wanted(name, type, args) as (values ($2::name, $3::int2, $4::bytea), ($5::name, $6::int2, $7::bytea))

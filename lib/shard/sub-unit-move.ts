@@ -35,8 +35,8 @@ export async function subUnitProblems(
 export function splitIdentityProblems(t: TenantTable): string[] {
   if (!t.split) return [];
   const col = t.split.column;
-  // A NULL split column hashes to no sub-unit: the fence's test of it is NULL (it passes in any
-  // sub-unit's transaction), and no sub-unit's predicate selects it, so no move would carry it.
+  // A NULL split column hashes to no sub-unit: no sub-unit's predicate selects it, so no move would
+  // carry it (the fence refuses writing one in a sub-unit's transaction; one may predate that).
   if (t.columns.find((c) => c.name === col)?.notNull === false) {
     return [`${t.schema}.${t.name}: its split column ${col} may be NULL, and a NULL row belongs to no sub-unit (no move would carry it); make ${col} NOT NULL`];
   }

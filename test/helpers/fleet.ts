@@ -22,7 +22,7 @@ import { configFile } from './cli';
 export type Fleet = Awaited<ReturnType<typeof ownFleet>>;
 
 /** Creates the directory database `<prefix>_...`, migrated, with the config's shards open. `worker: false` starts none. */
-export async function ownFleet(prefix: string, o: { worker?: boolean } = {}) {
+export async function ownFleet(prefix: string, o: { worker?: boolean; configure?: (c: Config) => Config } = {}) {
   await prepareStack();
   const base = testConfig();
   const name = uniq(prefix).replace(/-/g, '_');
@@ -34,11 +34,13 @@ export async function ownFleet(prefix: string, o: { worker?: boolean } = {}) {
   }
   const url = new URL(base.directory.dsn);
   url.pathname = `/${name}`;
-  const config: Config = {
+  const own: Config = {
     ...base,
     directory: { ...base.directory, dsn: url.toString() },
     temporal: { ...base.temporal, rebalanceWorkflowId: `rebalance-${name}` },
   };
+  // A test's own tenant tables (schemas, split columns): the worker's config too.
+  const config = o.configure ? o.configure(own) : own;
   const directory: Pool = openPool(config.directory.dsn, { max: 4 });
   await ensureDirectory(directory, config);
   const file = configFile(config);

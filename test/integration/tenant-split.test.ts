@@ -148,7 +148,7 @@ describe('tenant split on a real shard', () => {
   );
 
   it(
-    'tenant split (CLI) places K sub-units on the same shard at epoch + 1, moves no row, audits it, disowns the tenant; a re-run changes nothing; the rebalancer plans no sub-unit, and a sub-unit of a sub-unit is refused',
+    'tenant split (CLI) places K sub-units on the same shard at epoch + 1, moves no row, audits it, disowns the tenant; a re-run changes nothing; a drain plans each sub-unit off the shard and never the tenant, and a sub-unit of a sub-unit is refused',
     { timeout: 60_000 },
     async () => {
       const tenant = await newTenant();
@@ -195,16 +195,82 @@ describe('tenant split on a real shard', () => {
         expect(shown).toMatchObject({ tenant, split: { ways: WAYS, shard: SHARD, parentEpoch: before.epoch } });
         expect(shown.units.map((u: { tenant: string }) => u.tenant)).toEqual(units);
         // Only a tenant splits (one level): a sub-unit of a sub-unit is refused before anything is
-        // sent. A sub-unit moves (test/e2e/sub-unit-move.test.ts), but the rebalancer never plans one.
+        // sent. Each sub-unit is a unit of its own to the planner: a drain moves every one, never T.
         const move = await runCli(['move', 'plan', '--unit', `${tenant}:1:0`, '--to', 'shard-b'], { env });
         expect(move.code).not.toBe(0);
         expect(move.stderr).toContain('only a tenant splits (one level)');
         const drain = await planFromDirectory(directoryPool(), config, { kind: 'drain', shard: SHARD });
-        expect(drain.moves.filter((m) => m.unit.startsWith(`${tenant}:`))).toEqual([]);
-        expect(drain.problems.filter((p) => p.startsWith(`${tenant}:`))).toHaveLength(WAYS);
-        expect(drain.problems.find((p) => p.startsWith(`${tenant}:1 `))).toContain('rebalance does not plan sub-unit moves yet');
+        expect(
+          drain.moves
+            .filter((m) => m.unit === tenant || m.unit.startsWith(`${tenant}:`))
+            .map((m) => [m.unit, m.from])
+            .sort(),
+        ).toEqual(units.map((u) => [u, SHARD]));
+        expect(drain.problems.filter((p) => p.includes(tenant))).toEqual([]);
       } finally {
         f.remove();
+      }
+    },
+  );
+
+  it(
+    "rebalance plan measures a split tenant per sub-unit: each sub-unit's rows and bytes by the fence's expression, and its own write rate in the window (a hot sub-unit's above its siblings'); no unit is named after the tenant",
+    { timeout: 60_000 },
+    async () => {
+      const tenant = await newTenant();
+      await splitTenant(deps(), { tenant, ways: WAYS, actor: 'test' });
+      const splits = new Map([[tenant, WAYS]]);
+      const keys = Array.from({ length: 80 }, (_, i) => `${randomKey(i + 1)}-${i}`);
+      const router = await Router.create(config);
+      try {
+        for (const k of keys)
+          await router.withTenant(tenant, grant, 'write', (tx) => tx.query(`insert into ${schema}.orders(tenant_id, order_key) values ($1, $2)`, [tenant, k]), {
+            splitKey: k,
+          });
+        const hot = `${tenant}:2`;
+        const hotKeys = keys.filter((k) => tenantUnitForRow(tenant, k, splits) === hot);
+        expect(hotKeys.length).toBeGreaterThan(3);
+        // Updates of the hot sub-unit's rows through the window (and past it), nothing else written.
+        let stop = false;
+        const writer = (async () => {
+          for (let i = 0; !stop; i++) {
+            const k = hotKeys[i % hotKeys.length];
+            await router.withTenant(
+              tenant,
+              grant,
+              'write',
+              (tx) => tx.query(`update ${schema}.orders set v = v + 1 where tenant_id = $1 and order_key = $2`, [tenant, k]),
+              {
+                splitKey: k,
+              },
+            );
+          }
+        })();
+        await new Promise((r) => setTimeout(r, 200));
+        let plan;
+        try {
+          plan = await planFromDirectory(directoryPool(), config, { kind: 'rebalance' }, {}, { shardPool, windowMs: 1500 });
+        } finally {
+          stop = true;
+          await writer;
+        }
+        const measured = new Map(plan.measurement!.units.map((u) => [u.unit, u]));
+        expect(measured.has(tenant)).toBe(false);
+        for (let k = 0; k < WAYS; k++) {
+          const unit = `${tenant}:${k}`;
+          const want = keys.filter((key) => tenantUnitForRow(tenant, key, splits) === unit).length;
+          expect(want).toBeGreaterThan(0);
+          expect(measured.get(unit), unit).toMatchObject({ shard: SHARD, rows: want });
+          expect(measured.get(unit)!.bytes, unit).toBeGreaterThan(0);
+          if (unit !== hot) expect(measured.get(unit)!.writesPerSecond, unit).toBe(0);
+        }
+        // The hot sub-unit's rate is its own (every one of its rows rewritten in the window), above the directory's ⌈load / K⌉.
+        const h = measured.get(hot)!;
+        expect(h.writesPerSecond).toBeGreaterThan(0);
+        expect(h).toMatchObject({ loadSource: 'measured', load: Math.ceil(h.writesPerSecond!) });
+        expect(plan.moves.map((m) => m.unit)).not.toContain(tenant);
+      } finally {
+        await router.close();
       }
     },
   );

@@ -349,3 +349,59 @@ describe('rebalance plan', () => {
     expect(ok.moves).toEqual([expect.objectContaining({ unit: 't1', to: 'e' })]);
   });
 });
+
+// A split tenant T is its sub-units T:0 .. T:K-1 in the directory (no unit T), each with its own
+// measured load and bytes (lib/rebalance/measure.ts): the planner places each on its own.
+describe("rebalance plan with a split tenant's sub-units", () => {
+  const sub = (k: number, s: string, load: number, bytes = 1000): PlanUnit => ({ ...unit(`T:${k}`, s, load), bytes });
+
+  it('moves a hot sub-unit off its shard apart from its siblings, which stay together; no move names the tenant', () => {
+    const shards = [shard('a', 10), shard('b', 10), shard('c', 10)];
+    const units = [sub(0, 'a', 1), sub(1, 'a', 6), sub(2, 'a', 1), sub(3, 'a', 1), unit('u1', 'b', 1), unit('u2', 'c', 1)];
+    const plan = planMoves(shards, units, { kind: 'rebalance' }, { headroomFraction: 0.3 });
+    checkInvariants(shards, units, plan, 0.3);
+    // shard-a (9 > 7 usable) sheds the one unit that covers its excess with the fewest bytes: the hot sub-unit.
+    expect(plan.moves[0]).toMatchObject({ unit: 'T:1', from: 'a' });
+    expect(plan.moves.map((m) => m.unit)).not.toContain('T');
+    const at = applyPlan(units, plan.moves);
+    expect(['T:0', 'T:2', 'T:3'].map((u) => at.get(u))).not.toContain(at.get('T:1'));
+    expect(plan.shards.every((s) => s.loadAfter <= 7)).toBe(true);
+  });
+
+  it('a drain moves every sub-unit on its own, spread over the shards that have room (their sum fits on none)', () => {
+    const shards = [shard('a', 20), shard('b', 10), shard('c', 10)];
+    const units = [sub(0, 'a', 3), sub(1, 'a', 3), sub(2, 'a', 3), sub(3, 'a', 3)];
+    const plan = planMoves(shards, units, { kind: 'drain', shard: 'a' }, { headroomFraction: 0.3 });
+    checkInvariants(shards, units, plan, 0.3);
+    expect(plan.problems).toEqual([]);
+    expect(plan.moves.map((m) => m.unit).sort()).toEqual(['T:0', 'T:1', 'T:2', 'T:3']);
+    expect(new Set(plan.moves.map((m) => m.to))).toEqual(new Set(['b', 'c']));
+  });
+});
+
+describe('a shard dedicated to a tenant that was split afterwards', () => {
+  it('keeps the sub-units of its tenant (they are the tenant), and still sheds any other unit', () => {
+    const shards = [shard('a', 100, 'open', 'hot'), shard('b', 100)];
+    const units = [unit('hot:0', 'a', 5), unit('hot:1', 'a', 5), unit('x', 'a', 1), unit('hotx:0', 'a', 1)];
+    const plan = planMoves(shards, units, { kind: 'rebalance' }, { headroomFraction: 0.1, tolerance: 10 });
+    expect(plan.moves.map((m) => m.unit).sort()).toEqual(['hotx:0', 'x']);
+    expect(plan.problems).toEqual([]);
+    // A sub-unit of hot elsewhere may go onto hot's shard; another tenant's may not.
+    const back = planMoves(shards, [unit('hot:2', 'b', 1), unit('u', 'b', 1)], { kind: 'drain', shard: 'b' }, { headroomFraction: 0.1 });
+    expect(back.moves.map((m) => [m.unit, m.to])).toEqual([['hot:2', 'a']]);
+    expect(back.problems.join('\n')).toContain('no open shard has room for u');
+  });
+});
+
+describe('tenant isolate of a split tenant', () => {
+  it('is refused naming the split and what to do instead, planning nothing', () => {
+    const shards = [shard('a', 100), shard('b', 100)];
+    const units = [unit('hot:0', 'a', 5), unit('hot:1', 'a', 5), unit('x', 'a', 1)];
+    const plan = planMoves(shards, units, { kind: 'isolate', tenant: 'hot' }, { headroomFraction: 0.1 });
+    expect(plan.moves).toEqual([]);
+    expect(plan.problems).toEqual([
+      'tenant hot is split into 2 sub-units (hot:0 ..): isolating a split tenant is not supported yet; move its sub-units with `shardctl move start --unit` or let the rebalancer place them',
+    ]);
+    expect(planMoves(shards, units, { kind: 'isolate', tenant: 'nope' }).problems).toEqual(['tenant nope is not in the directory']);
+  });
+});
