@@ -8,6 +8,8 @@ import { describe, it, expect, beforeAll, afterAll, afterEach } from 'vitest';
 import { Client } from 'pg';
 import type { Pool, PoolClient } from 'pg';
 import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
 import { testConfig, uniq, shardPool, closePools } from '../helpers/stack';
 import { shardByName } from '../../lib/config';
 import { prepareShard } from '../../lib/shard/prepare';
@@ -435,7 +437,12 @@ describe("the check's mark cannot be forged (only a passed check proves it)", ()
                       grant usage on all sequences in schema public to ${role}`);
     try {
       // It may read the proof (it learns nothing it could not compute), never set it.
-      for (const sql of [`select setval('shardctl.write_mark', 1)`, `select nextval('shardctl.write_mark')`, `alter sequence shardctl.write_mark restart`]) {
+      for (const sql of [
+        `select setval('shardctl.write_mark', 1)`,
+        `select nextval('shardctl.write_mark')`,
+        `alter sequence shardctl.write_mark restart`,
+        `select nextval('shardctl.fence_gen')`,
+      ]) {
         const code = await outcome(
           inTx({}, async (c) => {
             await c.query(`set local role ${role}`);
@@ -547,28 +554,20 @@ for (const via of VIAS) {
   });
 }
 
-describe("a shard prepared with the previous release's proof (SHA-256)", () => {
-  /** The proof before this release, over a plpgsql expression `unit`. */
-  const shaProof = (unit: string) =>
-    `pg_catalog.hashtextextended(pg_catalog.encode(pg_catalog.sha256(pg_catalog.textsend(${unit}) operator(pg_catalog.||) pg_catalog.timestamptz_send(pg_catalog.now())), 'base64'), 0)`;
+describe("a shard prepared with the previous release's proof", () => {
+  /** The previous release's proof, over a SQL expression `unit`. */
+  const oldProof = (unit: string) =>
+    `pg_catalog.hashtextextended(${unit}, pg_catalog.hashtextextended(pg_catalog.encode(pg_catalog.timestamptz_send(pg_catalog.now()), 'hex'), 0))`;
 
   it('is upgraded by prepare without a table lock, and a transaction checked before the upgrade still commits (its next statement runs the whole check)', async () => {
     const unit = await newUnit();
-    // The previous release's write path: today's functions with the SHA-256 proof put back.
-    for (const [fn, v] of [
-      ['shardctl.open_unit_write', 'p_unit'],
-      ['shardctl.check_unrouted_write', 'v_unit'],
-      ['shardctl.checked_unit', 'v_unit'],
-    ]) {
-      const def: string = (await pool.query(`select pg_get_functiondef($1::regproc) as d`, [fn])).rows[0].d;
-      const parts = def.split(proofSql(v));
-      expect({ fn, proofs: parts.length - 1 }).toEqual({ fn, proofs: 1 });
-      await pool.query(parts.join(shaProof(v)));
-    }
+    // The previous release's write path, as its prepare installed it.
+    await pool.query(readFileSync(path.join(__dirname, '../fixtures/fence-functions-0af6b4a.sql'), 'utf8'));
     const c = await pool.connect();
     open.add(c);
-    // The old check ran: the session's proof is the SHA-256 one.
-    const proven = `select currval('shardctl.write_mark') = ${shaProof('$1::text')} as old, currval('shardctl.write_mark') = ${proofSql('$1::text')} as new`;
+    // The old check ran: the session's proof is the old one.
+    const proven = `select currval('shardctl.write_mark') = ${oldProof('$1::text')} as old,
+                          currval('shardctl.write_mark') = ${proofSql('$1::text', "current_setting('shardctl.fence_seen', true)")} as new`;
     await c.query('begin');
     await c.query(ROUTER_OPEN, [unit, 1]);
     expect((await c.query(proven, [unit])).rows[0]).toEqual({ old: true, new: false });
@@ -589,6 +588,89 @@ describe("a shard prepared with the previous release's proof (SHA-256)", () => {
     });
     expect(await outcome(forged)).toBe(SQLSTATE.staleRoute);
     expect(await accountNames(unit)).toEqual(['after-upgrade', 'before-upgrade']);
+  });
+});
+
+describe("a session's repeated check skips the fence read only while no fence row has changed", () => {
+  /** One session for the whole case (a pooled one could change between transactions). */
+  async function session(): Promise<Client> {
+    const c = new Client({ connectionString: shardByName(testConfig(), SHARD).dsn });
+    await c.connect();
+    return c;
+  }
+  const routed = async (c: Client, unit: string, epoch: number, name: string) => {
+    await c.query('begin');
+    try {
+      await c.query(ROUTER_OPEN, [unit, epoch]);
+      await insertAccounts(c as unknown as PoolClient, unit, [name]);
+      await c.query('commit');
+      return 'ok';
+    } catch (e: any) {
+      await c.query('rollback');
+      if (!e?.code) throw e;
+      return e.code as string;
+    }
+  };
+
+  it('a session whose last check passed is refused once the fence moves, by shardctl or by hand without the lock, and at a stale epoch at any time', async () => {
+    const unit = await newUnit();
+    const c = await session();
+    try {
+      expect(await routed(c, unit, 1, 'a')).toBe('ok');
+      expect(await routed(c, unit, 1, 'b')).toBe('ok');
+      // What the session's check saw: the fence's generation and the epoch.
+      const seen = (await c.query(`select current_setting('shardctl.fence_seen') as s`)).rows[0].s as string;
+      expect(seen.split(':').slice(2)).toEqual(['1']);
+      // A stale epoch on the same session is read and refused.
+      expect(await routed(c, unit, 0, 'stale')).toBe(SQLSTATE.staleRoute);
+      expect(await routed(c, unit, 1, 'c')).toBe('ok');
+      // The move freezes the unit (setUnitFence): the next check reads the fence again.
+      expect((await setUnitFence(pool, { unit, epoch: 1, owned: true, frozen: true })).ok).toBe(true);
+      expect(await routed(c, unit, 1, 'frozen')).toBe(SQLSTATE.frozen);
+      expect((await setUnitFence(pool, { unit, epoch: 1, owned: true, frozen: false })).ok).toBe(true);
+      expect(await routed(c, unit, 1, 'd')).toBe('ok');
+      // An operator hands the unit off by hand, without the lock, in a replica-role session.
+      await pool.query(
+        `begin; set local session_replication_role = replica; update shardctl.fence set epoch = 2, owned = false where unit = '${unit}'; commit`,
+      );
+      expect(await routed(c, unit, 1, 'after-hand-off')).toBe(SQLSTATE.staleRoute);
+    } finally {
+      await c.end();
+    }
+    expect(await accountNames(unit)).toEqual(['a', 'b', 'c', 'd']);
+  });
+
+  it('what the check saw cannot be forged: a session that rewrites it to a stale epoch is refused', async () => {
+    const unit = await newUnit();
+    const c = await session();
+    try {
+      expect(await routed(c, unit, 1, 'a')).toBe('ok');
+      expect((await setUnitFence(pool, { unit, epoch: 2, owned: true, frozen: false })).ok).toBe(true);
+      expect(await routed(c, unit, 2, 'b')).toBe('ok');
+      // The writer rewrites what the last check saw to the epoch it wants (the generation unchanged).
+      const seen = (await c.query(`select current_setting('shardctl.fence_seen') as s`)).rows[0].s as string;
+      const forged = seen.split(':').slice(0, 2).concat('1').join(':');
+      await c.query(`select set_config('shardctl.fence_seen', $1, false)`, [forged]);
+      expect(await routed(c, unit, 1, 'forged')).toBe(SQLSTATE.staleRoute);
+    } finally {
+      await c.end();
+    }
+    expect(await accountNames(unit)).toEqual(['a', 'b']);
+  });
+
+  it("a change of the fence by hand waits for the unit's in-flight writers, as setUnitFence does", async () => {
+    const unit = await newUnit();
+    const w = await begin({ unit, epoch: 1, via: 'router' });
+    const c = await pool.connect();
+    try {
+      await c.query('begin');
+      await c.query(`set local lock_timeout = '300ms'`);
+      expect(await outcome(c.query(`update shardctl.fence set frozen = true where unit = $1`, [unit]))).toBe('55P03');
+      await c.query('rollback');
+    } finally {
+      c.release();
+    }
+    await end(w, 'commit');
   });
 });
 
