@@ -325,6 +325,49 @@ export const MUTATIONS: Mutation[] = [
     reinstall: PREPARE,
   },
   {
+    id: 'fence-gen-advanced',
+    guarantee:
+      "a session's repeated check skips the fence read only while no fence row has changed: every change advances the fence's generation, so the next check reads the fence again (§3, issue 11)",
+    file: 'lib/shard/fence-sql.ts',
+    from: "perform pg_catalog.nextval('${FENCE_GEN_SEQUENCE}'::pg_catalog.regclass);",
+    to: 'null;',
+    testFile: 'test/integration/fence.test.ts',
+    testName: 'a session whose last check passed is refused once the fence moves',
+    reinstall: PREPARE,
+  },
+  {
+    id: 'fence-seen-epoch',
+    guarantee: "a session's repeated check skips the fence read only at the epoch its last check passed: a stale epoch is read and refused (§3, issue 11)",
+    file: 'lib/shard/fence-sql.ts',
+    from: "and pg_catalog.split_part(v_seen, ':', 3) operator(pg_catalog.=) (${epoch})::pg_catalog.text",
+    to: '',
+    testFile: 'test/integration/fence.test.ts',
+    testName: 'a session whose last check passed is refused once the fence moves',
+    reinstall: PREPARE,
+  },
+  {
+    id: 'fence-seen-proven',
+    guarantee:
+      'what a check saw (generation, epoch) counts only with its proof: a session that rewrites it to a stale epoch has the fence read and is refused (§3, issue 11)',
+    file: 'lib/shard/fence-sql.ts',
+    from: "then pg_catalog.currval('${WRITE_MARK_SEQUENCE}'::pg_catalog.regclass) operator(pg_catalog.=) ${proofSql(unit, 'v_seen')}",
+    to: 'then true',
+    testFile: 'test/integration/fence.test.ts',
+    testName: 'what the check saw cannot be forged',
+    reinstall: PREPARE,
+  },
+  {
+    id: 'fence-change-takes-lock',
+    guarantee:
+      "any change of a fence row (an operator's by hand too) takes the unit's lock exclusively before the generation moves: it waits for in-flight writers, so a check never pairs a new generation with an old fence (§3, issue 11)",
+    file: 'lib/shard/fence-sql.ts',
+    from: 'perform pg_catalog.pg_advisory_xact_lock(${FENCE_LOCK_CLASS}, pg_catalog.hashtext(u.unit)) from (select old.unit union select new.unit) u(unit) where u.unit is not null;',
+    to: 'null;',
+    testFile: 'test/integration/fence.test.ts',
+    testName: "a change of the fence by hand waits for the unit's in-flight writers",
+    reinstall: PREPARE,
+  },
+  {
     id: 'fence-open-carries-route',
     guarantee:
       'a transaction the router opened carries its route (unit, epoch), so a statement that must check it again (its proof no longer matches: the functions were upgraded by prepare while it was open) passes on the right route instead of failing closed (issue 11)',

@@ -171,13 +171,9 @@ begin
   -- The unit's lock, exclusively, before the generation moves: a check holding it shared has read
   -- the generation and the fence before this change, and one that takes it after this commits
   -- sees both changed. Already held by every change shardctl makes (setUnitFence).
+  -- (OLD is null in an INSERT's trigger, NEW in a DELETE's.)
   if tg_op operator(pg_catalog.<>) 'TRUNCATE' then
-    if tg_op operator(pg_catalog.<>) 'INSERT' then
-      perform pg_catalog.pg_advisory_xact_lock(${FENCE_LOCK_CLASS}, pg_catalog.hashtext(old.unit));
-    end if;
-    if tg_op operator(pg_catalog.<>) 'DELETE' then
-      perform pg_catalog.pg_advisory_xact_lock(${FENCE_LOCK_CLASS}, pg_catalog.hashtext(new.unit));
-    end if;
+    perform pg_catalog.pg_advisory_xact_lock(${FENCE_LOCK_CLASS}, pg_catalog.hashtext(u.unit)) from (select old.unit union select new.unit) u(unit) where u.unit is not null;
   end if;
   perform pg_catalog.nextval('${FENCE_GEN_SEQUENCE}'::pg_catalog.regclass);
   return null;
