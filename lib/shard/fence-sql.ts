@@ -32,6 +32,11 @@
 //    snapshot, so it sees any fence that committed while we waited. Repeatable read and
 //    serializable: read FOR SHARE, which fails with 40001 if the fence changed after the
 //    transaction's snapshot (taken by its first statement, before the lock wait).
+//  - The read is skipped (read committed only) when the session's last check, its proof still
+//    standing, passed for the same unit at the same epoch under the fence generation read now
+//    (shardctl.fence_gen, after the lock): every change of a fence row advances the generation
+//    (a trigger, enabled always) after taking the unit's lock exclusively, so no fence row has
+//    changed since that check, and a change in progress is seen whole or not at all.
 //  - A freeze is a lease: it refuses writes only while `frozen_until` (set by the freeze on this
 //    server's clock) is in the future, or when it is NULL (a pinned freeze, which never expires).
 //    The check compares with now(), the writer's transaction start, which is never later than
@@ -44,15 +49,18 @@
 //  - The mark cannot be forged. `shardctl.checked` is a setting any client can set, so it counts
 //    only with its proof: the check that marks the transaction also sets the session's value of
 //    `shardctl.write_mark` (an unlogged sequence that only its owner may set: writers may read
-//    it, not advance it) to the unit's 64-bit hash seeded by this transaction's start (now(),
-//    binary); checked_unit() trusts the mark only if currval() still equals that hash.
+//    it, not advance it) to the unit's 64-bit hash seeded by what the check saw
+//    (`shardctl.fence_seen`: this transaction's start, binary as hex, the fence generation, the
+//    epoch); checked_unit() trusts the mark only if what the check saw begins with this
+//    transaction's start and currval() still equals that hash.
 //    The functions that set the proof run as the owner (SECURITY DEFINER), which is also why a
 //    writer needs no privilege on the fence for the check. A mark set by hand, or kept from an
 //    earlier transaction of the session, fails the proof, and the statement runs the whole check
 //    instead (test/integration/fence.test.ts, "the check's mark cannot be forged"). A forger would
 //    need, in its own transaction, a 64-bit match between the hashes of two unit names under a
-//    seed it does not choose (the transaction's start, to the microsecond), or between two seeds
-//    for one name (a replay): one chance in 2^64 per transaction (the currval it may read is the
+//    seed it does not choose (beginning with the transaction's start, to the microsecond), or
+//    between two seeds for one name (a replay, or what a check saw rewritten to another epoch or
+//    generation): one chance in 2^64 per transaction (the currval it may read is the
 //    hash of the unit it was checked for, which it could compute). The hash is not a cryptographic digest
 //    (SHA-256 until this version cost two OpenSSL contexts per transaction); the mark guards
 //    against writers that skip the router, whose every attempt costs a transaction.
@@ -69,7 +77,8 @@
 //    per write statement, a row about 1 %. Small transactions feel the two plpgsql entries;
 //    statements of many rows barely notice. Per part, as shard CPU of a 1-row transaction
 //    (BENCHMARKS.md, "Where the fence's time goes"): about 31 µs in all with this proof, of which
-//    setval and currval of the proof, the fence read, the statement's fold and the lock a few µs each.
+//    setval and currval of the proof, the fence read, the statement's fold and the lock a few µs each;
+//    the fence read, the largest, is now skipped by a session's repeated check of one unit.
 //  - Writers need USAGE on schema shardctl; the check itself runs as the schema's owner. Blob
 //    writers' assert_writable and readers' assert_readable run as the caller: SELECT on
 //    shardctl.fence and shardctl.settings, and UPDATE on a column of shardctl.fence under
@@ -165,6 +174,8 @@ grant select on sequence ${WRITE_MARK_SEQUENCE} to public;
 -- session: the trigger fires always). Read by the check as its owner.
 create sequence if not exists ${FENCE_GEN_SEQUENCE};
 revoke all on sequence ${FENCE_GEN_SEQUENCE} from public;
+-- Readable by writers (a counter that tells them nothing): assert_writable runs the route check as its caller.
+grant select on sequence ${FENCE_GEN_SEQUENCE} to public;
 create or replace function shardctl.fence_changed() returns trigger
 language plpgsql volatile security definer ${PINNED_SEARCH_PATH} as $fn$
 begin

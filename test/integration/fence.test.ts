@@ -355,7 +355,13 @@ describe("the check's mark cannot be forged (only a passed check proves it)", ()
     await c.connect();
     return c;
   }
-  const forge = (c: Client | PoolClient, unit: string) => c.query(`select set_config('shardctl.checked', $1, true)`, [unit]);
+  /** A mark set by hand, with what a check saw forged to begin with this transaction's start (as a real check's would). */
+  const forge = (c: Client | PoolClient, unit: string) =>
+    c.query(
+      `select set_config('shardctl.checked', $1, true),
+              set_config('shardctl.fence_seen', encode(timestamptz_send(now()), 'hex') || ':' || coalesce(pg_sequence_last_value('shardctl.fence_gen'), 0) || ':1', false)`,
+      [unit],
+    );
 
   it('a mark set by hand is checked like any unrouted write (SC428, SC421, SC423), on a session that never passed a check and on one that did', async () => {
     const stale = await newUnit({ epoch: 2 });
@@ -567,7 +573,7 @@ describe("a shard prepared with the previous release's proof", () => {
     open.add(c);
     // The old check ran: the session's proof is the old one.
     const proven = `select currval('shardctl.write_mark') = ${oldProof('$1::text')} as old,
-                          currval('shardctl.write_mark') = ${proofSql('$1::text', "current_setting('shardctl.fence_seen', true)")} as new`;
+                          coalesce(currval('shardctl.write_mark') = ${proofSql('$1::text', "current_setting('shardctl.fence_seen', true)")}, false) as new`;
     await c.query('begin');
     await c.query(ROUTER_OPEN, [unit, 1]);
     expect((await c.query(proven, [unit])).rows[0]).toEqual({ old: true, new: false });
@@ -847,7 +853,8 @@ describe('the fence cannot be shadowed through the caller search_path', () => {
       create function ${evil}.currval(regclass) returns bigint language sql as 'select 0::bigint';
       create function ${evil}.hashtextextended(text, bigint) returns bigint language sql as 'select 0::bigint';
       create function ${evil}.encode(bytea, text) returns text language sql as $$ select 'x' $$;
-      create function ${evil}.timestamptz_send(timestamptz) returns bytea language sql as $$ select '\\x00'::bytea $$;`);
+      create function ${evil}.timestamptz_send(timestamptz) returns bytea language sql as $$ select '\\x00'::bytea $$;
+      create function ${evil}.starts_with(text, text) returns boolean language sql as 'select true';`);
     const c = new Client({ connectionString: shardByName(testConfig(), SHARD).dsn });
     await c.connect();
     try {
@@ -859,7 +866,11 @@ describe('the fence cannot be shadowed through the caller search_path', () => {
       await c.query(`set local search_path = ${evil}, pg_catalog, public`);
       // The shadow is live in this session.
       expect((await c.query(`select 1::bigint = 2::bigint as eq, currval('shardctl.write_mark') as cv`)).rows[0]).toEqual({ eq: true, cv: '0' });
-      await c.query(`select pg_catalog.set_config('shardctl.checked', $1, true)`, [frozen]);
+      await c.query(
+        `select pg_catalog.set_config('shardctl.checked', $1, true),
+                pg_catalog.set_config('shardctl.fence_seen', pg_catalog.encode(pg_catalog.timestamptz_send(pg_catalog.now()), 'hex') operator(pg_catalog.||) ':0:1', false)`,
+        [frozen],
+      );
       expect(await outcome(c.query(`insert into public.accounts(tenant_id, name) values ($1, 'shadowed')`, [frozen]))).toBe(SQLSTATE.noEpoch);
       await c.query('rollback');
     } finally {
