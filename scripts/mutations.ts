@@ -375,7 +375,7 @@ export const MUTATIONS: Mutation[] = [
     from: "v_set := pg_catalog.set_config('shardctl.unit', p_unit, true);",
     to: '',
     testFile: 'test/integration/fence.test.ts',
-    testName: 'is upgraded by prepare without a table lock, and a transaction checked before the upgrade still commits',
+    testName: 'so a statement whose proof no longer matches (as after an upgrade of the functions) runs the whole check on that route and passes',
     reinstall: PREPARE,
   },
   {

@@ -597,6 +597,21 @@ describe("a shard prepared with the previous release's proof", () => {
   });
 });
 
+describe('a transaction opened by the router carries its route', () => {
+  it('so a statement whose proof no longer matches (as after an upgrade of the functions) runs the whole check on that route and passes', async () => {
+    const unit = await newUnit();
+    const write = inTx({ unit, epoch: 1, via: 'router' }, async (c) => {
+      await insertAccounts(c, unit, ['proven']);
+      // What the check saw no longer matches the proof (a new checked_unit() would not match the old one either).
+      await c.query(`select set_config('shardctl.fence_seen', 'changed', false)`);
+      await insertAccounts(c, unit, ['checked-again']);
+      expect((await c.query(`select current_setting('shardctl.fence_seen') <> 'changed' as marked_anew`)).rows[0].marked_anew).toBe(true);
+    });
+    expect(await outcome(write)).toBe('ok');
+    expect(await accountNames(unit)).toEqual(['checked-again', 'proven']);
+  });
+});
+
 describe("a session's repeated check skips the fence read only while no fence row has changed", () => {
   /** One session for the whole case (a pooled one could change between transactions). */
   async function session(): Promise<Client> {
