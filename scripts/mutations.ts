@@ -368,6 +368,28 @@ export const MUTATIONS: Mutation[] = [
     reinstall: PREPARE,
   },
   {
+    id: 'fence-mark-gen-unchanged',
+    guarantee:
+      'a proven mark counts only while no fence row has changed since its check: a check rolled back to a savepoint (its lock released, its proof kept) cannot write after a fence change that did not wait for it (§3, issue 11)',
+    file: 'lib/shard/fence-sql.ts',
+    from: "and pg_catalog.split_part(v_seen, ':', 2) operator(pg_catalog.=)\n            coalesce(",
+    to: "and true or pg_catalog.split_part(v_seen, ':', 2) operator(pg_catalog.=)\n            coalesce(",
+    testFile: 'test/integration/fence.test.ts',
+    testName: 'cannot write after a fence change that did not wait for it',
+    reinstall: PREPARE,
+  },
+  {
+    id: 'fence-mark-relocks',
+    guarantee:
+      "a proven mark's statement takes the unit's lock again (a no-op when held): a check rolled back to a savepoint still makes the next fence change wait for the transaction (§3, issue 11)",
+    file: 'lib/shard/fence-sql.ts',
+    from: 'if pg_catalog.pg_advisory_xact_lock_shared(${FENCE_LOCK_CLASS}, pg_catalog.hashtext(v_unit)) is not null',
+    to: 'if true',
+    testFile: 'test/integration/fence.test.ts',
+    testName: 'takes the lock again at its next write, so a later fence change waits for it',
+    reinstall: PREPARE,
+  },
+  {
     id: 'fence-open-carries-route',
     guarantee:
       'a transaction the router opened carries its route (unit, epoch), so a statement that must check it again (its proof no longer matches: the functions were upgraded by prepare while it was open) passes on the right route instead of failing closed (issue 11)',

@@ -229,7 +229,15 @@ begin
   if v_unit operator(pg_catalog.<>) '' and pg_catalog.current_setting('${PROOF_SETTING}', true) operator(pg_catalog.=) 'on'
       and ${seenThisTransactionSql('v_seen')} then
     if pg_catalog.currval('${WRITE_MARK_SEQUENCE}'::pg_catalog.regclass) operator(pg_catalog.=) ${proofSql('v_unit', 'v_seen')} then
-      return v_unit;
+      -- The check's lock is still this transaction's (taken again: nothing when it is held, as it
+      -- is unless the check was rolled back to a savepoint, which releases the lock and leaves the
+      -- proof), and no fence row has changed since the check (read after the lock): else the whole
+      -- check runs again, so a proof without its lock cannot outlive a fence change.
+      if pg_catalog.pg_advisory_xact_lock_shared(${FENCE_LOCK_CLASS}, pg_catalog.hashtext(v_unit)) is not null
+          and pg_catalog.split_part(v_seen, ':', 2) operator(pg_catalog.=)
+            coalesce(pg_catalog.pg_sequence_last_value('${FENCE_GEN_SEQUENCE}'::pg_catalog.regclass), 0)::pg_catalog.text then
+        return v_unit;
+      end if;
     end if;
   end if;
   -- A non-volatile function's queries run on its caller's snapshot (and may not lock rows): the

@@ -612,6 +612,44 @@ describe('a transaction opened by the router carries its route', () => {
   });
 });
 
+describe('a check rolled back to a savepoint (which releases its lock, not its proof)', () => {
+  /** Checks `unit` in a savepoint, rolls it back, and sets by hand everything the check had set. */
+  async function proofWithoutLock(c: PoolClient, unit: string): Promise<void> {
+    await c.query('savepoint s');
+    await c.query(ROUTER_OPEN, [unit, 1]);
+    const seen = (await c.query(`select current_setting('shardctl.fence_seen') as s`)).rows[0].s as string;
+    await c.query('rollback to savepoint s');
+    await c.query(
+      `select set_config('shardctl.checked', $1, true), set_config('shardctl.fence_seen', $2, false), set_config('shardctl.session_proof', 'on', false),
+              set_config('shardctl.unit', $1, true), set_config('shardctl.epoch', '1', true)`,
+      [unit, seen],
+    );
+  }
+
+  it('cannot write after a fence change that did not wait for it: the next statement runs the whole check (SC421)', async () => {
+    const unit = await newUnit();
+    const c = await begin({});
+    await proofWithoutLock(c, unit);
+    // Nothing holds the unit's lock: the hand-off does not wait.
+    expect((await setUnitFence(pool, { unit, epoch: 2, owned: false, frozen: false })).ok).toBe(true);
+    expect(await outcome(insertAccounts(c, unit, ['after-hand-off']))).toBe(SQLSTATE.staleRoute);
+    await end(c, 'rollback');
+    expect(await accountNames(unit)).toEqual([]);
+  });
+
+  it('takes the lock again at its next write, so a later fence change waits for it', async () => {
+    const unit = await newUnit();
+    const c = await begin({});
+    await proofWithoutLock(c, unit);
+    await insertAccounts(c, unit, ['proven']);
+    const change = setUnitFence(pool, { unit, epoch: 2, owned: false, frozen: false });
+    await waitForLockWaiter(unit, 'ExclusiveLock');
+    await end(c, 'commit');
+    expect((await change).ok).toBe(true);
+    expect(await accountNames(unit)).toEqual(['proven']);
+  });
+});
+
 describe("a session's repeated check skips the fence read only while no fence row has changed", () => {
   /** One session for the whole case (a pooled one could change between transactions). */
   async function session(): Promise<Client> {
