@@ -52,7 +52,8 @@
 //    it, not advance it) to the unit's 64-bit hash seeded by what the check saw
 //    (`shardctl.fence_seen`: this transaction's start, binary as hex, the fence generation, the
 //    epoch); checked_unit() trusts the mark only if what the check saw begins with this
-//    transaction's start and currval() still equals that hash.
+//    transaction's start, currval() still equals that hash, and (the unit's lock taken again:
+//    a savepoint rolled back releases it and keeps the proof) the fence generation is unchanged.
 //    The functions that set the proof run as the owner (SECURITY DEFINER), which is also why a
 //    writer needs no privilege on the fence for the check. A mark set by hand, or kept from an
 //    earlier transaction of the session, fails the proof, and the statement runs the whole check
