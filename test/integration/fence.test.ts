@@ -405,12 +405,19 @@ describe("the check's mark cannot be forged (only a passed check proves it)", ()
       expect((await c.query(`select current_setting('shardctl.checked') as m`)).rows[0].m).toBe(unit);
       await insertAccounts(c as unknown as PoolClient, unit, ['routed']);
       await c.query('commit');
+      // The replay: the mark set again by hand, what the check saw left as that check left it.
+      const replay = () => c.query(`select set_config('shardctl.checked', $1, true)`, [unit]);
+      // Even before the fence moves, the next transaction is not checked by the earlier one's proof.
+      await c.query('begin');
+      await replay();
+      expect(await outcome(insertAccounts(c as unknown as PoolClient, unit, ['replayed-unmoved']))).toBe(SQLSTATE.noEpoch);
+      await c.query('rollback');
       // The move goes on: the unit is handed off, then frozen here. The writer replays the mark
       // it saw (and the route it had): each next transaction runs the whole check and is refused.
       expect((await setUnitFence(pool, { unit, epoch: 2, owned: false, frozen: false })).ok).toBe(true);
       for (const route of [false, true]) {
         await c.query('begin');
-        await forge(c, unit);
+        await replay();
         if (route) await c.query(`select set_config('shardctl.unit', $1, true), set_config('shardctl.epoch', '1', true)`, [unit]);
         expect(await outcome(insertAccounts(c as unknown as PoolClient, unit, [`replayed-${route}`]))).toBe(route ? SQLSTATE.staleRoute : SQLSTATE.noEpoch);
         await c.query('rollback');
@@ -921,7 +928,8 @@ describe('the fence cannot be shadowed through the caller search_path', () => {
       expect((await c.query(`select 1::bigint = 2::bigint as eq, currval('shardctl.write_mark') as cv`)).rows[0]).toEqual({ eq: true, cv: '0' });
       await c.query(
         `select pg_catalog.set_config('shardctl.checked', $1, true),
-                pg_catalog.set_config('shardctl.fence_seen', pg_catalog.encode(pg_catalog.timestamptz_send(pg_catalog.now()), 'hex') operator(pg_catalog.||) ':0:1', false)`,
+                pg_catalog.set_config('shardctl.fence_seen', pg_catalog.encode(pg_catalog.timestamptz_send(pg_catalog.now()), 'hex') operator(pg_catalog.||) ':'
+                  operator(pg_catalog.||) coalesce(pg_catalog.pg_sequence_last_value('shardctl.fence_gen'), 0)::pg_catalog.text operator(pg_catalog.||) ':1', false)`,
         [frozen],
       );
       expect(await outcome(c.query(`insert into public.accounts(tenant_id, name) values ($1, 'shadowed')`, [frozen]))).toBe(SQLSTATE.noEpoch);
