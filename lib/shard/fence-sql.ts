@@ -32,6 +32,11 @@
 //    snapshot, so it sees any fence that committed while we waited. Repeatable read and
 //    serializable: read FOR SHARE, which fails with 40001 if the fence changed after the
 //    transaction's snapshot (taken by its first statement, before the lock wait).
+//  - The read is skipped (read committed only) when the session's last check, its proof still
+//    standing, passed for the same unit at the same epoch under the fence generation read now
+//    (shardctl.fence_gen, after the lock): every change of a fence row advances the generation
+//    (a trigger, enabled always) after taking the unit's lock exclusively, so no fence row has
+//    changed since that check, and a change in progress is seen whole or not at all.
 //  - A freeze is a lease: it refuses writes only while `frozen_until` (set by the freeze on this
 //    server's clock) is in the future, or when it is NULL (a pinned freeze, which never expires).
 //    The check compares with now(), the writer's transaction start, which is never later than
@@ -44,15 +49,19 @@
 //  - The mark cannot be forged. `shardctl.checked` is a setting any client can set, so it counts
 //    only with its proof: the check that marks the transaction also sets the session's value of
 //    `shardctl.write_mark` (an unlogged sequence that only its owner may set: writers may read
-//    it, not advance it) to the unit's 64-bit hash seeded by this transaction's start (now(),
-//    binary); checked_unit() trusts the mark only if currval() still equals that hash.
+//    it, not advance it) to the unit's 64-bit hash seeded by what the check saw
+//    (`shardctl.fence_seen`: this transaction's start, binary as hex, the fence generation, the
+//    epoch); checked_unit() trusts the mark only if what the check saw begins with this
+//    transaction's start, currval() still equals that hash, and (the unit's lock taken again:
+//    a savepoint rolled back releases it and keeps the proof) the fence generation is unchanged.
 //    The functions that set the proof run as the owner (SECURITY DEFINER), which is also why a
 //    writer needs no privilege on the fence for the check. A mark set by hand, or kept from an
 //    earlier transaction of the session, fails the proof, and the statement runs the whole check
 //    instead (test/integration/fence.test.ts, "the check's mark cannot be forged"). A forger would
 //    need, in its own transaction, a 64-bit match between the hashes of two unit names under a
-//    seed it does not choose (the transaction's start, to the microsecond), or between two seeds
-//    for one name (a replay): one chance in 2^64 per transaction (the currval it may read is the
+//    seed it does not choose (beginning with the transaction's start, to the microsecond), or
+//    between two seeds for one name (a replay, or what a check saw rewritten to another epoch or
+//    generation): one chance in 2^64 per transaction (the currval it may read is the
 //    hash of the unit it was checked for, which it could compute). The hash is not a cryptographic digest
 //    (SHA-256 until this version cost two OpenSSL contexts per transaction); the mark guards
 //    against writers that skip the router, whose every attempt costs a transaction.
@@ -69,7 +78,8 @@
 //    per write statement, a row about 1 %. Small transactions feel the two plpgsql entries;
 //    statements of many rows barely notice. Per part, as shard CPU of a 1-row transaction
 //    (BENCHMARKS.md, "Where the fence's time goes"): about 31 µs in all with this proof, of which
-//    setval and currval of the proof, the fence read, the statement's fold and the lock a few µs each.
+//    setval and currval of the proof, the fence read, the statement's fold and the lock a few µs each;
+//    the fence read, the largest, is now skipped by a session's repeated check of one unit.
 //  - Writers need USAGE on schema shardctl; the check itself runs as the schema's owner. Blob
 //    writers' assert_writable and readers' assert_readable run as the caller: SELECT on
 //    shardctl.fence and shardctl.settings, and UPDATE on a column of shardctl.fence under
@@ -97,23 +107,49 @@ export const PINNED_SEARCH_PATH = 'set search_path = pg_catalog, pg_temp';
 export const WRITE_MARK_SEQUENCE = 'shardctl.write_mark';
 /** Set for the session by the first proof it holds, so a forged mark on a session without one is checked, not a currval error. */
 const PROOF_SETTING = 'shardctl.session_proof';
+/**
+ * The fence's generation on this shard: advanced by every change of a shardctl.fence row (its
+ * trigger, under that unit's lock held exclusively), so a session whose last check saw this
+ * generation knows no fence row has changed since.
+ */
+export const FENCE_GEN_SEQUENCE = 'shardctl.fence_gen';
+/**
+ * What the session's last check saw, for the session (`<start of its transaction, hex>:<fence
+ * generation>:<epoch>`): hashed into the proof, so only the check that set the proof can have
+ * written it; a later check of the same unit at that epoch and generation skips the fence read.
+ */
+export const FENCE_SEEN_SETTING = 'shardctl.fence_seen';
+/** The start of this transaction as hex (its binary form, so no setting of the session changes it). */
+const TX_START_HEX = `pg_catalog.encode(pg_catalog.timestamptz_send(pg_catalog.now()), 'hex')`;
 
 /**
- * The proof of a check for `unit` in this transaction, as SQL (every name schema-qualified: it
- * runs in checked_unit(), which has no pinned path): the unit's 64-bit hash seeded with the hash
- * of the transaction's start (its binary form, so no setting of the session changes it), both
- * fixed for the transaction's life. Not SHA-256 any more: its two evaluations per transaction (the
- * check and the first statement's fold, each creating its OpenSSL context) cost the shard about
- * 13 µs of a 1-row transaction's ~40 µs of fence (BENCHMARKS.md, "Where the fence's time goes").
+ * The proof of a check for `unit`, as SQL (every name schema-qualified: it runs in
+ * checked_unit(), which has no pinned path): the unit's 64-bit hash seeded with the hash of
+ * `seen`, what that check saw (FENCE_SEEN_SETTING: the transaction's start, the fence generation,
+ * the epoch). It proves the transaction's mark only together with `seen` beginning with this
+ * transaction's start (markProvenSql). Not SHA-256 any more: its two evaluations per transaction
+ * (the check and the first statement's fold, each creating its OpenSSL context) cost the shard
+ * about 13 µs of a 1-row transaction's ~40 µs of fence (BENCHMARKS.md, "Where the fence's time goes").
  */
-export function proofSql(unit: string): string {
-  return `pg_catalog.hashtextextended(${unit},
-      pg_catalog.hashtextextended(pg_catalog.encode(pg_catalog.timestamptz_send(pg_catalog.now()), 'hex'), 0))`;
+export function proofSql(unit: string, seen: string): string {
+  return `pg_catalog.hashtextextended(${unit}, pg_catalog.hashtextextended(${seen}, 0))`;
 }
 
-/** Marks this transaction checked for `unit` (plpgsql statements; the caller declared v_set and v_proof). */
-function markCheckedPlpgsql(unit: string): string {
-  return `  v_proof := pg_catalog.setval('${WRITE_MARK_SEQUENCE}'::pg_catalog.regclass, ${proofSql(unit)});
+/** Whether `seen` (a plpgsql expression) was written in this transaction: it begins with the transaction's start. */
+function seenThisTransactionSql(seen: string): string {
+  return `pg_catalog.starts_with(${seen}, ${TX_START_HEX} operator(pg_catalog.||) ':')`;
+}
+
+/**
+ * Marks this transaction checked for `unit` at `epoch` (plpgsql statements; the caller declared
+ * v_set, v_seen, v_gen and v_proof, and read v_gen before the fence): what the check saw first,
+ * then the proof over it.
+ */
+function markCheckedPlpgsql(unit: string, epoch: string): string {
+  return `  v_seen := ${TX_START_HEX} operator(pg_catalog.||) ':' operator(pg_catalog.||) v_gen::pg_catalog.text
+    operator(pg_catalog.||) ':' operator(pg_catalog.||) (${epoch})::pg_catalog.text;
+  v_set := pg_catalog.set_config('${FENCE_SEEN_SETTING}', v_seen, false);
+  v_proof := pg_catalog.setval('${WRITE_MARK_SEQUENCE}'::pg_catalog.regclass, ${proofSql(unit, 'v_seen')});
   v_set := pg_catalog.set_config('${PROOF_SETTING}', 'on', false);
   v_set := pg_catalog.set_config('shardctl.checked', ${unit}, true);`;
 }
@@ -122,6 +158,8 @@ function markCheckedPlpgsql(unit: string): string {
 export const FENCE_TRIGGER_NAME = 'shardctl_fence';
 /** The trigger on old rows (UPDATE, DELETE). */
 export const FENCE_OLD_ROWS_TRIGGER = 'shardctl_fence_old_rows';
+/** The trigger on shardctl.fence that advances the fence's generation. */
+export const FENCE_GEN_TRIGGER = 'shardctl_fence_gen';
 
 /** The fence's functions (schema `shardctl`); part of shardSchemaSql. */
 export function fenceFunctionsSql(): string {
@@ -131,6 +169,38 @@ export function fenceFunctionsSql(): string {
 create unlogged sequence if not exists ${WRITE_MARK_SEQUENCE} minvalue -9223372036854775808 maxvalue 9223372036854775807;
 revoke all on sequence ${WRITE_MARK_SEQUENCE} from public;
 grant select on sequence ${WRITE_MARK_SEQUENCE} to public;
+
+-- The fence's generation (FENCE_GEN_SEQUENCE): advanced by every change of a fence row, under the
+-- unit's lock held exclusively, whoever makes it (shardctl, an operator's psql, a replica-role
+-- session: the trigger fires always). Read by the check as its owner.
+create sequence if not exists ${FENCE_GEN_SEQUENCE};
+revoke all on sequence ${FENCE_GEN_SEQUENCE} from public;
+-- Readable by writers (a counter that tells them nothing): assert_writable runs the route check as its caller.
+grant select on sequence ${FENCE_GEN_SEQUENCE} to public;
+create or replace function shardctl.fence_changed() returns trigger
+language plpgsql volatile security definer ${PINNED_SEARCH_PATH} as $fn$
+begin
+  -- The unit's lock, exclusively, before the generation moves: a check holding it shared has read
+  -- the generation and the fence before this change, and one that takes it after this commits
+  -- sees both changed. Already held by every change shardctl makes (setUnitFence).
+  -- (OLD is null in an INSERT's trigger, NEW in a DELETE's.)
+  if tg_op operator(pg_catalog.<>) 'TRUNCATE' then
+    perform pg_catalog.pg_advisory_xact_lock(${FENCE_LOCK_CLASS}, pg_catalog.hashtext(u.unit)) from (select old.unit union select new.unit) u(unit) where u.unit is not null;
+  end if;
+  perform pg_catalog.nextval('${FENCE_GEN_SEQUENCE}'::pg_catalog.regclass);
+  return null;
+end
+$fn$;
+do $once$ begin
+  if not exists (select 1 from pg_catalog.pg_trigger where tgrelid = 'shardctl.fence'::regclass and tgname = '${FENCE_GEN_TRIGGER}') then
+    create trigger ${FENCE_GEN_TRIGGER} after insert or update or delete on shardctl.fence
+      for each row execute function shardctl.fence_changed();
+    create trigger ${FENCE_GEN_TRIGGER}_truncate after truncate on shardctl.fence
+      for each statement execute function shardctl.fence_changed();
+    alter table shardctl.fence enable always trigger ${FENCE_GEN_TRIGGER};
+    alter table shardctl.fence enable always trigger ${FENCE_GEN_TRIGGER}_truncate;
+  end if;
+end $once$;
 
 -- The router's first statement of a write transaction, as a procedure: a CALL is not planned and
 -- answers no row, so it costs the shard and the router less than the same check in a SELECT.
@@ -152,12 +222,23 @@ create or replace function shardctl.checked_unit() returns pg_catalog.text
 language plpgsql immutable as $fn$
 declare
   v_unit pg_catalog.text := pg_catalog.current_setting('shardctl.checked', true);
+  v_seen pg_catalog.text := pg_catalog.current_setting('${FENCE_SEEN_SETTING}', true);
 begin
-  -- The mark counts only with its proof: a mark set by hand, or left by an earlier transaction, is checked.
+  -- The mark counts only with its proof, over what a check of this transaction saw: a mark set by
+  -- hand, or left by an earlier transaction, is checked.
   -- (Nested: an AND does not stop at a NULL, and currval() fails in a session that never set it.)
-  if v_unit operator(pg_catalog.<>) '' and pg_catalog.current_setting('${PROOF_SETTING}', true) operator(pg_catalog.=) 'on' then
-    if pg_catalog.currval('${WRITE_MARK_SEQUENCE}'::pg_catalog.regclass) operator(pg_catalog.=) ${proofSql('v_unit')} then
-      return v_unit;
+  if v_unit operator(pg_catalog.<>) '' and pg_catalog.current_setting('${PROOF_SETTING}', true) operator(pg_catalog.=) 'on'
+      and ${seenThisTransactionSql('v_seen')} then
+    if pg_catalog.currval('${WRITE_MARK_SEQUENCE}'::pg_catalog.regclass) operator(pg_catalog.=) ${proofSql('v_unit', 'v_seen')} then
+      -- The check's lock is still this transaction's (taken again: nothing when it is held, as it
+      -- is unless the check was rolled back to a savepoint, which releases the lock and leaves the
+      -- proof), and no fence row has changed since the check (read after the lock): else the whole
+      -- check runs again, so a proof without its lock cannot outlive a fence change.
+      if pg_catalog.pg_advisory_xact_lock_shared(${FENCE_LOCK_CLASS}, pg_catalog.hashtext(v_unit)) is not null
+          and pg_catalog.split_part(v_seen, ':', 2) operator(pg_catalog.=)
+            coalesce(pg_catalog.pg_sequence_last_value('${FENCE_GEN_SEQUENCE}'::pg_catalog.regclass), 0)::pg_catalog.text then
+        return v_unit;
+      end if;
     end if;
   end if;
   -- A non-volatile function's queries run on its caller's snapshot (and may not lock rows): the
@@ -195,7 +276,7 @@ ${SETTINGS_DECLARE}
 begin
 ${unroutedPlpgsql('v_unit', 'v_epoch_txt', 'return null;')}
 ${routeCheckPlpgsql('v_unit', 'v_epoch_txt::pg_catalog.int8')}
-${markCheckedPlpgsql('v_unit')}
+${markCheckedPlpgsql('v_unit', 'v_epoch_txt::pg_catalog.int8')}
   return v_unit;
 end
 $fn$;
@@ -248,13 +329,17 @@ begin
   v_set := pg_catalog.set_config('shardctl.unit', p_unit, true);
   v_set := pg_catalog.set_config('shardctl.epoch', p_epoch::pg_catalog.text, true);
 ${routeCheckPlpgsql('p_unit', 'p_epoch')}
-${markCheckedPlpgsql('p_unit')}
+${markCheckedPlpgsql('p_unit', 'p_epoch')}
 end`;
 }
 
 const CHECK_DECLARE = `  v_set pg_catalog.text;
   v_proof pg_catalog.int8;
   v_locked pg_catalog.bool;
+  v_gen pg_catalog.int8;
+  v_seen pg_catalog.text;
+  v_rc pg_catalog.bool;
+  v_seen_current pg_catalog.bool;
   f record;`;
 
 /** The route a writer outside the router set, and the check's variables. */
@@ -276,25 +361,44 @@ function unroutedPlpgsql(unit: string, epochTxt: string, allowed: string): strin
 
 /**
  * The route check, as plpgsql statements over a unit and an epoch (expressions): takes the unit's
- * lock shared (an assignment, which plpgsql evaluates as a simple expression), then reads the
- * fence in a statement of its own, and raises SC421 / SC423 or falls through.
+ * lock shared (an assignment, which plpgsql evaluates as a simple expression), reads the fence's
+ * generation, then reads the fence in a statement of its own, and raises SC421 / SC423 or falls
+ * through. Read committed only: when this session's last check (its proof still standing) passed
+ * for this unit at this epoch under the generation read now, no fence row has changed since, so
+ * the fence read is skipped (it was most of the check's cost: BENCHMARKS.md, "Where the fence's
+ * time goes"). A fence change advances the generation under the unit's lock held exclusively,
+ * which waits for this check's shared one: read under the shared lock, the generation and the
+ * fence are both from before the change or both from after its commit. Repeatable read and
+ * serializable always read (FOR SHARE: the snapshot may be older than a fence change).
  */
 function routeCheckPlpgsql(unit: string, epoch: string): string {
   return `
   v_locked := pg_catalog.pg_advisory_xact_lock_shared(${FENCE_LOCK_CLASS}, pg_catalog.hashtext(${unit})) is null;
-  if pg_catalog.current_setting('transaction_isolation') operator(pg_catalog.=) 'read committed' then
-    select epoch, owned, frozen, frozen_until into f from shardctl.fence where unit operator(pg_catalog.=) ${unit};
-  else
-    -- Fails with 40001 if the fence row changed after this transaction's snapshot.
-    select epoch, owned, frozen, frozen_until into f from shardctl.fence where unit operator(pg_catalog.=) ${unit} for share;
-  end if;
-  if not found or not f.owned or f.epoch operator(pg_catalog.<>) ${epoch} then
-    raise exception 'shardctl: stale route for unit % at epoch % (shard has %)', ${unit}, ${epoch},
-      case when not found then 'no fence' when not f.owned then 'no ownership' else 'epoch ' operator(pg_catalog.||) f.epoch end
-      using errcode = 'SC421';
-  end if;
-  if f.frozen and (f.frozen_until is null or f.frozen_until operator(pg_catalog.>) pg_catalog.now()) then
-    raise exception 'shardctl: unit % is frozen for cutover', ${unit} using errcode = 'SC423';
+  v_gen := coalesce(pg_catalog.pg_sequence_last_value('${FENCE_GEN_SEQUENCE}'::pg_catalog.regclass), 0);
+  v_seen := pg_catalog.current_setting('${FENCE_SEEN_SETTING}', true);
+  v_rc := pg_catalog.current_setting('transaction_isolation') operator(pg_catalog.=) 'read committed';
+  -- A CASE, so currval() runs only in a session that holds a proof (it fails in one that never set it).
+  v_seen_current := case
+    when v_rc and coalesce(pg_catalog.split_part(v_seen, ':', 2) operator(pg_catalog.=) v_gen::pg_catalog.text
+        and pg_catalog.split_part(v_seen, ':', 3) operator(pg_catalog.=) (${epoch})::pg_catalog.text
+        and pg_catalog.current_setting('${PROOF_SETTING}', true) operator(pg_catalog.=) 'on', false)
+      then pg_catalog.currval('${WRITE_MARK_SEQUENCE}'::pg_catalog.regclass) operator(pg_catalog.=) ${proofSql(unit, 'v_seen')}
+    else false end;
+  if v_seen_current is not true then
+    if v_rc then
+      select epoch, owned, frozen, frozen_until into f from shardctl.fence where unit operator(pg_catalog.=) ${unit};
+    else
+      -- Fails with 40001 if the fence row changed after this transaction's snapshot.
+      select epoch, owned, frozen, frozen_until into f from shardctl.fence where unit operator(pg_catalog.=) ${unit} for share;
+    end if;
+    if not found or not f.owned or f.epoch operator(pg_catalog.<>) ${epoch} then
+      raise exception 'shardctl: stale route for unit % at epoch % (shard has %)', ${unit}, ${epoch},
+        case when not found then 'no fence' when not f.owned then 'no ownership' else 'epoch ' operator(pg_catalog.||) f.epoch end
+        using errcode = 'SC421';
+    end if;
+    if f.frozen and (f.frozen_until is null or f.frozen_until operator(pg_catalog.>) pg_catalog.now()) then
+      raise exception 'shardctl: unit % is frozen for cutover', ${unit} using errcode = 'SC423';
+    end if;
   end if;`;
 }
 

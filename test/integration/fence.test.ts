@@ -8,6 +8,8 @@ import { describe, it, expect, beforeAll, afterAll, afterEach } from 'vitest';
 import { Client } from 'pg';
 import type { Pool, PoolClient } from 'pg';
 import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
 import { testConfig, uniq, shardPool, closePools } from '../helpers/stack';
 import { shardByName } from '../../lib/config';
 import { prepareShard } from '../../lib/shard/prepare';
@@ -353,7 +355,13 @@ describe("the check's mark cannot be forged (only a passed check proves it)", ()
     await c.connect();
     return c;
   }
-  const forge = (c: Client | PoolClient, unit: string) => c.query(`select set_config('shardctl.checked', $1, true)`, [unit]);
+  /** A mark set by hand, with what a check saw forged to begin with this transaction's start (as a real check's would). */
+  const forge = (c: Client | PoolClient, unit: string) =>
+    c.query(
+      `select set_config('shardctl.checked', $1, true),
+              set_config('shardctl.fence_seen', encode(timestamptz_send(now()), 'hex') || ':' || coalesce(pg_sequence_last_value('shardctl.fence_gen'), 0) || ':1', false)`,
+      [unit],
+    );
 
   it('a mark set by hand is checked like any unrouted write (SC428, SC421, SC423), on a session that never passed a check and on one that did', async () => {
     const stale = await newUnit({ epoch: 2 });
@@ -397,12 +405,19 @@ describe("the check's mark cannot be forged (only a passed check proves it)", ()
       expect((await c.query(`select current_setting('shardctl.checked') as m`)).rows[0].m).toBe(unit);
       await insertAccounts(c as unknown as PoolClient, unit, ['routed']);
       await c.query('commit');
+      // The replay: the mark set again by hand, what the check saw left as that check left it.
+      const replay = () => c.query(`select set_config('shardctl.checked', $1, true)`, [unit]);
+      // Even before the fence moves, the next transaction is not checked by the earlier one's proof.
+      await c.query('begin');
+      await replay();
+      expect(await outcome(insertAccounts(c as unknown as PoolClient, unit, ['replayed-unmoved']))).toBe(SQLSTATE.noEpoch);
+      await c.query('rollback');
       // The move goes on: the unit is handed off, then frozen here. The writer replays the mark
       // it saw (and the route it had): each next transaction runs the whole check and is refused.
       expect((await setUnitFence(pool, { unit, epoch: 2, owned: false, frozen: false })).ok).toBe(true);
       for (const route of [false, true]) {
         await c.query('begin');
-        await forge(c, unit);
+        await replay();
         if (route) await c.query(`select set_config('shardctl.unit', $1, true), set_config('shardctl.epoch', '1', true)`, [unit]);
         expect(await outcome(insertAccounts(c as unknown as PoolClient, unit, [`replayed-${route}`]))).toBe(route ? SQLSTATE.staleRoute : SQLSTATE.noEpoch);
         await c.query('rollback');
@@ -435,7 +450,12 @@ describe("the check's mark cannot be forged (only a passed check proves it)", ()
                       grant usage on all sequences in schema public to ${role}`);
     try {
       // It may read the proof (it learns nothing it could not compute), never set it.
-      for (const sql of [`select setval('shardctl.write_mark', 1)`, `select nextval('shardctl.write_mark')`, `alter sequence shardctl.write_mark restart`]) {
+      for (const sql of [
+        `select setval('shardctl.write_mark', 1)`,
+        `select nextval('shardctl.write_mark')`,
+        `alter sequence shardctl.write_mark restart`,
+        `select nextval('shardctl.fence_gen')`,
+      ]) {
         const code = await outcome(
           inTx({}, async (c) => {
             await c.query(`set local role ${role}`);
@@ -547,28 +567,20 @@ for (const via of VIAS) {
   });
 }
 
-describe("a shard prepared with the previous release's proof (SHA-256)", () => {
-  /** The proof before this release, over a plpgsql expression `unit`. */
-  const shaProof = (unit: string) =>
-    `pg_catalog.hashtextextended(pg_catalog.encode(pg_catalog.sha256(pg_catalog.textsend(${unit}) operator(pg_catalog.||) pg_catalog.timestamptz_send(pg_catalog.now())), 'base64'), 0)`;
+describe("a shard prepared with the previous release's proof", () => {
+  /** The previous release's proof, over a SQL expression `unit`. */
+  const oldProof = (unit: string) =>
+    `pg_catalog.hashtextextended(${unit}, pg_catalog.hashtextextended(pg_catalog.encode(pg_catalog.timestamptz_send(pg_catalog.now()), 'hex'), 0))`;
 
   it('is upgraded by prepare without a table lock, and a transaction checked before the upgrade still commits (its next statement runs the whole check)', async () => {
     const unit = await newUnit();
-    // The previous release's write path: today's functions with the SHA-256 proof put back.
-    for (const [fn, v] of [
-      ['shardctl.open_unit_write', 'p_unit'],
-      ['shardctl.check_unrouted_write', 'v_unit'],
-      ['shardctl.checked_unit', 'v_unit'],
-    ]) {
-      const def: string = (await pool.query(`select pg_get_functiondef($1::regproc) as d`, [fn])).rows[0].d;
-      const parts = def.split(proofSql(v));
-      expect({ fn, proofs: parts.length - 1 }).toEqual({ fn, proofs: 1 });
-      await pool.query(parts.join(shaProof(v)));
-    }
+    // The previous release's write path, as its prepare installed it.
+    await pool.query(readFileSync(path.join(__dirname, '../fixtures/fence-functions-0af6b4a.sql'), 'utf8'));
     const c = await pool.connect();
     open.add(c);
-    // The old check ran: the session's proof is the SHA-256 one.
-    const proven = `select currval('shardctl.write_mark') = ${shaProof('$1::text')} as old, currval('shardctl.write_mark') = ${proofSql('$1::text')} as new`;
+    // The old check ran: the session's proof is the old one.
+    const proven = `select currval('shardctl.write_mark') = ${oldProof('$1::text')} as old,
+                          coalesce(currval('shardctl.write_mark') = ${proofSql('$1::text', "current_setting('shardctl.fence_seen', true)")}, false) as new`;
     await c.query('begin');
     await c.query(ROUTER_OPEN, [unit, 1]);
     expect((await c.query(proven, [unit])).rows[0]).toEqual({ old: true, new: false });
@@ -589,6 +601,142 @@ describe("a shard prepared with the previous release's proof (SHA-256)", () => {
     });
     expect(await outcome(forged)).toBe(SQLSTATE.staleRoute);
     expect(await accountNames(unit)).toEqual(['after-upgrade', 'before-upgrade']);
+  });
+});
+
+describe('a transaction opened by the router carries its route', () => {
+  it('so a statement whose proof no longer matches (as after an upgrade of the functions) runs the whole check on that route and passes', async () => {
+    const unit = await newUnit();
+    const write = inTx({ unit, epoch: 1, via: 'router' }, async (c) => {
+      await insertAccounts(c, unit, ['proven']);
+      // What the check saw no longer matches the proof (a new checked_unit() would not match the old one either).
+      await c.query(`select set_config('shardctl.fence_seen', 'changed', false)`);
+      await insertAccounts(c, unit, ['checked-again']);
+      expect((await c.query(`select current_setting('shardctl.fence_seen') <> 'changed' as marked_anew`)).rows[0].marked_anew).toBe(true);
+    });
+    expect(await outcome(write)).toBe('ok');
+    expect(await accountNames(unit)).toEqual(['checked-again', 'proven']);
+  });
+});
+
+describe('a check rolled back to a savepoint (which releases its lock, not its proof)', () => {
+  /** Checks `unit` in a savepoint, rolls it back, and sets by hand everything the check had set. */
+  async function proofWithoutLock(c: PoolClient, unit: string): Promise<void> {
+    await c.query('savepoint s');
+    await c.query(ROUTER_OPEN, [unit, 1]);
+    const seen = (await c.query(`select current_setting('shardctl.fence_seen') as s`)).rows[0].s as string;
+    await c.query('rollback to savepoint s');
+    await c.query(
+      `select set_config('shardctl.checked', $1, true), set_config('shardctl.fence_seen', $2, false), set_config('shardctl.session_proof', 'on', false),
+              set_config('shardctl.unit', $1, true), set_config('shardctl.epoch', '1', true)`,
+      [unit, seen],
+    );
+  }
+
+  it('cannot write after a fence change that did not wait for it: the next statement runs the whole check (SC421)', async () => {
+    const unit = await newUnit();
+    const c = await begin({});
+    await proofWithoutLock(c, unit);
+    // Nothing holds the unit's lock: the hand-off does not wait.
+    expect((await setUnitFence(pool, { unit, epoch: 2, owned: false, frozen: false })).ok).toBe(true);
+    expect(await outcome(insertAccounts(c, unit, ['after-hand-off']))).toBe(SQLSTATE.staleRoute);
+    await end(c, 'rollback');
+    expect(await accountNames(unit)).toEqual([]);
+  });
+
+  it('takes the lock again at its next write, so a later fence change waits for it', async () => {
+    const unit = await newUnit();
+    const c = await begin({});
+    await proofWithoutLock(c, unit);
+    await insertAccounts(c, unit, ['proven']);
+    const change = setUnitFence(pool, { unit, epoch: 2, owned: false, frozen: false });
+    await waitForLockWaiter(unit, 'ExclusiveLock');
+    await end(c, 'commit');
+    expect((await change).ok).toBe(true);
+    expect(await accountNames(unit)).toEqual(['proven']);
+  });
+});
+
+describe("a session's repeated check skips the fence read only while no fence row has changed", () => {
+  /** One session for the whole case (a pooled one could change between transactions). */
+  async function session(): Promise<Client> {
+    const c = new Client({ connectionString: shardByName(testConfig(), SHARD).dsn });
+    await c.connect();
+    return c;
+  }
+  const routed = async (c: Client, unit: string, epoch: number, name: string) => {
+    await c.query('begin');
+    try {
+      await c.query(ROUTER_OPEN, [unit, epoch]);
+      await insertAccounts(c as unknown as PoolClient, unit, [name]);
+      await c.query('commit');
+      return 'ok';
+    } catch (e: any) {
+      await c.query('rollback');
+      if (!e?.code) throw e;
+      return e.code as string;
+    }
+  };
+
+  it('a session whose last check passed is refused once the fence moves, by shardctl or by hand without the lock, and at a stale epoch at any time', async () => {
+    const unit = await newUnit();
+    const c = await session();
+    try {
+      expect(await routed(c, unit, 1, 'a')).toBe('ok');
+      expect(await routed(c, unit, 1, 'b')).toBe('ok');
+      // What the session's check saw: the fence's generation and the epoch.
+      const seen = (await c.query(`select current_setting('shardctl.fence_seen') as s`)).rows[0].s as string;
+      expect(seen.split(':').slice(2)).toEqual(['1']);
+      // A stale epoch on the same session is read and refused.
+      expect(await routed(c, unit, 0, 'stale')).toBe(SQLSTATE.staleRoute);
+      expect(await routed(c, unit, 1, 'c')).toBe('ok');
+      // The move freezes the unit (setUnitFence): the next check reads the fence again.
+      expect((await setUnitFence(pool, { unit, epoch: 1, owned: true, frozen: true })).ok).toBe(true);
+      expect(await routed(c, unit, 1, 'frozen')).toBe(SQLSTATE.frozen);
+      expect((await setUnitFence(pool, { unit, epoch: 1, owned: true, frozen: false })).ok).toBe(true);
+      expect(await routed(c, unit, 1, 'd')).toBe('ok');
+      // An operator hands the unit off by hand, without the lock, in a replica-role session.
+      await pool.query(
+        `begin; set local session_replication_role = replica; update shardctl.fence set epoch = 2, owned = false where unit = '${unit}'; commit`,
+      );
+      expect(await routed(c, unit, 1, 'after-hand-off')).toBe(SQLSTATE.staleRoute);
+    } finally {
+      await c.end();
+    }
+    expect(await accountNames(unit)).toEqual(['a', 'b', 'c', 'd']);
+  });
+
+  it('what the check saw cannot be forged: a session that rewrites it to a stale epoch is refused', async () => {
+    const unit = await newUnit();
+    const c = await session();
+    try {
+      expect(await routed(c, unit, 1, 'a')).toBe('ok');
+      expect((await setUnitFence(pool, { unit, epoch: 2, owned: true, frozen: false })).ok).toBe(true);
+      expect(await routed(c, unit, 2, 'b')).toBe('ok');
+      // The writer rewrites what the last check saw to the epoch it wants (the generation unchanged).
+      const seen = (await c.query(`select current_setting('shardctl.fence_seen') as s`)).rows[0].s as string;
+      const forged = seen.split(':').slice(0, 2).concat('1').join(':');
+      await c.query(`select set_config('shardctl.fence_seen', $1, false)`, [forged]);
+      expect(await routed(c, unit, 1, 'forged')).toBe(SQLSTATE.staleRoute);
+    } finally {
+      await c.end();
+    }
+    expect(await accountNames(unit)).toEqual(['a', 'b']);
+  });
+
+  it("a change of the fence by hand waits for the unit's in-flight writers, as setUnitFence does", async () => {
+    const unit = await newUnit();
+    const w = await begin({ unit, epoch: 1, via: 'router' });
+    const c = await pool.connect();
+    try {
+      await c.query('begin');
+      await c.query(`set local lock_timeout = '300ms'`);
+      expect(await outcome(c.query(`update shardctl.fence set frozen = true where unit = $1`, [unit]))).toBe('55P03');
+      await c.query('rollback');
+    } finally {
+      c.release();
+    }
+    await end(w, 'commit');
   });
 });
 
@@ -765,7 +913,8 @@ describe('the fence cannot be shadowed through the caller search_path', () => {
       create function ${evil}.currval(regclass) returns bigint language sql as 'select 0::bigint';
       create function ${evil}.hashtextextended(text, bigint) returns bigint language sql as 'select 0::bigint';
       create function ${evil}.encode(bytea, text) returns text language sql as $$ select 'x' $$;
-      create function ${evil}.timestamptz_send(timestamptz) returns bytea language sql as $$ select '\\x00'::bytea $$;`);
+      create function ${evil}.timestamptz_send(timestamptz) returns bytea language sql as $$ select '\\x00'::bytea $$;
+      create function ${evil}.starts_with(text, text) returns boolean language sql as 'select true';`);
     const c = new Client({ connectionString: shardByName(testConfig(), SHARD).dsn });
     await c.connect();
     try {
@@ -777,7 +926,12 @@ describe('the fence cannot be shadowed through the caller search_path', () => {
       await c.query(`set local search_path = ${evil}, pg_catalog, public`);
       // The shadow is live in this session.
       expect((await c.query(`select 1::bigint = 2::bigint as eq, currval('shardctl.write_mark') as cv`)).rows[0]).toEqual({ eq: true, cv: '0' });
-      await c.query(`select pg_catalog.set_config('shardctl.checked', $1, true)`, [frozen]);
+      await c.query(
+        `select pg_catalog.set_config('shardctl.checked', $1, true),
+                pg_catalog.set_config('shardctl.fence_seen', pg_catalog.encode(pg_catalog.timestamptz_send(pg_catalog.now()), 'hex') operator(pg_catalog.||) ':'
+                  operator(pg_catalog.||) coalesce(pg_catalog.pg_sequence_last_value('shardctl.fence_gen'), 0)::pg_catalog.text operator(pg_catalog.||) ':1', false)`,
+        [frozen],
+      );
       expect(await outcome(c.query(`insert into public.accounts(tenant_id, name) values ($1, 'shadowed')`, [frozen]))).toBe(SQLSTATE.noEpoch);
       await c.query('rollback');
     } finally {
