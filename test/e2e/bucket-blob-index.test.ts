@@ -8,16 +8,14 @@
 // row names (it refuses while the move is in flight).
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { randomBytes, createHash } from 'node:crypto';
-import { testConfig, closePools, shardPool, directoryPool, uniq } from '../helpers/stack';
+import { shardPool, directoryPool } from '../helpers/stack';
 import * as H from '../helpers/move';
+import { bucketDatasetNames, keysOfBucket as keysOfBucketOf, setUpBucketDataset, tearDownBucketDataset, type BucketDataset } from '../helpers/bucket-dataset';
 import * as M from '../../workflows/messages';
 import { Router } from '../../lib/router';
-import { prepareAllShards } from '../../lib/shard/prepare';
-import { initDataset } from '../../lib/datasets';
 import { bucketOf } from '../../lib/buckets/hash';
 import { bucketUnitName } from '../../lib/buckets/units';
 import { moveInputFor } from '../../lib/moves/start';
-import { startWorker } from '../../worker';
 import { shardByName, type Config } from '../../lib/config';
 import { s3ClientFor } from '../../lib/s3';
 import { hashObject, listBlobs, unitBlobPrefix } from '../../lib/blobs';
@@ -25,15 +23,16 @@ import { collectTenantBlobs, type GcDeps } from '../../lib/blobs/gc';
 import type { S3Client } from '@aws-sdk/client-s3';
 
 const B = 8;
-const schema = `bbm_${randomBytes(4).toString('hex')}`;
-const dataset = `bbm_${randomBytes(4).toString('hex')}`;
+const names = bucketDatasetNames({ prefix: 'bbm' });
+const { dataset } = names;
 const indexTable = `shardctl.blob_index_${dataset}`;
+let d: BucketDataset | undefined;
 let config: Config;
-let worker: Awaited<ReturnType<typeof startWorker>>;
-let t: Awaited<ReturnType<typeof H.temporal>>;
+let t: BucketDataset['t'];
 let tq: string;
 const grant = { tenants: [] as string[], datasets: [dataset] };
 const unitOf = (bucket: number) => bucketUnitName(dataset, bucket, B);
+const keysOfBucket = (bucket: number, count: number, prefix: string) => keysOfBucketOf(B, bucket, count, prefix);
 const s3s = new Map<string, S3Client>();
 const s3Of = (shard: string) => s3s.get(shard) ?? s3s.set(shard, s3ClientFor(config, shard)).get(shard)!;
 const bucketOfShard = (shard: string) => shardByName(config, shard).bucket;
@@ -46,42 +45,14 @@ const gcDeps = (): GcDeps => ({
 });
 
 beforeAll(async () => {
-  await H.prepareStack();
-  const base = testConfig();
-  config = {
-    ...base,
-    tenant: { ...base.tenant, schemas: [...base.tenant.schemas, schema] },
-    datasets: [{ name: dataset, column: 'key', buckets: B, bucketColumn: 'bucket', tables: [`${schema}.events`] }],
-  };
-  for (const s of ['shard-a', 'shard-b', 'shard-c']) {
-    await shardPool(s).query(`create schema ${schema};
-      create table ${schema}.events (bucket int not null, key text not null, n int not null, primary key (bucket, key, n), check (bucket = shardctl.bucket_of(key, ${B})))`);
-  }
-  const res = await prepareAllShards(config, shardPool, {});
-  expect(res.filter((r) => r.error)).toEqual([]);
-  expect(res.flatMap((r) => r.problems).filter((p) => p.includes(schema) || p.includes(dataset))).toEqual([]);
-  await initDataset({ directory: directoryPool(), shardPool, config }, { dataset, shard: 'shard-a', actor: 'test' });
-  tq = uniq('bbm');
-  worker = await startWorker(config, { taskQueue: tq });
-  t = await H.temporal();
+  d = await setUpBucketDataset({ prefix: 'bbm', buckets: B }, names);
+  ({ config, t, tq } = d);
 }, 120_000);
 
 afterAll(async () => {
   for (const c of s3s.values()) c.destroy();
-  await t?.close();
-  await worker?.shutdown();
-  for (const s of ['shard-a', 'shard-b', 'shard-c'])
-    await shardPool(s)
-      .query(`drop schema if exists ${schema} cascade; drop table if exists ${indexTable}`)
-      .catch(() => {});
-  await closePools();
+  await tearDownBucketDataset(names, d);
 });
-
-function keysOfBucket(bucket: number, count: number, prefix: string): string[] {
-  const out: string[] = [];
-  for (let i = 0; out.length < count; i++) if (bucketOf(`${prefix}-${i}`, B) === bucket) out.push(`${prefix}-${i}`);
-  return out;
-}
 
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 

@@ -6,65 +6,35 @@
 // (attempts 1, done on its unit's owner), across a move with retire and across a rollback; the
 // retired source keeps none of the bucket's jobs, and the other buckets' jobs never moved.
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
-import { randomBytes } from 'node:crypto';
-import { testConfig, closePools, shardPool, directoryPool, uniq } from '../helpers/stack';
+import { shardPool } from '../helpers/stack';
 import * as H from '../helpers/move';
+import { bucketDatasetNames, keysOfBucket as keysOfBucketOf, setUpBucketDataset, tearDownBucketDataset, type BucketDataset } from '../helpers/bucket-dataset';
 import * as M from '../../workflows/messages';
 import { Router } from '../../lib/router';
-import { prepareAllShards } from '../../lib/shard/prepare';
-import { initDataset } from '../../lib/datasets';
 import { bucketOf } from '../../lib/buckets/hash';
 import { bucketUnitName } from '../../lib/buckets/units';
 import { moveInputFor } from '../../lib/moves/start';
-import { startWorker } from '../../worker';
 import type { Config } from '../../lib/config';
 import { allBuckets, datasetJobsTableSql, enqueueKeyJob, runJobWorker, type Job, type JobWorkerStats } from '../../lib/jobs/worker';
 
 const B = 8;
-const schema = `bjm_${randomBytes(4).toString('hex')}`;
-const dataset = `bjm_${randomBytes(4).toString('hex')}`;
+const names = bucketDatasetNames({ prefix: 'bjm' });
+const { schema, dataset } = names;
 const jobsTable = `${schema}.jobs`;
+let d: BucketDataset | undefined;
 let config: Config;
-let worker: Awaited<ReturnType<typeof startWorker>>;
-let t: Awaited<ReturnType<typeof H.temporal>>;
+let t: BucketDataset['t'];
 let tq: string;
 const grant = { tenants: [] as string[], datasets: [dataset] };
 const unitOf = (bucket: number) => bucketUnitName(dataset, bucket, B);
+const keysOfBucket = (bucket: number, count: number, prefix: string) => keysOfBucketOf(B, bucket, count, prefix);
 
 beforeAll(async () => {
-  await H.prepareStack();
-  const base = testConfig();
-  const ds = { name: dataset, column: 'key', buckets: B, bucketColumn: 'bucket', tables: [`${schema}.events`, jobsTable], jobsTable };
-  config = { ...base, tenant: { ...base.tenant, schemas: [...base.tenant.schemas, schema] }, datasets: [ds] };
-  for (const s of ['shard-a', 'shard-b', 'shard-c']) {
-    await shardPool(s).query(`create schema ${schema};
-      create table ${schema}.events (bucket int not null, key text not null, n int not null, primary key (bucket, key, n), check (bucket = shardctl.bucket_of(key, ${B})));
-      ${datasetJobsTableSql(jobsTable, ds)}`);
-  }
-  const res = await prepareAllShards(config, shardPool, {});
-  expect(res.filter((r) => r.error)).toEqual([]);
-  expect(res.flatMap((r) => r.problems).filter((p) => p.includes(schema))).toEqual([]);
-  await initDataset({ directory: directoryPool(), shardPool, config }, { dataset, shard: 'shard-a', actor: 'test' });
-  tq = uniq('bjm');
-  worker = await startWorker(config, { taskQueue: tq });
-  t = await H.temporal();
+  d = await setUpBucketDataset({ prefix: 'bjm', buckets: B, jobs: datasetJobsTableSql }, names);
+  ({ config, t, tq } = d);
 }, 120_000);
 
-afterAll(async () => {
-  await t?.close();
-  await worker?.shutdown();
-  for (const s of ['shard-a', 'shard-b', 'shard-c'])
-    await shardPool(s)
-      .query(`drop schema if exists ${schema} cascade; drop table if exists shardctl.blob_index_${dataset}`)
-      .catch(() => {});
-  await closePools();
-});
-
-function keysOfBucket(bucket: number, count: number, prefix: string): string[] {
-  const out: string[] = [];
-  for (let i = 0; out.length < count; i++) if (bucketOf(`${prefix}-${i}`, B) === bucket) out.push(`${prefix}-${i}`);
-  return out;
-}
+afterAll(() => tearDownBucketDataset(names, d));
 
 /** The ledger: every job the router acknowledged (id → bucket), and every handler run (id → count, when). */
 class Ledger {

@@ -11,16 +11,14 @@
 // brings those written on the new owner back, and leaves no copy there.
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { randomBytes } from 'node:crypto';
-import { testConfig, closePools, shardPool, directoryPool, uniq } from '../helpers/stack';
+import { shardPool } from '../helpers/stack';
 import * as H from '../helpers/move';
+import { bucketDatasetNames, keysOfBucket as keysOfBucketOf, setUpBucketDataset, tearDownBucketDataset, type BucketDataset } from '../helpers/bucket-dataset';
 import * as M from '../../workflows/messages';
 import { Router } from '../../lib/router';
-import { prepareAllShards } from '../../lib/shard/prepare';
-import { initDataset } from '../../lib/datasets';
 import { bucketOf } from '../../lib/buckets/hash';
 import { bucketUnitName } from '../../lib/buckets/units';
 import { moveInputFor } from '../../lib/moves/start';
-import { startWorker } from '../../worker';
 import { shardByName, type Config } from '../../lib/config';
 import { s3ClientFor } from '../../lib/s3';
 import { hashObject, listBlobs, unitBlobPrefix } from '../../lib/blobs';
@@ -28,47 +26,25 @@ import { createHash } from 'node:crypto';
 import type { S3Client } from '@aws-sdk/client-s3';
 
 const B = 8;
-const schema = `bk_${randomBytes(4).toString('hex')}`;
-const dataset = `ev_${randomBytes(4).toString('hex')}`;
+const names = bucketDatasetNames({ prefix: 'bk', datasetPrefix: 'ev' });
+const { schema, dataset } = names;
+let d: BucketDataset | undefined;
 let config: Config;
-let worker: Awaited<ReturnType<typeof startWorker>>;
-let t: Awaited<ReturnType<typeof H.temporal>>;
+let t: BucketDataset['t'];
 let tq: string;
 const grant = { tenants: [] as string[], datasets: [dataset] };
 const unitOf = (bucket: number) => bucketUnitName(dataset, bucket, B);
+const keysOfBucket = (bucket: number, count: number, prefix: string) => keysOfBucketOf(B, bucket, count, prefix);
 
 beforeAll(async () => {
-  await H.prepareStack();
-  const base = testConfig();
-  config = {
-    ...base,
-    tenant: { ...base.tenant, schemas: [...base.tenant.schemas, schema] },
-    datasets: [{ name: dataset, column: 'key', buckets: B, bucketColumn: 'bucket', tables: [`${schema}.events`] }],
-  };
-  for (const s of ['shard-a', 'shard-b', 'shard-c']) {
-    await shardPool(s).query(`create schema ${schema};
-      create table ${schema}.events (bucket int not null, key text not null, n int not null, payload text,
-        primary key (bucket, key, n), check (bucket = shardctl.bucket_of(key, ${B})))`);
-  }
-  const res = await prepareAllShards(config, shardPool, {});
-  expect(res.filter((r) => r.error)).toEqual([]);
-  expect(res.find((r) => r.shard === 'shard-a')!.problems.filter((p) => p.includes(schema))).toEqual([]);
-  const init = await initDataset({ directory: directoryPool(), shardPool, config }, { dataset, shard: 'shard-a', actor: 'test' });
-  expect(init).toMatchObject({ buckets: B, created: B, present: 0, elsewhere: [] });
-  tq = uniq('bk');
-  worker = await startWorker(config, { taskQueue: tq });
-  t = await H.temporal();
+  d = await setUpBucketDataset({ prefix: 'bk', buckets: B, eventsColumns: 'payload text' }, names);
+  ({ config, t, tq } = d);
+  expect(d.init).toMatchObject({ buckets: B, created: B, present: 0, elsewhere: [] });
 }, 120_000);
 
 afterAll(async () => {
   for (const c of s3s.values()) c.destroy();
-  await t?.close();
-  await worker?.shutdown();
-  for (const s of ['shard-a', 'shard-b', 'shard-c'])
-    await shardPool(s)
-      .query(`drop schema if exists ${schema} cascade; drop table if exists shardctl.blob_index_${dataset}`)
-      .catch(() => {});
-  await closePools();
+  await tearDownBucketDataset(names, d);
 });
 
 const s3s = new Map<string, S3Client>();
@@ -128,12 +104,6 @@ const asSorted = (m: Map<string, number[]>) => new Map([...m].sort(([a], [b]) =>
 async function tryOldEpochWrite(shard: string, bucket: number, epoch: number): Promise<string> {
   const key = keysOfBucket(bucket, 1, 'stale')[0];
   return H.inUnitTx(shard, unitOf(bucket), epoch, `insert into ${schema}.events(bucket, key, n, payload) values ($1, $2, 1, 'stale')`, [bucket, key]);
-}
-
-function keysOfBucket(bucket: number, count: number, prefix: string): string[] {
-  const out: string[] = [];
-  for (let i = 0; out.length < count; i++) if (bucketOf(`${prefix}-${i}`, B) === bucket) out.push(`${prefix}-${i}`);
-  return out;
 }
 
 describe('bucket move, end to end', () => {
