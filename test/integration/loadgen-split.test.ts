@@ -7,9 +7,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { testConfig, closePools, shardPool, directoryPool, uniq } from '../helpers/stack';
-import { prepareStack } from '../helpers/move';
-import { prepareShard } from '../../lib/shard/prepare';
+import { shardPool, directoryPool, uniq } from '../helpers/stack';
+import { dropSplitSchema, setUpSplitSchema } from '../helpers/split-schema';
 import { createTenant } from '../../lib/tenants';
 import { splitTenant } from '../../lib/tenant-split';
 import { tenantUnitForRow } from '../../lib/buckets/route';
@@ -25,33 +24,22 @@ const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'lgsplit-'));
 let config: Config;
 
 beforeAll(async () => {
-  await prepareStack();
-  const base = testConfig();
-  config = {
-    ...base,
-    tenant: {
-      ...base.tenant,
-      schemas: [schema],
-      tables: TABLES.map((t) => `${schema}.${t}`),
-      splitColumns: Object.fromEntries(TABLES.map((t) => [`${schema}.${t}`, 'id'])),
-    },
-  };
-  await shardPool(SHARD).query(`create schema ${schema};
-    create table ${schema}.accounts (tenant_id text not null, id uuid not null, name text not null, balance numeric(14,2) not null default 0,
+  config = await setUpSplitSchema(
+    SHARD,
+    schema,
+    Object.fromEntries(TABLES.map((t) => [t, 'id'])),
+    `    create table ${schema}.accounts (tenant_id text not null, id uuid not null, name text not null, balance numeric(14,2) not null default 0,
       updated_at timestamptz not null default now(), primary key (tenant_id, id));
     create table ${schema}.documents (tenant_id text not null, id uuid not null, title text not null, body text, blob_key text,
       version int not null default 1, updated_at timestamptz not null default now(), primary key (tenant_id, id));
     create table ${schema}.events (tenant_id text not null, id uuid not null, kind text not null, payload jsonb not null default '{}',
-      at timestamptz not null default now(), primary key (tenant_id, id))`);
-  await prepareShard(shardPool(SHARD), config);
+      at timestamptz not null default now(), primary key (tenant_id, id))`,
+  );
 }, 60_000);
 
 afterAll(async () => {
-  await shardPool(SHARD)
-    .query(`drop schema if exists ${schema} cascade`)
-    .catch(() => {});
   fs.rmSync(dir, { recursive: true, force: true });
-  await closePools();
+  await dropSplitSchema(SHARD, schema);
 });
 
 describe('loadgen on a split tenant', () => {

@@ -7,8 +7,8 @@
 // of a tenant that already holds such a row is refused.
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { createHash, randomBytes } from 'node:crypto';
-import { testConfig, closePools, shardPool, directoryPool, uniq } from '../helpers/stack';
-import { prepareStack } from '../helpers/move';
+import { shardPool, directoryPool, uniq } from '../helpers/stack';
+import { dropSplitSchema, setUpSplitSchema } from '../helpers/split-schema';
 import { prepareShard, fenceStatus } from '../../lib/shard/prepare';
 import { splitIndexSql } from '../../lib/shard/split-sql';
 import { createTenant } from '../../lib/tenants';
@@ -23,30 +23,17 @@ const schema = `sn_${randomBytes(4).toString('hex')}`;
 let config: Config;
 
 beforeAll(async () => {
-  await prepareStack();
-  const base = testConfig();
-  config = {
-    ...base,
-    tenant: {
-      ...base.tenant,
-      schemas: [schema],
-      tables: [`${schema}.notes`, `${schema}.tags`],
-      // notes.tag may be NULL (the case under test); tags.tag may not.
-      splitColumns: { [`${schema}.notes`]: 'tag', [`${schema}.tags`]: 'tag' },
-    },
-  };
-  await shardPool(SHARD).query(`create schema ${schema};
-    create table ${schema}.notes (tenant_id text not null, id int not null, tag text, body text, primary key (tenant_id, id));
-    create table ${schema}.tags (tenant_id text not null, tag text not null, primary key (tenant_id, tag))`);
-  await prepareShard(shardPool(SHARD), config);
+  // notes.tag may be NULL (the case under test); tags.tag may not.
+  config = await setUpSplitSchema(
+    SHARD,
+    schema,
+    { notes: 'tag', tags: 'tag' },
+    `create table ${schema}.notes (tenant_id text not null, id int not null, tag text, body text, primary key (tenant_id, id));
+     create table ${schema}.tags (tenant_id text not null, tag text not null, primary key (tenant_id, tag))`,
+  );
 }, 60_000);
 
-afterAll(async () => {
-  await shardPool(SHARD)
-    .query(`drop schema if exists ${schema} cascade`)
-    .catch(() => {});
-  await closePools();
-});
+afterAll(() => dropSplitSchema(SHARD, schema));
 
 const deps = () => ({ directory: directoryPool(), shardPool, config });
 

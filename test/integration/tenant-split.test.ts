@@ -6,9 +6,9 @@
 // a move owns the tenant. An unsplit tenant on the same tables behaves as before.
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { randomBytes } from 'node:crypto';
-import { testConfig, closePools, shardPool, directoryPool, uniq } from '../helpers/stack';
-import { prepareStack } from '../helpers/move';
-import { prepareShard, fenceStatus } from '../../lib/shard/prepare';
+import { shardPool, directoryPool, uniq } from '../helpers/stack';
+import { dropSplitSchema, setUpSplitSchema } from '../helpers/split-schema';
+import { fenceStatus } from '../../lib/shard/prepare';
 import { splitRowUnitSql } from '../../lib/shard/fence-sql';
 import { subUnitClauseSql } from '../../lib/shard/split-sql';
 import { createTenant } from '../../lib/tenants';
@@ -49,29 +49,16 @@ function keyIn(tenant: string, k: number, prefix = 'key'): string {
 }
 
 beforeAll(async () => {
-  await prepareStack();
-  const base = testConfig();
-  config = {
-    ...base,
-    tenant: {
-      ...base.tenant,
-      schemas: [schema],
-      tables: [`${schema}.orders`, `${schema}.lines`],
-      splitColumns: { [`${schema}.orders`]: 'order_key', [`${schema}.lines`]: 'order_key' },
-    },
-  };
-  await shardPool(SHARD).query(`create schema ${schema};
-    create table ${schema}.orders (tenant_id text not null, order_key text not null, v int not null default 0, primary key (tenant_id, order_key));
-    create table ${schema}.lines (tenant_id text not null, order_key text not null, n int not null, primary key (tenant_id, order_key, n))`);
-  await prepareShard(shardPool(SHARD), config);
+  config = await setUpSplitSchema(
+    SHARD,
+    schema,
+    { orders: 'order_key', lines: 'order_key' },
+    `create table ${schema}.orders (tenant_id text not null, order_key text not null, v int not null default 0, primary key (tenant_id, order_key));
+     create table ${schema}.lines (tenant_id text not null, order_key text not null, n int not null, primary key (tenant_id, order_key, n))`,
+  );
 }, 60_000);
 
-afterAll(async () => {
-  await shardPool(SHARD)
-    .query(`drop schema if exists ${schema} cascade`)
-    .catch(() => {});
-  await closePools();
-});
+afterAll(() => dropSplitSchema(SHARD, schema));
 
 async function newTenant(): Promise<string> {
   const tenant = uniq('sp');
