@@ -5,7 +5,7 @@ import type { Pool, PoolClient } from 'pg';
 import { ShardctlError } from '../errors';
 import { stableHash64 } from '../buckets/hash';
 import type { BucketDataset } from '../buckets/units';
-import type { TenantTable } from './tables';
+import { quoteIdent, type TenantTable } from './tables';
 import { bucketCheckSql, type DatasetConfig } from '../unit-rows';
 
 const settingKey = (dataset: string) => `dataset.${dataset}.buckets`;
@@ -84,7 +84,7 @@ export async function bucketTableProblems(db: Pool | PoolClient, t: TenantTable,
 export function jobsTableProblems(ds: { name: string; jobsTable?: string }, tables: readonly string[]): string[] {
   if (!ds.jobsTable) return [];
   const [schema, table] = ds.jobsTable.split('.');
-  if (tables.includes(`"${schema}"."${table}"`)) return [];
+  if (tables.includes(`${quoteIdent(schema)}.${quoteIdent(table)}`)) return [];
   return [
     `jobs table ${ds.jobsTable} of dataset ${ds.name} is not one of its tables on this shard (missing, without its key and bucket columns, or not in datasets[].tables): its bucket units' jobs would be neither fenced nor moved with them`,
   ];
