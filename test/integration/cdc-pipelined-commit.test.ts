@@ -164,7 +164,11 @@ describe('pipelined group commit', () => {
     const again = await s.apply();
     expect(again.stopReason).toBe('idle');
     expect(again.transactionsApplied).toBe(TRANSACTIONS - onTarget.length);
-    expect(again.rowsInsertedByCopy).toBe(TRANSACTIONS - onTarget.length); // no key met twice: the committed prefix is not applied again
+    // By COPY, but not necessarily every row: an insert batch left under MIN_COPY_ROWS when a group
+    // closes is written by upsert (a fresh-clone CI run saw 3,999 of 4,000 by COPY). Exactly once is
+    // what the count of transactions above and the row-for-row comparison below prove.
+    expect(again.rowsInsertedByCopy).toBeGreaterThan(0);
+    expect(again.rowsInsertedByCopy).toBeLessThanOrEqual(TRANSACTIONS - onTarget.length);
     await expectSame(s.tenant);
   });
 
