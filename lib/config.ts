@@ -190,6 +190,22 @@ export const configSchema = z
       })
       .strict()
       .default({}),
+    /**
+     * The shard's write gate (docs/production.md, "The native fence"). `library`: the native
+     * fence's shared library on every shard server (`$libdir/shardctl_fence` once installed there,
+     * or an absolute path), built by scripts/build-native-fence.sh; `shards prepare` then installs
+     * the C twin of the fence's hot functions and fails, saying why, if a shard cannot load it.
+     * Absent: the plpgsql fence.
+     */
+    fence: z
+      .object({
+        library: z
+          .string()
+          .regex(/^(\$libdir\/|\/)[A-Za-z0-9_./-]+$/, 'an absolute path or $libdir/<name>, of letters, digits, _ . / -')
+          .optional(),
+      })
+      .strict()
+      .default({}),
     /** Who may approve what (docs/production.md, "Separation of duties"). */
     approvals: z
       .object({

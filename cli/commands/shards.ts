@@ -82,7 +82,7 @@ export function register(program: Command) {
     .description('configured shards: reachability and fenced tenant tables')
     .option(
       '--json',
-      'as JSON: [{name, status, units, class, dedicatedTo, region, capacity, capacityBytes, reachable, schemaInstalled, tenantTables, fencedTables, unfenced, tenantBytes, tenantRows, writesPerSecond, slotRetainedBytes, error?, directoryError?}]',
+      'as JSON: [{name, status, units, class, dedicatedTo, region, capacity, capacityBytes, reachable, schemaInstalled, fence, tenantTables, fencedTables, unfenced, tenantBytes, tenantRows, writesPerSecond, slotRetainedBytes, error?, directoryError?}]',
     )
     .option('--rate-window <duration>', "how long to sample the tenant tables' write counters for writesPerSecond (0: skip)", '1s')
     .action(async (o: { json?: boolean; rateWindow?: string }) => {
@@ -294,7 +294,7 @@ export function formatShardList(rows: readonly ShardRow[], tty: boolean): string
           ? (r.error ?? '')
           : !r.schemaInstalled
             ? 'not prepared (run `shardctl shards prepare`)'
-            : `${r.fencedTables}/${r.tenantTables} tenant tables fenced, ${volumeText(r)}` +
+            : `${r.fencedTables}/${r.tenantTables} tenant tables fenced${r.fence ? ` (${r.fence} fence)` : ''}, ${volumeText(r)}` +
               (r.unfenced.length ? `; NOT fenced: ${r.unfenced.join(', ')}` : '') +
               (r.error ? `; ${r.error}` : '');
         const kind = [r.dedicatedTo ? `dedicated to ${r.dedicatedTo}` : r.class === 'dedicated' ? 'dedicated' : '', r.region ?? ''].filter(Boolean).join(' ');
@@ -345,6 +345,8 @@ export interface ShardRow {
   schemaInstalled: boolean;
   tenantTables: number;
   fencedTables: number;
+  /** The fence's implementation on the shard (lib/shard/prepare.ts fenceStatus); null when unknown. */
+  fence: 'native' | 'plpgsql' | null;
   unfenced: string[];
   /** On-disk size of its tenant tables (with indexes and TOAST), bytes; null when unreachable. */
   tenantBytes: number | null;
@@ -400,6 +402,7 @@ async function describeShard(config: Config, name: string, pool: Pool, inventory
     schemaInstalled: false,
     tenantTables: 0,
     fencedTables: 0,
+    fence: null,
     unfenced: [],
     tenantBytes: null,
     tenantRows: null,
@@ -415,6 +418,7 @@ async function describeShard(config: Config, name: string, pool: Pool, inventory
     row.schemaInstalled = st.schemaInstalled;
     row.tenantTables = st.tenantTables.length;
     row.fencedTables = st.fenced.length;
+    row.fence = st.implementation;
     row.unfenced = st.unfenced;
     // Two samples of the write counters, `rateWindowMs` apart (statistics lag by up to
     // stats_fetch_consistency's snapshot; each sample is its own transaction).

@@ -137,6 +137,40 @@ export function ensureMoto(s: Stack, log: (m: string) => void): void {
   if (r.code !== 0) throw new StackError(`could not install moto[server] with pip: ${r.stderr.trim().slice(-500)}`);
 }
 
+// ---------------------------------------------------------------- native fence
+
+/** Where `dev up` builds the native fence (scripts/build-native-fence.sh's default). */
+function nativeFenceLibrary(s: Stack): string {
+  return p(s, 'native', 'shardctl_fence.so');
+}
+
+/** SHARDCTL_DEV_FENCE=plpgsql: the dev stack's shards keep the plpgsql fence (default: native, once built). */
+export function devFenceKind(env = process.env): 'native' | 'plpgsql' {
+  const v = env.SHARDCTL_DEV_FENCE ?? 'native';
+  if (v !== 'native' && v !== 'plpgsql') throw new StackError(`SHARDCTL_DEV_FENCE must be native or plpgsql, got ${JSON.stringify(v)}`);
+  return v;
+}
+
+/**
+ * Builds the native fence for the stack's PostgreSQL (a second or so; the first build fetches
+ * Debian's server headers with apt-get download). A failed build is said and leaves the shards on
+ * the plpgsql fence (test/integration/fence.test.ts then fails, naming the reason).
+ */
+export function ensureNativeFence(s: Stack, log: (m: string) => void): void {
+  if (devFenceKind() !== 'native') return;
+  const r = run('bash', [path.join(s.root, 'scripts', 'build-native-fence.sh'), path.join(findPgBin(), 'pg_config')], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  if (r.code !== 0) {
+    const why = r.stderr.trim().split('\n').slice(-3).join(' ');
+    fs.mkdirSync(p(s, 'native'), { recursive: true });
+    fs.writeFileSync(p(s, 'native', 'build-failed'), `${new Date().toISOString()} ${why}\n`);
+    log(`native fence not built (${why}); the shards keep the plpgsql fence`);
+    return;
+  }
+  fs.rmSync(p(s, 'native', 'build-failed'), { force: true });
+}
+
 // ---------------------------------------------------------------- temporal
 
 async function httpOk(url: string, timeoutMs = 1500): Promise<boolean> {
@@ -288,6 +322,7 @@ export function stackConfig(s: Stack): Config {
       forcePathStyle: true,
     },
     tenant: { column: 'tenant_id', schemas: ['public'], allowUnfencedWrites: false },
+    fence: devFenceKind() === 'native' && fs.existsSync(nativeFenceLibrary(s)) ? { library: nativeFenceLibrary(s) } : {},
     datasets: [],
     limits: {
       copyBatchRows: 5000,
@@ -331,6 +366,7 @@ export interface UpOptions {
 export async function up(s: Stack, log: (m: string) => void = () => {}, o: UpOptions = {}): Promise<void> {
   for (const d of ['logs', 'run']) fs.mkdirSync(p(s, d), { recursive: true });
   fs.writeFileSync(p(s, 'stack.json'), JSON.stringify(s.ports, null, 2));
+  ensureNativeFence(s, log);
   const config = stackConfig(s);
   fs.writeFileSync(p(s, 'config.json'), JSON.stringify(config, null, 2));
   findPgBin(); // missing binaries: say so before installing anything

@@ -57,7 +57,7 @@
 //    The functions that set the proof run as the owner (SECURITY DEFINER), which is also why a
 //    writer needs no privilege on the fence for the check. A mark set by hand, or kept from an
 //    earlier transaction of the session, fails the proof, and the statement runs the whole check
-//    instead (test/integration/fence.test.ts, "the check's mark cannot be forged"). A forger would
+//    instead (test/integration/fence-suite.ts, "the check's mark cannot be forged"). A forger would
 //    need, in its own transaction, a 64-bit match between the hashes of two unit names under a
 //    seed it does not choose (beginning with the transaction's start, to the microsecond), or
 //    between two seeds for one name (a replay, or what a check saw rewritten to another epoch or
@@ -145,7 +145,12 @@ function seenThisTransactionSql(seen: string): string {
  * v_set, v_seen, v_gen and v_proof, and read v_gen before the fence): what the check saw first,
  * then the proof over it.
  */
-function markCheckedPlpgsql(unit: string, epoch: string): string {
+function markCheckedPlpgsql(unit: string, epoch: string, native: boolean): string {
+  // The native fence keeps the mark in the backend's memory, where only its own functions reach.
+  if (native) {
+    return `  perform shardctl.native_mark(${unit});
+  v_set := pg_catalog.set_config('shardctl.checked', ${unit}, true);`;
+  }
   return `  v_seen := ${TX_START_HEX} operator(pg_catalog.||) ':' operator(pg_catalog.||) v_gen::pg_catalog.text
     operator(pg_catalog.||) ':' operator(pg_catalog.||) (${epoch})::pg_catalog.text;
   v_set := pg_catalog.set_config('${FENCE_SEEN_SETTING}', v_seen, false);
@@ -162,7 +167,8 @@ export const FENCE_OLD_ROWS_TRIGGER = 'shardctl_fence_old_rows';
 export const FENCE_GEN_TRIGGER = 'shardctl_fence_gen';
 
 /** The fence's functions (schema `shardctl`); part of shardSchemaSql. */
-export function fenceFunctionsSql(): string {
+export function fenceFunctionsSql(opts: { library?: string } = {}): string {
+  const native = opts.library !== undefined;
   return `
 -- The mark's proof (lib/shard/fence-sql.ts): the session's currval of write_mark, which only the
 -- owner sets (setval); writers may read it, which tells them nothing they could not compute.
@@ -204,21 +210,30 @@ end $once$;
 
 -- The router's first statement of a write transaction, as a procedure: a CALL is not planned and
 -- answers no row, so it costs the shard and the router less than the same check in a SELECT.
+${native ? nativeDeclarationsSql(opts.library!) : ''}
 create or replace procedure shardctl.open_unit_write(p_unit text, p_epoch bigint)
-language plpgsql security definer as $fn$
-${beginUnitWriteBody()}
-$fn$;
+${
+  native
+    ? `language c security definer as ${quoteLiteral(opts.library!)}, 'shardctl_open_unit_write';`
+    : `language plpgsql security definer as $fn$
+${beginUnitWriteBody(false)}
+$fn$;`
+}
 
 -- The same check as a function, for routers of the previous release (they open with
 -- "select shardctl.begin_unit_write(...)") and for tests: one body, so the two cannot drift.
 create or replace function shardctl.begin_unit_write(p_unit text, p_epoch bigint) returns void
 language plpgsql volatile security definer as $fn$
-${beginUnitWriteBody()}
+${beginUnitWriteBody(native)}
 $fn$;
 
 -- The unit this statement may write rows of, checked: only for the fence triggers' WHEN
 -- clauses, which fold it once per statement (lib/shard/fence-sql.ts). NULL: unfenced writes allowed.
-create or replace function shardctl.checked_unit() returns pg_catalog.text
+${
+  native
+    ? `create or replace function shardctl.checked_unit() returns pg_catalog.text
+language c immutable as ${quoteLiteral(opts.library!)}, 'shardctl_checked_unit';`
+    : `create or replace function shardctl.checked_unit() returns pg_catalog.text
 language plpgsql immutable as $fn$
 declare
   v_unit pg_catalog.text := pg_catalog.current_setting('shardctl.checked', true);
@@ -245,7 +260,8 @@ begin
   -- check runs in a volatile function of its own, whose fence read takes a fresh snapshot.
   return shardctl.check_unrouted_write();
 end
-$fn$;
+$fn$;`
+}
 
 -- The ways of split sub-unit p_unit (0: p_unit is no sub-unit), for the WHEN clauses of tables
 -- with a split column, called only as split_ways_of(checked_unit()): both fold to constants once
@@ -275,8 +291,8 @@ declare
 ${SETTINGS_DECLARE}
 begin
 ${unroutedPlpgsql('v_unit', 'v_epoch_txt', 'return null;')}
-${routeCheckPlpgsql('v_unit', 'v_epoch_txt::pg_catalog.int8')}
-${markCheckedPlpgsql('v_unit', 'v_epoch_txt::pg_catalog.int8')}
+${routeCheckPlpgsql('v_unit', 'v_epoch_txt::pg_catalog.int8', native)}
+${markCheckedPlpgsql('v_unit', 'v_epoch_txt::pg_catalog.int8', native)}
   return v_unit;
 end
 $fn$;
@@ -312,14 +328,32 @@ ${unroutedPlpgsql('v_unit', 'v_epoch_txt', 'return;')}
   if p_row_unit is distinct from v_unit then
     raise exception 'shardctl: row of unit % written in a transaction opened for unit %', p_row_unit, v_unit using errcode = 'SC403';
   end if;
-${routeCheckPlpgsql('v_unit', 'v_epoch_txt::pg_catalog.int8')}
+${routeCheckPlpgsql('v_unit', 'v_epoch_txt::pg_catalog.int8', native)}
 end
 $fn$;
+${native ? '' : DROP_NATIVE_SQL}
 `;
 }
 
+/**
+ * The native fence's own functions (native/shardctl_fence.c; `fence.library` in the config): the
+ * mark, which only the owner's checks may set, and a read of it for tests and operators. Created
+ * before the functions that call them; dropped by a prepare without the library.
+ */
+function nativeDeclarationsSql(library: string): string {
+  return `create or replace function shardctl.native_mark(p_unit pg_catalog.text) returns void
+language c volatile strict as ${quoteLiteral(library)}, 'shardctl_native_mark';
+revoke all on function shardctl.native_mark(pg_catalog.text) from public;
+create or replace function shardctl.native_marked_unit() returns pg_catalog.text
+language c volatile as ${quoteLiteral(library)}, 'shardctl_native_marked_unit';`;
+}
+
+/** What a prepare without the native fence drops of it (after the plpgsql functions replaced its C ones). */
+const DROP_NATIVE_SQL = `drop function if exists shardctl.native_mark(pg_catalog.text);
+drop function if exists shardctl.native_marked_unit();`;
+
 /** open_unit_write's and begin_unit_write's body: set the route, check it, mark the transaction. */
-function beginUnitWriteBody(): string {
+function beginUnitWriteBody(native: boolean): string {
   return `declare
 ${CHECK_DECLARE}
 begin
@@ -328,8 +362,8 @@ begin
   end if;
   v_set := pg_catalog.set_config('shardctl.unit', p_unit, true);
   v_set := pg_catalog.set_config('shardctl.epoch', p_epoch::pg_catalog.text, true);
-${routeCheckPlpgsql('p_unit', 'p_epoch')}
-${markCheckedPlpgsql('p_unit', 'p_epoch')}
+${routeCheckPlpgsql('p_unit', 'p_epoch', native)}
+${markCheckedPlpgsql('p_unit', 'p_epoch', native)}
 end`;
 }
 
@@ -371,19 +405,24 @@ function unroutedPlpgsql(unit: string, epochTxt: string, allowed: string): strin
  * fence are both from before the change or both from after its commit. Repeatable read and
  * serializable always read (FOR SHARE: the snapshot may be older than a fence change).
  */
-function routeCheckPlpgsql(unit: string, epoch: string): string {
-  return `
-  v_locked := pg_catalog.pg_advisory_xact_lock_shared(${FENCE_LOCK_CLASS}, pg_catalog.hashtext(${unit})) is null;
-  v_gen := coalesce(pg_catalog.pg_sequence_last_value('${FENCE_GEN_SEQUENCE}'::pg_catalog.regclass), 0);
-  v_seen := pg_catalog.current_setting('${FENCE_SEEN_SETTING}', true);
-  v_rc := pg_catalog.current_setting('transaction_isolation') operator(pg_catalog.=) 'read committed';
+function routeCheckPlpgsql(unit: string, epoch: string, native: boolean): string {
+  // The native fence's plpgsql checks (writers outside the router, routers of the previous
+  // release) always read: the session's repeated check is skipped by its C procedure only.
+  const seenCurrent = native
+    ? `  v_seen_current := false;`
+    : `  v_seen := pg_catalog.current_setting('${FENCE_SEEN_SETTING}', true);
   -- A CASE, so currval() runs only in a session that holds a proof (it fails in one that never set it).
   v_seen_current := case
     when v_rc and coalesce(pg_catalog.split_part(v_seen, ':', 2) operator(pg_catalog.=) v_gen::pg_catalog.text
         and pg_catalog.split_part(v_seen, ':', 3) operator(pg_catalog.=) (${epoch})::pg_catalog.text
         and pg_catalog.current_setting('${PROOF_SETTING}', true) operator(pg_catalog.=) 'on', false)
       then pg_catalog.currval('${WRITE_MARK_SEQUENCE}'::pg_catalog.regclass) operator(pg_catalog.=) ${proofSql(unit, 'v_seen')}
-    else false end;
+    else false end;`;
+  return `
+  v_locked := pg_catalog.pg_advisory_xact_lock_shared(${FENCE_LOCK_CLASS}, pg_catalog.hashtext(${unit})) is null;
+  v_gen := coalesce(pg_catalog.pg_sequence_last_value('${FENCE_GEN_SEQUENCE}'::pg_catalog.regclass), 0);
+  v_rc := pg_catalog.current_setting('transaction_isolation') operator(pg_catalog.=) 'read committed';
+${seenCurrent}
   if v_seen_current is not true then
     if v_rc then
       select epoch, owned, frozen, frozen_until into f from shardctl.fence where unit operator(pg_catalog.=) ${unit};

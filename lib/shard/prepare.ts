@@ -64,7 +64,7 @@ export async function prepareShard(
     // A writer holding a tenant table for long must not stall prepare (and every writer queued
     // behind prepare's trigger DDL) indefinitely: give up and say so.
     await c.query(`select set_config('lock_timeout', $1, true)`, [`${opts.lockTimeoutMs ?? 10_000}ms`]);
-    await installShardSchema(c);
+    await installShardSchema(c, { fenceLibrary: config.fence.library });
     if (config.datasets.length > 0) {
       await checkRoutingHash(c);
       await recordDatasetBuckets(c, config.datasets);
@@ -196,6 +196,8 @@ export interface FenceStatus {
   fenced: string[];
   /** Tenant tables without it (or with it disabled): their writes are not fenced. */
   unfenced: string[];
+  /** Which fence checks the writes: the C twin (config `fence.library`) or the plpgsql one; null before prepare. */
+  implementation: 'native' | 'plpgsql' | null;
 }
 
 /** What `shards list` shows: which tenant tables of a shard are fenced. Read-only. */
@@ -213,7 +215,12 @@ export async function fenceStatus(db: Pool | PoolClient, config: Config): Promis
       ((await hasTableFence(db, t.qualified, ds.bucketColumn, rowUnit)) ? fenced : unfenced).push(displayName(t));
     }
   }
-  return { schemaInstalled: r.rows[0].installed, tenantTables: tables.map(displayName), fenced, unfenced };
+  const impl = await db.query<{ lang: string | null }>(
+    `select (select l.lanname from pg_proc p join pg_language l on l.oid = p.prolang where p.oid = to_regprocedure('shardctl.checked_unit()')) as lang`,
+  );
+  const lang = impl.rows[0].lang;
+  const implementation = lang === null ? null : lang === 'c' ? 'native' : 'plpgsql';
+  return { schemaInstalled: r.rows[0].installed, tenantTables: tables.map(displayName), fenced, unfenced, implementation };
 }
 
 /**

@@ -7,6 +7,7 @@
 //
 // The fence itself (functions, triggers, constraint, protocol) is in lib/shard/fence-sql.ts.
 import type { PoolClient } from 'pg';
+import { ShardctlError } from '../errors';
 import { MAX_BUCKETS } from '../buckets/units';
 import { PINNED_SEARCH_PATH, fenceFunctionsSql } from './fence-sql';
 import { addColumnOnce } from './ddl-once';
@@ -15,7 +16,8 @@ export { FENCE_LOCK_CLASS, PINNED_SEARCH_PATH } from './fence-sql';
 
 export const SHARD_SCHEMA_VERSION = 1;
 
-export function shardSchemaSql(): string {
+/** `fenceLibrary`: the native fence's library (config `fence.library`); absent: the plpgsql fence. */
+export function shardSchemaSql(opts: { fenceLibrary?: string } = {}): string {
   return `
 create schema if not exists shardctl;
 
@@ -123,7 +125,7 @@ create table if not exists shardctl.settings (
   value text not null
 );
 
-${fenceFunctionsSql()}
+${fenceFunctionsSql({ library: opts.fenceLibrary })}
 -- Reads check ownership too, so a stale router never serves a moved tenant's old copy.
 create or replace function shardctl.assert_readable(p_unit text, p_epoch bigint) returns void
 language plpgsql volatile ${PINNED_SEARCH_PATH} as $fn$
@@ -167,6 +169,30 @@ $fn$;
 `;
 }
 
-export async function installShardSchema(client: PoolClient): Promise<void> {
-  await client.query(shardSchemaSql());
+export async function installShardSchema(client: PoolClient, opts: { fenceLibrary?: string } = {}): Promise<void> {
+  try {
+    await client.query(shardSchemaSql(opts));
+  } catch (e) {
+    throw nativeFenceFailure(e, opts.fenceLibrary);
+  }
+}
+
+/**
+ * A prepare that names the native fence and cannot install it, said as such: the library missing
+ * or built for another server (58P01, XX000 "incompatible library"), or a role that may not create
+ * C functions (42501: only a superuser may). Anything else is returned as it is.
+ */
+export function nativeFenceFailure(err: unknown, library: string | undefined): unknown {
+  const e = err as { code?: unknown; message?: unknown };
+  if (library === undefined) return err;
+  const msg = String(e?.message ?? err);
+  const cannotLoad = e?.code === '58P01' || (e?.code === 'XX000' && /library/.test(msg)) || (e?.code === '42501' && /language c\b/i.test(msg));
+  if (!cannotLoad) return err;
+  return new ShardctlError(
+    'PreconditionFailed',
+    `the native fence (fence.library ${library}) cannot be installed on this shard: ${msg}. ` +
+      'Build it for this server (scripts/build-native-fence.sh with its pg_config), put it where the server can read it, and prepare as a role that may create C functions (a superuser); ' +
+      'or remove fence.library to keep the plpgsql fence. Nothing was changed.',
+    { library },
+  );
 }

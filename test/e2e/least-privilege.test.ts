@@ -64,6 +64,9 @@ function fleetConfig(user?: keyof typeof PASSWORD): Config {
   const base = testConfig();
   return {
     ...base,
+    // The plpgsql fence: the native one's C functions can only be created by a superuser
+    // (docs/production.md, "The native fence"), and no superuser prepares this fleet.
+    fence: {},
     temporal: { ...base.temporal, taskQueue: tq },
     directory: { dsn: dsnOf(base.directory.dsn, NAMES.directoryDatabase, user === 'owner' ? undefined : user) },
     shards: base.shards.map((s) => ({ ...s, dsn: dsnOf(s.dsn, NAMES.database, user) })),

@@ -180,6 +180,7 @@ describe('--json shapes of the read verbs', () => {
         'capacityBytes',
         'class',
         'dedicatedTo',
+        'fence',
         'fencedTables',
         'name',
         'reachable',

@@ -15,7 +15,7 @@ import fs from 'node:fs';
 import { CreateBucketCommand } from '@aws-sdk/client-s3';
 import { ownFleet, type Fleet } from '../helpers/fleet';
 import { runCli, jsonError, configFile } from '../helpers/cli';
-import { closePools, shardPool, uniq } from '../helpers/stack';
+import { closePools, shardPool, testConfig, uniq } from '../helpers/stack';
 import * as H from '../helpers/move';
 import { openPool } from '../../lib/connections';
 import { loadConfig, type Config } from '../../lib/config';
@@ -218,6 +218,7 @@ describe('shards add', () => {
       reachable: true,
       schemaInstalled: true,
       fencedTables: 2, // items and the blob index
+      fence: testConfig().fence.library ? 'native' : 'plpgsql', // as the config prepared it
       tenantTables: 2,
       region: 'eu-test-1',
       tenantBytes: expect.any(Number),
