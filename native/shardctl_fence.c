@@ -121,20 +121,28 @@ ensure_callbacks(void)
 	callbacks_registered = true;
 }
 
+/* This backend's local transaction id (PostgreSQL 17 moved it into MyProc->vxid). */
+#if PG_VERSION_NUM >= 170000
+#define CURRENT_LXID (MyProc->vxid.lxid)
+#else
+#define CURRENT_LXID (MyProc->lxid)
+#endif
+
 static void
 mark(const char *unit)
 {
 	ensure_callbacks();
 	set_str(&mark_unit, unit);
-	mark_lxid = MyProc->lxid;
+	mark_lxid = CURRENT_LXID;
 	mark_level = GetCurrentTransactionNestLevel();
 	mark_valid = true;
 }
 
+
 static bool
 marked(void)
 {
-	return mark_valid && mark_lxid == MyProc->lxid;
+	return mark_valid && mark_lxid == CURRENT_LXID;
 }
 
 static Oid

@@ -1,5 +1,8 @@
 // The shard's write gate (DESIGN.md §3) as SQL: checked once per transaction, never per row, so a
 // write pays a few per cent for it. Installed by `shards prepare` (lib/shard/prepare.ts).
+// With config `fence.library`, open_unit_write and checked_unit() are the C twins of
+// native/shardctl_fence.c instead, whose mark is the backend's own memory (no proof below
+// applies to it; docs/architecture.md, "Shard fence"); everything else here is shared.
 //
 // Protocol:
 //  - The router opens a write transaction with `begin; call shardctl.open_unit_write(unit,
