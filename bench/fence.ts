@@ -73,6 +73,30 @@ export async function setupFenceBench(pool: Pool, dsn: string, shard: string, co
   return { pool, dsn, shard, config, tenants, clients };
 }
 
+/** The database beside the shard's own where the plpgsql fence is measured in the same run as the native one. */
+export const PLPGSQL_FENCE_DATABASE = 'shardctl_bench_plpgsql_fence';
+
+/**
+ * The same bench set-up with the plpgsql fence, in a database of its own on the same server (the
+ * two fences cannot both be one database's), for the run that measures the native fence: its
+ * figures print beside the native ones, each against its own plain table.
+ */
+export async function setupPlpgsqlFenceBench(serverDsn: string, shard: string, config: Config, writers: number): Promise<FenceContext> {
+  const admin = new Client({ connectionString: serverDsn });
+  await admin.connect();
+  try {
+    const have = await admin.query('select 1 from pg_database where datname = $1', [PLPGSQL_FENCE_DATABASE]);
+    if (!have.rowCount) await admin.query(`create database ${PLPGSQL_FENCE_DATABASE}`);
+  } finally {
+    await admin.end();
+  }
+  const url = new URL(serverDsn);
+  url.pathname = `/${PLPGSQL_FENCE_DATABASE}`;
+  const dsn = url.toString();
+  const pool = new Pool({ connectionString: dsn, max: 2, application_name: 'shardctl-bench' });
+  return setupFenceBench(pool, dsn, shard, { ...config, fence: {} }, writers);
+}
+
 /** One run of a scenario into `table`: rows per second over all writers. */
 export async function writeRun(ctx: FenceContext, sc: WriteScenario, table: 'fenced' | 'plain'): Promise<number> {
   await ctx.pool.query(`truncate ${FENCE_SCHEMA}.${table}`);

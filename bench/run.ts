@@ -30,6 +30,7 @@ import {
   setupFenceBench,
   setupRouterBench,
   teardownFence,
+  setupPlpgsqlFenceBench,
   writeRun,
 } from './fence';
 import { measureCutoverPauses, pauseFigures } from './cutover-pause';
@@ -90,6 +91,8 @@ async function main() {
   const notes: Record<string, unknown> = {};
   const tenant = 'bench-t';
   let fence: FenceContext | undefined;
+  /** With the native fence configured: the plpgsql fence beside it, measured in the same rounds. */
+  let plpgsqlFence: FenceContext | undefined;
   let router: RouterContext | undefined;
   try {
     const machine = {
@@ -220,12 +223,21 @@ async function main() {
     if (only.has('fence') || only.has('router')) {
       fence = await setupFenceBench(fencePool, c.dsn, c.name, config, 8);
       if (only.has('fence')) {
+        const native = config.fence.library !== undefined;
+        if (native) plpgsqlFence = await setupPlpgsqlFenceBench(c.dsn, c.name, config, 8);
         for (const sc of fenceScenarios(1, pairedRounds)) {
-          log(`fence ${sc.name}: plain / fenced, ${sc.rounds} paired rounds`);
+          log(`fence ${sc.name}: plain / fenced (${native ? 'native fence; the plpgsql fence beside it' : 'plpgsql fence'}), ${sc.rounds} paired rounds`);
+          const p = plpgsqlFence;
           const r = await interleavePaired(sc.rounds, [
             ['plain', () => writeRun(fence!, sc, 'plain')],
             ['fenced', () => writeRun(fence!, sc, 'fenced')],
-          ]);
+            ...(p
+              ? ([
+                  ['plainP', () => writeRun(p, sc, 'plain')],
+                  ['fencedP', () => writeRun(p, sc, 'fenced')],
+                ] as const)
+              : []),
+          ] as [string, () => Promise<number>][]);
           figures.push({
             name: `fenced / unfenced, ${sc.name}`,
             unit: 'rows/s',
@@ -233,9 +245,21 @@ async function main() {
             baseline: r.plain,
             better: 'higher',
             goal: { op: '>=', value: 0.9 },
-            baselineLabel: 'same writes, table without the fence',
+            baselineLabel: `same writes, table without the fence${native ? ' (native fence)' : ''}`,
             paired: true,
           });
+          if (p) {
+            figures.push({
+              name: `plpgsql fence / unfenced, ${sc.name}`,
+              unit: 'rows/s',
+              ours: r.fencedP,
+              baseline: r.plainP,
+              better: 'higher',
+              baselineLabel: 'same writes, table without the fence, same rounds',
+              note: 'the fence a shard has without fence.library (managed servers): measured in the same rounds, in a database of its own',
+              paired: true,
+            });
+          }
         }
       }
       if (only.has('router')) {
@@ -316,6 +340,10 @@ async function main() {
     if (!flag('no-save')) saveResults({ startedAt, durationSec, command, machine, machineLine, rows, rounds, verdicts, notes, table });
   } finally {
     if (fence || router) await teardownFence(fence, router);
+    if (plpgsqlFence) {
+      await teardownFence(plpgsqlFence);
+      await plpgsqlFence.pool.end();
+    }
     await dropBenchSchema([source, target]).catch(() => {});
     await Promise.all([source.end(), target.end(), fencePool.end(), directory.end()]);
   }
