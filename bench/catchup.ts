@@ -117,10 +117,11 @@ export async function setupCatchUp(ctx: CatchUpContext): Promise<void> {
 /**
  * Applies what the source has written so far, for at most `maxSeconds` (a slow apply would
  * otherwise take the bench's whole budget; what it leaves stays in the slot for the next round):
- * the rate is applied transactions per second.
+ * the rate is applied transactions per second. `untilLsn` (default: the source's WAL position now)
+ * is where the writes ended, when another side may have written to the source since.
  */
-export async function applyBacklog(ctx: CatchUpContext, expected: number, maxSeconds: number): Promise<RateSample> {
-  const untilLsn = await currentWalLsn(ctx.source);
+export async function applyBacklog(ctx: CatchUpContext, expected: number, maxSeconds: number, untilLsn?: string): Promise<RateSample> {
+  untilLsn ??= await currentWalLsn(ctx.source);
   const { value, seconds } = await timed(() =>
     applyChangesUntil({
       sourceDsn: ctx.sourceDsn,

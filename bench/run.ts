@@ -18,7 +18,9 @@ import { interleave, interleavePaired, log } from './measure';
 import { createBenchData, dropBenchSchema } from './setup';
 import { CopyContext, CopySample, createNativeTarget, dropNativeTarget, nativeInitialSync, ourCopy, rawCopyPipe, rawPipeIntoPrepared } from './copy';
 import { ourValidation, scanBothSides } from './validate';
-import { WORKLOADS, applyBacklog, pgbenchScript, runPgbench, setupCatchUp, teardownCatchUp } from './catchup';
+import { RateSample, WORKLOADS, applyBacklog, pgbenchScript, runPgbench, setupCatchUp, teardownCatchUp } from './catchup';
+import { NativeApplyContext, NativeApplySample, markEndOfWrites, nativeApply, setupNativeApply, teardownNativeApply } from './catchup-native';
+import { currentWalLsn } from '../lib/cdc';
 import {
   FenceContext,
   ROUTER_ROUNDS,
@@ -187,30 +189,73 @@ async function main() {
 
       if (only.has('catchup')) {
         const cu = { source, target, sourceDsn: a.dsn, tables: data.tables, tenant, tenantColumn, counts: data.counts, clients: 8, writeSeconds };
-        await setupCatchUp(cu);
+        const nlr: NativeApplyContext = { source, target, sourceDsn: a.dsn, targetDsn: b.dsn, tables: data.tables, tenant, tenantColumn };
         try {
+          await setupCatchUp(cu);
+          await setupNativeApply(nlr);
+          let marker = 0;
           for (const w of workloads) {
-            log(`catch-up ${w}: pgbench ${writeSeconds} s on the source / apply it, interleaved`);
+            log(`catch-up ${w}: pgbench ${writeSeconds} s on the source / apply it by ours and by native logical replication, alternately first`);
             const script = pgbenchScript(w, tenant, data.counts);
-            const written: { transactions: number; seconds: number }[] = [];
-            const applied: { transactions: number; seconds: number }[] = [];
+            const written: RateSample[] = [];
+            const applied: RateSample[] = [];
+            const native: RateSample[] = [];
             for (let r = 0; r < rounds; r++) {
               const wr = await runPgbench(a.dsn, script, cu.clients, writeSeconds);
               written.push(wr);
-              applied.push(await applyBacklog(cu, wr.transactions, applySeconds));
+              // Both apply the same backlog, each from its own slot, to where the writes ended.
+              const untilLsn = await currentWalLsn(source);
+              const m = ++marker;
+              await markEndOfWrites(nlr, m);
+              let ours: RateSample | undefined;
+              let nat: NativeApplySample | undefined;
+              const sides = [
+                async () => void (ours = await applyBacklog(cu, wr.transactions, applySeconds, untilLsn)),
+                async () => void (nat = await nativeApply(nlr, m, wr.transactions, Math.max(120, applySeconds * 10))),
+              ];
+              for (const run of r % 2 ? sides.reverse() : sides) await run();
+              applied.push(ours!);
+              native.push(nat!);
+              const rate = (x: RateSample) => Math.round(x.transactions / x.seconds);
+              log(
+                `  round ${r + 1} (${r % 2 ? 'native' : 'ours'} first): pgbench ${rate(wr)} tx/s, ours ${rate(ours!)} tx/s, native ${rate(nat!)} tx/s (its worker started after ${nat!.startSeconds.toFixed(2)} s)`,
+              );
             }
-            const rate = (xs: { transactions: number; seconds: number }[]) => xs.map((x) => x.transactions / x.seconds);
-            figures.push({
-              name: `catch-up, ${w}`,
-              unit: 'tx/s',
-              ours: rate(applied),
-              baseline: rate(written),
-              better: 'higher',
-              goal: { op: '>=', value: w === '100-row statements' ? 1 : 3 },
-              baselineLabel: `pgbench write rate, ${cu.clients} clients`,
-            });
+            const rate = (xs: RateSample[]) => xs.map((x) => x.transactions / x.seconds);
+            figures.push(
+              {
+                name: `catch-up, ${w}`,
+                unit: 'tx/s',
+                ours: rate(applied),
+                baseline: rate(written),
+                better: 'higher',
+                goal: { op: '>=', value: w === '100-row statements' ? 1 : 3 },
+                baselineLabel: `pgbench write rate, ${cu.clients} clients`,
+              },
+              {
+                name: `catch-up vs native logical replication apply, ${w}`,
+                unit: 'tx/s',
+                ours: rate(applied),
+                baseline: rate(native),
+                better: 'higher',
+                paired: true,
+                baselineLabel: 'native subscription applying the same backlog',
+                note: 'where our applier stands against the limit PostgreSQL itself reaches on this machine',
+              },
+              {
+                name: `native apply / pgbench write, ${w}`,
+                unit: 'tx/s',
+                ours: rate(native),
+                baseline: rate(written),
+                better: 'higher',
+                paired: true,
+                baselineLabel: `pgbench write rate, ${cu.clients} clients`,
+                note: "the 'ours' column is native logical replication's apply: whether PostgreSQL's own apply reaches the goal here",
+              },
+            );
           }
         } finally {
+          await teardownNativeApply(nlr);
           await teardownCatchUp(cu);
         }
       }
