@@ -4,7 +4,9 @@
 //    do) writes to the tenant on the source for a fixed time: its transactions per second;
 //  - ours: applyChangesUntil then applies what was written (to the WAL position at the end of the
 //    writes, for at most --apply-seconds) onto the target, from the move's slot: applied
-//    transactions per second.
+//    transactions per second;
+//  - second baseline: native logical replication applies the same backlog from a slot of its own
+//    (bench/catchup-native.ts), before or after ours, alternately.
 // Workloads: 1-row transactions; mixed multi-table transactions (update a doc without touching its
 // TOASTed body, update a comment, insert an event, delete an event); 100-row INSERT statements.
 import { spawn } from 'node:child_process';

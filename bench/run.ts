@@ -356,7 +356,7 @@ async function main() {
     const args = process.argv.slice(2).join(' ');
     const command = args ? `npm run bench -- ${args}` : 'npm run bench';
     console.log(
-      `\n${table}\n\n${notes.rows ? `${rows} rows, ` : ''}${rounds} interleaved rounds per figure (best round each side), fence and router figures paired (median of per-round ratios [interquartile range, rounds]), ${durationSec} s; ${machineLine}`,
+      `\n${table}\n\n${notes.rows ? `${rows} rows, ` : ''}${rounds} interleaved rounds per figure (best round each side), fence, router and the catch-up's native-apply figures paired (median of per-round ratios [interquartile range, rounds]), ${durationSec} s; ${machineLine}`,
     );
     if (!flag('no-save')) saveResults({ startedAt, durationSec, command, machine, machineLine, rows, rounds, verdicts, notes, table });
   } finally {
