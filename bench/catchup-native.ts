@@ -15,6 +15,7 @@
 // Everything is named shardctl_bench_nlr: teardownNativeApply removes it (the subscription, its
 // slot, the publication, the marker's schema, the database), and setup first removes what a
 // killed run left.
+import fs from 'node:fs';
 import { Client, Pool } from 'pg';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { dropPublicationAndSlot } from '../lib/cdc';
@@ -44,6 +45,23 @@ export interface NativeApplyContext {
 export interface NativeApplySample extends RateSample {
   /** From ENABLE until the apply worker showed in pg_stat_subscription (part of `seconds`). */
   startSeconds: number;
+  /**
+   * CPU seconds (user + system, /proc) of the round's walsender on the source and apply worker on
+   * the target, each a process of its own started by this round's ENABLE, read once the marker is
+   * applied: everything they did for the round. null where /proc could not be read.
+   */
+  cpu: { walsender: number | null; worker: number | null };
+}
+
+const TICK = 100; // USER_HZ
+function cpuOf(pid: number | null | undefined): number | null {
+  if (!pid) return null;
+  try {
+    const f = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+    return (Number(f[11]) + Number(f[12])) / TICK; // utime + stime
+  } catch {
+    return null;
+  }
 }
 
 async function subscriber(ctx: Pick<NativeApplyContext, 'targetDsn'>): Promise<Client> {
@@ -162,9 +180,14 @@ export async function nativeApply(ctx: NativeApplyContext, round: number, transa
       });
     });
     if (Number.isNaN(startSeconds)) ctx.workerStartedAt = Date.now(); // started and done between two polls
+    const [w, s] = await Promise.all([
+      c.query(`select pid from pg_stat_subscription where subname = $1 and relid is null`, [NLR]),
+      ctx.source.query(`select active_pid as pid from pg_replication_slots where slot_name = $1`, [NLR]),
+    ]);
+    const cpu = { walsender: cpuOf(s.rows[0]?.pid), worker: cpuOf(w.rows[0]?.pid) };
     await disable(ctx, c);
     await checkCounts(ctx, c, `after round ${round}`);
-    return { transactions, seconds, startSeconds };
+    return { transactions, seconds, startSeconds, cpu };
   } finally {
     await c.end();
   }

@@ -199,7 +199,7 @@ async function main() {
             const script = pgbenchScript(w, tenant, data.counts);
             const written: RateSample[] = [];
             const applied: RateSample[] = [];
-            const native: RateSample[] = [];
+            const native: NativeApplySample[] = [];
             for (let r = 0; r < rounds; r++) {
               const wr = await runPgbench(a.dsn, script, cu.clients, writeSeconds);
               written.push(wr);
@@ -217,10 +217,12 @@ async function main() {
               applied.push(ours!);
               native.push(nat!);
               const rate = (x: RateSample) => Math.round(x.transactions / x.seconds);
+              const perTx = (cpu: number | null) => (cpu === null ? 'n/a' : ((cpu / nat!.transactions) * 1e6).toFixed(1));
               log(
-                `  round ${r + 1} (${r % 2 ? 'native' : 'ours'} first): pgbench ${rate(wr)} tx/s, ours ${rate(ours!)} tx/s, native ${rate(nat!)} tx/s (its worker started after ${nat!.startSeconds.toFixed(2)} s)`,
+                `  round ${r + 1} (${r % 2 ? 'native' : 'ours'} first): pgbench ${rate(wr)} tx/s, ours ${rate(ours!)} tx/s, native ${rate(nat!)} tx/s (its worker started after ${nat!.startSeconds.toFixed(2)} s; CPU per transaction: walsender ${perTx(nat!.cpu.walsender)} µs, apply worker ${perTx(nat!.cpu.worker)} µs)`,
               );
             }
+            notes[`catch-up native apply, ${w}`] = native;
             const rate = (xs: RateSample[]) => xs.map((x) => x.transactions / x.seconds);
             figures.push(
               {
