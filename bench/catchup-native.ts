@@ -29,6 +29,10 @@ import type { RateSample } from './catchup';
 /** The scratch database on the target, the publication, the subscription, its slot and the marker's schema on the source. */
 const NLR = 'shardctl_bench_nlr';
 const MARKER = `${NLR}.marker`;
+const SYNC = new Set(['off', 'local', 'remote_write', 'remote_apply', 'on']);
+const bad = (v: string): never => {
+  throw new Error(`synchronous_commit ${JSON.stringify(v)}: one of ${[...SYNC].join(', ')}`);
+};
 
 export interface NativeApplyContext {
   source: Pool;
@@ -38,6 +42,8 @@ export interface NativeApplyContext {
   tables: TenantTable[];
   tenant: string;
   tenantColumn: string;
+  /** The subscription's synchronous_commit: 'off' is its default (the walsender is told only flushed positions). */
+  synchronousCommit: string;
   /** When (Date.now()) an apply worker of the subscription was last seen starting; see launcherReady. */
   workerStartedAt?: number;
 }
@@ -131,7 +137,11 @@ export async function setupNativeApply(ctx: NativeApplyContext): Promise<void> {
   try {
     await c.query(tablesDdl(SCHEMA));
     await c.query(`create schema ${NLR}; create table ${MARKER} (round int primary key)`);
-    await c.query(`create subscription ${NLR} connection '${ctx.sourceDsn}' publication ${NLR} with (copy_data = true, create_slot = true, enabled = true)`);
+    const sync = SYNC.has(ctx.synchronousCommit) ? ctx.synchronousCommit : bad(ctx.synchronousCommit);
+    await c.query(
+      `create subscription ${NLR} connection '${ctx.sourceDsn}' publication ${NLR}
+         with (copy_data = true, create_slot = true, enabled = true, synchronous_commit = '${sync}')`,
+    );
     ctx.workerStartedAt = Date.now();
     await until('the initial sync', 600_000, async () => {
       const r = await c.query(

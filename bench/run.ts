@@ -5,6 +5,7 @@
 //
 //   npm run bench -- --only planner [--shards 1000] [--units 100000] [--runs 5]   (the planner alone, bench/planner.ts: no stack, nothing saved)
 //   npm run bench -- [--rows 300000] [--rounds 2] [--write-seconds 8] [--apply-seconds 30] [--only copy,validate,catchup,fence,router] [--workloads 1-row,mixed,100-row]
+//                    [--native-synchronous-commit off (the catch-up's native subscription: its default off, or on, local, remote_write, remote_apply)]
 //                    [--paired-rounds N (fence and router: default 15 / 11 / 7 by scenario, 15 for the router)]
 //                    [--cutover [--cutover-sizes 10000,100000,1000000] [--cutover-moves 5] [--cutover-blobs index,direct]] [--no-save]
 import fs from 'node:fs';
@@ -189,7 +190,16 @@ async function main() {
 
       if (only.has('catchup')) {
         const cu = { source, target, sourceDsn: a.dsn, tables: data.tables, tenant, tenantColumn, counts: data.counts, clients: 8, writeSeconds };
-        const nlr: NativeApplyContext = { source, target, sourceDsn: a.dsn, targetDsn: b.dsn, tables: data.tables, tenant, tenantColumn };
+        const nlr: NativeApplyContext = {
+          source,
+          target,
+          sourceDsn: a.dsn,
+          targetDsn: b.dsn,
+          tables: data.tables,
+          tenant,
+          tenantColumn,
+          synchronousCommit: arg('native-synchronous-commit') ?? 'off',
+        };
         try {
           await setupCatchUp(cu);
           await setupNativeApply(nlr);
@@ -241,7 +251,7 @@ async function main() {
                 baseline: rate(native),
                 better: 'higher',
                 paired: true,
-                baselineLabel: 'native subscription applying the same backlog',
+                baselineLabel: `native subscription applying the same backlog${nlr.synchronousCommit === 'off' ? '' : `, synchronous_commit ${nlr.synchronousCommit}`}`,
                 note: 'where our applier stands against the limit PostgreSQL itself reaches on this machine',
               },
               {
