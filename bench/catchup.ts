@@ -4,7 +4,9 @@
 //    do) writes to the tenant on the source for a fixed time: its transactions per second;
 //  - ours: applyChangesUntil then applies what was written (to the WAL position at the end of the
 //    writes, for at most --apply-seconds) onto the target, from the move's slot: applied
-//    transactions per second.
+//    transactions per second;
+//  - second baseline: native logical replication applies the same backlog from a slot of its own
+//    (bench/catchup-native.ts), before or after ours, alternately.
 // Workloads: 1-row transactions; mixed multi-table transactions (update a doc without touching its
 // TOASTed body, update a comment, insert an event, delete an event); 100-row INSERT statements.
 import { spawn } from 'node:child_process';
@@ -117,10 +119,11 @@ export async function setupCatchUp(ctx: CatchUpContext): Promise<void> {
 /**
  * Applies what the source has written so far, for at most `maxSeconds` (a slow apply would
  * otherwise take the bench's whole budget; what it leaves stays in the slot for the next round):
- * the rate is applied transactions per second.
+ * the rate is applied transactions per second. `untilLsn` (default: the source's WAL position now)
+ * is where the writes ended, when another side may have written to the source since.
  */
-export async function applyBacklog(ctx: CatchUpContext, expected: number, maxSeconds: number): Promise<RateSample> {
-  const untilLsn = await currentWalLsn(ctx.source);
+export async function applyBacklog(ctx: CatchUpContext, expected: number, maxSeconds: number, untilLsn?: string): Promise<RateSample> {
+  untilLsn ??= await currentWalLsn(ctx.source);
   const { value, seconds } = await timed(() =>
     applyChangesUntil({
       sourceDsn: ctx.sourceDsn,

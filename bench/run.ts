@@ -5,6 +5,7 @@
 //
 //   npm run bench -- --only planner [--shards 1000] [--units 100000] [--runs 5]   (the planner alone, bench/planner.ts: no stack, nothing saved)
 //   npm run bench -- [--rows 300000] [--rounds 2] [--write-seconds 8] [--apply-seconds 30] [--only copy,validate,catchup,fence,router] [--workloads 1-row,mixed,100-row]
+//                    [--native-synchronous-commit off (the catch-up's native subscription: its default off, or on, local, remote_write, remote_apply)]
 //                    [--paired-rounds N (fence and router: default 15 / 11 / 7 by scenario, 15 for the router)]
 //                    [--cutover [--cutover-sizes 10000,100000,1000000] [--cutover-moves 5] [--cutover-blobs index,direct]] [--no-save]
 import fs from 'node:fs';
@@ -18,7 +19,9 @@ import { interleave, interleavePaired, log } from './measure';
 import { createBenchData, dropBenchSchema } from './setup';
 import { CopyContext, CopySample, createNativeTarget, dropNativeTarget, nativeInitialSync, ourCopy, rawCopyPipe, rawPipeIntoPrepared } from './copy';
 import { ourValidation, scanBothSides } from './validate';
-import { WORKLOADS, applyBacklog, pgbenchScript, runPgbench, setupCatchUp, teardownCatchUp } from './catchup';
+import { RateSample, WORKLOADS, applyBacklog, pgbenchScript, runPgbench, setupCatchUp, teardownCatchUp } from './catchup';
+import { NativeApplyContext, NativeApplySample, markEndOfWrites, nativeApply, setupNativeApply, teardownNativeApply } from './catchup-native';
+import { currentWalLsn } from '../lib/cdc';
 import {
   FenceContext,
   ROUTER_ROUNDS,
@@ -190,30 +193,84 @@ async function main() {
 
       if (only.has('catchup')) {
         const cu = { source, target, sourceDsn: a.dsn, tables: data.tables, tenant, tenantColumn, counts: data.counts, clients: 8, writeSeconds };
-        await setupCatchUp(cu);
+        const nlr: NativeApplyContext = {
+          source,
+          target,
+          sourceDsn: a.dsn,
+          targetDsn: b.dsn,
+          tables: data.tables,
+          tenant,
+          tenantColumn,
+          synchronousCommit: arg('native-synchronous-commit') ?? 'off',
+        };
         try {
+          await setupCatchUp(cu);
+          await setupNativeApply(nlr);
+          let marker = 0;
           for (const w of workloads) {
-            log(`catch-up ${w}: pgbench ${writeSeconds} s on the source / apply it, interleaved`);
+            log(`catch-up ${w}: pgbench ${writeSeconds} s on the source / apply it by ours and by native logical replication, alternately first`);
             const script = pgbenchScript(w, tenant, data.counts);
-            const written: { transactions: number; seconds: number }[] = [];
-            const applied: { transactions: number; seconds: number }[] = [];
+            const written: RateSample[] = [];
+            const applied: RateSample[] = [];
+            const native: NativeApplySample[] = [];
             for (let r = 0; r < rounds; r++) {
               const wr = await runPgbench(a.dsn, script, cu.clients, writeSeconds);
               written.push(wr);
-              applied.push(await applyBacklog(cu, wr.transactions, applySeconds));
+              // Both apply the same backlog, each from its own slot, to where the writes ended.
+              const untilLsn = await currentWalLsn(source);
+              const m = ++marker;
+              await markEndOfWrites(nlr, m);
+              let ours: RateSample | undefined;
+              let nat: NativeApplySample | undefined;
+              const sides = [
+                async () => void (ours = await applyBacklog(cu, wr.transactions, applySeconds, untilLsn)),
+                async () => void (nat = await nativeApply(nlr, m, wr.transactions, Math.max(120, applySeconds * 10))),
+              ];
+              for (const run of r % 2 ? sides.reverse() : sides) await run();
+              applied.push(ours!);
+              native.push(nat!);
+              const rate = (x: RateSample) => Math.round(x.transactions / x.seconds);
+              const perTx = (cpu: number | null) => (cpu === null ? 'n/a' : ((cpu / nat!.transactions) * 1e6).toFixed(1));
+              log(
+                `  round ${r + 1} (${r % 2 ? 'native' : 'ours'} first): pgbench ${rate(wr)} tx/s, ours ${rate(ours!)} tx/s, native ${rate(nat!)} tx/s (its worker started after ${nat!.startSeconds.toFixed(2)} s; CPU per transaction: walsender ${perTx(nat!.cpu.walsender)} µs, apply worker ${perTx(nat!.cpu.worker)} µs)`,
+              );
             }
-            const rate = (xs: { transactions: number; seconds: number }[]) => xs.map((x) => x.transactions / x.seconds);
-            figures.push({
-              name: `catch-up, ${w}`,
-              unit: 'tx/s',
-              ours: rate(applied),
-              baseline: rate(written),
-              better: 'higher',
-              goal: { op: '>=', value: w === '100-row statements' ? 1 : 3 },
-              baselineLabel: `pgbench write rate, ${cu.clients} clients`,
-            });
+            notes[`catch-up native apply, ${w}`] = native;
+            const rate = (xs: RateSample[]) => xs.map((x) => x.transactions / x.seconds);
+            figures.push(
+              {
+                name: `catch-up, ${w}`,
+                unit: 'tx/s',
+                ours: rate(applied),
+                baseline: rate(written),
+                better: 'higher',
+                goal: { op: '>=', value: w === '100-row statements' ? 1 : 3 },
+                baselineLabel: `pgbench write rate, ${cu.clients} clients`,
+              },
+              {
+                name: `catch-up vs native logical replication apply, ${w}`,
+                unit: 'tx/s',
+                ours: rate(applied),
+                baseline: rate(native),
+                better: 'higher',
+                paired: true,
+                baselineLabel: `native subscription applying the same backlog${nlr.synchronousCommit === 'off' ? '' : `, synchronous_commit ${nlr.synchronousCommit}`}`,
+                note: 'where our applier stands against the limit PostgreSQL itself reaches on this machine',
+              },
+              {
+                name: `native apply / pgbench write, ${w}`,
+                unit: 'tx/s',
+                ours: rate(native),
+                baseline: rate(written),
+                better: 'higher',
+                paired: true,
+                baselineLabel: `pgbench write rate, ${cu.clients} clients`,
+                note: "the 'ours' column is native logical replication's apply: whether PostgreSQL's own apply reaches the goal here",
+              },
+            );
           }
         } finally {
+          await teardownNativeApply(nlr);
           await teardownCatchUp(cu);
         }
       }
@@ -335,7 +392,7 @@ async function main() {
     const args = process.argv.slice(2).join(' ');
     const command = args ? `npm run bench -- ${args}` : 'npm run bench';
     console.log(
-      `\n${table}\n\n${notes.rows ? `${rows} rows, ` : ''}${rounds} interleaved rounds per figure (best round each side), fence and router figures paired (median of per-round ratios [interquartile range, rounds]), ${durationSec} s; ${machineLine}`,
+      `\n${table}\n\n${notes.rows ? `${rows} rows, ` : ''}${rounds} interleaved rounds per figure (best round each side), fence, router and the catch-up's native-apply figures paired (median of per-round ratios [interquartile range, rounds]), ${durationSec} s; ${machineLine}`,
     );
     if (!flag('no-save')) saveResults({ startedAt, durationSec, command, machine, machineLine, rows, rounds, verdicts, notes, table });
   } finally {
