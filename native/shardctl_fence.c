@@ -15,10 +15,14 @@
  *    the owner's SECURITY DEFINER checks.
  *
  * The mark lives in this backend's memory, not in a setting or a sequence: no SQL can set it but
- * the checks above, so it needs no proof. It holds for the local transaction that set it and only
- * while the lock taken with it is held: rolling back the subtransaction that set it (which
- * releases that lock) clears it, and committing that subtransaction hands it to the parent, as
- * the lock is. Any end of the top transaction (commit, abort, prepare) clears it.
+ * the checks above (native_mark refuses anyone but the schema's owner, whatever the grants), so it
+ * needs no proof. It holds for the local transaction that set it and only while the lock taken
+ * with it is held: the lock is taken for the (sub)transaction, never for the portal running the
+ * statement; rolling back the subtransaction that set it (which releases that lock) clears it, and
+ * committing that subtransaction hands it to the parent, as the lock is. Any end of the top
+ * transaction (commit, abort, prepare) clears it. And each statement that uses it takes the lock
+ * again (only counted when held) and compares the fence generation with the one its check read,
+ * so a fence change that took no unit lock (TRUNCATE) makes the statement run the whole check.
  *
  * A session's repeated check of the same unit at the same epoch skips the fence read (read
  * committed only) when the fence generation (shardctl.fence_gen, advanced by a trigger on every
@@ -38,7 +42,10 @@
 #include "nodes/pg_list.h"
 #include "parser/parse_func.h"
 #include "storage/proc.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/resowner.h"
+#include "catalog/pg_namespace.h"
 #include "utils/fmgrprotos.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
@@ -56,6 +63,8 @@ static bool mark_valid = false;
 static LocalTransactionId mark_lxid = InvalidLocalTransactionId;
 static int mark_level = 0;
 static char *mark_unit = NULL;
+static int64 mark_gen = 0;   /* the fence generation read under the lock by the check that set the mark */
+static Oid mark_gen_seq = InvalidOid;
 
 /* What this session's last passing read committed check read: unit, epoch, generation, and the generation sequence. */
 static bool seen_valid = false;
@@ -69,6 +78,9 @@ static SPIPlanPtr read_plan = NULL;
 static SPIPlanPtr read_for_share_plan = NULL;
 
 static bool callbacks_registered = false;
+
+static Oid gen_sequence(void);
+static int64 gen_value(Oid seq);
 
 static void
 set_str(char **slot, const char *value)
@@ -129,10 +141,12 @@ ensure_callbacks(void)
 #endif
 
 static void
-mark(const char *unit)
+mark(const char *unit, int64 gen, Oid gen_seq)
 {
 	ensure_callbacks();
 	set_str(&mark_unit, unit);
+	mark_gen = gen;
+	mark_gen_seq = gen_seq;
 	mark_lxid = CURRENT_LXID;
 	mark_level = GetCurrentTransactionNestLevel();
 	mark_valid = true;
@@ -167,6 +181,30 @@ gen_value(Oid seq)
 	fc->args[0].isnull = false;
 	d = pg_sequence_last_value(fc);
 	return fc->isnull ? 0 : DatumGetInt64(d);
+}
+
+/*
+ * The unit's advisory lock, shared, held by the (sub)transaction, not by whatever portal runs
+ * the statement: a lock taken while a cursor's portal is current would belong to that portal, and
+ * a failed fetch of it inside a savepoint would release the lock when the savepoint rolls back
+ * while the transaction's mark stays (found in review). Taking it again when held only counts it.
+ */
+static void
+lock_unit_shared(text *unit)
+{
+	int32 hash = DatumGetInt32(DirectFunctionCall1Coll(hashtext, DEFAULT_COLLATION_OID, PointerGetDatum(unit)));
+	ResourceOwner saved = CurrentResourceOwner;
+
+	CurrentResourceOwner = CurTransactionResourceOwner;
+	PG_TRY();
+	{
+		(void) DirectFunctionCall2(pg_advisory_xact_lock_shared_int4, Int32GetDatum(FENCE_LOCK_CLASS), Int32GetDatum(hash));
+	}
+	PG_FINALLY();
+	{
+		CurrentResourceOwner = saved;
+	}
+	PG_END_TRY();
 }
 
 static SPIPlanPtr
@@ -246,7 +284,6 @@ shardctl_open_unit_write(PG_FUNCTION_ARGS)
 	char *unit_str;
 	int64 epoch;
 	char epoch_str[32];
-	int32 hash;
 	Oid seq;
 	int64 gen;
 	bool rc;
@@ -262,8 +299,7 @@ shardctl_open_unit_write(PG_FUNCTION_ARGS)
 	set_local("shardctl.unit", unit_str);
 	set_local("shardctl.epoch", epoch_str);
 
-	hash = DatumGetInt32(DirectFunctionCall1Coll(hashtext, DEFAULT_COLLATION_OID, PointerGetDatum(unit)));
-	(void) DirectFunctionCall2(pg_advisory_xact_lock_shared_int4, Int32GetDatum(FENCE_LOCK_CLASS), Int32GetDatum(hash));
+	lock_unit_shared(unit);
 	seq = gen_sequence();
 	gen = gen_value(seq);
 	rc = XactIsoLevel == XACT_READ_COMMITTED;
@@ -279,16 +315,35 @@ shardctl_open_unit_write(PG_FUNCTION_ARGS)
 			seen_valid = true;
 		}
 	}
-	mark(unit_str);
+	mark(unit_str, gen, seq);
 	set_local("shardctl.checked", unit_str);
 	PG_RETURN_VOID();
 }
 
+/*
+ * Marks the transaction for a unit the caller has just checked (the plpgsql checks, as the
+ * schema's owner: SECURITY DEFINER). Refused to anyone else whatever their grants (EXECUTE is
+ * revoked from PUBLIC, but `grant execute on all routines in schema shardctl` would give it
+ * back). Takes the unit's lock for the transaction itself, and reads the generation under it.
+ */
 PG_FUNCTION_INFO_V1(shardctl_native_mark);
 Datum
 shardctl_native_mark(PG_FUNCTION_ARGS)
 {
-	mark(text_to_cstring(PG_GETARG_TEXT_PP(0)));
+	text *unit = PG_GETARG_TEXT_PP(0);
+	Oid nsp = get_namespace_oid("shardctl", false);
+	Oid seq;
+
+#if PG_VERSION_NUM >= 160000
+	if (!object_ownercheck(NamespaceRelationId, nsp, GetUserId()))
+#else
+	if (!pg_namespace_ownercheck(nsp, GetUserId()))
+#endif
+		ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+						errmsg("shardctl: only the fence's own checks may mark a transaction (run as the owner of schema shardctl)")));
+	lock_unit_shared(unit);
+	seq = gen_sequence();
+	mark(text_to_cstring(unit), gen_value(seq), seq);
 	PG_RETURN_VOID();
 }
 
@@ -302,7 +357,22 @@ shardctl_checked_unit(PG_FUNCTION_ARGS)
 	Datum result;
 
 	if (marked())
-		PG_RETURN_TEXT_P(cstring_to_text(mark_unit));
+	{
+		/*
+		 * The mark counts while its lock is the transaction's (taken again: only counted when held)
+		 * and no fence row has changed since the check read the generation under it: a change that
+		 * took no unit lock (TRUNCATE), or any way the lock was lost, makes the statement run the
+		 * whole check, as the plpgsql twin does.
+		 */
+		text *unit = cstring_to_text(mark_unit);
+		Oid seq;
+
+		lock_unit_shared(unit);
+		seq = gen_sequence();
+		if (seq == mark_gen_seq && gen_value(seq) == mark_gen)
+			PG_RETURN_TEXT_P(unit);
+		mark_valid = false;
+	}
 	/* No mark: the whole check, in a volatile function of its own (its fence read takes a fresh snapshot). */
 	fn = LookupFuncName(list_make2(makeString("shardctl"), makeString("check_unrouted_write")), 0, NULL, false);
 	fmgr_info(fn, &flinfo);

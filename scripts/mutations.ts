@@ -72,6 +72,36 @@ export const MUTATIONS: Mutation[] = [
     testName: 'refuses writes to a frozen unit with SC423 while reads continue',
   },
   {
+    id: 'native-mark-owner-only',
+    guarantee:
+      "the native mark's setter refuses anyone but the schema's owner, whatever the grants (the documented writer has EXECUTE on every routine) (§3, issue 11)",
+    file: 'native/shardctl_fence.c',
+    from: 'if (!pg_namespace_ownercheck(nsp, GetUserId()))',
+    to: 'if (false)',
+    testFile: 'test/integration/fence.test.ts',
+    testName: 'is set by the check only, ends with the transaction, and no writer can set it',
+  },
+  {
+    id: 'native-lock-transaction-owner',
+    guarantee:
+      "the native check's lock is the transaction's, not the portal's: a cursor's failed fetch rolled back to a savepoint cannot release it under a standing mark (§3, issue 11)",
+    file: 'native/shardctl_fence.c',
+    from: '	CurrentResourceOwner = CurTransactionResourceOwner;\n',
+    to: '',
+    testFile: 'test/integration/fence.test.ts',
+    testName: "a check run by a cursor's fetch keeps its lock",
+  },
+  {
+    id: 'native-mark-gen-recheck',
+    guarantee:
+      'a native mark counts only while the fence generation is the one its check read: a fence change that took no unit lock (TRUNCATE) makes the next statement run the whole check (§3, issue 11)',
+    file: 'native/shardctl_fence.c',
+    from: 'if (seq == mark_gen_seq && gen_value(seq) == mark_gen)',
+    to: 'if (true)',
+    testFile: 'test/integration/fence.test.ts',
+    testName: 'a marked transaction whose fence changed without the unit lock',
+  },
+  {
     id: 'native-mark-revoked',
     guarantee: "only the owner's checks may set the native mark: EXECUTE on shardctl.native_mark is revoked from PUBLIC (§3, issue 11)",
     file: 'lib/shard/fence-sql.ts',

@@ -1044,7 +1044,9 @@ export function fenceSuite(kind: FenceKind): void {
       await end(d, 'rollback');
       // The mark's setter is the owner's: a writer role may not call it.
       const role = uniq('writer').replace(/-/g, '_');
-      await pool.query(`create role ${role}; grant usage on schema shardctl to ${role}`);
+      // With the documented grants (docs/production.md gives the writer EXECUTE on every routine
+      // of the schema): the setter refuses anyone but the schema's owner all the same.
+      await pool.query(`create role ${role}; grant usage on schema shardctl to ${role}; grant execute on all routines in schema shardctl to ${role}`);
       try {
         const code = await outcome(
           inTx({}, async (t) => {
@@ -1103,6 +1105,47 @@ export function fenceSuite(kind: FenceKind): void {
       const unit = await newUnit();
       await inTx({ unit, epoch: 1, via: 'router' }, (c) => insertAccounts(c, unit, ['after-failed-prepare']));
       expect(await accountNames(unit)).toEqual(['after-failed-prepare']);
+    });
+
+    it("a check run by a cursor's fetch keeps its lock when a later fetch fails in a savepoint that is rolled back (the lock is the transaction's, not the portal's)", async () => {
+      const unit = await newUnit();
+      const c = await begin({});
+      // The first row checks and marks; the second, fetched in a savepoint, fails (stale epoch 0).
+      await c.query(`declare cur cursor for select shardctl.begin_unit_write('${unit}', e) from (values (1::bigint), (0::bigint)) v(e)`);
+      await c.query('fetch 1 from cur');
+      await c.query('savepoint s');
+      expect(await outcome(c.query('fetch 1 from cur'))).toBe(SQLSTATE.staleRoute);
+      await c.query('rollback to savepoint s');
+      expect(await marked(c)).toBe(unit);
+      // The transaction still holds the unit's lock: a hand-off waits for it.
+      const change = setUnitFence(pool, { unit, epoch: 2, owned: false, frozen: false });
+      await waitForLockWaiter(unit, 'ExclusiveLock');
+      await insertAccounts(c, unit, ['before-hand-off']);
+      await end(c, 'commit');
+      expect((await change).ok).toBe(true);
+      expect(await accountNames(unit)).toEqual(['before-hand-off']);
+    });
+
+    it('a marked transaction whose fence changed without the unit lock (TRUNCATE of the fence) runs the whole check at its next statement', async () => {
+      const unit = await newUnit();
+      const c = new Client({ connectionString: dsn });
+      await c.connect();
+      try {
+        // A first check reads the fence and is remembered; the second, skipping the read, holds no
+        // lock on the fence table, so a TRUNCATE (which takes no unit's lock) does not wait for it.
+        await c.query('begin');
+        await c.query(ROUTER_OPEN, [unit, 1]);
+        await c.query('commit');
+        await c.query('begin');
+        await c.query(ROUTER_OPEN, [unit, 1]);
+        await insertAccounts(c as unknown as PoolClient, unit, ['before']);
+        await pool.query('truncate shardctl.fence');
+        expect(await outcome(insertAccounts(c as unknown as PoolClient, unit, ['after-truncate']))).toBe(SQLSTATE.staleRoute);
+        await c.query('rollback');
+      } finally {
+        await c.end();
+      }
+      expect(await accountNames(unit)).toEqual([]);
     });
 
     it("a session's repeated check is read again once the generation sequence is replaced (a value equal to the cached one proves nothing then)", async () => {
