@@ -65,7 +65,6 @@ export function shardGrantsSql(r: RoleNames = EXAMPLE_ROLES): string {
     `grant connect on database ${db} to ${a};`,
     `grant usage on schema shardctl to ${a};`,
     `grant select on shardctl.fence, shardctl.settings to ${a};`,
-    `grant update (updated_at) on shardctl.fence to ${a};   -- REPEATABLE READ / SERIALIZABLE writers read the fence FOR SHARE`,
     `grant execute on all routines in schema shardctl to ${a};`,
     `grant select, insert, update, delete on shardctl.blob_index to ${a};   -- the blob index (router putBlob / getBlob / deleteBlob)`,
     ...perSchema,

@@ -83,10 +83,11 @@
 //    (BENCHMARKS.md, "Where the fence's time goes"): about 31 µs in all with this proof, of which
 //    setval and currval of the proof, the fence read, the statement's fold and the lock a few µs each;
 //    the fence read, the largest, is now skipped by a session's repeated check of one unit.
-//  - Writers need USAGE on schema shardctl; the check itself runs as the schema's owner. Blob
-//    writers' assert_writable and readers' assert_readable run as the caller: SELECT on
-//    shardctl.fence and shardctl.settings, and UPDATE on a column of shardctl.fence under
-//    REPEATABLE READ / SERIALIZABLE (FOR SHARE).
+//  - Writers need USAGE on schema shardctl; the checks run as the schema's owner (blob writers'
+//    assert_writable too, so a writer needs no UPDATE on shardctl.fence for its FOR SHARE: an
+//    UPDATE of a fence row, of any column, takes the unit's lock exclusively through the
+//    generation trigger, which would let a writer hold any unit's writers up). Readers'
+//    assert_readable runs as the caller: SELECT on shardctl.fence and shardctl.settings.
 
 import { createHash } from 'node:crypto';
 import { splitIndexSql } from './split-sql';
@@ -323,7 +324,7 @@ $fn$;
 -- Refuses (raises) unless this transaction may write rows of unit p_row_unit at its epoch; for
 -- callers other than the tables' triggers (the same check, without marking the transaction).
 create or replace function shardctl.assert_writable(p_row_unit text) returns void
-language plpgsql volatile ${PINNED_SEARCH_PATH} as $fn$
+language plpgsql volatile security definer ${PINNED_SEARCH_PATH} as $fn$
 declare
 ${SETTINGS_DECLARE}
 begin
