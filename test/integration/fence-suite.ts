@@ -16,7 +16,7 @@ import path from 'node:path';
 import { testConfig, uniq } from '../helpers/stack';
 import { openPool } from '../../lib/connections';
 import { existsSync } from 'node:fs';
-import { execFileSync } from 'node:child_process';
+import { ensureNativeFence, stackAt } from '../../lib/dev/stack';
 import { shardByName } from '../../lib/config';
 import { prepareShard } from '../../lib/shard/prepare';
 import { setUnitFence, FenceState } from '../../lib/shard/fence';
@@ -163,7 +163,7 @@ export function fenceSuite(kind: FenceKind): void {
     if (kind === 'native' && !base.fence.library) throw new Error(nativeMissing());
     // The library as native/shardctl_fence.c is now (a no-op when it is built from it): new
     // sessions load the rebuilt file, so an edit of the C source is what this suite tests.
-    if (kind === 'native') execFileSync('bash', [path.join(__dirname, '../../scripts/build-native-fence.sh')], { stdio: ['ignore', 'ignore', 'inherit'] });
+    if (kind === 'native') ensureNativeFence(stackAt(path.join(__dirname, '../..')), (m) => process.stderr.write(`${m}\n`));
     suiteConfig = { ...base, fence: kind === 'native' ? base.fence : {} };
     dsn = await suiteDatabase(kind);
     pool = openPool(dsn, { max: 8 });
