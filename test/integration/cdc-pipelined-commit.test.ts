@@ -224,9 +224,12 @@ describe('pipelined group commit', () => {
     vi.restoreAllMocks();
     const again = await s.apply();
     expect(again.stopReason).toBe('idle');
-    // Every transaction after the stored progress, each once: a row applied twice would meet its key (the COPY fails).
+    // Every transaction after the stored progress, each once (the count, and the rows compared
+    // one for one below). Most by COPY; an insert batch under MIN_COPY_ROWS when a group closes
+    // goes by upsert (a fresh-clone CI run saw 3,997 of 4,000 by COPY), so not necessarily all.
     expect(again.transactionsApplied).toBe(TRANSACTIONS - committed);
-    expect(again.rowsInsertedByCopy).toBe(TRANSACTIONS - committed);
+    expect(again.rowsInsertedByCopy).toBeGreaterThan(0);
+    expect(again.rowsInsertedByCopy).toBeLessThanOrEqual(TRANSACTIONS - committed);
     await expectSame(s.tenant);
   });
 });
