@@ -7,9 +7,11 @@
 //   sql-apply   the SQL interface feeding the same ChangeApplier, each chunk committed on the target
 //               with its progress row, then the slot advanced to what the target committed.
 // The CPU of each process (the walsender or the peeking backend, the target's backends, this
-// process) is read from /proc, as catchup-profile.ts does. Diagnostic: nothing is saved.
+// process) is read from /proc, as catchup-profile.ts does. With --live the drain runs while pgbench
+// writes (as a live catch-up does) and is given its stop position once the writes end: each SQL call
+// then reads up to the source's flushed position at the time. Diagnostic: nothing is saved.
 //   npx tsx bench/catchup-sql-probe.ts [--rows 30000] [--rounds 3] [--write-seconds 8] [--workload 100-row]
-//     [--sides stream,sql-decode,sql-apply] [--chunk 50000]
+//     [--sides stream,sql-decode,sql-apply] [--chunk 50000] [--live]
 import fs from 'node:fs';
 import os from 'node:os';
 import { Client, type Pool } from 'pg';
@@ -18,11 +20,11 @@ import { openPool } from '../lib/connections';
 import { stackAt, stackConfig } from '../lib/dev/stack';
 import { sessionSettings } from '../lib/pg';
 import { ChangeApplier } from '../lib/cdc/applier';
-import { groupFull } from '../lib/cdc/apply';
 import { PgoutputDecoder } from '../lib/cdc/pgoutput';
 import { readAppliedLsn } from '../lib/cdc/progress';
 import { compareLsn, normalizeLsn } from '../lib/cdc/lsn';
-import { currentWalLsn } from '../lib/cdc';
+import { applyChangesUntil, currentWalLsn } from '../lib/cdc';
+import { RoundDeadline, groupFull } from '../lib/cdc/apply';
 import { copyProgress } from '../lib/copy/checkpoint';
 import { replicationNames } from '../lib/ids';
 import { createBenchData, dropBenchSchema } from './setup';
@@ -148,8 +150,11 @@ async function peekChunk(
   chunk: number,
   decoder: PgoutputDecoder,
   each: (ms: ReturnType<PgoutputDecoder['decode']>[]) => Promise<void> | void,
+  silence?: { maxMs: number },
 ): Promise<number> {
   let n = 0;
+  const t0 = performance.now();
+  let first = true;
   let batch: ReturnType<PgoutputDecoder['decode']>[] = [];
   const parser = new BinaryCopyRows((b) => {
     n++;
@@ -160,6 +165,8 @@ async function peekChunk(
     `'proto_version', '1', 'publication_names', '${publication}', 'messages', 'true')) TO STDOUT (FORMAT binary)`;
   const out = c.query(copyTo(sql));
   for await (const ch of out) {
+    if (first && silence) silence.maxMs = Math.max(silence.maxMs, performance.now() - t0);
+    first = false;
     parser.push(ch as Buffer);
     if (batch.length) {
       const ms = batch;
@@ -183,24 +190,33 @@ async function sqlSession(dsn: string): Promise<Client> {
 /** Decodes the slot to untilLsn through the SQL interface, not applying; advances the slot chunk by chunk. */
 async function sqlDecode(dsn: string, slot: string, publication: string, untilLsn: string, chunk: number) {
   const c = await sqlSession(dsn);
-  const stats = { transactions: 0, changes: 0, calls: 0, redecodeMb: 0 };
+  const stats = { transactions: 0, changes: 0, calls: 0, redecodeMb: 0, silence: { maxMs: 0 } };
   try {
     for (;;) {
       const decoder = new PgoutputDecoder();
       let lastEnd: string | null = null;
       const r = await c.query(`select pg_wal_lsn_diff(confirmed_flush_lsn, restart_lsn) as d from pg_replication_slots where slot_name = $1`, [slot]);
       stats.redecodeMb += Number(r.rows[0].d) / 1e6;
-      const n = await peekChunk(c, slot, publication, untilLsn, chunk, decoder, (ms) => {
-        for (const m of ms) {
-          if (m.tag === 'commit') {
-            lastEnd = m.endLsn;
-            stats.transactions++;
-          } else if (m.tag === 'insert') {
-            stats.changes++;
-            m.raw!.lacksAny([0]); // touch the tuple as the applier's key check does
+      const n = await peekChunk(
+        c,
+        slot,
+        publication,
+        untilLsn,
+        chunk,
+        decoder,
+        (ms) => {
+          for (const m of ms) {
+            if (m.tag === 'commit') {
+              lastEnd = m.endLsn;
+              stats.transactions++;
+            } else if (m.tag === 'insert') {
+              stats.changes++;
+              m.raw!.lacksAny([0]); // touch the tuple as the applier's key check does
+            }
           }
-        }
-      });
+        },
+        stats.silence,
+      );
       stats.calls++;
       if (n === 0 || lastEnd === null) break;
       await c.query(`select pg_replication_slot_advance($1, $2::pg_lsn)`, [slot, lastEnd]);
@@ -217,10 +233,10 @@ async function sqlDecode(dsn: string, slot: string, publication: string, untilLs
  * chunk's source transactions are committed on the target with their progress row (one group per
  * chunk), and only then is the slot advanced to that commit's end.
  */
-async function sqlApply(dsn: string, target: Pool, slot: string, publication: string, untilLsn: string, chunk: number) {
+async function sqlApply(dsn: string, target: Pool, slot: string, publication: string, until: string | (() => string | null), chunk: number) {
   const c = await sqlSession(dsn);
   const t = await target.connect();
-  const stats = { transactions: 0, calls: 0, redecodeMb: 0 };
+  const stats = { transactions: 0, calls: 0, redecodeMb: 0, silence: { maxMs: 0 } };
   try {
     const stored = await readAppliedLsn(t, MOVE_ID, 'forward');
     const safeAfter = new Map<string, string>();
@@ -232,51 +248,67 @@ async function sqlApply(dsn: string, target: Pool, slot: string, publication: st
       refuse: () => {},
     });
     for (;;) {
+      // Live (--live): while the writes go on, each call reads up to the source's flushed position then.
+      const final = typeof until === 'string' ? until : until();
+      const untilLsn = final ?? (await c.query<{ l: string }>('select pg_current_wal_flush_lsn()::text as l')).rows[0].l;
       const decoder = new PgoutputDecoder();
       const before = a.stats.transactionsApplied;
       const r = await c.query(`select pg_wal_lsn_diff(confirmed_flush_lsn, restart_lsn) as d from pg_replication_slots where slot_name = $1`, [slot]);
       stats.redecodeMb += Number(r.rows[0].d) / 1e6;
       let lastCommitMs = 0;
-      const n = await peekChunk(c, slot, publication, untilLsn, chunk, decoder, async (ms) => {
-        let i = 0;
-        for (const m of ms) {
-          if (++i % 256 === 0) await new Promise((res) => setImmediate(res));
-          switch (m.tag) {
-            case 'begin':
-              await a.begin(m.finalLsn);
-              break;
-            case 'commit': {
-              await a.commit(m.endLsn);
-              // Group commit as applyChangesUntil does: a full group is pipelined.
-              if (groupFull(a, lastCommitMs)) {
-                const t0 = Date.now();
-                if (await a.commitPipelined()) lastCommitMs = Date.now() - t0;
+      const n = await peekChunk(
+        c,
+        slot,
+        publication,
+        untilLsn,
+        chunk,
+        decoder,
+        async (ms) => {
+          let i = 0;
+          for (const m of ms) {
+            if (++i % 256 === 0) await new Promise((res) => setImmediate(res));
+            switch (m.tag) {
+              case 'begin':
+                await a.begin(m.finalLsn);
+                break;
+              case 'commit': {
+                await a.commit(m.endLsn);
+                // Group commit as applyChangesUntil does: a full group is pipelined.
+                if (groupFull(a, lastCommitMs)) {
+                  const t0 = Date.now();
+                  if (await a.commitPipelined()) lastCommitMs = Date.now() - t0;
+                }
+                break;
               }
-              break;
+              case 'relation':
+                await a.relationChanged(m.relation);
+                break;
+              case 'insert':
+                if (!a.applyInsertNow(m)) await a.apply(m);
+                break;
+              case 'update':
+              case 'delete':
+              case 'truncate':
+                await a.apply(m);
+                break;
+              default:
+                break;
             }
-            case 'relation':
-              await a.relationChanged(m.relation);
-              break;
-            case 'insert':
-              if (!a.applyInsertNow(m)) await a.apply(m);
-              break;
-            case 'update':
-            case 'delete':
-            case 'truncate':
-              await a.apply(m);
-              break;
-            default:
-              break;
           }
-        }
-      });
+        },
+        stats.silence,
+      );
       stats.calls++;
-      if (n === 0) break;
+      if (n === 0) {
+        if (final !== null) break;
+        await new Promise((res) => setTimeout(res, 200));
+        continue;
+      }
       await a.commitPending();
       stats.transactions += a.stats.transactionsApplied - before;
       if (a.applied === null) break;
       await c.query(`select pg_replication_slot_advance($1, $2::pg_lsn)`, [slot, a.applied]);
-      if (compareLsn(a.applied, untilLsn) >= 0) break;
+      if (final !== null && compareLsn(a.applied, final) >= 0) break;
     }
   } finally {
     t.release();
@@ -292,6 +324,8 @@ async function main() {
   const chunk = Number(arg('chunk', '50000'));
   const workload = WORKLOADS.find((w) => w.startsWith(arg('workload', '100-row')))!;
   const sides = arg('sides', 'stream,sql-decode,sql-apply').split(',');
+  const live = process.argv.includes('--live');
+  if (live && sides.includes('sql-decode')) throw new Error('--live: stream and sql-apply only');
   const config = stackConfig(stackAt(process.cwd()));
   const [a, b] = config.shards;
   const source = openPool(a.dsn, { applicationName: 'shardctl-bench', max: 6 });
@@ -327,32 +361,64 @@ async function main() {
     for (let r = 0; r < rounds; r++) {
       const order = r % 2 === 0 ? sides : [...sides].reverse();
       for (const side of order) {
-        const wr = await runPgbench(a.dsn, script, cu.clients, writeSeconds);
-        const untilLsn = await currentWalLsn(source);
-        const lag = await source.query(
-          `select pg_wal_lsn_diff(confirmed_flush_lsn, restart_lsn) as d, pg_wal_lsn_diff($2::pg_lsn, confirmed_flush_lsn) as b from pg_replication_slots where slot_name = $1`,
-          [slot, untilLsn],
-        );
-        const at = `restart_lsn ${(Number(lag.rows[0].d) / 1e6).toFixed(0)} MB behind, backlog ${(Number(lag.rows[0].b) / 1e6).toFixed(0)} MB`;
-        const rowsWritten = wr.transactions * perTx;
-        const cpu0 = process.cpuUsage();
-        const s = sampleCpu(sampler.source, sampler.target, side === 'stream' ? 'shardctl-apply' : PEEK_APP);
-        const t0 = performance.now();
-        let txs: number;
+        const lag = await source.query(`select pg_wal_lsn_diff(confirmed_flush_lsn, restart_lsn) as d from pg_replication_slots where slot_name = $1`, [slot]);
+        let at = `restart_lsn ${(Number(lag.rows[0].d) / 1e6).toFixed(0)} MB behind`;
+        let final: string | null = null;
+        let drainStart = 0;
+        let txs = 0;
         let extra = '';
-        if (side === 'stream') {
-          txs = (await applyBacklog(cu, wr.transactions, 60)).transactions;
-        } else if (side === 'sql-decode') {
-          const st = await sqlDecode(a.dsn, slot, publication, untilLsn, chunk);
-          txs = st.transactions;
-          extra = `, ${st.calls} calls re-reading ${st.redecodeMb.toFixed(0)} MB from restart_lsn`;
+        let wr: { transactions: number; seconds: number };
+        const cpu0 = process.cpuUsage();
+        let s = live ? sampleCpu(sampler.source, sampler.target, side === 'stream' ? 'shardctl-apply' : PEEK_APP) : null;
+        const sqlStats = (st: Awaited<ReturnType<typeof sqlDecode>> | Awaited<ReturnType<typeof sqlApply>>) =>
+          `, ${st.calls} calls re-reading ${st.redecodeMb.toFixed(0)} MB from restart_lsn, longest wait for a call's first row ${st.silence.maxMs.toFixed(0)} ms`;
+        if (live) {
+          // The apply runs while pgbench writes, as a live catch-up does; its stop position is given once the writes end.
+          drainStart = performance.now();
+          const deadline = new RoundDeadline(300_000);
+          const drain: Promise<number> =
+            side === 'stream'
+              ? applyChangesUntil({ sourceDsn: a.dsn, target, slot, publication, moveId: MOVE_ID, stream: 'forward', maxDurationMs: 300_000, deadline }).then(
+                  (v) => v.transactionsApplied,
+                )
+              : sqlApply(a.dsn, target, slot, publication, () => final, chunk).then((st) => {
+                  extra = sqlStats(st);
+                  return st.transactions;
+                });
+          drain.catch(() => {});
+          wr = await runPgbench(a.dsn, script, cu.clients, writeSeconds);
+          final = await currentWalLsn(source);
+          deadline.untilLsn = final;
+          const wroteAt = performance.now();
+          txs = await drain;
+          extra += `, finished ${((performance.now() - wroteAt) / 1000).toFixed(1)} s after the writes`;
         } else {
-          const st = await sqlApply(a.dsn, target, slot, publication, untilLsn, chunk);
-          txs = st.transactions;
-          extra = `, ${st.calls} calls re-reading ${st.redecodeMb.toFixed(0)} MB from restart_lsn`;
+          wr = await runPgbench(a.dsn, script, cu.clients, writeSeconds);
+          const untilLsn = await currentWalLsn(source);
+          const b = await source.query(`select pg_wal_lsn_diff($2::pg_lsn, confirmed_flush_lsn) as b from pg_replication_slots where slot_name = $1`, [
+            slot,
+            untilLsn,
+          ]);
+          at += `, backlog ${(Number(b.rows[0].b) / 1e6).toFixed(0)} MB`;
+          s = sampleCpu(sampler.source, sampler.target, side === 'stream' ? 'shardctl-apply' : PEEK_APP);
+          Object.assign(cpu0, process.cpuUsage());
+          drainStart = performance.now();
+          if (side === 'stream') {
+            txs = (await applyBacklog(cu, wr.transactions, 60)).transactions;
+          } else if (side === 'sql-decode') {
+            const st = await sqlDecode(a.dsn, slot, publication, untilLsn, chunk);
+            txs = st.transactions;
+            extra = sqlStats(st);
+          } else {
+            const st = await sqlApply(a.dsn, target, slot, publication, untilLsn, chunk);
+            txs = st.transactions;
+            extra = sqlStats(st);
+          }
         }
+        const rowsWritten = wr.transactions * perTx;
+        const t0 = drainStart;
         const seconds = (performance.now() - t0) / 1000;
-        const cpu = await s.stop();
+        const cpu = await s!.stop();
         const self = process.cpuUsage(cpu0);
         const rowsDone = txs * perTx;
         const us = (sec: number) => ((sec * 1e6) / rowsDone).toFixed(1);
