@@ -27,7 +27,7 @@ import { applyChangesUntil, currentWalLsn } from '../lib/cdc';
 import { RoundDeadline, groupFull } from '../lib/cdc/apply';
 import { copyProgress } from '../lib/copy/checkpoint';
 import { replicationNames } from '../lib/ids';
-import { createBenchData, dropBenchSchema } from './setup';
+import { SCHEMA, TABLES, createBenchData, dropBenchSchema } from './setup';
 import { WORKLOADS, applyBacklog, pgbenchScript, runPgbench, setupCatchUp, teardownCatchUp } from './catchup';
 import { log } from './measure';
 
@@ -428,6 +428,16 @@ async function main() {
             `drained ${txs} tx at ${(txs / seconds).toFixed(0)} tx/s: ${(txs / seconds / (wr.transactions / wr.seconds)).toFixed(2)}x in ${seconds.toFixed(1)} s; ` +
             `CPU us/row: this ${us(selfSec)}, source ${us(cpu.source)}, target ${us(cpu.target)} (sum ${us(selfSec + cpu.source + cpu.target)}); ${at}${extra}; load ${os.loadavg()[0].toFixed(1)}`,
         );
+      }
+    }
+    if (!sides.includes('sql-decode')) {
+      // Every side applied its backlog: the target's copy of the tenant must be the source's, row for row.
+      for (const t of TABLES) {
+        const q = `select count(*)::bigint as n, coalesce(sum(hashtext(x::text)::bigint), 0)::text as h from ${SCHEMA}.${t} x where tenant_id = $1`;
+        const [sr, tr] = await Promise.all([source.query(q, [tenant]), target.query(q, [tenant])]);
+        const same = sr.rows[0].n === tr.rows[0].n && sr.rows[0].h === tr.rows[0].h;
+        log(`${t}: source ${sr.rows[0].n} rows, target ${tr.rows[0].n} rows, ${same ? 'the same' : 'DIFFERENT'}`);
+        if (!same) process.exitCode = 1;
       }
     }
     await teardownCatchUp(cu);
