@@ -229,9 +229,11 @@ async function sqlDecode(dsn: string, slot: string, publication: string, untilLs
 }
 
 /**
- * Applies the slot to untilLsn through the SQL interface with the catch-up's ChangeApplier: each
- * chunk's source transactions are committed on the target with their progress row (one group per
- * chunk), and only then is the slot advanced to that commit's end.
+ * Applies the slot through the SQL interface with the catch-up's ChangeApplier, to `until` (or,
+ * live, to the position `until()` gives once the writes end): source transactions are grouped and
+ * committed on the target with their progress row as applyChangesUntil does (a full group
+ * pipelined), a call's last group committed when the call ends, and only then is the slot
+ * advanced, to that commit's end. A probe: no apply lock, no receive deadline, no crash handling.
  */
 async function sqlApply(dsn: string, target: Pool, slot: string, publication: string, until: string | (() => string | null), chunk: number) {
   const c = await sqlSession(dsn);
