@@ -1103,13 +1103,15 @@ export const MUTATIONS: Mutation[] = [
     testName: 'plans, copies, catches up under live writes, switches, soaks and retires with no superuser',
   },
   {
-    id: 'grant-fence-for-share',
-    guarantee: 'the documented writer grants let repeatable read and serializable writers read the fence FOR SHARE (issue 12)',
-    file: 'lib/grants.ts',
-    from: '`grant update (updated_at) on shardctl.fence to ${a};   -- REPEATABLE READ / SERIALIZABLE writers read the fence FOR SHARE`,',
-    to: '',
+    id: 'assert-writable-definer',
+    guarantee:
+      "a blob write's check (assert_writable) runs as the fence's owner, so repeatable read and serializable writers need no UPDATE on shardctl.fence for its FOR SHARE (a writer with that grant could hold any unit's lock through the generation trigger) (issue 11)",
+    file: 'lib/shard/fence-sql.ts',
+    from: 'shardctl.assert_writable(p_row_unit text) returns void\nlanguage plpgsql volatile security definer',
+    to: 'shardctl.assert_writable(p_row_unit text) returns void\nlanguage plpgsql volatile',
     testFile: 'test/e2e/least-privilege.test.ts',
     testName: 'plans, copies, catches up under live writes, switches, soaks and retires with no superuser',
+    reinstall: PREPARE,
   },
   {
     id: 'grant-replica-role',

@@ -241,6 +241,10 @@ describe('a move under the documented least-privilege roles', () => {
                 isolation,
               },
             );
+            // A blob write's check (assert_writable) reads the fence FOR SHARE too, as the fence's owner.
+            await router.withTenant(tenant, { tenants: [tenant] }, 'write', (_tx, route) => route.blobs.write(`iso/${isolation}`, isolation), {
+              isolation,
+            });
           }
           // The bystander on the source wrote throughout, and every one of its writes was acknowledged.
           const by = readLog(logFile).filter((r) => r.tenant === bystander);
