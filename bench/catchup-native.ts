@@ -15,15 +15,16 @@
 // Everything is named shardctl_bench_nlr: teardownNativeApply removes it (the subscription, its
 // slot, the publication, the marker's schema, the database), and setup first removes what a
 // killed run left.
-import fs from 'node:fs';
 import { Client, Pool } from 'pg';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { dropPublicationAndSlot } from '../lib/cdc';
+import { dsnForDatabase } from '../lib/connections';
 import { waitSlotInactive } from '../lib/cdc/publication';
 import { createPublicationSql } from '../lib/cdc/sql';
 import type { TenantTable } from '../lib/shard/tables';
 import { SCHEMA, TABLES, tablesDdl } from './setup';
 import { timed } from './measure';
+import { cpuOf } from './proc-cpu';
 import type { RateSample } from './catchup';
 
 /** The scratch database on the target, the publication, the subscription, its slot and the marker's schema on the source. */
@@ -59,21 +60,8 @@ export interface NativeApplySample extends RateSample {
   cpu: { walsender: number | null; worker: number | null };
 }
 
-const TICK = 100; // USER_HZ
-function cpuOf(pid: number | null | undefined): number | null {
-  if (!pid) return null;
-  try {
-    const f = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-    return (Number(f[11]) + Number(f[12])) / TICK; // utime + stime
-  } catch {
-    return null;
-  }
-}
-
 async function subscriber(ctx: Pick<NativeApplyContext, 'targetDsn'>): Promise<Client> {
-  const url = new URL(ctx.targetDsn);
-  url.pathname = `/${NLR}`;
-  const c = new Client({ connectionString: url.toString(), application_name: 'shardctl-bench-nlr' });
+  const c = new Client({ connectionString: dsnForDatabase(ctx.targetDsn, NLR), application_name: 'shardctl-bench-nlr' });
   await c.connect();
   return c;
 }

@@ -22,6 +22,7 @@ import { WRITE_AUDIT_TRIGGER } from '../lib/shard/write-audit';
 import { SCHEMA, TABLES, createBenchData, dropBenchSchema } from './setup';
 import { WORKLOADS, applyBacklog, pgbenchScript, runPgbench, setupCatchUp, teardownCatchUp } from './catchup';
 import { log } from './measure';
+import { cpuOf, sampleCpu as sampleProcCpu, TARGET_BACKENDS_SQL } from './proc-cpu';
 
 require('../lib/quiet-warnings.js');
 
@@ -50,54 +51,12 @@ function timeAwaits(): void {
   wrap(ChangeApplier.prototype, 'commitPipelined', 'commit');
 }
 
-const TICK = 100; // USER_HZ
-function cpuOf(pid: number): number | null {
-  try {
-    const f = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-    return (Number(f[11]) + Number(f[12])) / TICK; // utime + stime, seconds
-  } catch {
-    return null;
-  }
-}
-
 /** CPU seconds of the walsender (source) and the target's backends other than the sampler's, sampled every 100 ms. */
 function sampleCpu(source: Pool, target: Pool): { stop: () => Promise<{ walsender: number; target: number }> } {
-  const first = new Map<number, number>();
-  const last = new Map<number, number>();
-  const role = new Map<number, 'walsender' | 'target'>();
-  let running = true;
-  const loop = (async () => {
-    while (running) {
-      const [w, t] = await Promise.all([
-        source.query<{ pid: number }>(`select pid from pg_stat_replication where application_name = 'shardctl-apply'`),
-        target.query<{ pid: number }>(
-          `select pid from pg_stat_activity where datname = current_database() and backend_type = 'client backend' and pid <> pg_backend_pid()`,
-        ),
-      ]);
-      for (const [rows, r] of [
-        [w.rows, 'walsender'],
-        [t.rows, 'target'],
-      ] as const) {
-        for (const { pid } of rows) {
-          const c = cpuOf(pid);
-          if (c === null) continue;
-          if (!first.has(pid)) first.set(pid, c);
-          last.set(pid, c);
-          role.set(pid, r);
-        }
-      }
-      await new Promise((r) => setTimeout(r, 100));
-    }
-  })();
-  return {
-    stop: async () => {
-      running = false;
-      await loop;
-      const sum = { walsender: 0, target: 0 };
-      for (const [pid, c] of last) sum[role.get(pid)!] += c - first.get(pid)!;
-      return sum;
-    },
-  };
+  return sampleProcCpu({
+    walsender: { pool: source, sql: `select pid from pg_stat_replication where application_name = 'shardctl-apply'` },
+    target: { pool: target, sql: TARGET_BACKENDS_SQL },
+  });
 }
 
 /**

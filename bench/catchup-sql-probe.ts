@@ -12,7 +12,6 @@
 // then reads up to the source's flushed position at the time. Diagnostic: nothing is saved.
 //   npx tsx bench/catchup-sql-probe.ts [--rows 30000] [--rounds 3] [--write-seconds 8] [--workload 100-row]
 //     [--sides stream,sql-decode,sql-apply] [--chunk 50000] [--live]
-import fs from 'node:fs';
 import os from 'node:os';
 import { Client, type Pool } from 'pg';
 import { to as copyTo } from 'pg-copy-streams';
@@ -30,6 +29,7 @@ import { replicationNames } from '../lib/ids';
 import { SCHEMA, TABLES, createBenchData, dropBenchSchema } from './setup';
 import { WORKLOADS, applyBacklog, pgbenchScript, runPgbench, setupCatchUp, teardownCatchUp } from './catchup';
 import { log } from './measure';
+import { sampleCpu as sampleProcCpu, TARGET_BACKENDS_SQL } from './proc-cpu';
 
 require('../lib/quiet-warnings.js');
 
@@ -39,54 +39,12 @@ const arg = (n: string, d: string) => {
 };
 
 const MOVE_ID = 'bench-catchup'; // bench/catchup.ts's
-const TICK = 100; // USER_HZ
-function cpuOf(pid: number): number | null {
-  try {
-    const f = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-    return (Number(f[11]) + Number(f[12])) / TICK;
-  } catch {
-    return null;
-  }
-}
-
 /** CPU seconds of the source side (the walsender, or the backend named `sourceApp`) and the target's client backends, sampled every 100 ms. */
 function sampleCpu(source: Pool, target: Pool, sourceApp: string): { stop: () => Promise<{ source: number; target: number }> } {
-  const first = new Map<number, number>();
-  const last = new Map<number, number>();
-  const role = new Map<number, 'source' | 'target'>();
-  let running = true;
-  const loop = (async () => {
-    while (running) {
-      const [w, t] = await Promise.all([
-        source.query<{ pid: number }>(`select pid from pg_stat_activity where application_name = $1`, [sourceApp]),
-        target.query<{ pid: number }>(
-          `select pid from pg_stat_activity where datname = current_database() and backend_type = 'client backend' and pid <> pg_backend_pid()`,
-        ),
-      ]);
-      for (const [rows, r] of [
-        [w.rows, 'source'],
-        [t.rows, 'target'],
-      ] as const) {
-        for (const { pid } of rows) {
-          const c = cpuOf(pid);
-          if (c === null) continue;
-          if (!first.has(pid)) first.set(pid, c);
-          last.set(pid, c);
-          role.set(pid, r);
-        }
-      }
-      await new Promise((r) => setTimeout(r, 100));
-    }
-  })();
-  return {
-    stop: async () => {
-      running = false;
-      await loop;
-      const sum = { source: 0, target: 0 };
-      for (const [pid, c] of last) sum[role.get(pid)!] += c - first.get(pid)!;
-      return sum;
-    },
-  };
+  return sampleProcCpu({
+    source: { pool: source, sql: 'select pid from pg_stat_activity where application_name = $1', params: [sourceApp] },
+    target: { pool: target, sql: TARGET_BACKENDS_SQL },
+  });
 }
 
 const COPY_SIGNATURE = Buffer.from('PGCOPY\n\xff\r\n\0', 'latin1');

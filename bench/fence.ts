@@ -15,6 +15,7 @@ import { setUnitFence } from '../lib/shard/fence';
 import { ensureDirectory } from '../lib/directory/ensure';
 import { createTenant, getTenant } from '../lib/tenants';
 import { Router } from '../lib/router';
+import { ensureDatabase } from '../lib/connections';
 import { timed } from './measure';
 import { openTransactionSql } from '../lib/router/open-tx';
 
@@ -82,17 +83,7 @@ export const PLPGSQL_FENCE_DATABASE = 'shardctl_bench_plpgsql_fence';
  * figures print beside the native ones, each against its own plain table.
  */
 export async function setupPlpgsqlFenceBench(serverDsn: string, shard: string, config: Config, writers: number): Promise<FenceContext> {
-  const admin = new Client({ connectionString: serverDsn });
-  await admin.connect();
-  try {
-    const have = await admin.query('select 1 from pg_database where datname = $1', [PLPGSQL_FENCE_DATABASE]);
-    if (!have.rowCount) await admin.query(`create database ${PLPGSQL_FENCE_DATABASE}`);
-  } finally {
-    await admin.end();
-  }
-  const url = new URL(serverDsn);
-  url.pathname = `/${PLPGSQL_FENCE_DATABASE}`;
-  const dsn = url.toString();
+  const dsn = await ensureDatabase(serverDsn, PLPGSQL_FENCE_DATABASE);
   const pool = new Pool({ connectionString: dsn, max: 2, application_name: 'shardctl-bench' });
   return setupFenceBench(pool, dsn, shard, { ...config, fence: {} }, writers);
 }

@@ -74,3 +74,27 @@ export function createConnections(config: Config, opts: ConnectionOptions = {}):
     },
   };
 }
+
+/** The same server and credentials as `dsn`, database `database`. */
+export function dsnForDatabase(dsn: string, database: string): string {
+  const url = new URL(dsn);
+  url.pathname = `/${database}`;
+  return url.toString();
+}
+
+/**
+ * Creates database `database` on the server of `dsn` unless it exists (one created meanwhile by
+ * another process is not an error) and returns its DSN: scratch databases beside a shard's own
+ * (the fence suite's and the fence bench's per implementation).
+ */
+export async function ensureDatabase(dsn: string, database: string): Promise<string> {
+  if (!/^[a-z_][a-z0-9_]{0,62}$/.test(database)) throw new Error(`database name ${JSON.stringify(database)}: lower-case letters, digits and _`);
+  const admin = openPool(dsn, { max: 1 });
+  try {
+    const have = await admin.query('select 1 from pg_database where datname = $1', [database]);
+    if (!have.rowCount) await admin.query(`create database ${database}`).catch((e) => (e?.code === '42P04' ? undefined : Promise.reject(e)));
+  } finally {
+    await admin.end();
+  }
+  return dsnForDatabase(dsn, database);
+}

@@ -14,7 +14,7 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { testConfig, uniq } from '../helpers/stack';
-import { openPool } from '../../lib/connections';
+import { ensureDatabase, openPool } from '../../lib/connections';
 import { existsSync } from 'node:fs';
 import { ensureNativeFence, stackAt } from '../../lib/dev/stack';
 import { shardByName } from '../../lib/config';
@@ -142,18 +142,7 @@ function nativeMissing(): string {
 
 /** The suite's database on shard-a's server, created once and reused by later runs. */
 async function suiteDatabase(kind: FenceKind): Promise<string> {
-  const shardDsn = shardByName(testConfig(), SHARD).dsn;
-  const name = `shardctl_fence_${kind}`;
-  const admin = openPool(shardDsn, { max: 1 });
-  try {
-    const have = await admin.query('select 1 from pg_database where datname = $1', [name]);
-    if (!have.rowCount) await admin.query(`create database ${name}`).catch((e) => (e?.code === '42P04' ? undefined : Promise.reject(e)));
-  } finally {
-    await admin.end();
-  }
-  const url = new URL(shardDsn);
-  url.pathname = `/${name}`;
-  return url.toString();
+  return ensureDatabase(shardByName(testConfig(), SHARD).dsn, `shardctl_fence_${kind}`);
 }
 
 /** The fence tests, against the implementation `kind` (the native one needs `fence.library` in the stack's config). */
