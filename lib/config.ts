@@ -143,6 +143,21 @@ export const configSchema = z
         lagThresholdMs: z.number().int().positive().default(1000),
         fenceBudgetMs: z.number().int().positive().default(2000),
         /**
+         * A cutover's fence raise waits this long for writers in flight on every try but the last;
+         * past it the attempt unfreezes, waits for them outside the pause and freezes again (at most
+         * fenceLockRetries times; the last try waits the whole fence budget). A write running long
+         * at the freeze then pauses the tenant this long, not its length. 0: one try, whole budget.
+         */
+        fenceLockWaitMs: z.number().int().nonnegative().default(150),
+        fenceLockRetries: z.number().int().min(0).max(10).default(3),
+        /**
+         * Before each freeze, outside the pause, the cutover waits until no writer of the unit has
+         * held its write open this long (lib/shard/unit-writers.ts), at most longWriteMaxWaitMs
+         * (then it freezes anyway, bounded by fenceLockWaitMs). 0: no wait.
+         */
+        longWriteMs: z.number().int().nonnegative().default(50),
+        longWriteMaxWaitMs: z.number().int().nonnegative().max(30_000).default(15_000),
+        /**
          * The source's freeze is a lease of the fence budget plus this (lib/cutover/lease.ts): a
          * worker cut off from the source cannot keep the unit frozen longer (DESIGN.md §5.8).
          */

@@ -2733,4 +2733,43 @@ export const MUTATIONS: Mutation[] = [
     testFile: 'test/integration/cdc-pipelined-commit.test.ts',
     testName: 'a delta started while groups are pipelined records every key applied after the start',
   },
+  // A write running long at the freeze (issue 10: the 1M cutover's pause): waited for outside the pause.
+  {
+    id: 'unfreeze-open-no-lock',
+    guarantee:
+      "an unfreeze finds an open fence row without taking the unit's lock: after a raise a long writer outlasted (nothing raised), lowering would otherwise wait for that writer and hold every new write of the unit behind it (issue 10)",
+    file: 'lib/shard/fence.ts',
+    from: 'if (!now || !(now.frozen || now.leaseExpired)) return',
+    to: 'if (false) return',
+    testFile: 'test/integration/long-writes.test.ts',
+    testName: 'raises nothing, answers writersHeld naming the writer, and the writer commits its write',
+  },
+  {
+    id: 'raise-writers-held',
+    guarantee: 'a fence raise that in-flight writers outlast answers writersHeld, so the attempt retries after them instead of aborting (issue 10)',
+    file: 'lib/cutover/live.ts',
+    from: 'return { ok: false, writersHeld: true, reason:',
+    to: 'return { ok: false, reason:',
+    testFile: 'test/integration/long-writes.test.ts',
+    testName: 'raises nothing, answers writersHeld naming the writer, and the writer commits its write',
+  },
+  {
+    id: 'fence-lock-retry',
+    guarantee:
+      'a try whose raise long writers outlasted unfreezes, waits for them outside the pause and freezes again with the short lock budget, the last try with the whole budget; each aborted pause is reported (issue 10)',
+    file: 'lib/cutover/steps.ts',
+    from: 'if (r.ok || !writersHeld || i >= retries) return',
+    to: 'if (true) return',
+    testFile: 'test/unit/cutover-steps.test.ts',
+    testName: 'unfreeze, wait for them outside the pause, freeze again',
+  },
+  {
+    id: 'quiet-wait-long-only',
+    guarantee: "the wait before a freeze returns only once no writer has held the unit's write lock long (issue 10)",
+    file: 'lib/shard/unit-writers.ts',
+    from: 'if (!long.length && agesKnown) return',
+    to: 'if (agesKnown) return',
+    testFile: 'test/integration/long-writes.test.ts',
+    testName: 'the wait before a freeze returns only once a long writer has committed, and names it',
+  },
 ];

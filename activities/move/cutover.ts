@@ -9,7 +9,7 @@ import { moveRef, beat, parse, typed, syncUnitBlobs, syncChangedUnitBlobs, rowsO
 import type { IndexDeltaOptions } from '../../lib/blobs/index-delta';
 import { ends } from './data';
 import { runCutover, FENCE_APPLY_GRACE_MS, type CutoverResult, type CutoverPlan } from '../../lib/cutover/steps';
-import { freezeLease } from '../../lib/cutover/lease';
+import { freezeLease, fenceLockOf } from '../../lib/cutover/lease';
 import { listTenantTables } from '../../lib/shard/tables';
 import { liveCutoverSteps } from '../../lib/cutover/live';
 import { fenceStatus } from '../../lib/shard/prepare';
@@ -32,16 +32,22 @@ const cutoverInput = moveRef.extend({
 function observeCutover(deps: Deps, ref: { unit: string; direction: 'forward' | 'reverse' }, r: CutoverResult): void {
   const m = deps.metrics;
   const log = activityLog();
+  // Tries this attempt unfroze to wait for long writers: aborts with a pause of their own.
+  for (const p of r.abortedPausesMs ?? []) {
+    m?.cutoverAborts.inc({ direction: ref.direction, reason: 'fence-lock' });
+    m?.cutoverPause.observe({ direction: ref.direction, outcome: 'aborted' }, p);
+  }
+  const waits = { ...(r.abortedPausesMs ? { abortedPausesMs: r.abortedPausesMs } : {}), ...(r.writersWaitedMs ? { writersWaitedMs: r.writersWaitedMs } : {}) };
   if (r.ok) {
     if (!r.alreadyDone) m?.cutoverPause.observe({ direction: ref.direction, outcome: 'switched' }, r.pauseMs);
     m?.forgetMove(ref.unit, [m.lagBytes, m.lagSeconds, m.tableRowsCopied, m.validationMismatches]);
-    log.info({ pauseMs: r.pauseMs, newEpoch: r.newEpoch, alreadyDone: r.alreadyDone, steps: r.steps }, 'cutover switched');
+    log.info({ pauseMs: r.pauseMs, newEpoch: r.newEpoch, alreadyDone: r.alreadyDone, steps: r.steps, ...waits }, 'cutover switched');
     return;
   }
   const reason = cutoverAbortReason(r.reason);
   m?.cutoverAborts.inc({ direction: ref.direction, reason });
   if (r.pauseMs > 0) m?.cutoverPause.observe({ direction: ref.direction, outcome: 'aborted' }, r.pauseMs);
-  log.warn({ pauseMs: r.pauseMs, abortReason: reason, reason: r.reason.slice(0, 300) }, 'cutover aborted');
+  log.warn({ pauseMs: r.pauseMs, abortReason: reason, reason: r.reason.slice(0, 300), ...waits }, 'cutover aborted');
 }
 
 export function createCutoverActivities(deps: Deps) {
@@ -67,6 +73,7 @@ export function createCutoverActivities(deps: Deps) {
             fenceBudgetMs: ref.fenceBudgetMs,
             lease: freezeLease(ref.fenceBudgetMs, deps.config.limits.freezeLeaseExtraMs),
             actor: ref.actor,
+            fenceLock: fenceLockOf(deps.config.limits, ref.fenceBudgetMs),
           };
           // Every statement of the cutover runs on the bounded pools: inside the frozen window a
           // blackholed server must fail the step well before the lease runs out, not hang it.
@@ -104,6 +111,7 @@ export function createCutoverActivities(deps: Deps) {
             unfencedTables: async (side) => (await fenceStatus(pools.shardPool(side === 'owner' ? owner : next), deps.config)).unfenced,
             maxTxBytes: deps.config.limits.applyMaxTxBytes,
             deltaToken: ref.deltaToken,
+            longWrites: { longMs: deps.config.limits.longWriteMs, maxWaitMs: deps.config.limits.longWriteMaxWaitMs },
             beat,
             faultPoint: deps.faultPoint,
           });

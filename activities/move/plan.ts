@@ -17,7 +17,7 @@ import { feedingSequences, unfedOnTarget } from '../../lib/shard/sequences';
 import { hasMoveProgress } from '../../lib/cdc/progress';
 import { globalUniqueKeys, firstKeyCollision, collisionReason } from '../../lib/shard/unique-keys';
 import { runCutover } from '../../lib/cutover/steps';
-import { freezeLease } from '../../lib/cutover/lease';
+import { freezeLease, fenceLockOf } from '../../lib/cutover/lease';
 import { dryRunCutoverSteps } from '../../lib/cutover/dry-run';
 import { moveIdFor } from '../../lib/ids';
 import { rowsOf, unitTables, parse, typed, activityRunId, shardBucket, hasBlobs, activitySignal, unitIndex } from './context';
@@ -232,8 +232,9 @@ export function createPlanActivities(deps: Deps) {
           fenceBudgetMs: fenceBudgetMs ?? deps.config.limits.fenceBudgetMs,
           lease: freezeLease(fenceBudgetMs ?? deps.config.limits.fenceBudgetMs, deps.config.limits.freezeLeaseExtraMs),
           actor: 'plan',
+          fenceLock: fenceLockOf(deps.config.limits, fenceBudgetMs ?? deps.config.limits.fenceBudgetMs),
         };
-        const dry = dryRunCutoverSteps(plan, { tables: tables.map((t) => t.table) });
+        const dry = dryRunCutoverSteps(plan, { tables: tables.map((t) => t.table), longWrites: deps.config.limits });
         // A still clock: the dry run's text (budgets left) must be the same on every delivery of plan.
         await runCutover(dry.steps, plan, { faultPoint: async () => {}, now: () => 0 });
         const total = { rows: tables.reduce((n, t) => n + t.rowsEstimated, 0), bytes: tables.reduce((n, t) => n + (t.bytesEstimated ?? 0), 0) };

@@ -12,7 +12,10 @@ export interface DryRunCutover {
 
 export const POINT_OF_NO_RETURN_MARK = 'POINT OF NO RETURN';
 
-export function dryRunCutoverSteps(plan: CutoverPlan, opts: { standing?: Standing; tables?: string[] } = {}): DryRunCutover {
+export function dryRunCutoverSteps(
+  plan: CutoverPlan,
+  opts: { standing?: Standing; tables?: string[]; longWrites?: { longWriteMs: number; longWriteMaxWaitMs: number } } = {},
+): DryRunCutover {
   const { unit, moveId, owner, next, epoch } = plan;
   const log: string[] = [];
   const say = (s: string) => void log.push(s);
@@ -41,8 +44,22 @@ export function dryRunCutoverSteps(plan: CutoverPlan, opts: { standing?: Standin
         );
       return { ok: true };
     },
+    async awaitQuietWriters() {
+      const w = opts.longWrites;
+      if (w && w.longWriteMs > 0 && w.longWriteMaxWaitMs > 0)
+        say(
+          `wait, before the freeze (writes continue), until no writer of ${unit} on ${owner} has held its write open ${w.longWriteMs} ms or more (at most ${w.longWriteMaxWaitMs} ms, then freeze anyway)`,
+        );
+      return 0;
+    },
     async raiseFence(lockBudgetMs) {
-      say(`raise the fence on ${owner}: refuse writes of ${unit}, waiting at most ${lockBudgetMs} ms for in-flight writers`);
+      const lock = plan.fenceLock;
+      say(
+        `raise the fence on ${owner}: refuse writes of ${unit}, waiting at most ${lockBudgetMs} ms for in-flight writers` +
+          (lock && lockBudgetMs < plan.fenceBudgetMs
+            ? `; if they hold it longer, unfreeze, wait for them before freezing again, and retry (at most ${lock.retries} times; the last try waits the whole fence budget of ${plan.fenceBudgetMs} ms)`
+            : ''),
+      );
       return { ok: true };
     },
     startFinalBlobSync() {

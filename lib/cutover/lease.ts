@@ -36,3 +36,16 @@ export function freezeLease(fenceBudgetMs: number, extraMs: number): FreezeLease
   const margin = Math.max(MIN_SWITCH_MARGIN_MS, Math.ceil(leaseMs * SWITCH_MARGIN_FRACTION));
   return { leaseMs, switchWithinMs: leaseMs - margin };
 }
+
+/**
+ * The fence raise's lock budget on all but the last try and how many such tries (CutoverPlan.fenceLock),
+ * from `limits`; none when the wait is off (0) or not shorter than the fence budget.
+ */
+export function fenceLockOf(
+  limits: { fenceLockWaitMs: number; fenceLockRetries: number },
+  fenceBudgetMs: number,
+): { waitMs: number; retries: number } | undefined {
+  return limits.fenceLockWaitMs > 0 && limits.fenceLockWaitMs < fenceBudgetMs && limits.fenceLockRetries > 0
+    ? { waitMs: limits.fenceLockWaitMs, retries: limits.fenceLockRetries }
+    : undefined;
+}

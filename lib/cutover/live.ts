@@ -19,6 +19,7 @@ import { BLOB_INDEX_QUALIFIED } from '../blobs/index-table';
 import { replicationNames } from '../ids';
 import { advanceSequencesForUnit } from '../shard/sequences';
 import { unownedWritesSince } from '../shard/write-audit';
+import { awaitQuietWriters, describeLongWriter, unitWriters } from '../shard/unit-writers';
 import { CUTOVER_FAULT_POINTS, type CutoverPlan, type CutoverSteps, type Standing, type UnfreezeOutcome, type WindowBlobSync } from './steps';
 
 /** The least time a frozen-window apply statement or stream read is given, however little budget is left. */
@@ -62,6 +63,11 @@ export interface LiveCutoverEnv {
   deltaCompareMaxKeys?: number;
   /** The token of the full comparison the move knows (validateMove's); forward only, absent = compare the whole unit. */
   deltaToken?: string;
+  /**
+   * Before a freeze: wait until no writer has held the unit's write lock on the owner `longMs`,
+   * at most `maxWaitMs` (lib/shard/unit-writers.ts). Absent: no wait.
+   */
+  longWrites?: { longMs: number; maxWaitMs: number };
   /** Heartbeat with a detail (a no-op outside an activity). */
   beat(detail?: unknown): void;
   /** Named fault points inside a step (the crash suite kills the worker there). */
@@ -81,6 +87,9 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
   const switchAction = plan.direction === 'forward' ? 'switch' : 'rollback-switch';
   // This attempt's freeze token: unique per attempt, never reused; and the token of an earlier
   // attempt's freeze this one took over (it may still be on the fence if that attempt's raise was the last).
+  // A retry after a raise that writers outlasted freezes again under the same token: that raise
+  // rolled back, so neither the fence row nor the change stream (its marker) ever carried it, and
+  // the final apply opened before the first freeze waits for this token's marker.
   const token = randomUUID();
   let takenOver: string | undefined;
   const myTokens = () => (takenOver ? [token, takenOver] : [token]);
@@ -224,6 +233,23 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
       return { ok: false, reason: `lost the race to freeze ${unit} (another attempt froze or took it over): ${JSON.stringify(cas.current)}` };
     },
 
+    async awaitQuietWriters() {
+      const o = env.longWrites;
+      if (!o || o.longMs <= 0 || o.maxWaitMs <= 0) return 0;
+      const w = await awaitQuietWriters(env.ownerPool, unit, {
+        longMs: o.longMs,
+        maxWaitMs: o.maxWaitMs,
+        onWait: (ws, waitedMs) => env.beat({ step: 'waiting for long writers before the freeze', waitedMs, writers: ws.slice(0, 5) }),
+      });
+      if (!w.longest) return 0;
+      env.beat({
+        step: w.gaveUp ? 'freezing with a long writer still in flight' : 'long writers done',
+        waitedMs: w.waitedMs,
+        longest: describeLongWriter(w.longest),
+      });
+      return w.waitedMs;
+    },
+
     async raiseFence(lockBudgetMs) {
       // Returns once every in-flight writer of the unit has finished. A writer holding its
       // transaction open past the budget makes us back off, never wait open-ended.
@@ -246,7 +272,15 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
         };
       } catch (e: any) {
         if (e?.code !== '55P03') throw e;
-        return { ok: false, reason: `in-flight writers of ${unit} held the fence lock longer than the budget of ${lockBudgetMs} ms` };
+        // Who held it up, for the operator (one read of pg_locks; no query text).
+        const held = await unitWriters(env.ownerPool, unit).catch(() => []);
+        const who = held.length
+          ? ` (${held
+              .slice(0, 3)
+              .map((w) => `pid ${w.pid}${w.state ? ` ${w.state}` : ''}${w.xactMs !== null ? `, open ${Math.round(w.xactMs)} ms` : ''}`)
+              .join('; ')}${held.length > 3 ? `; ${held.length - 3} more` : ''})`
+          : '';
+        return { ok: false, writersHeld: true, reason: `in-flight writers of ${unit} held the fence lock longer than the budget of ${lockBudgetMs} ms${who}` };
       }
     },
 

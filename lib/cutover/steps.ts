@@ -1,5 +1,5 @@
 // The cutover as a sequence of named verbs (Vitess's traffic switcher, Ghostferry's Run()):
-//   openFinalApply → preSyncBlobs → freeze → raiseFence → startFinalBlobSync → applyToFencePoint → compare → advanceSequences → pinFreeze → switchOwner → finishOldOwner
+//   openFinalApply → preSyncBlobs → awaitQuietWriters → freeze → raiseFence → startFinalBlobSync → applyToFencePoint → compare → advanceSequences → pinFreeze → switchOwner → finishOldOwner
 // `runCutover` is the one sequence; `CutoverSteps` has a live implementation (live.ts) and a
 // dry-run twin (dry-run.ts) that only reports what it would do, so `move plan` and the real
 // move cannot drift apart. `switchOwner` is the point of no return: before it, any failure
@@ -24,6 +24,13 @@ export interface CutoverPlan {
   /** The owner's freeze lease and the directory's switch deadline (freezeLease(fenceBudgetMs, ...)). */
   lease: FreezeLease;
   actor: string;
+  /**
+   * The fence raise's wait for in-flight writers on every try but the last: past `waitMs` the
+   * attempt unfreezes, waits for those writers outside the pause (awaitQuietWriters) and freezes
+   * again, at most `retries` times; the last try waits the whole fence budget, as one try without
+   * this does. A write running long at the freeze then costs the tenant `waitMs`, not its length.
+   */
+  fenceLock?: { waitMs: number; retries: number };
 }
 
 /** Where the unit stands when an attempt begins (a redelivery may find any of these). */
@@ -35,6 +42,8 @@ export type Standing =
 
 /** A step that may decline; `reason` is for the operator. */
 export type StepAnswer = { ok: true } | { ok: false; reason: string };
+/** The fence raise's answer: `writersHeld` when in-flight writers outlasted its lock budget (nothing was raised). */
+export type RaiseAnswer = { ok: true } | { ok: false; reason: string; writersHeld?: boolean };
 
 /**
  * The parts of `compare` that end on their own (the blob sync and the fingerprints run side by
@@ -74,8 +83,14 @@ export interface CutoverSteps {
    * earlier attempt, should it wake up, can no longer unfreeze or switch.
    */
   freeze(standing: Standing): Promise<StepAnswer>;
+  /**
+   * Before a freeze, outside the pause: waits (bounded) until no writer has held the unit's write
+   * lock on the owner long, so the fence does not hold every write of the unit behind one long one.
+   * Resolves to how long it waited (0: quiet at once).
+   */
+  awaitQuietWriters(): Promise<number>;
   /** The owner's fence refuses writes; waits for in-flight writers at most `lockBudgetMs`. */
-  raiseFence(lockBudgetMs: number): Promise<StepAnswer>;
+  raiseFence(lockBudgetMs: number): Promise<RaiseAnswer>;
   /**
    * Right after the fence: starts the final blob delta when it needs nothing from the stream (a
    * unit not written only through the blob index gets the whole-prefix sync), so it runs beside
@@ -119,9 +134,14 @@ export interface CutoverSteps {
   frozenForMs(): Promise<number | null>;
 }
 
+/**
+ * `abortedPausesMs`: the pauses of tries this attempt unfroze to wait for long writers (then froze
+ * again); write pauses too. `writersWaitedMs`: what it waited, outside the pause, for long writers.
+ */
+type CutoverExtras = { steps?: Record<string, number>; blobSync?: WindowBlobSync; abortedPausesMs?: number[]; writersWaitedMs?: number };
 export type CutoverResult =
-  | { ok: true; newEpoch: number; pauseMs: number; fenceLsn: string; alreadyDone: boolean; steps?: Record<string, number>; blobSync?: WindowBlobSync }
-  | { ok: false; reason: string; pauseMs: number; mismatches: string[]; steps?: Record<string, number>; blobSync?: WindowBlobSync };
+  | ({ ok: true; newEpoch: number; pauseMs: number; fenceLsn: string; alreadyDone: boolean } & CutoverExtras)
+  | ({ ok: false; reason: string; pauseMs: number; mismatches: string[] } & CutoverExtras);
 
 export interface CutoverHooks {
   /** Named fault points for the crash suite. */
@@ -162,14 +182,37 @@ export async function runCutover(s: CutoverSteps, plan: CutoverPlan, hooks: Cuto
     // the blob delta left for the frozen window is only what changed during this copy.
     if (!resumed) await s.preSyncBlobs();
     await hooks.faultPoint(CUTOVER_FAULT_POINTS.finalApplyOpened(plan.direction));
-    return await frozenWindow(s, plan, hooks, standing, resumed);
+    const retries = plan.fenceLock && plan.fenceLock.waitMs < plan.fenceBudgetMs ? Math.max(0, plan.fenceLock.retries) : 0;
+    const abortedPausesMs: number[] = [];
+    let writersWaitedMs = 0;
+    const extras = () => ({ ...(abortedPausesMs.length ? { abortedPausesMs } : {}), ...(writersWaitedMs > 0 ? { writersWaitedMs } : {}) });
+    let now: Standing = standing;
+    for (let i = 0; ; i++) {
+      // A takeover is frozen already: waiting here would only lengthen its pause.
+      if (now.kind === 'open') writersWaitedMs += await s.awaitQuietWriters();
+      const lockBudgetMs = i < retries ? plan.fenceLock!.waitMs : plan.fenceBudgetMs;
+      const { writersHeld, ...r } = await frozenWindow(s, plan, hooks, now, i === 0 && resumed, lockBudgetMs);
+      if (r.ok || !writersHeld || i >= retries) return { ...r, ...extras() };
+      // Unfrozen with nothing raised: the writers that held the fence up are waited for before
+      // the next freeze, so the tenant's writes are not held behind them.
+      abortedPausesMs.push(r.pauseMs);
+      now = await s.standing();
+      if (now.kind !== 'open') return { ...r, ...extras() };
+    }
   } finally {
     s.closeFinalApply();
   }
 }
 
 /** From the freeze to the answer: every way out before the switch unfreezes first. */
-async function frozenWindow(s: CutoverSteps, plan: CutoverPlan, hooks: CutoverHooks, standing: Standing, resumed: boolean): Promise<CutoverResult> {
+async function frozenWindow(
+  s: CutoverSteps,
+  plan: CutoverPlan,
+  hooks: CutoverHooks,
+  standing: Standing,
+  resumed: boolean,
+  lockBudgetMs: number,
+): Promise<CutoverResult & { writersHeld?: boolean }> {
   const newEpoch = plan.epoch + 1;
   let t0 = hooks.now();
   const elapsed = () => hooks.now() - t0;
@@ -230,8 +273,8 @@ async function frozenWindow(s: CutoverSteps, plan: CutoverPlan, hooks: CutoverHo
   let fenceLsn: string;
   let reverseStart: string | null = null;
   try {
-    const fence = await s.raiseFence(plan.fenceBudgetMs);
-    if (!fence.ok) return await abort(fence.reason);
+    const fence = await s.raiseFence(lockBudgetMs);
+    if (!fence.ok) return { ...(await abort(fence.reason)), ...(fence.writersHeld ? { writersHeld: true } : {}) };
     mark('fenced');
     await hooks.faultPoint(CUTOVER_FAULT_POINTS.fenceRaised(plan.direction));
     s.startFinalBlobSync();

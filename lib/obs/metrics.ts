@@ -6,12 +6,13 @@
 import http from 'node:http';
 import { Registry, Counter, Gauge, Histogram, collectDefaultMetrics } from 'prom-client';
 
-export const CUTOVER_ABORT_REASONS = ['budget', 'mismatch', 'lost-freeze', 'foreign', 'error', 'other'] as const;
+export const CUTOVER_ABORT_REASONS = ['fence-lock', 'budget', 'mismatch', 'lost-freeze', 'foreign', 'error', 'other'] as const;
 export type CutoverAbortReason = (typeof CUTOVER_ABORT_REASONS)[number];
 
 /** A bounded label for a cutover's abort reason (lib/cutover/steps.ts words its reasons). */
 export function cutoverAbortReason(reason: string): CutoverAbortReason {
   if (/failed inside the frozen window/i.test(reason)) return 'error';
+  if (/held the fence lock/i.test(reason)) return 'fence-lock';
   if (/budget/i.test(reason)) return 'budget';
   if (/differs|mismatch/i.test(reason)) return 'mismatch';
   if (/lost the race|directory changed/i.test(reason)) return 'lost-freeze';

@@ -32,9 +32,19 @@ function scripted(
     sequencesOk?: boolean;
     pinOk?: boolean;
     frozenForMs?: number;
+    /** Raises that in-flight writers outlast (writersHeld) before one succeeds. */
+    fenceHeld?: number;
+    /** Where the unit stands when re-read after a try unfroze for writers. */
+    standingAfterUnfreeze?: Standing;
+    /** What each wait for long writers before a freeze "took". */
+    quietWaitMs?: number;
   } = {},
 ) {
   const calls: string[] = [];
+  /** The lock budget of each raise, in order. */
+  const lockBudgets: number[] = [];
+  let held = o.fenceHeld ?? 0;
+  let unfrozen = false;
   let now = 1000;
   const took = () => (now += o.stepMs ?? 10);
   const call = <T>(name: string, answer: T, advance = false): T => {
@@ -44,13 +54,21 @@ function scripted(
     return answer;
   };
   const steps: CutoverSteps = {
-    standing: async () => call('standing', o.standing ?? { kind: 'open' }),
+    standing: async () => call('standing', (unfrozen && o.standingAfterUnfreeze) || (o.standing ?? { kind: 'open' })),
+    awaitQuietWriters: async () => call('awaitQuietWriters', o.quietWaitMs ?? 0),
     preSyncBlobs: async () => call('preSyncBlobs', undefined),
     openFinalApply: async () => call('openFinalApply', undefined),
     closeFinalApply: () => void calls.push('closeFinalApply'),
     startFinalBlobSync: () => void calls.push('startFinalBlobSync'),
     freeze: async () => call('freeze', o.freezeOk === false ? { ok: false, reason: 'lost the race' } : { ok: true }, true),
-    raiseFence: async () => call('raiseFence', o.fenceOk === false ? { ok: false, reason: 'writers held the lock' } : { ok: true }, true),
+    raiseFence: async (lockBudgetMs) => {
+      lockBudgets.push(lockBudgetMs);
+      if (held > 0) {
+        held--;
+        return call('raiseFence', { ok: false, reason: 'in-flight writers held the fence lock', writersHeld: true }, true);
+      }
+      return call('raiseFence', o.fenceOk === false ? { ok: false, reason: 'writers held the lock' } : { ok: true }, true);
+    },
     applyToFencePoint: async () =>
       call('applyToFencePoint', o.applyOk === false ? { ok: false, reason: 'did not reach' } : { ok: true, fenceLsn: '0/10' }, true),
     compare: async (mark) => {
@@ -70,6 +88,7 @@ function scripted(
     finishOldOwner: async () => call('finishOldOwner', undefined),
     unfreeze: async () => {
       if (o.unfreezeThrows) throw new Error('directory down');
+      unfrozen = true;
       return call('unfreeze', o.unfreeze ?? 'unfrozen');
     },
     measuredPauseMs: async () => call('measuredPauseMs', 777),
@@ -78,6 +97,7 @@ function scripted(
   return {
     steps,
     calls,
+    lockBudgets,
     hooks: {
       faultPoint: async (n: string) => {
         calls.push(`fault:${n}`);
@@ -88,7 +108,7 @@ function scripted(
 }
 
 /** A fresh attempt's calls before the freeze: where the unit stands, the blob pre-sync, the final apply opened. */
-const BEFORE_FREEZE = ['standing', 'openFinalApply', 'preSyncBlobs', 'fault:after-final-apply-opened'];
+const BEFORE_FREEZE = ['standing', 'openFinalApply', 'preSyncBlobs', 'fault:after-final-apply-opened', 'awaitQuietWriters'];
 
 describe('runCutover', () => {
   it('opens the final apply before the freeze, runs freeze, fence, apply, compare, sequences, reverse start, pins the freeze, then the switch, then finishes the old owner, and closes the final apply last', async () => {
@@ -243,6 +263,75 @@ describe('runCutover', () => {
     expect(s.calls).not.toContain('switchOwner');
   });
 
+  describe('writers that outlast the fence lock budget', () => {
+    const locked: CutoverPlan = { ...plan, fenceLock: { waitMs: 150, retries: 2 } };
+    /** One try from the wait for long writers to its unfreeze, as the calls record it. */
+    const heldTry = ['awaitQuietWriters', 'freeze', 'raiseFence', 'unfreeze', 'standing'];
+
+    it('unfreeze, wait for them outside the pause, freeze again: the short budget on every try but the last, each aborted pause reported', async () => {
+      const s = scripted({ fenceHeld: 2, quietWaitMs: 40 });
+      const r = await runCutover(s.steps, locked, s.hooks);
+      expect(r).toMatchObject({ ok: true, newEpoch: 4, writersWaitedMs: 120 });
+      expect(r.abortedPausesMs).toHaveLength(2);
+      for (const p of r.abortedPausesMs!) expect(p).toBeGreaterThan(0);
+      expect(s.lockBudgets).toEqual([150, 150, 2000]);
+      expect(s.calls.slice(0, 4 + 2 * heldTry.length)).toEqual([...BEFORE_FREEZE.slice(0, 4), ...heldTry, ...heldTry]);
+      expect(s.calls.filter((c) => c === 'switchOwner')).toHaveLength(1);
+    });
+
+    it('a raise that the short budget lets through needs no retry', async () => {
+      const s = scripted();
+      const r = await runCutover(s.steps, locked, s.hooks);
+      expect(r.ok).toBe(true);
+      expect(r.abortedPausesMs).toBeUndefined();
+      expect(s.lockBudgets).toEqual([150]);
+    });
+
+    it('when every try is held up, the last one (the whole budget) aborts as before: no switch, the earlier pauses reported with it', async () => {
+      const s = scripted({ fenceHeld: 3 });
+      const r = await runCutover(s.steps, locked, s.hooks);
+      expect(r).toMatchObject({ ok: false, reason: expect.stringContaining('held the fence lock') });
+      expect(r.abortedPausesMs).toHaveLength(2);
+      expect(s.lockBudgets).toEqual([150, 150, 2000]);
+      expect(s.calls).not.toContain('switchOwner');
+      expect(s.calls.at(-1)).toBe('closeFinalApply');
+    });
+
+    it('does not retry after another reason to abort', async () => {
+      const s = scripted({ fenceOk: false });
+      const r = await runCutover(s.steps, locked, s.hooks);
+      expect(r).toMatchObject({ ok: false, reason: 'writers held the lock' });
+      expect(s.lockBudgets).toEqual([150]);
+      expect(r.abortedPausesMs).toBeUndefined();
+    });
+
+    it('stops retrying when the unit no longer stands open after the unfreeze', async () => {
+      const s = scripted({ fenceHeld: 2, standingAfterUnfreeze: { kind: 'foreign', reason: 'moving under move other.e1' } });
+      const r = await runCutover(s.steps, locked, s.hooks);
+      expect(r.ok).toBe(false);
+      expect(s.lockBudgets).toEqual([150]);
+      expect(s.calls.filter((c) => c === 'freeze')).toHaveLength(1);
+    });
+
+    it('a budget no longer than the lock wait, or no retries, is one try with the whole budget', async () => {
+      for (const p of [
+        { ...plan, fenceBudgetMs: 150, fenceLock: { waitMs: 150, retries: 2 } },
+        { ...plan, fenceLock: { waitMs: 150, retries: 0 } },
+      ]) {
+        const s = scripted({ fenceHeld: 1 });
+        const r = await runCutover(s.steps, p, s.hooks);
+        expect(r.ok).toBe(false);
+        expect(s.lockBudgets).toEqual([p.fenceBudgetMs]);
+      }
+    });
+
+    it('a takeover of its own freeze does not wait for writers before it (it is frozen already)', async () => {
+      const s = scripted({ standing: { kind: 'frozen-by-this-move', token: 'old' } });
+      await runCutover(s.steps, locked, s.hooks);
+      expect(s.calls).not.toContain('awaitQuietWriters');
+    });
+  });
+
   it('the reverse direction does not measure a reverse start and names its own fault point', async () => {
     const s = scripted();
     await runCutover(s.steps, { ...plan, direction: 'reverse' }, s.hooks);
@@ -288,13 +377,15 @@ describe('heartbeats inside the frozen window', () => {
 
 describe('the dry-run twin', () => {
   it('says, in the live order, what the cutover would do, with one marked point of no return', async () => {
-    const dry = dryRunCutoverSteps(plan, { tables: ['public.accounts'] });
-    const r = await runCutover(dry.steps, plan, { faultPoint: async () => {}, now: () => 0 });
+    const p: CutoverPlan = { ...plan, fenceLock: { waitMs: 150, retries: 3 } };
+    const dry = dryRunCutoverSteps(p, { tables: ['public.accounts'], longWrites: { longWriteMs: 50, longWriteMaxWaitMs: 15000 } });
+    const r = await runCutover(dry.steps, p, { faultPoint: async () => {}, now: () => 0 });
     expect(r.ok).toBe(true);
     const order = [
       'check the directory',
       'open the final catch-up',
       'copy the blob delta',
+      'wait, before the freeze',
       'freeze:',
       'raise the fence',
       'start the final blob sync',
@@ -309,5 +400,6 @@ describe('the dry-run twin', () => {
     expect(dry.log.map((l) => order.findIndex((o) => l.startsWith(o)))).toEqual(order.map((_, i) => i));
     expect(dry.log.filter((l) => l.includes(POINT_OF_NO_RETURN_MARK))).toHaveLength(1);
     expect(dry.log.join('\n')).toContain('epoch 4');
+    expect(dry.log.find((l) => l.startsWith('raise the fence'))).toContain('waiting at most 150 ms for in-flight writers; if they hold it longer, unfreeze');
   });
 });

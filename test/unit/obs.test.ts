@@ -138,6 +138,7 @@ describe('metrics', () => {
     expect(cutoverAbortReason('target differs from source at the fence: public.events rows 3 vs 2')).toBe('mismatch');
     expect(cutoverAbortReason('lost the race to freeze acme (another attempt froze or took it over): {}')).toBe('lost-freeze');
     expect(cutoverAbortReason('compare failed inside the frozen window: budget exceeded; unfrozen, will retry')).toBe('error');
+    expect(cutoverAbortReason('in-flight writers of acme held the fence lock longer than the budget of 150 ms (pid 7 active, open 900 ms)')).toBe('fence-lock');
     expect(cutoverAbortReason('something new')).toBe('other');
   });
 
