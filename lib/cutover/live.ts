@@ -85,19 +85,21 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
   const newEpoch = epoch + 1;
   const rowsValue = env.unitValue ?? unit;
   const switchAction = plan.direction === 'forward' ? 'switch' : 'rollback-switch';
-  // This attempt's freeze token: unique per attempt, never reused; and the token of an earlier
-  // attempt's freeze this one took over (it may still be on the fence if that attempt's raise was the last).
-  // A retry after a raise that writers outlasted freezes again under the same token: that raise
-  // rolled back, so neither the fence row nor the change stream (its marker) ever carried it, and
-  // the final apply opened before the first freeze waits for this token's marker.
-  const token = randomUUID();
+  // This attempt's freeze token: unique per freeze, never reused (a freeze after a lost
+  // compare-and-set, or after a raise that long writers outlasted, takes a new one); and the token
+  // of an earlier attempt's freeze this one took over (it may still be on the fence if that
+  // attempt's raise was the last).
+  let token = randomUUID();
+  let froze = false;
   let takenOver: string | undefined;
   const myTokens = () => (takenOver ? [token, takenOver] : [token]);
   // The directory generation of this attempt's freeze: every later freeze (a takeover, or a fresh
   // freeze after an unfreeze) has a higher one. The next owner's acceptance carries it.
   let freezeGen: number | undefined;
   // Marks this attempt's fence point in the change stream (lib/shard/fence.ts FENCE_MARKER_PREFIX).
-  const fenceMarker = `${moveId}/${token}`;
+  // One per attempt, not per freeze: the final apply opened before the first freeze waits for it,
+  // and at most one raise of an attempt commits (a try is retried only when its raise rolled back).
+  const fenceMarker = `${moveId}/${randomUUID()}`;
   // The final catch-up opened before the freeze (openFinalApply), until applyToFencePoint uses it.
   let finalApply: FinalApply | undefined;
   // What this attempt's whole-prefix sync before the freeze saw at the source: when every object
@@ -217,6 +219,8 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
     async freeze(standing) {
       const takeover = standing.kind === 'frozen-by-this-move';
       if (takeover && standing.token) takenOver = standing.token;
+      if (froze) token = randomUUID();
+      froze = true;
       const cas = await compareAndSetPlacement(
         env.directory,
         unit,

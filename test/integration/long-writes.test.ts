@@ -5,7 +5,7 @@
 // the writer's own write commits (nothing lost, nothing refused behind its back).
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import type { PoolClient } from 'pg';
-import { closePools, shardPool } from '../helpers/stack';
+import { closePools, directoryPool, shardPool } from '../helpers/stack';
 import * as H from '../helpers/move';
 import { getUnitFence } from '../../lib/shard/fence';
 import { liveCutoverSteps } from '../../lib/cutover/live';
@@ -137,5 +137,14 @@ describe('a fence raise that a long writer outlasts', () => {
     expect(await s.raiseFence(150)).toEqual({ ok: true });
     expect(await H.tryWrite(OWNER, tenant, 1, 'router')).toBe('SC423');
     expect(await s.unfreeze('test over')).toBe('unfrozen');
+    // Each freeze had a token of its own; each unfreeze named its freeze's.
+    const audit = async (action: string) =>
+      (await directoryPool().query('select detail from shardctl.audit where unit = $1 and action = $2 order by id', [tenant, action])).rows.map(
+        (r) => r.detail.freezeToken,
+      );
+    const tokens = await audit('freeze');
+    expect(tokens).toHaveLength(2);
+    expect(new Set(tokens).size).toBe(2);
+    expect(await audit('unfreeze')).toEqual(tokens);
   });
 });
