@@ -76,7 +76,8 @@ export async function measureCutoverPauses(config: Config, opts: { rows: number;
         phases.push(s.phase);
         log(
           `cutover sweep ${opts.rows} rows: move ${i + 1} -> ${target} ${s.phase}, pause ${s.cutoverPauseMs} ms, steps ${JSON.stringify(s.cutoverSteps ?? {})}, blob delta ${JSON.stringify(s.cutoverBlobSync ?? null)}` +
-            (s.cutoverAbortedPausesMs?.length ? `, aborted attempts' pauses ${s.cutoverAbortedPausesMs.join(', ')} ms` : ''),
+            (s.cutoverAbortedPausesMs?.length ? `, aborted attempts' pauses ${s.cutoverAbortedPausesMs.join(', ')} ms` : '') +
+            (s.cutoverWritersWaitedMs ? `, waited ${s.cutoverWritersWaitedMs} ms for long writers before freezing` : ''),
         );
       }
     } finally {

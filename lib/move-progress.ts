@@ -81,6 +81,7 @@ export interface CutoverPauses {
   cutoverPauseMs: number | null;
   cutoverAttempts: number;
   cutoverAbortedPausesMs?: number[];
+  cutoverWritersWaitedMs?: number;
 }
 
 /**
@@ -93,8 +94,9 @@ export function formatCutoverPauses(s: CutoverPauses): string {
   const abortedText = aborted.length
     ? `; ${aborted.length} aborted attempt${aborted.length === 1 ? '' : 's'} paused writes ${aborted.map((ms) => `${ms}`).join(' + ')} ms`
     : '';
-  if (s.cutoverPauseMs !== null) return `write pause ${s.cutoverPauseMs} ms (attempt ${s.cutoverAttempts}${abortedText})`;
-  return s.cutoverAttempts ? `attempts ${s.cutoverAttempts}${abortedText}` : '';
+  const waited = s.cutoverWritersWaitedMs ? `; waited ${s.cutoverWritersWaitedMs} ms for long writers before freezing` : '';
+  if (s.cutoverPauseMs !== null) return `write pause ${s.cutoverPauseMs} ms (attempt ${s.cutoverAttempts}${abortedText}${waited})`;
+  return s.cutoverAttempts ? `attempts ${s.cutoverAttempts}${abortedText}${waited}` : '';
 }
 
 /** A copy's duration estimated from measured throughput (`move plan`). */

@@ -2772,4 +2772,14 @@ export const MUTATIONS: Mutation[] = [
     testFile: 'test/integration/long-writes.test.ts',
     testName: 'the wait before a freeze returns only once a long writer has committed, and names it',
   },
+  {
+    id: 'quiet-wait-wired',
+    guarantee:
+      "a move's cutover waits for a long writer before it freezes, and the status says what it waited (the worker passes limits.longWriteMs to the cutover) (issue 10)",
+    file: 'activities/move/cutover.ts',
+    from: 'longWrites: { longMs: deps.config.limits.longWriteMs, maxWaitMs: deps.config.limits.longWriteMaxWaitMs },',
+    to: '// mutated: no wait for long writers',
+    testFile: 'test/e2e/long-write-cutover.test.ts',
+    testName: 'is waited for before the freeze, named in the heartbeat and on the status',
+  },
 ];

@@ -42,6 +42,11 @@ export interface MoveStatus {
    * 20): those froze the tenant's writes too, though no switch came of them. Absent in older runs.
    */
   cutoverAbortedPausesMs?: number[];
+  /**
+   * What the cutover attempts waited in all, before freezing (writes went on), for writers of the
+   * unit holding its write lock long (lib/shard/unit-writers.ts). Absent: none waited for.
+   */
+  cutoverWritersWaitedMs?: number;
   soakEndsAt: string | null;
   phaseTimes: Partial<Record<Phase, string>>;
   operators: { startedBy: string; approvedBy?: string; rolledBackBy?: string; retiredBy?: string; cancelledBy?: string };

@@ -408,6 +408,7 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
         );
         // Tries the attempt unfroze to wait for long writers (then froze again): pauses too.
         for (const p of r.abortedPausesMs ?? []) noteAbortedPause(st, p);
+        if (r.writersWaitedMs) st.cutoverWritersWaitedMs = (st.cutoverWritersWaitedMs ?? 0) + r.writersWaitedMs;
         if (r.ok) {
           // The switching attempt's pause; an aborted one's is kept in cutoverAbortedPausesMs.
           st.cutoverPauseMs = r.pauseMs;
@@ -578,6 +579,7 @@ export async function moveTenantWorkflow(input: M.MoveInput): Promise<M.MoveStat
           ),
         );
         for (const p of r.abortedPausesMs ?? []) noteAbortedPause(st, p);
+        if (r.writersWaitedMs) st.cutoverWritersWaitedMs = (st.cutoverWritersWaitedMs ?? 0) + r.writersWaitedMs;
         if (r.ok) {
           st.epoch = r.newEpoch;
           st.cutoverPauseMs = r.pauseMs;

@@ -99,6 +99,9 @@ describe('cutover pauses', () => {
     expect(formatCutoverPauses({ cutoverPauseMs: null, cutoverAttempts: 1, cutoverAbortedPausesMs: [2050] })).toBe(
       'attempts 1; 1 aborted attempt paused writes 2050 ms',
     );
+    expect(formatCutoverPauses({ cutoverPauseMs: 120, cutoverAttempts: 1, cutoverAbortedPausesMs: [158], cutoverWritersWaitedMs: 1210 })).toBe(
+      'write pause 120 ms (attempt 1; 1 aborted attempt paused writes 158 ms; waited 1210 ms for long writers before freezing)',
+    );
   });
 
   it('keeps the last 20 aborted pauses on the status', () => {
