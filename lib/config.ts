@@ -152,8 +152,9 @@ export const configSchema = z
         fenceLockRetries: z.number().int().min(0).max(10).default(3),
         /**
          * Before each freeze, outside the pause, the cutover waits until no writer of the unit has
-         * held its write open this long (lib/shard/unit-writers.ts), at most longWriteMaxWaitMs
-         * (then it freezes anyway, bounded by fenceLockWaitMs). 0: no wait.
+         * held its write open this long (lib/shard/unit-writers.ts), at most longWriteMaxWaitMs for
+         * all of an attempt's tries together (then it freezes anyway, bounded by fenceLockWaitMs).
+         * 0: no wait.
          */
         longWriteMs: z.number().int().nonnegative().default(50),
         longWriteMaxWaitMs: z.number().int().nonnegative().max(30_000).default(15_000),

@@ -2782,4 +2782,14 @@ export const MUTATIONS: Mutation[] = [
     testFile: 'test/e2e/long-write-cutover.test.ts',
     testName: 'is waited for before the freeze, named in the heartbeat and on the status',
   },
+  {
+    id: 'raise-rolled-back-flag',
+    guarantee:
+      "the cutover's unfreeze skips the unit's lock only after its raise timed out on that lock (so rolled back); a raise of unknown outcome is queued behind and lowered (issue 10)",
+    file: 'lib/cutover/live.ts',
+    from: '        raiseRolledBack = true;\n',
+    to: '\n',
+    testFile: 'test/integration/long-writes.test.ts',
+    testName: 'raises nothing, answers writersHeld naming the writer, and the writer commits its write',
+  },
 ];

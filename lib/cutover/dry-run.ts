@@ -48,7 +48,7 @@ export function dryRunCutoverSteps(
       const w = opts.longWrites;
       if (w && w.longWriteMs > 0 && w.longWriteMaxWaitMs > 0)
         say(
-          `wait, before the freeze (writes continue), until no writer of ${unit} on ${owner} has held its write open ${w.longWriteMs} ms or more (at most ${w.longWriteMaxWaitMs} ms, then freeze anyway)`,
+          `wait, before the freeze (writes continue), until no writer of ${unit} on ${owner} has held its write open ${w.longWriteMs} ms or more (at most ${w.longWriteMaxWaitMs} ms for all of the attempt's tries together, then freeze anyway)`,
         );
       return 0;
     },
@@ -106,7 +106,9 @@ export function dryRunCutoverSteps(
       say(`finish the old owner: ${owner} refuses ${unit} at epoch ${epoch + 1} and below (kept read-only as the way back)`);
     },
     async unfreeze(reason) {
-      say(`unfreeze (${reason}): directory back to active on ${owner}, then lower ${owner}'s fence`);
+      say(
+        `unfreeze (${reason}): directory back to active on ${owner}, then lower ${owner}'s fence (after a raise that timed out on in-flight writers there is nothing to lower, and it does not wait for them)`,
+      );
       return 'unfrozen';
     },
     async measuredPauseMs() {

@@ -91,6 +91,11 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
   // attempt's raise was the last).
   let token = randomUUID();
   let froze = false;
+  // This freeze's raise timed out on the unit's lock (so it rolled back): its unfreeze need not
+  // queue behind the writers that held it up (lib/shard/fence.ts unfreeze).
+  let raiseRolledBack = false;
+  // What this attempt's waits for long writers took so far (they share limits.longWriteMaxWaitMs).
+  let quietWaitedMs = 0;
   let takenOver: string | undefined;
   const myTokens = () => (takenOver ? [token, takenOver] : [token]);
   // The directory generation of this attempt's freeze: every later freeze (a takeover, or a fresh
@@ -146,7 +151,7 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
       if (cur && cur.shard === next && cur.epoch === newEpoch) return 'switched';
       if (!(cur && cur.shard === owner && cur.epoch === epoch && cur.state === 'active')) return 'lost';
     }
-    await unfreeze(env.ownerPool, unit, epoch, myTokens());
+    await unfreeze(env.ownerPool, unit, epoch, myTokens(), { noRaiseInFlight: raiseRolledBack });
     return 'unfrozen';
   }
 
@@ -221,6 +226,7 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
       if (takeover && standing.token) takenOver = standing.token;
       if (froze) token = randomUUID();
       froze = true;
+      raiseRolledBack = false;
       const cas = await compareAndSetPlacement(
         env.directory,
         unit,
@@ -239,12 +245,16 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
 
     async awaitQuietWriters() {
       const o = env.longWrites;
-      if (!o || o.longMs <= 0 || o.maxWaitMs <= 0) return 0;
+      // One bound for the attempt's waits together, however many tries it makes: the attempt must
+      // end well within the cutover activity's own timeout.
+      const maxWaitMs = o ? o.maxWaitMs - quietWaitedMs : 0;
+      if (!o || o.longMs <= 0 || maxWaitMs <= 0) return 0;
       const w = await awaitQuietWriters(env.ownerPool, unit, {
         longMs: o.longMs,
-        maxWaitMs: o.maxWaitMs,
+        maxWaitMs,
         onWait: (ws, waitedMs) => env.beat({ step: 'waiting for long writers before the freeze', waitedMs, writers: ws.slice(0, 5) }),
       });
+      quietWaitedMs += w.waitedMs;
       if (!w.longest) return 0;
       env.beat({
         step: w.gaveUp ? 'freezing with a long writer still in flight' : 'long writers done',
@@ -276,6 +286,7 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
         };
       } catch (e: any) {
         if (e?.code !== '55P03') throw e;
+        raiseRolledBack = true;
         // Who held it up, for the operator (one read of pg_locks; no query text).
         const held = await unitWriters(env.ownerPool, unit).catch(() => []);
         const who = held.length

@@ -195,9 +195,18 @@ export async function runCutover(s: CutoverSteps, plan: CutoverPlan, hooks: Cuto
       if (r.ok || !writersHeld || i >= retries) return { ...r, ...extras() };
       // Unfrozen with nothing raised: the writers that held the fence up are waited for before
       // the next freeze, so the tenant's writes are not held behind them.
-      abortedPausesMs.push(r.pauseMs);
       now = await s.standing();
-      if (now.kind !== 'open') return { ...r, ...extras() };
+      if (now.kind === 'open') {
+        abortedPausesMs.push(r.pauseMs);
+        continue;
+      }
+      // Another delivery of this move took the unit meanwhile: its answer, as after a lost freeze.
+      if (now.kind === 'switched') {
+        abortedPausesMs.push(r.pauseMs);
+        await s.finishOldOwner();
+        return { ok: true, newEpoch: plan.epoch + 1, pauseMs: (await s.measuredPauseMs()) ?? 0, fenceLsn: '', alreadyDone: true, ...extras() };
+      }
+      return { ...r, ...(now.kind === 'foreign' ? { reason: now.reason } : {}), ...extras() };
     }
   } finally {
     s.closeFinalApply();

@@ -12,10 +12,11 @@ export type CutoverAbortReason = (typeof CUTOVER_ABORT_REASONS)[number];
 /** A bounded label for a cutover's abort reason (lib/cutover/steps.ts words its reasons). */
 export function cutoverAbortReason(reason: string): CutoverAbortReason {
   if (/failed inside the frozen window/i.test(reason)) return 'error';
+  // Left frozen (fail closed) outranks why the attempt was aborting.
+  if (/lost the race|directory changed/i.test(reason)) return 'lost-freeze';
   if (/held the fence lock/i.test(reason)) return 'fence-lock';
   if (/budget/i.test(reason)) return 'budget';
   if (/differs|mismatch/i.test(reason)) return 'mismatch';
-  if (/lost the race|directory changed/i.test(reason)) return 'lost-freeze';
   if (/vanished|fence trigger/i.test(reason)) return 'foreign';
   return 'other';
 }

@@ -218,15 +218,19 @@ export async function pinFreeze(pool: Pool, unit: string, epoch: number, token: 
  * old owner) and, when `tokens` are given, only a freeze made under one of them (never another
  * attempt's freeze). The workflow's own cancel, after its directory compare-and-set, passes none.
  */
-export async function unfreeze(pool: Pool, unit: string, epoch: number, tokens?: string[]) {
-  // A row that is not frozen needs no lowering, and taking the unit's lock for it would wait for
-  // every writer in flight and hold every new write behind them: after a raise that a long writer
-  // outlasted (it raised nothing), that wait would be the very pause its short lock budget avoids.
-  // Read without the lock: only a raise makes the row frozen, and an unfreeze is never sent while
-  // a raise of the same attempt is in flight. Answers as the locked path would (open at this epoch
-  // and owned: ok; otherwise a mismatch that changes nothing).
-  const now = await getUnitFence(pool, unit);
-  if (!now || !(now.frozen || now.leaseExpired)) return { ok: !!now && now.epoch === epoch && now.owned, current: now, waitedMs: 0 };
+export async function unfreeze(pool: Pool, unit: string, epoch: number, tokens?: string[], opts: { noRaiseInFlight?: boolean } = {}) {
+  // `noRaiseInFlight`: the caller's last raise is known to have rolled back (it timed out on the
+  // unit's lock, SQLSTATE 55P03), so no raise of its own can still commit. Then a row that is not
+  // frozen needs no lowering, and taking the unit's lock for it would wait for every writer in
+  // flight and hold every new write behind them: after a raise that a long writer outlasted, that
+  // wait would be the very pause the raise's short lock budget avoids. Otherwise (a raise whose
+  // outcome the caller does not know may commit later) the locked path queues behind it and
+  // lowers it. Answers as the locked path would (open at this epoch and owned: ok; otherwise a
+  // mismatch that changes nothing).
+  if (opts.noRaiseInFlight) {
+    const now = await getUnitFence(pool, unit);
+    if (!now || !(now.frozen || now.leaseExpired)) return { ok: !!now && now.epoch === epoch && now.owned, current: now, waitedMs: 0 };
+  }
   return setUnitFence(pool, { unit, epoch, owned: true, frozen: false }, { expect: { epoch, owned: true }, expectTokenIn: tokens });
 }
 

@@ -9,6 +9,7 @@ import type { Pool, PoolClient } from 'pg';
 import { FENCE_LOCK_CLASS } from './fence-sql';
 
 export interface UnitWriter {
+  /** 0 for a prepared transaction (it has no session; COMMIT PREPARED or ROLLBACK PREPARED ends it). */
   pid: number;
   /** The server's virtual transaction id: tells a session's next transaction from this one. */
   vxid: string;
@@ -24,14 +25,15 @@ export interface UnitWriter {
 /** Sessions of this database holding the unit's write lock now (ours excepted). No query text: it may hold a tenant's data. */
 export async function unitWriters(db: Pool | PoolClient, unit: string): Promise<UnitWriter[]> {
   const r = await db.query(
-    `select l.pid, l.virtualtransaction as vxid, a.state,
+    `select coalesce(l.pid, 0) as pid, l.virtualtransaction as vxid,
+            case when l.pid is null then 'prepared transaction' else a.state end as state,
             (extract(epoch from (pg_catalog.clock_timestamp() - a.xact_start)) * 1000)::float8 as xact_ms
        from pg_catalog.pg_locks l
        left join pg_catalog.pg_stat_activity a on a.pid = l.pid
       where l.locktype = 'advisory' and l.granted
         and l.database = (select oid from pg_catalog.pg_database where datname = pg_catalog.current_database())
         and l.classid = $1 and l.objid = (pg_catalog.hashtext($2)::bigint & 4294967295)::oid and l.objsubid = 2
-        and l.pid <> pg_catalog.pg_backend_pid()`,
+        and l.pid is distinct from pg_catalog.pg_backend_pid()`,
     [FENCE_LOCK_CLASS, unit],
   );
   return r.rows.map((w) => ({ pid: w.pid, vxid: w.vxid, xactMs: w.xact_ms === null ? null : Number(w.xact_ms), state: w.state ?? null }));
@@ -58,6 +60,7 @@ export interface QuietWaitOptions {
   longMs: number;
   /** Give up (and go ahead) after this long. */
   maxWaitMs: number;
+  /** The first look's interval; it doubles up to 200 ms (reading pg_locks takes every lock partition briefly). */
   pollMs?: number;
   /** Each look that found long writers (for heartbeats). */
   onWait?(writers: LongWriter[], waitedMs: number): void;
@@ -74,7 +77,7 @@ export interface QuietWaitOptions {
 export async function awaitQuietWriters(db: Pool | PoolClient, unit: string, o: QuietWaitOptions): Promise<QuietWait> {
   const now = o.now ?? Date.now;
   const sleep = o.sleep ?? ((ms: number) => new Promise<void>((r) => setTimeout(r, ms)));
-  const pollMs = o.pollMs ?? Math.max(5, Math.min(25, Math.floor(o.longMs / 2)));
+  let pollMs = o.pollMs ?? Math.max(5, Math.min(25, Math.floor(o.longMs / 2)));
   const t0 = now();
   const firstSeen = new Map<string, number>();
   let longest: LongWriter | undefined;
@@ -98,7 +101,8 @@ export async function awaitQuietWriters(db: Pool | PoolClient, unit: string, o: 
     if (!long.length && agesKnown) return { waitedMs: t - t0, gaveUp: false, ...(longest ? { longest } : {}) };
     if (t - t0 >= o.maxWaitMs || o.signal?.aborted) return { waitedMs: t - t0, gaveUp: long.length > 0, ...(longest ? { longest } : {}) };
     if (long.length) o.onWait?.(long, t - t0);
-    await sleep(pollMs);
+    await sleep(Math.min(pollMs, Math.max(1, o.maxWaitMs - (t - t0))));
+    pollMs = Math.min(200, pollMs * 2);
   }
 }
 

@@ -7,7 +7,7 @@ import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import type { PoolClient } from 'pg';
 import { closePools, directoryPool, shardPool } from '../helpers/stack';
 import * as H from '../helpers/move';
-import { getUnitFence } from '../../lib/shard/fence';
+import { getUnitFence, unfreeze } from '../../lib/shard/fence';
 import { liveCutoverSteps } from '../../lib/cutover/live';
 import { awaitQuietWriters, unitWriters } from '../../lib/shard/unit-writers';
 import { sleep } from '../../lib/dev/proc';
@@ -98,6 +98,21 @@ describe("a unit's long writers", () => {
     const q = await awaitQuietWriters(shardPool(OWNER), tenant, { longMs: 50, maxWaitMs: 10_000 });
     expect(q).toMatchObject({ gaveUp: false });
     expect(q.longest).toBeUndefined();
+  });
+});
+
+describe('an unfreeze that does not know its raise rolled back', () => {
+  it('takes the lock, so it queues behind a raise that may still commit (and behind writers)', async () => {
+    const tenant = await H.newTenant(OWNER, 'lu');
+    const w = await openWriter(tenant);
+    let committed = false;
+    const ends = sleep(500)
+      .then(() => w.commit())
+      .then(() => (committed = true));
+    const r = await unfreeze(shardPool(OWNER), tenant, 1, ['tok-none']);
+    expect(committed, 'the locked unfreeze returned before the writer ended').toBe(true);
+    expect(r.ok).toBe(true);
+    await ends;
   });
 });
 

@@ -305,12 +305,24 @@ describe('runCutover', () => {
       expect(r.abortedPausesMs).toBeUndefined();
     });
 
-    it('stops retrying when the unit no longer stands open after the unfreeze', async () => {
+    it("stops retrying when the unit is someone else's after the unfreeze, with that reason, its pause counted once", async () => {
       const s = scripted({ fenceHeld: 2, standingAfterUnfreeze: { kind: 'foreign', reason: 'moving under move other.e1' } });
       const r = await runCutover(s.steps, locked, s.hooks);
-      expect(r.ok).toBe(false);
+      expect(r).toMatchObject({ ok: false, reason: 'moving under move other.e1' });
+      expect(r.pauseMs).toBeGreaterThan(0);
+      expect(r.abortedPausesMs).toBeUndefined();
       expect(s.lockBudgets).toEqual([150]);
       expect(s.calls.filter((c) => c === 'freeze')).toHaveLength(1);
+    });
+
+    it('answers done when another delivery switched the unit after the unfreeze, finishing the old owner', async () => {
+      const s = scripted({ fenceHeld: 2, standingAfterUnfreeze: { kind: 'switched' } });
+      const r = await runCutover(s.steps, locked, s.hooks);
+      expect(r).toMatchObject({ ok: true, alreadyDone: true, newEpoch: 4, pauseMs: 777 });
+      expect(r.abortedPausesMs).toHaveLength(1);
+      expect(s.calls.filter((c) => c === 'freeze')).toHaveLength(1);
+      expect(s.calls).toContain('finishOldOwner');
+      expect(s.calls).not.toContain('switchOwner');
     });
 
     it('a budget no longer than the lock wait, or no retries, is one try with the whole budget', async () => {

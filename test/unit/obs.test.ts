@@ -139,6 +139,11 @@ describe('metrics', () => {
     expect(cutoverAbortReason('lost the race to freeze acme (another attempt froze or took it over): {}')).toBe('lost-freeze');
     expect(cutoverAbortReason('compare failed inside the frozen window: budget exceeded; unfrozen, will retry')).toBe('error');
     expect(cutoverAbortReason('in-flight writers of acme held the fence lock longer than the budget of 150 ms (pid 7 active, open 900 ms)')).toBe('fence-lock');
+    expect(
+      cutoverAbortReason(
+        'in-flight writers of acme held the fence lock longer than the budget of 150 ms; and the directory changed under the move (left frozen, fail closed)',
+      ),
+    ).toBe('lost-freeze');
     expect(cutoverAbortReason('something new')).toBe('other');
   });
 
