@@ -32,11 +32,9 @@ const cutoverInput = moveRef.extend({
 function observeCutover(deps: Deps, ref: { unit: string; direction: 'forward' | 'reverse' }, r: CutoverResult): void {
   const m = deps.metrics;
   const log = activityLog();
-  // Tries this attempt unfroze to wait for long writers: aborts with a pause of their own.
-  for (const p of r.abortedPausesMs ?? []) {
-    m?.cutoverAborts.inc({ direction: ref.direction, reason: 'fence-lock' });
-    m?.cutoverPause.observe({ direction: ref.direction, outcome: 'aborted' }, p);
-  }
+  // Tries this attempt unfroze to wait for long writers, then froze again: a pause of their own,
+  // not an aborted attempt (the aborts alert counts attempts that gave up).
+  for (const p of r.abortedPausesMs ?? []) m?.cutoverPause.observe({ direction: ref.direction, outcome: 'retried' }, p);
   const waits = { ...(r.abortedPausesMs ? { abortedPausesMs: r.abortedPausesMs } : {}), ...(r.writersWaitedMs ? { writersWaitedMs: r.writersWaitedMs } : {}) };
   if (r.ok) {
     if (!r.alreadyDone) m?.cutoverPause.observe({ direction: ref.direction, outcome: 'switched' }, r.pauseMs);
