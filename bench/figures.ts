@@ -50,8 +50,8 @@ export interface Verdict {
 }
 
 /** A figure judged on its own value, lower being better (a pause, a count of failures). */
-export function absoluteFigure(name: string, unit: string, value: number, goal: Goal, baselineLabel: string): Figure {
-  return { name, unit, ours: [value], baseline: null, better: 'lower', goal, baselineLabel };
+export function absoluteFigure(name: string, unit: string, value: number, goal: Goal | undefined, baselineLabel: string): Figure {
+  return { name, unit, ours: [value], baseline: null, better: 'lower', ...(goal ? { goal } : {}), baselineLabel };
 }
 
 /** The best round: the highest throughput or the lowest time (rounds share the machine with others). */

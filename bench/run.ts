@@ -7,7 +7,8 @@
 //   npm run bench -- [--rows 300000] [--rounds 2] [--write-seconds 8] [--apply-seconds 30] [--only copy,validate,catchup,fence,router] [--workloads 1-row,mixed,100-row]
 //                    [--native-synchronous-commit off (the catch-up's native subscription: its default off, or on, local, remote_write, remote_apply)]
 //                    [--paired-rounds N (fence and router: default 15 / 11 / 7 by scenario, 15 for the router)]
-//                    [--cutover [--cutover-sizes 10000,100000,1000000] [--cutover-moves 5] [--cutover-blobs index,direct]] [--no-save]
+//                    [--cutover [--cutover-sizes 10000,100000,1000000] [--cutover-moves 5] [--cutover-blobs index,direct]
+//                               [--cutover-long-writes MS]] [--no-save]
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -374,6 +375,18 @@ async function main() {
         for (const size of sizes) {
           const r = await measureCutoverPauses(config, { rows: size, moves, blobWrites });
           notes[`cutover ${size}${blobWrites === 'index' ? '' : ' direct'}`] = r;
+          figures.push(...pauseFigures(r));
+        }
+      }
+      // A writer holding each transaction open this long, on every move: with the cutover's guard
+      // for long writes (the config's defaults) and without it (fenceLockWaitMs 0, longWriteMs 0), in the same run.
+      const longMs = intArg('cutover-long-writes', 0);
+      if (longMs > 0) {
+        const size = Math.min(...sizes);
+        for (const guarded of [true, false]) {
+          const c = guarded ? config : { ...config, limits: { ...config.limits, fenceLockWaitMs: 0, longWriteMs: 0 } };
+          const r = await measureCutoverPauses(c, { rows: size, moves, blobWrites: 'index', longWriteMs: longMs });
+          notes[`cutover ${size} long writes ${longMs} ms${guarded ? '' : ' unguarded'}`] = r;
           figures.push(...pauseFigures(r));
         }
       }
