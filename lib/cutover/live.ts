@@ -19,7 +19,7 @@ import { BLOB_INDEX_QUALIFIED } from '../blobs/index-table';
 import { replicationNames } from '../ids';
 import { advanceSequencesForUnit } from '../shard/sequences';
 import { unownedWritesSince } from '../shard/write-audit';
-import { awaitQuietWriters, describeLongWriter, unitWriters } from '../shard/unit-writers';
+import { awaitQuietWriters, describeLongWriter, describeWriters, unitWriters } from '../shard/unit-writers';
 import { CUTOVER_FAULT_POINTS, type CutoverPlan, type CutoverSteps, type Standing, type UnfreezeOutcome, type WindowBlobSync } from './steps';
 
 /** The least time a frozen-window apply statement or stream read is given, however little budget is left. */
@@ -288,13 +288,7 @@ export function liveCutoverSteps(plan: CutoverPlan, env: LiveCutoverEnv): Cutove
         if (e?.code !== '55P03') throw e;
         raiseRolledBack = true;
         // Who held it up, for the operator (one read of pg_locks; no query text).
-        const held = await unitWriters(env.ownerPool, unit).catch(() => []);
-        const who = held.length
-          ? ` (${held
-              .slice(0, 3)
-              .map((w) => `pid ${w.pid}${w.state ? ` ${w.state}` : ''}${w.xactMs !== null ? `, open ${Math.round(w.xactMs)} ms` : ''}`)
-              .join('; ')}${held.length > 3 ? `; ${held.length - 3} more` : ''})`
-          : '';
+        const who = describeWriters(await unitWriters(env.ownerPool, unit).catch(() => []));
         return { ok: false, writersHeld: true, reason: `in-flight writers of ${unit} held the fence lock longer than the budget of ${lockBudgetMs} ms${who}` };
       }
     },

@@ -106,6 +106,13 @@ export async function awaitQuietWriters(db: Pool | PoolClient, unit: string, o: 
   }
 }
 
+/** The holders of a unit's write lock, for an operator's message: ` (pid 7 active, open 900 ms; ...)`, '' for none (no query text). */
+export function describeWriters(held: UnitWriter[], max = 3): string {
+  if (!held.length) return '';
+  const each = held.slice(0, max).map((w) => `pid ${w.pid}${w.state ? ` ${w.state}` : ''}${w.xactMs !== null ? `, open ${Math.round(w.xactMs)} ms` : ''}`);
+  return ` (${each.join('; ')}${held.length > max ? `; ${held.length - max} more` : ''})`;
+}
+
 /** One line for the operator about the writer a cutover waited for (no query text). */
 export function describeLongWriter(w: LongWriter): string {
   return `pid ${w.pid}${w.state ? ` (${w.state})` : ''} held its write ${w.heldMs} ms`;

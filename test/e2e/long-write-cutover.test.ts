@@ -40,13 +40,10 @@ describe('a write running long at the cutover', () => {
       const h = await H.startMove(env.t.client, env.tq, H.moveInput(tenant, 'shard-b', { soakSeconds: 1, approveCutover: 'manual' }), { source: 'shard-a' });
       await H.waitFor(h, (x) => x.awaitingApproval, 120_000);
       // A writer as the router opens it, its transaction left open (a long statement in flight).
-      const c = await shardPool('shard-a').connect();
+      const w = await H.openUnitWriter('shard-a', tenant);
+      const { c, pid } = w;
       let committedAt: Date | undefined;
       try {
-        const pid = (await c.query('select pg_backend_pid() as p')).rows[0].p as number;
-        await c.query('begin');
-        await c.query('call shardctl.open_unit_write($1, 1)', [tenant]);
-        await c.query(`insert into public.events(tenant_id, kind) values ($1, 'long-write')`, [tenant]);
         await h.executeUpdate(M.approveUpdate, { args: [{ actor: 'sre-test' }] });
         // The cutover says it waits for this writer (the SDK sends beats every few seconds).
         let beat: any;
@@ -62,7 +59,7 @@ describe('a write running long at the cutover', () => {
         expect(await H.placement(tenant)).toMatchObject({ shard: 'shard-a', epoch: 1, state: 'active' });
         // The server's clock just before the commit: the freeze (the directory's, same machine) must be later.
         const before = (await c.query('select pg_catalog.clock_timestamp() as t')).rows[0].t as Date;
-        await c.query('commit');
+        await w.commit();
         committedAt = before;
         const done = await H.waitPhase(h, 'done', 180_000);
         expect(done.cutoverAttempts).toBe(1);
@@ -75,8 +72,7 @@ describe('a write running long at the cutover', () => {
         const moved = await shardPool('shard-b').query(`select count(*)::int as n from public.events where tenant_id = $1 and kind = 'long-write'`, [tenant]);
         expect(moved.rows[0].n).toBe(1);
       } finally {
-        if (!committedAt) await c.query('rollback').catch(() => {});
-        c.release();
+        if (!committedAt) await w.rollback().catch(() => {});
       }
     },
   );

@@ -2,7 +2,7 @@
 // moves, and read the invariants (directory, fences, replication objects, fingerprints).
 import { expect } from 'vitest';
 import { Client as TemporalClient, Connection, WorkflowHandle } from '@temporalio/client';
-import { Pool } from 'pg';
+import { Pool, type PoolClient } from 'pg';
 import { testConfig, shardPool, directoryPool, uniq, closePools } from './stack';
 import { prepareAllShards } from '../../lib/shard/prepare';
 import { ensureDirectory } from '../../lib/directory/ensure';
@@ -319,5 +319,35 @@ export async function blobCount(shard: string, tenant: string): Promise<number> 
     return (await listBlobs(deps.s3For(shard), b, tenantBlobPrefix(tenant))).length;
   } finally {
     await deps.close();
+  }
+}
+
+/**
+ * A writer of `tenant` on `shard` as the router opens it (`open_unit_write`), its transaction left
+ * open after one insert into public.events of kind 'long-write': a long write in flight, holding
+ * the unit's write lock until `commit` (or `rollback`) ends it and releases the session.
+ */
+export async function openUnitWriter(
+  shard: string,
+  tenant: string,
+  epoch = 1,
+): Promise<{ c: PoolClient; pid: number; commit(): Promise<void>; rollback(): Promise<void> }> {
+  const c = await shardPool(shard).connect();
+  const end = async (sql: string) => {
+    try {
+      await c.query(sql);
+    } finally {
+      c.release();
+    }
+  };
+  try {
+    const pid = (await c.query('select pg_backend_pid() as p')).rows[0].p as number;
+    await c.query('begin');
+    await c.query('call shardctl.open_unit_write($1, $2)', [tenant, epoch]);
+    await c.query(`insert into public.events(tenant_id, kind) values ($1, 'long-write')`, [tenant]);
+    return { c, pid, commit: () => end('commit'), rollback: () => end('rollback') };
+  } catch (e) {
+    await end('rollback').catch(() => {});
+    throw e;
   }
 }

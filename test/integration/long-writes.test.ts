@@ -4,7 +4,6 @@
 // one that never ends; a raise that such a writer outlasts raises nothing, says who held it, and
 // the writer's own write commits (nothing lost, nothing refused behind its back).
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
-import type { PoolClient } from 'pg';
 import { closePools, directoryPool, shardPool } from '../helpers/stack';
 import * as H from '../helpers/move';
 import { getUnitFence, unfreeze } from '../../lib/shard/fence';
@@ -22,25 +21,7 @@ afterAll(async () => {
   await closePools();
 });
 
-/** A writer of `tenant` as the router opens it, its transaction left open after one insert. */
-async function openWriter(tenant: string, epoch = 1): Promise<{ c: PoolClient; pid: number; commit(): Promise<void> }> {
-  const c = await shardPool(OWNER).connect();
-  const pid = (await c.query('select pg_backend_pid() as p')).rows[0].p as number;
-  await c.query('begin');
-  await c.query('call shardctl.open_unit_write($1, $2)', [tenant, epoch]);
-  await c.query(`insert into public.events(tenant_id, kind) values ($1, 'long-write')`, [tenant]);
-  return {
-    c,
-    pid,
-    async commit() {
-      try {
-        await c.query('commit');
-      } finally {
-        c.release();
-      }
-    },
-  };
-}
+const openWriter = (tenant: string) => H.openUnitWriter(OWNER, tenant);
 
 async function longWrites(tenant: string): Promise<number> {
   const r = await shardPool(OWNER).query(`select count(*)::int as n from public.events where tenant_id = $1 and kind = 'long-write'`, [tenant]);
